@@ -1,0 +1,3 @@
+module github.com/mtrl-go/mtrl
+
+go 1.26

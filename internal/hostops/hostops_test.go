@@ -1,0 +1,51 @@
+package hostops
+
+import (
+	"math"
+	"testing"
+)
+
+func TestExp32Accuracy(t *testing.T) {
+	worst := 0.0
+	for x := float32(-87.3); x < 88.7; x += 0.00731 {
+		got := float64(Exp32(x))
+		want := math.Exp(float64(x))
+		rel := math.Abs(got-want) / want
+		worst = max(worst, rel)
+	}
+	// 2 ulp of float32 is about 2.4e-7 relative.
+	if worst > 2.4e-7 {
+		t.Fatalf("worst relative error %.3g", worst)
+	}
+	for _, c := range []struct{ x, want float32 }{{-100, 0}, {0, 1}, {float32(math.Inf(-1)), 0}} {
+		if got := Exp32(c.x); got != c.want {
+			t.Errorf("Exp32(%v) = %v, want %v", c.x, got, c.want)
+		}
+	}
+	if !math.IsInf(float64(Exp32(89)), 1) || !math.IsNaN(float64(Exp32(float32(math.NaN())))) {
+		t.Error("overflow or NaN not propagated")
+	}
+}
+
+func TestTopPCountFloat32Rule(t *testing.T) {
+	// From FORMAT.md §4: float32 products differ from float64 ones here.
+	for _, c := range []struct {
+		n    int
+		p    float32
+		want int
+	}{{50, 0.3, 16}, {25, 0.6, 16}, {45, 0.6, 28}, {50, 0.6, 31}, {0, 0.5, 0}, {7, 1, 7}, {7, 0, 0}} {
+		if got := TopPCount(c.n, c.p); got != c.want {
+			t.Errorf("TopPCount(%d, %v) = %d, want %d", c.n, c.p, got, c.want)
+		}
+	}
+}
+
+func TestTopPRowTiesLowerIndexWins(t *testing.T) {
+	scores := []float32{1, 3, 3, 2, 3}
+	mask := []float32{1, 1, 1, 1, 1}
+	sel := make([]float32, 5)
+	k, thr := TopPRow(sel, scores, mask, 0.4, make([]int32, 5))
+	if k != 2 || thr != 3 || sel[1] != 1 || sel[2] != 1 || sel[4] != 0 {
+		t.Fatalf("k=%d thr=%v sel=%v", k, thr, sel)
+	}
+}
