@@ -1,6 +1,9 @@
 package hostops
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Constants of the exp range reduction x = k*ln2 + r. ln2 is split so k*ln2Hi is exact in
 // float32 for |k| < 2^11 (ln2Hi has 9 significant bits).
@@ -38,4 +41,24 @@ func Exp32(x float32) float32 {
 	// Taylor polynomial of degree 7: truncation error |r|^8/8! < 6e-9 on the reduced range.
 	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
 	return p * math.Float32frombits(uint32(ki+127)<<23)
+}
+
+// Float is the element type of kernels written once for float32 (production) and float64
+// (finite-difference gradient checks).
+type Float interface{ ~float32 | ~float64 }
+
+// Exp is Exp32 for float32 and math.Exp for float64.
+func Exp[F Float](x F) F {
+	if isFloat32[F]() {
+		return F(Exp32(float32(x)))
+	}
+	return F(math.Exp(float64(x)))
+}
+
+// Log is math.Log at the precision of F.
+func Log[F Float](x F) F { return F(math.Log(float64(x))) }
+
+func isFloat32[F Float]() bool {
+	var z F
+	return unsafe.Sizeof(z) == 4
 }

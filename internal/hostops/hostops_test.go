@@ -49,3 +49,12 @@ func TestTopPRowTiesLowerIndexWins(t *testing.T) {
 		t.Fatalf("k=%d thr=%v sel=%v", k, thr, sel)
 	}
 }
+
+func TestExpGeneric(t *testing.T) {
+	if !isFloat32[float32]() || isFloat32[float64]() {
+		t.Fatal("isFloat32 misidentifies the precision")
+	}
+	if got := Exp(1.0); got != math.E {
+		t.Errorf("Exp[float64](1) = %v", got)
+	}
+}
