@@ -62,3 +62,14 @@ func isFloat32[F Float]() bool {
 	var z F
 	return unsafe.Sizeof(z) == 4
 }
+
+// ExpNonPos is exp for arguments in [-87.3, 0.34], the range of a softmax numerator z - max
+// (0.34 leaves room for rounding in z - logsumexp). It has no branches so it inlines into the
+// vocabulary-wide loops; NaN in gives NaN out. Same accuracy as Exp32.
+func ExpNonPos(u float32) float32 {
+	ki := -int32(0.5 - u*log2e) // round(u*log2e): the argument is positive, so truncation floors
+	k := float32(ki)
+	r := (u - k*ln2Hi) - k*ln2Lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	return p * math.Float32frombits(uint32(ki+127)<<23)
+}

@@ -1,0 +1,322 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+)
+
+// LogProbEntropyKernel is implemented by backends with a fused on-device log-prob/entropy pass.
+type LogProbEntropyKernel interface {
+	LogProbEntropy(logp, entropy, logits, targets *Tensor, temperature float32) error
+	LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy *Tensor, temperature float32) error
+}
+
+// LogProbEntropy reads logits [..., V] (float32 or bfloat16) once and writes, for every row,
+// the log-probability of the target token and the entropy of softmax(logits/temperature):
+//
+//	z = logits / temperature
+//	logp[i]    = z[i, y_i] - logsumexp(z[i])
+//	entropy[i] = -sum_v softmax(z[i])_v * log softmax(z[i])_v
+//
+// targets (int32) and the outputs (float32) have the logits' shape without its last dimension;
+// logp or entropy may be nil when not wanted. It is a single online-softmax pass with no
+// [N, V] temporary. Log-probs are clamped at -MaxFloat32 as in the reference. Logits of -Inf
+// (masked vocabulary) are fine; a row that is -Inf everywhere, or holds NaN or +Inf, gives NaN.
+// A target outside [0, V) is an ErrParam error.
+func LogProbEntropy(logp, entropy, logits, targets *Tensor, temperature float32) error {
+	const op = "tensor.LogProbEntropy"
+	if err := checkLogProb(op, logits, targets, temperature, []string{"logp", "entropy"}, logp, entropy); err != nil {
+		return err
+	}
+	if k, ok := logits.Backend().(LogProbEntropyKernel); ok {
+		return k.LogProbEntropy(logp, entropy, logits, targets, temperature)
+	}
+	return OnHost(2, []*Tensor{logp, entropy, logits, targets}, func(h []*Tensor) error {
+		return logProbEntropyHost(op, h[0], h[1], h[2], h[3], temperature)
+	})
+}
+
+// LogProbEntropyBackward writes into dlogits [..., V] (float32 or bfloat16) the gradient of
+// sum_i dlogp[i]*logp[i] + dentropy[i]*entropy[i] with respect to the raw logits (the
+// 1/temperature factor included). logp is the forward output; entropy is needed only when
+// dentropy is given. dlogp or dentropy may be nil (zero).
+//
+//	dz_v = dlogp*(1[v=y] - p_v) - dentropy*p_v*(log p_v + H),  dlogits = dz / temperature
+func LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy *Tensor, temperature float32) error {
+	const op = "tensor.LogProbEntropyBackward"
+	if err := checkLogProb(op, logits, targets, temperature, []string{"logp", "entropy", "dlogp", "dentropy"}, logp, entropy, dlogp, dentropy); err != nil {
+		return err
+	}
+	if logp == nil {
+		return Errorf(ErrShape, op, "logp", "is nil (the forward log-probs are required)")
+	}
+	if dentropy != nil && entropy == nil {
+		return Errorf(ErrShape, op, "entropy", "is nil but dentropy is given")
+	}
+	if err := CheckSameShape(op, "logits", logits, "dlogits", dlogits); err != nil {
+		return err
+	}
+	if err := CheckDType(op, "dlogits", dlogits, Float32, BFloat16); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, []string{"logits", "dlogits"}, logits, dlogits); err != nil {
+		return err
+	}
+	if k, ok := logits.Backend().(LogProbEntropyKernel); ok {
+		return k.LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy, temperature)
+	}
+	return OnHost(1, []*Tensor{dlogits, logits, targets, logp, entropy, dlogp, dentropy}, func(h []*Tensor) error {
+		return logProbEntropyBackwardHost(op, h[0], h[1], h[2], h[3], h[4], h[5], h[6], temperature)
+	})
+}
+
+func checkLogProb(op string, logits, targets *Tensor, temperature float32, names []string, rowTensors ...*Tensor) error {
+	if logits == nil {
+		return Errorf(ErrShape, op, "logits", "is nil")
+	}
+	if logits.Rank() < 2 {
+		return Errorf(ErrShape, op, "logits", "has shape %v, want [..., V] with at least 2 dimensions", logits.shape)
+	}
+	if err := CheckDType(op, "logits", logits, Float32, BFloat16); err != nil {
+		return err
+	}
+	if logits.Dim(-1) == 0 {
+		return Errorf(ErrShape, op, "logits", "has an empty vocabulary dimension")
+	}
+	rowShape := logits.shape[:logits.Rank()-1]
+	if targets == nil || !targets.shape.Equal(rowShape) {
+		if targets == nil {
+			return Errorf(ErrShape, op, "targets", "is nil")
+		}
+		return Errorf(ErrShape, op, "targets", "has shape %v, want %v (logits without V)", targets.shape, rowShape)
+	}
+	if err := CheckDType(op, "targets", targets, Int32); err != nil {
+		return err
+	}
+	if !(temperature > 0) || math.IsInf(float64(temperature), 0) {
+		return Errorf(ErrParam, op, "temperature", "is %v, want a finite value > 0", temperature)
+	}
+	for i, t := range rowTensors {
+		if t == nil {
+			continue
+		}
+		if !t.shape.Equal(rowShape) {
+			return Errorf(ErrShape, op, names[i], "has shape %v, want %v (logits without V)", t.shape, rowShape)
+		}
+		if err := CheckDType(op, names[i], t, Float32); err != nil {
+			return err
+		}
+	}
+	all := append([]*Tensor{logits, targets}, rowTensors...)
+	return CheckSameBackend(op, append([]string{"logits", "targets"}, names...), all...)
+}
+
+// vocabBlock is how many logits the online softmax folds at a time: small enough for L1, large
+// enough that the per-block max/rescale costs nothing.
+const vocabBlock = 512
+
+// logitRows gives row i of the logits as float32, converting bfloat16 through scratch.
+type logitRows struct {
+	f32 []float32
+	b16 []BF16
+	v   int
+}
+
+func newLogitRows(logits *Tensor) logitRows {
+	r := logitRows{v: logits.Dim(-1)}
+	if logits.dtype == Float32 {
+		r.f32, _ = logits.Float32s()
+	} else {
+		r.b16, _ = logits.BF16s()
+	}
+	return r
+}
+
+// block returns logits [lo, hi) of row i; scratch must hold vocabBlock values.
+func (r logitRows) block(i, lo, hi int, scratch []float32) []float32 {
+	if r.f32 != nil {
+		return r.f32[i*r.v+lo : i*r.v+hi]
+	}
+	src := r.b16[i*r.v+lo : i*r.v+hi]
+	dst := scratch[:len(src)]
+	for j, h := range src {
+		dst[j] = h.Float32()
+	}
+	return dst
+}
+
+func (r logitRows) at(i, v int) float32 {
+	if r.f32 != nil {
+		return r.f32[i*r.v+v]
+	}
+	return r.b16[i*r.v+v].Float32()
+}
+
+// rowStats folds one row into the running max m (of z = x/temperature), s = sum exp(z-m) and
+// t = sum exp(z-m)*(z-m). The block partial sums are float32 (four lanes), the running totals
+// float64, so accuracy does not degrade with V.
+func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m float32, s, t float64) {
+	m = float32(math.Inf(-1))
+	scale := temperature != 1
+	for lo := 0; lo < r.v; lo += vocabBlock {
+		x := r.block(i, lo, min(lo+vocabBlock, r.v), scratch)
+		bm := x[0]
+		for _, v := range x[1:] {
+			if v > bm || v != v {
+				bm = v
+			}
+		}
+		if scale {
+			bm /= temperature
+		}
+		if bm != bm {
+			return bm, math.NaN(), math.NaN()
+		}
+		if bm > m {
+			if s > 0 {
+				c := math.Exp(float64(m - bm))
+				t = c * (t + s*float64(m-bm))
+				s *= c
+			}
+			m = bm
+		}
+		if math.IsInf(float64(m), 0) { // every logit so far is -Inf, or one is +Inf
+			if m > 0 {
+				return m, math.NaN(), math.NaN()
+			}
+			continue
+		}
+		var s0, s1, s2, s3, t0, t1, t2, t3 float32
+		j := 0
+		for ; j+4 <= len(x); j += 4 {
+			z0, z1, z2, z3 := x[j], x[j+1], x[j+2], x[j+3]
+			if scale {
+				z0, z1, z2, z3 = z0/temperature, z1/temperature, z2/temperature, z3/temperature
+			}
+			u0, u1, u2, u3 := max(z0-m, -87), max(z1-m, -87), max(z2-m, -87), max(z3-m, -87)
+			e0, e1, e2, e3 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1), hostops.ExpNonPos(u2), hostops.ExpNonPos(u3)
+			s0, s1, s2, s3 = s0+e0, s1+e1, s2+e2, s3+e3
+			t0, t1, t2, t3 = t0+e0*u0, t1+e1*u1, t2+e2*u2, t3+e3*u3
+		}
+		for ; j < len(x); j++ {
+			z := x[j]
+			if scale {
+				z /= temperature
+			}
+			u := max(z-m, -87)
+			e := hostops.ExpNonPos(u)
+			s0 += e
+			t0 += e * u
+		}
+		s += float64((s0 + s1) + (s2 + s3))
+		t += float64((t0 + t1) + (t2 + t3))
+	}
+	return m, s, t
+}
+
+func checkTargets(op string, ys []int32, v int) error {
+	for i, y := range ys {
+		if y < 0 || int(y) >= v {
+			return Errorf(ErrParam, op, "targets", "element %d is %d, outside the vocabulary [0, %d)", i, y, v)
+		}
+	}
+	return nil
+}
+
+func logProbEntropyHost(op string, logp, entropy, logits, targets *Tensor, temperature float32) error {
+	rows := newLogitRows(logits)
+	ys, _ := targets.Int32s()
+	if err := checkTargets(op, ys, rows.v); err != nil {
+		return err
+	}
+	var lp, ent []float32
+	if logp != nil {
+		lp, _ = logp.Float32s()
+	}
+	if entropy != nil {
+		ent, _ = entropy.Float32s()
+	}
+	parallel.For(len(ys), parallel.Grain(rows.v, 1<<16), func(lo, hi int) {
+		scratch := make([]float32, vocabBlock)
+		for i := lo; i < hi; i++ {
+			m, s, t := rowStats(rows, i, temperature, scratch)
+			logS := math.Log(s)
+			if lp != nil {
+				zy := rows.at(i, int(ys[i])) / temperature
+				v := float64(zy-m) - logS
+				lp[i] = float32(max(v, -math.MaxFloat32))
+			}
+			if ent != nil {
+				ent[i] = float32(logS - t/s)
+			}
+		}
+	})
+	return nil
+}
+
+func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entropy, dlogp, dentropy *Tensor, temperature float32) error {
+	rows := newLogitRows(logits)
+	v := rows.v
+	ys, _ := targets.Int32s()
+	if err := checkTargets(op, ys, v); err != nil {
+		return err
+	}
+	lp, _ := logp.Float32s()
+	var ent, dlp, dent []float32
+	if entropy != nil {
+		ent, _ = entropy.Float32s()
+	}
+	if dlogp != nil {
+		dlp, _ = dlogp.Float32s()
+	}
+	if dentropy != nil {
+		dent, _ = dentropy.Float32s()
+	}
+	var out32 []float32
+	var out16 []BF16
+	if dlogits.dtype == Float32 {
+		out32, _ = dlogits.Float32s()
+	} else {
+		out16, _ = dlogits.BF16s()
+	}
+	invT := 1 / temperature
+	parallel.For(len(ys), parallel.Grain(v, 1<<16), func(lo, hi int) {
+		scratch := make([]float32, vocabBlock)
+		outScratch := make([]float32, vocabBlock)
+		for i := lo; i < hi; i++ {
+			var gl, ge, h float32
+			if dlp != nil {
+				gl = dlp[i]
+			}
+			if dent != nil {
+				ge, h = dent[i], ent[i]
+			}
+			y := int(ys[i])
+			logZ := rows.at(i, y)/temperature - lp[i]
+			for blo := 0; blo < v; blo += vocabBlock {
+				bhi := min(blo+vocabBlock, v)
+				x := rows.block(i, blo, bhi, scratch)
+				out := outScratch[:len(x)]
+				if out32 != nil {
+					out = out32[i*v+blo : i*v+bhi]
+				}
+				for j, xv := range x {
+					u := max(xv/temperature-logZ, -87)
+					p := hostops.ExpNonPos(u)
+					out[j] = (-gl*p - ge*p*(u+h)) * invT
+				}
+				if y >= blo && y < bhi {
+					out[y-blo] += gl * invT
+				}
+				if out16 != nil {
+					for j, g := range out {
+						out16[i*v+blo+j] = BF16FromFloat32(g)
+					}
+				}
+			}
+		}
+	})
+	return nil
+}
