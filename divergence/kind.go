@@ -1,0 +1,66 @@
+package divergence
+
+import (
+	"strings"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Kind selects the per-token KL estimator of compute_kl (FORMAT.md §5.2).
+type Kind int
+
+const (
+	// KL is the k1 estimator lp - ref ("kl", alias "k1").
+	KL Kind = iota
+	// Abs is |lp - ref| ("abs").
+	Abs
+	// MSE is the k2 estimator 0.5*(lp - ref)^2 ("mse", alias "k2").
+	MSE
+	// LowVarKL is the k3 estimator: x = clamp(ref-lp, -20, 20), clamp(exp(x)-x-1, -10, 10)
+	// ("low_var_kl", alias "k3").
+	LowVarKL
+	// Full is the exact KL between full log-distributions, summed over the last axis V:
+	// sum_v exp(lp_v) * (lp_v - ref_v) ("full").
+	Full
+)
+
+var kindNames = [...]string{KL: "kl", Abs: "abs", MSE: "mse", LowVarKL: "low_var_kl", Full: "full"}
+
+// String returns the reference's name of the kind ("kl", "abs", "mse", "low_var_kl", "full").
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "Kind(" + itoa(int(k)) + ")"
+}
+
+// ParseKind parses the reference's kl_penalty names ("kl", "abs", "mse", "low_var_kl", "full")
+// and the aliases "k1", "k2" and "k3". Matching is exact (case-sensitive, as in the reference);
+// anything else is an ErrParam error.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "kl", "k1":
+		return KL, nil
+	case "abs":
+		return Abs, nil
+	case "mse", "k2":
+		return MSE, nil
+	case "low_var_kl", "k3":
+		return LowVarKL, nil
+	case "full":
+		return Full, nil
+	}
+	return 0, tensor.Errorf(tensor.ErrParam, "divergence.ParseKind", "s", "unknown KL penalty %q (want one of %s, k1, k2, k3)", s, strings.Join(kindNames[:], ", "))
+}
+
+func (k Kind) valid() bool { return k >= KL && k <= Full }
+
+func itoa(d int) string {
+	if d < 0 {
+		return "-" + itoa(-d)
+	}
+	if d < 10 {
+		return string(rune('0' + d))
+	}
+	return itoa(d/10) + string(rune('0'+d%10))
+}

@@ -1,0 +1,281 @@
+package divergence
+
+import (
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Clamp bounds of the reference (FORMAT.md §5.2, §5.16).
+const (
+	diffClamp     = 20 // |ref - lp| and |aug - old| are clamped to [-20, 20]
+	lowVarKLClamp = 10 // compute_kl's low_var_kl is clamped to [-10, 10]
+	perceptionMax = 10 // the perception score is clamped to [0, 10]
+)
+
+// PenaltyKernel is the optional backend kernel for Penalty. A backend that implements it gets the
+// validated tensors (same backend, float32, shapes checked) and must write dst.
+type PenaltyKernel interface {
+	Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error
+}
+
+// PenaltyGradKernel is the optional backend kernel for PenaltyGrad.
+type PenaltyGradKernel interface {
+	PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error
+}
+
+// PerceptionScoreKernel is the optional backend kernel for PerceptionScore.
+type PerceptionScoreKernel interface {
+	PerceptionScore(dst, old, aug *tensor.Tensor) error
+}
+
+// checkPenalty validates the arguments shared by Penalty and PenaltyGrad. grad selects whether
+// dst has logp's shape (gradient) or the reduced shape (penalty, Full only reduces).
+func checkPenalty(op string, dst, logp, ref *tensor.Tensor, kind Kind, grad bool) error {
+	if !kind.valid() {
+		return tensor.Errorf(tensor.ErrParam, op, "kind", "unknown kind %v", kind)
+	}
+	if err := tensor.CheckSameShape(op, "logp", logp, "ref", ref); err != nil {
+		return err
+	}
+	if dst == nil {
+		return tensor.Errorf(tensor.ErrShape, op, "dst", "is nil")
+	}
+	for _, a := range []struct {
+		name string
+		t    *tensor.Tensor
+	}{{"dst", dst}, {"logp", logp}, {"ref", ref}} {
+		if err := tensor.CheckDType(op, a.name, a.t, tensor.Float32); err != nil {
+			return err
+		}
+	}
+	if err := tensor.CheckSameBackend(op, []string{"dst", "logp", "ref"}, dst, logp, ref); err != nil {
+		return err
+	}
+	if kind == Full {
+		if logp.Rank() < 1 {
+			return tensor.Errorf(tensor.ErrShape, op, "logp", "kind full needs log-distributions [..., V], got a scalar")
+		}
+		if logp.Dim(-1) == 0 {
+			return tensor.Errorf(tensor.ErrShape, op, "logp", "kind full needs V > 0, shape is %v", logp.Shape())
+		}
+		if !grad {
+			s := logp.Shape()
+			return tensor.CheckShape(op, "dst", dst, s[:len(s)-1]...)
+		}
+	}
+	return tensor.CheckSameShape(op, "logp", logp, "dst", dst)
+}
+
+// Penalty writes the per-token KL penalty of compute_kl (FORMAT.md §5.2) into dst.
+//
+// For KL, Abs, MSE and LowVarKL, logp and ref are token log-probs of any shape (usually [B, T])
+// and dst has the same shape. For Full, logp and ref are full log-distributions [B, T, V] (any
+// leading shape) and dst is [B, T]: the sum over V of exp(lp)*(lp-ref). All tensors are float32
+// on one backend; dst may alias logp or ref for the elementwise kinds. NaN and ±Inf propagate
+// as in the reference (a -Inf log-prob in Full gives NaN, as torch does).
+func Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error {
+	const op = "divergence.Penalty"
+	if err := checkPenalty(op, dst, logp, ref, kind, false); err != nil {
+		return err
+	}
+	if k, ok := logp.Backend().(PenaltyKernel); ok {
+		return k.Penalty(dst, logp, ref, kind)
+	}
+	return tensor.OnHost(1, []*tensor.Tensor{dst, logp, ref}, func(h []*tensor.Tensor) error {
+		d, _ := h[0].Float32s()
+		lp, _ := h[1].Float32s()
+		rf, _ := h[2].Float32s()
+		if kind == Full {
+			v := logp.Dim(-1)
+			rows := len(d)
+			parallel.For(rows, parallel.Grain(v, 1<<15), func(lo, hi int) {
+				fullKL(d[lo:hi], lp[lo*v:hi*v], rf[lo*v:hi*v], v)
+			})
+			return nil
+		}
+		parallel.For(len(d), 1<<15, func(lo, hi int) {
+			penaltyKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
+		})
+		return nil
+	})
+}
+
+// clamp limits x to [lo, hi]; NaN passes through (as torch.clamp).
+func clamp[F hostops.Float](x, lo, hi F) F {
+	if x < lo {
+		return lo
+	}
+	if x > hi {
+		return hi
+	}
+	return x
+}
+
+// inside reports whether a clamp to [lo, hi] passes the gradient (ends inclusive, NaN → false).
+func inside[F hostops.Float](x, lo, hi F) bool { return x >= lo && x <= hi }
+
+// penaltyKernel is the elementwise penalty for every kind but Full.
+func penaltyKernel[F hostops.Float](dst, lp, ref []F, kind Kind) {
+	n := len(dst)
+	lp, ref = lp[:n], ref[:n]
+	switch kind {
+	case KL:
+		for i := range dst {
+			dst[i] = lp[i] - ref[i]
+		}
+	case Abs:
+		for i := range dst {
+			d := lp[i] - ref[i]
+			if d < 0 {
+				d = -d
+			}
+			dst[i] = d
+		}
+	case MSE:
+		for i := range dst {
+			d := lp[i] - ref[i]
+			dst[i] = 0.5 * d * d
+		}
+	case LowVarKL:
+		for i := range dst {
+			x := clamp(ref[i]-lp[i], -diffClamp, diffClamp)
+			dst[i] = clamp(hostops.Exp(x)-x-1, -lowVarKLClamp, lowVarKLClamp)
+		}
+	}
+}
+
+// fullKL writes dst[r] = sum_v exp(lp[r,v]) * (lp[r,v] - ref[r,v]), accumulating in float64.
+func fullKL[F hostops.Float](dst, lp, ref []F, v int) {
+	for r := range dst {
+		l, q := lp[r*v:(r+1)*v], ref[r*v:(r+1)*v]
+		var s float64
+		for j := range l {
+			s += float64(hostops.Exp(l[j]) * (l[j] - q[j]))
+		}
+		dst[r] = F(s)
+	}
+}
+
+// PenaltyGrad writes the elementwise derivative d Penalty / d logp into dst, which has logp's
+// shape (for Full, [B, T, V]: d kl[b,t] / d lp[b,t,v] = exp(lp)*(lp - ref + 1), treating each
+// log-prob as an independent input). It is the derivative of the exact expression Penalty
+// computes, as autograd would give it:
+//
+//	kl:         1
+//	abs:        sign(lp - ref) (0 at lp == ref, like torch.abs)
+//	mse:        lp - ref
+//	low_var_kl: 1 - exp(x), x = ref - lp, and 0 where either clamp is active
+//
+// A clamp passes the gradient when its input lies inside the bounds, ends inclusive (FORMAT §4).
+func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
+	const op = "divergence.PenaltyGrad"
+	if err := checkPenalty(op, dst, logp, ref, kind, true); err != nil {
+		return err
+	}
+	if k, ok := logp.Backend().(PenaltyGradKernel); ok {
+		return k.PenaltyGrad(dst, logp, ref, kind)
+	}
+	return tensor.OnHost(1, []*tensor.Tensor{dst, logp, ref}, func(h []*tensor.Tensor) error {
+		d, _ := h[0].Float32s()
+		lp, _ := h[1].Float32s()
+		rf, _ := h[2].Float32s()
+		parallel.For(len(d), 1<<15, func(lo, hi int) {
+			penaltyGradKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
+		})
+		return nil
+	})
+}
+
+// penaltyGradKernel is the elementwise gradient for every kind (Full is elementwise in V too).
+func penaltyGradKernel[F hostops.Float](dst, lp, ref []F, kind Kind) {
+	n := len(dst)
+	lp, ref = lp[:n], ref[:n]
+	switch kind {
+	case KL:
+		for i := range dst {
+			dst[i] = 1
+		}
+	case Abs:
+		for i := range dst {
+			d := lp[i] - ref[i]
+			switch {
+			case d > 0:
+				dst[i] = 1
+			case d < 0:
+				dst[i] = -1
+			case d == 0:
+				dst[i] = 0
+			default:
+				dst[i] = d // NaN
+			}
+		}
+	case MSE:
+		for i := range dst {
+			dst[i] = lp[i] - ref[i]
+		}
+	case LowVarKL:
+		for i := range dst {
+			x0 := ref[i] - lp[i]
+			x := clamp(x0, -diffClamp, diffClamp)
+			e := hostops.Exp(x)
+			y := e - x - 1
+			if inside(x0, -diffClamp, diffClamp) && inside(y, -lowVarKLClamp, lowVarKLClamp) {
+				dst[i] = 1 - e
+			} else {
+				dst[i] = 0
+			}
+		}
+	case Full:
+		for i := range dst {
+			dst[i] = hostops.Exp(lp[i]) * (lp[i] - ref[i] + 1)
+		}
+	}
+}
+
+// PerceptionScore writes the token perception score of the VPPO perception mask (FORMAT.md
+// §5.16) into dst: d = clamp(aug - old, -20, 20), dst = clamp(exp(d) - d - 1, 0, 10), at every
+// position (padding included). old holds the log-probs with the original image, aug those with
+// the perturbed image; all three are float32 of one shape (usually [B, T]) on one backend. Note
+// the lower clamp 0, where compute_kl's low_var_kl uses -10.
+func PerceptionScore(dst, old, aug *tensor.Tensor) error {
+	const op = "divergence.PerceptionScore"
+	if err := tensor.CheckSameShape(op, "old", old, "aug", aug); err != nil {
+		return err
+	}
+	if err := tensor.CheckSameShape(op, "old", old, "dst", dst); err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		name string
+		t    *tensor.Tensor
+	}{{"dst", dst}, {"old", old}, {"aug", aug}} {
+		if err := tensor.CheckDType(op, a.name, a.t, tensor.Float32); err != nil {
+			return err
+		}
+	}
+	if err := tensor.CheckSameBackend(op, []string{"dst", "old", "aug"}, dst, old, aug); err != nil {
+		return err
+	}
+	if k, ok := old.Backend().(PerceptionScoreKernel); ok {
+		return k.PerceptionScore(dst, old, aug)
+	}
+	return tensor.OnHost(1, []*tensor.Tensor{dst, old, aug}, func(h []*tensor.Tensor) error {
+		d, _ := h[0].Float32s()
+		o, _ := h[1].Float32s()
+		a, _ := h[2].Float32s()
+		parallel.For(len(d), 1<<15, func(lo, hi int) {
+			perceptionKernel(d[lo:hi], o[lo:hi], a[lo:hi])
+		})
+		return nil
+	})
+}
+
+func perceptionKernel[F hostops.Float](dst, old, aug []F) {
+	n := len(dst)
+	old, aug = old[:n], aug[:n]
+	for i := range dst {
+		d := clamp(aug[i]-old[i], -diffClamp, diffClamp)
+		dst[i] = clamp(hostops.Exp(d)-d-1, 0, perceptionMax)
+	}
+}
