@@ -1,0 +1,233 @@
+package advantage
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Estimator selects an advantage estimator. The zero value is EstimatorGRPO, the reference's default
+// (EasyR1's algorithm.adv_estimator).
+type Estimator int
+
+const (
+	EstimatorGRPO              Estimator = iota // "grpo": group-normalised outcome reward (§5.5)
+	EstimatorGAE                                // "gae": generalised advantage estimation with a critic (§5.4)
+	EstimatorGRPOPassK                          // "grpo_passk": pass@k outcome advantage (§5.6, upstream semantics)
+	EstimatorRLOO                               // "rloo": leave-one-out baseline (§5.7)
+	EstimatorReinforcePlusPlus                  // "reinforce_plus_plus": discounted return, whitened (§5.8)
+	EstimatorReMax                              // "remax": greedy-rollout baseline per response (§5.9)
+	numEstimators
+)
+
+var estimatorNames = [numEstimators]string{
+	EstimatorGRPO:              "grpo",
+	EstimatorGAE:               "gae",
+	EstimatorGRPOPassK:         "grpo_passk",
+	EstimatorRLOO:              "rloo",
+	EstimatorReinforcePlusPlus: "reinforce_plus_plus",
+	EstimatorReMax:             "remax",
+}
+
+// String returns the reference's name of the estimator ("gae", "grpo", ...).
+func (e Estimator) String() string {
+	if e >= 0 && e < numEstimators {
+		return estimatorNames[e]
+	}
+	return "Estimator(" + itoa(int(e)) + ")"
+}
+
+// ParseEstimator returns the estimator with the reference's name s (exact, lower case).
+func ParseEstimator(s string) (Estimator, error) {
+	for e, name := range estimatorNames {
+		if name == s {
+			return Estimator(e), nil
+		}
+	}
+	return 0, tensor.Errorf(tensor.ErrParam, "advantage.ParseEstimator", "s",
+		"unknown estimator %q, want one of %v", s, estimatorNames)
+}
+
+// MarshalText implements encoding.TextMarshaler with the reference's name.
+func (e Estimator) MarshalText() ([]byte, error) {
+	if e < 0 || e >= numEstimators {
+		return nil, tensor.Errorf(tensor.ErrParam, "advantage.Estimator.MarshalText", "e", "unknown estimator %d", int(e))
+	}
+	return []byte(e.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseEstimator.
+func (e *Estimator) UnmarshalText(b []byte) error {
+	v, err := ParseEstimator(string(b))
+	if err != nil {
+		return err
+	}
+	*e = v
+	return nil
+}
+
+
+// DefaultEps is the reference's GRPO epsilon added to the group standard deviation.
+const DefaultEps = 1e-6
+
+// GRPOOptions tunes GRPO and GRPO pass@k. The zero value is the reference's behaviour.
+type GRPOOptions struct {
+	// Eps is added to the group's standard deviation before dividing. Zero means DefaultEps
+	// (1e-6); negative or non-finite values are rejected. It is rounded to float32, as torch does.
+	Eps float64
+	// StdFloor, when positive, replaces the group's std by max(std, StdFloor) before Eps is added,
+	// which bounds the advantages of nearly-constant groups (an mtrl extension). Zero: off.
+	StdFloor float64
+	// NoStdNorm skips the division by (std + eps) altogether (Dr.GRPO): GRPO's advantage becomes
+	// score - mean, pass@k's becomes r_max - r_2nd. An mtrl extension; false is the reference.
+	NoStdNorm bool
+}
+
+func (o GRPOOptions) validate(op string) error {
+	if !(o.Eps >= 0) || math.IsInf(o.Eps, 0) {
+		return tensor.Errorf(tensor.ErrParam, op, "Eps", "is %v, want a finite value >= 0 (0 means %g)", o.Eps, DefaultEps)
+	}
+	if !(o.StdFloor >= 0) || math.IsInf(o.StdFloor, 0) {
+		return tensor.Errorf(tensor.ErrParam, op, "StdFloor", "is %v, want a finite value >= 0", o.StdFloor)
+	}
+	return nil
+}
+
+func (o GRPOOptions) eps() float32 {
+	if o.Eps == 0 {
+		return DefaultEps
+	}
+	return float32(o.Eps)
+}
+
+// Config selects and parameterises an estimator for Compute.
+//
+// The zero Config is GRPO with the reference's eps; note that Gamma and Lambda then are 0, which
+// is a valid (if unusual) choice for GAE and REINFORCE++. DefaultConfig returns the reference's
+// defaults (EasyR1: adv_estimator "grpo", gamma 1.0, lam 1.0).
+type Config struct {
+	Estimator Estimator
+	// Gamma is the discount factor of GAE and REINFORCE++, in [0, 1].
+	Gamma float64
+	// Lambda is GAE's lambda, in [0, 1].
+	Lambda float64
+	// Eps, StdFloor and NoStdNorm are GRPOOptions for GRPO and GRPO pass@k (ignored otherwise).
+	Eps       float64
+	StdFloor  float64
+	NoStdNorm bool
+}
+
+// DefaultConfig returns the reference's defaults: EstimatorGRPO, gamma = lambda = 1, eps = 1e-6.
+func DefaultConfig() Config {
+	return Config{Estimator: EstimatorGRPO, Gamma: 1, Lambda: 1, Eps: DefaultEps}
+}
+
+// GRPOOptions returns the GRPO fields of c.
+func (c Config) GRPOOptions() GRPOOptions {
+	return GRPOOptions{Eps: c.Eps, StdFloor: c.StdFloor, NoStdNorm: c.NoStdNorm}
+}
+
+// Validate checks the estimator and every parameter's range (whatever the estimator).
+func (c Config) Validate() error {
+	const op = "advantage.Config.Validate"
+	if c.Estimator < 0 || c.Estimator >= numEstimators {
+		return tensor.Errorf(tensor.ErrParam, op, "Estimator", "unknown estimator %d", int(c.Estimator))
+	}
+	if err := tensor.CheckUnit(op, "Gamma", c.Gamma); err != nil {
+		return err
+	}
+	if err := tensor.CheckUnit(op, "Lambda", c.Lambda); err != nil {
+		return err
+	}
+	return c.GRPOOptions().validate(op)
+}
+
+// Inputs holds the tensors the estimators read. Rewards and Mask are always required; the others
+// only by the estimators that use them.
+type Inputs struct {
+	Rewards   *tensor.Tensor // token_level_rewards, float32 [B, T]
+	Mask      *tensor.Tensor // response_mask, float32 0/1 [B, T]
+	Values    *tensor.Tensor // critic values, float32 [B, T] (GAE)
+	Index     *tensor.Tensor // group ids (uid), int32 [B] (GRPO, GRPO pass@k, RLOO)
+	Baselines *tensor.Tensor // reward_baselines, float32 [B] (ReMax)
+}
+
+// Compute runs the estimator cfg.Estimator: it validates cfg, checks that the inputs the
+// estimator needs are present (a missing one is an ErrParam naming it), and calls GAE, GRPO,
+// GRPOPassK, RLOO, ReinforcePlusPlus or ReMax. adv is required; returns may be nil when the
+// caller does not want it. Inputs the estimator does not use are ignored (not validated).
+func Compute(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
+	const op = "advantage.Compute"
+	if err := cfg.Validate(); err != nil {
+		return retag(err, op)
+	}
+	need := func(arg string, t *tensor.Tensor) error {
+		if t == nil {
+			return tensor.Errorf(tensor.ErrParam, op, arg, "is required by estimator %q", cfg.Estimator)
+		}
+		return nil
+	}
+	if err := need("Inputs.Rewards", in.Rewards); err != nil {
+		return err
+	}
+	if err := need("Inputs.Mask", in.Mask); err != nil {
+		return err
+	}
+	switch cfg.Estimator {
+	case EstimatorGAE:
+		if err := need("Inputs.Values", in.Values); err != nil {
+			return err
+		}
+		return GAE(adv, returns, in.Rewards, in.Values, in.Mask, cfg.Gamma, cfg.Lambda)
+	case EstimatorReinforcePlusPlus:
+		return ReinforcePlusPlus(adv, returns, in.Rewards, in.Mask, cfg.Gamma)
+	case EstimatorReMax:
+		if err := need("Inputs.Baselines", in.Baselines); err != nil {
+			return err
+		}
+		return ReMax(adv, returns, in.Rewards, in.Mask, in.Baselines)
+	}
+	if err := need("Inputs.Index", in.Index); err != nil {
+		return err
+	}
+	switch cfg.Estimator {
+	case EstimatorGRPOPassK:
+		return GRPOPassK(adv, returns, in.Rewards, in.Mask, in.Index, cfg.GRPOOptions())
+	case EstimatorRLOO:
+		return RLOO(adv, returns, in.Rewards, in.Mask, in.Index)
+	default:
+		return GRPO(adv, returns, in.Rewards, in.Mask, in.Index, cfg.GRPOOptions())
+	}
+}
+
+// retag renames the op of an *tensor.Error.
+func retag(err error, op string) error {
+	if e, ok := err.(*tensor.Error); ok {
+		c := *e
+		c.Op = op
+		return &c
+	}
+	return err
+}
+
+func itoa(d int) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + d%10)
+		d /= 10
+		if d == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
