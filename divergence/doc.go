@@ -1,0 +1,34 @@
+// Package divergence computes the KL penalties, the perception score and the KL-coefficient
+// controllers of a VPPO / TPRL training step.
+//
+// Where it sits in a step: after the rollout, the trainer has per-token log-probs of the
+// sampled responses under the current policy (logp), the reference policy (ref), and the policy
+// shown a perturbed image (aug). The package turns them into
+//
+//   - Penalty: the per-token KL penalty of compute_kl, [B, T] (kl/k1, abs, mse/k2,
+//     low_var_kl/k3, or full over [B, T, V] log-distributions), used as an in-reward penalty
+//     (Rewards) or as a KL loss term, with PenaltyGrad giving d penalty / d logp for the loss;
+//   - Rewards: token rewards scores - (logp - ref) * klRatio, [B, T];
+//   - PerceptionScore: the VPPO token perception score clamp(exp(d) - d - 1, 0, 10) with
+//     d = clamp(aug - old, -20, 20), [B, T], from which package tprl picks the top-p tokens;
+//   - Controller (Fixed, Adaptive): the KL coefficient, updated once per step.
+//
+// Shapes use [B, T] for (responses, response tokens) and [B, T, V] for full distributions. All
+// tensors are float32; every entry point validates shapes, dtypes and backends and returns errors
+// wrapping tensor.ErrShape, ErrDType, ErrBackend or ErrParam naming the op and argument. A backend
+// may provide the optional PenaltyKernel, PenaltyGradKernel, PerceptionScoreKernel and
+// RewardsKernel interfaces; otherwise the pure-Go kernels run on host memory (zero-copy on the CPU
+// backend), parallel over elements with a chunking that does not depend on GOMAXPROCS.
+//
+// Numerics: values are computed in float32 like the reference (FORMAT.md §4, §5.1–§5.3, §5.16).
+// exp uses a fast float32 exp accurate to about 2 ulp, so low_var_kl and the perception score
+// agree with torch to about 1e-7 absolute. Full sums over V in float64 and rounds once, which is
+// at least as accurate as torch's float32 sum. Clamps pass NaN through (torch.clamp does) and
+// pass the gradient when their input lies inside the bounds, ends inclusive. NaN and ±Inf inputs
+// propagate; Full with a -Inf log-prob gives NaN, as the reference does. The KL controllers work
+// in float64 exactly as the reference, with no floor on the coefficient.
+//
+// Deviations from the reference: the adaptive controller rejects target == 0 at construction
+// (ErrParam) where the reference raises ZeroDivisionError in its first update; Full accepts any
+// leading shape and reduces the last axis (the reference does the same; no case passes [B, T]).
+package divergence
