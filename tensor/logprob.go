@@ -155,7 +155,7 @@ func (r logitRows) at(i, v int) float32 {
 }
 
 // rowStats folds one row into the running max m (of z = x/temperature), s = sum exp(z-m) and
-// t = sum exp(z-m)*(z-m). The block partial sums are float32 (four lanes), the running totals
+// t = sum exp(z-m)*(z-m). The block partial sums are float32 (two lanes), the running totals
 // float64, so accuracy does not degrade with V.
 func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m float32, s, t float64) {
 	m = float32(math.Inf(-1))
@@ -188,30 +188,14 @@ func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m flo
 			}
 			continue
 		}
-		var s0, s1, s2, s3, t0, t1, t2, t3 float32
-		j := 0
-		for ; j+4 <= len(x); j += 4 {
-			z0, z1, z2, z3 := x[j], x[j+1], x[j+2], x[j+3]
-			if scale {
-				z0, z1, z2, z3 = z0/temperature, z1/temperature, z2/temperature, z3/temperature
-			}
-			u0, u1, u2, u3 := max(z0-m, -87), max(z1-m, -87), max(z2-m, -87), max(z3-m, -87)
-			e0, e1, e2, e3 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1), hostops.ExpNonPos(u2), hostops.ExpNonPos(u3)
-			s0, s1, s2, s3 = s0+e0, s1+e1, s2+e2, s3+e3
-			t0, t1, t2, t3 = t0+e0*u0, t1+e1*u1, t2+e2*u2, t3+e3*u3
+		var acc [4]float32
+		if scale {
+			foldBlockScaled(&acc, x, m, temperature)
+		} else {
+			foldBlock(&acc, x, m)
 		}
-		for ; j < len(x); j++ {
-			z := x[j]
-			if scale {
-				z /= temperature
-			}
-			u := max(z-m, -87)
-			e := hostops.ExpNonPos(u)
-			s0 += e
-			t0 += e * u
-		}
-		s += float64((s0 + s1) + (s2 + s3))
-		t += float64((t0 + t1) + (t2 + t3))
+		s += float64(acc[0] + acc[1])
+		t += float64(acc[2] + acc[3])
 	}
 	return m, s, t
 }
@@ -303,7 +287,7 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 					out = out32[i*v+blo : i*v+bhi]
 				}
 				for j, xv := range x {
-					u := max(xv/temperature-logZ, -87)
+					u := floorExpArg(xv/temperature - logZ)
 					p := hostops.ExpNonPos(u)
 					out[j] = (-gl*p - ge*p*(u+h)) * invT
 				}
@@ -319,4 +303,52 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 		}
 	})
 	return nil
+}
+
+// floorExpArg keeps exp arguments at or above -87, where ExpNonPos is valid; the branch is
+// almost never taken, so it predicts well (Go's float max builtin is branchier, for NaN rules).
+func floorExpArg(u float32) float32 {
+	if u < -87 {
+		return -87
+	}
+	return u
+}
+
+// foldBlock adds exp(x-m) into acc[0:2] and exp(x-m)*(x-m) into acc[2:4]. Two lanes: with
+// more, Go's register allocator spills the polynomial temporaries.
+func foldBlock(acc *[4]float32, x []float32, m float32) {
+	s0, s1, t0, t1 := acc[0], acc[1], acc[2], acc[3]
+	j := 0
+	for ; j+2 <= len(x); j += 2 {
+		u0, u1 := floorExpArg(x[j]-m), floorExpArg(x[j+1]-m)
+		e0, e1 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1)
+		s0, s1 = s0+e0, s1+e1
+		t0, t1 = t0+e0*u0, t1+e1*u1
+	}
+	for ; j < len(x); j++ {
+		u := floorExpArg(x[j] - m)
+		e := hostops.ExpNonPos(u)
+		s0 += e
+		t0 += e * u
+	}
+	acc[0], acc[1], acc[2], acc[3] = s0, s1, t0, t1
+}
+
+// foldBlockScaled is foldBlock on x/temperature (a true division, as the reference divides).
+func foldBlockScaled(acc *[4]float32, x []float32, m, temperature float32) {
+	s0, s1, t0, t1 := acc[0], acc[1], acc[2], acc[3]
+	j := 0
+	for ; j+2 <= len(x); j += 2 {
+		u0, u1 := floorExpArg(x[j]/temperature-m), floorExpArg(x[j+1]/temperature-m)
+		e0, e1 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1)
+		s0, s1 = s0+e0, s1+e1
+		t0, t1 = t0+e0*u0, t1+e1*u1
+	}
+	for ; j < len(x); j++ {
+		u := floorExpArg(x[j]/temperature - m)
+		e := hostops.ExpNonPos(u)
+		s0 += e
+		t0 += e * u
+	}
+	acc[0], acc[1], acc[2], acc[3] = s0, s1, t0, t1
 }
