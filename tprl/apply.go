@@ -1,0 +1,220 @@
+package tprl
+
+import (
+	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Batch is the per-token input of one mini-batch for Config.Apply. All tensors are float32
+// [B, T] on one backend.
+type Batch struct {
+	// Mask is the response mask (1 = valid token); required.
+	Mask *tensor.Tensor
+	// Entropy is the per-token entropy of the policy; required with entropy filtering.
+	Entropy *tensor.Tensor
+	// OldLogProbs and AugLogProbs are the log-probs of the sampled tokens with the original
+	// and with the perturbed image; required with perception filtering or shaping.
+	OldLogProbs, AugLogProbs *tensor.Tensor
+	// Advantages are the per-token advantages; required with shaping, otherwise returned as
+	// they are (and may be nil).
+	Advantages *tensor.Tensor
+	// MicroBatchSize is the number of rows per micro-batch (contiguous, the last may be
+	// shorter): metrics are appended once per micro-batch, and with PerMicroBatchScope mu is
+	// taken per micro-batch. 0 means the whole batch is one micro-batch.
+	MicroBatchSize int
+	// Stats, when not nil, are the shaping statistics to use instead of this batch's own: for
+	// example the all-reduced statistics of every device's mini-batch (see ShapingStats).
+	Stats *ShapingStats
+}
+
+// Result is what Config.Apply produces. Tensors are newly allocated on the mask's backend,
+// except Advantages when shaping is off.
+type Result struct {
+	// LossTokenMask is the token mask of the loss (float32 0/1 [B, T]): the entropy mask, the
+	// perception mask or their union; nil when no filter is enabled.
+	LossTokenMask *tensor.Tensor
+	// EntropyMask and PerceptionMask are the individual masks, nil when that filter is off.
+	EntropyMask, PerceptionMask *tensor.Tensor
+	// PerceptionScore is low_var_kl [B, T], computed when perception filtering or shaping is on.
+	PerceptionScore *tensor.Tensor
+	// Advantages are the shaped advantages, or Batch.Advantages when shaping is off.
+	Advantages *tensor.Tensor
+	// Sensitivity and ScalingFactors ([B]) and Shaping (one record per micro-batch) are set when
+	// shaping is on; ShapingStats are the statistics it used.
+	Sensitivity, ScalingFactors *tensor.Tensor
+	Shaping                     []MicroBatchShaping
+	ShapingStats                ShapingStats
+	// Metrics holds the reference's metrics, one entry appended per micro-batch as the
+	// reference appends them (keys missing where the reference logs nothing).
+	Metrics map[string][]float64
+}
+
+// Apply runs the token filters and trajectory shaping of c on one mini-batch, per
+// micro-batch as the reference's update_policy does (FORMAT.md §5.19 steps 1-2): entropy mask,
+// perception mask, their union when both are on, and shaping when c.Shaping(). The mask of a
+// row does not depend on the micro-batch split; with GlobalScope neither do the shaped
+// advantages.
+//
+// Unlike the reference, shaping runs whenever EnableTrajectoryReweighting is set, computing
+// the perception score itself if the perception filter is off; set ShapingRequiresPerception
+// to reproduce the reference, where shaping without perception filtering silently does
+// nothing.
+func (c Config) Apply(b Batch) (*Result, error) {
+	const op = "tprl.Config.Apply"
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := tensor.CheckShape(op, "Mask", b.Mask, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := tensor.CheckDType(op, "Mask", b.Mask, tensor.Float32); err != nil {
+		return nil, err
+	}
+	if b.MicroBatchSize < 0 {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "MicroBatchSize", "is %d, want >= 0", b.MicroBatchSize)
+	}
+	shaping := c.Shaping()
+	needScore := c.EnablePerceptionFiltering || shaping
+	need := []struct {
+		name string
+		t    *tensor.Tensor
+		on   bool
+	}{
+		{"Entropy", b.Entropy, c.EnableEntropyFiltering},
+		{"OldLogProbs", b.OldLogProbs, needScore},
+		{"AugLogProbs", b.AugLogProbs, needScore},
+		{"Advantages", b.Advantages, shaping},
+	}
+	for _, n := range need {
+		if !n.on {
+			continue
+		}
+		if n.t == nil {
+			return nil, tensor.Errorf(tensor.ErrShape, op, n.name, "is nil but required by the configuration")
+		}
+		if err := tensor.CheckSameShape(op, "Mask", b.Mask, n.name, n.t); err != nil {
+			return nil, err
+		}
+		if err := tensor.CheckDType(op, n.name, n.t, tensor.Float32); err != nil {
+			return nil, err
+		}
+		if err := tensor.CheckSameBackend(op, []string{"Mask", n.name}, b.Mask, n.t); err != nil {
+			return nil, err
+		}
+	}
+
+	res := &Result{Advantages: b.Advantages, Metrics: map[string][]float64{}}
+	alloc := func(shape ...int) (*tensor.Tensor, error) {
+		return tensor.New(b.Mask.Backend(), tensor.Float32, shape...)
+	}
+	rows, cols := b.Mask.Dim(0), b.Mask.Dim(1)
+	var err error
+	if c.EnableEntropyFiltering {
+		if res.EntropyMask, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+	}
+	if needScore {
+		if res.PerceptionScore, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+		if err := divergence.PerceptionScore(res.PerceptionScore, b.OldLogProbs, b.AugLogProbs); err != nil {
+			return nil, err
+		}
+	}
+	if c.EnablePerceptionFiltering {
+		if res.PerceptionMask, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case c.EnableEntropyFiltering && c.EnablePerceptionFiltering:
+		if res.LossTokenMask, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+	case c.EnableEntropyFiltering:
+		res.LossTokenMask = res.EntropyMask
+	case c.EnablePerceptionFiltering:
+		res.LossTokenMask = res.PerceptionMask
+	}
+	opt := ShapingOptions{ScalingMin: c.TrajectoryScalingMin, Scope: c.TrajectoryShapingScope}
+	if shaping {
+		if res.Advantages, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+		if res.Sensitivity, err = alloc(rows); err != nil {
+			return nil, err
+		}
+		if res.ScalingFactors, err = alloc(rows); err != nil {
+			return nil, err
+		}
+		if err := SensitivityScores(res.Sensitivity, res.PerceptionScore, b.Mask); err != nil {
+			return nil, err
+		}
+		if b.Stats != nil {
+			res.ShapingStats = *b.Stats
+		} else if res.ShapingStats, err = ShapingStatsOf(res.Sensitivity, b.Mask); err != nil {
+			return nil, err
+		}
+	}
+
+	micro := b.MicroBatchSize
+	if micro == 0 {
+		micro = max(rows, 1)
+	}
+	for lo := 0; lo < rows; lo += micro {
+		hi := min(lo+micro, rows)
+		v, err := views(lo, hi, b.Mask, b.Entropy, res.PerceptionScore, res.EntropyMask, res.PerceptionMask,
+			res.LossTokenMask, b.Advantages, res.Advantages, res.Sensitivity, res.ScalingFactors)
+		if err != nil {
+			return nil, err
+		}
+		mask, ent, score, em, pm, ltm, adv, shaped, sens, fac := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]
+		if c.EnableEntropyFiltering {
+			s, err := EntropyMask(em, nil, ent, mask, float32(c.TopPEntropyTokens))
+			if err != nil {
+				return nil, err
+			}
+			s.AppendMetrics(res.Metrics)
+		}
+		if c.EnablePerceptionFiltering {
+			s, err := SelectTopP(pm, nil, score, mask, float32(c.TopPPerceptionTokens), PerceptionFilter)
+			if err != nil {
+				return nil, err
+			}
+			s.AppendMetrics(res.Metrics)
+		}
+		if c.EnableEntropyFiltering && c.EnablePerceptionFiltering {
+			s, err := UnionMask(ltm, em, pm, ent, score, mask)
+			if err != nil {
+				return nil, err
+			}
+			s.AppendMetrics(res.Metrics)
+		}
+		if shaping {
+			s, err := ShapeAdvantages(shaped, fac, adv, sens, mask, res.ShapingStats, opt)
+			if err != nil {
+				return nil, err
+			}
+			s.AppendMetrics(res.Metrics)
+			res.Shaping = append(res.Shaping, s)
+		}
+	}
+	return res, nil
+}
+
+// views returns the row views [lo, hi) of ts (nil stays nil).
+func views(lo, hi int, ts ...*tensor.Tensor) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(ts))
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		v, err := t.Rows(lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package tprl
+
+import (
+	"github.com/mtrl-go/mtrl/internal/parallel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// CombinedStats summarise the union of the entropy and perception masks (FORMAT.md §5.17).
+type CombinedStats struct {
+	// Valid is S, the number of valid tokens; Selected the number of tokens in the union.
+	Valid, Selected int
+	// Mean entropy / perception score where the union is 1, and where the token is valid but
+	// not in the union. NaN for an empty set, as the reference logs them.
+	EntropySelectedMean, EntropyRejectedMean       float32
+	PerceptionSelectedMean, PerceptionRejectedMean float32
+}
+
+// TokenFraction is Selected/Valid in float32 (NaN when Valid == 0, as in the reference).
+func (s CombinedStats) TokenFraction() float32 { return float32(s.Selected) / float32(s.Valid) }
+
+// Metrics returns the reference's actor/combined_* metrics. They are always present, NaN where
+// the reference takes the mean of an empty set.
+func (s CombinedStats) Metrics() map[string]float64 {
+	m := map[string]float64{}
+	s.each(func(k string, v float32) { m[k] = float64(v) })
+	return m
+}
+
+// AppendMetrics appends Metrics to the per-key lists of dst.
+func (s CombinedStats) AppendMetrics(dst map[string][]float64) {
+	s.each(func(k string, v float32) { dst[k] = append(dst[k], float64(v)) })
+}
+
+func (s CombinedStats) each(fn func(string, float32)) {
+	fn("actor/combined_token_fraction", s.TokenFraction())
+	fn("actor/combined_entropy_mean_selected", s.EntropySelectedMean)
+	fn("actor/combined_entropy_mean_rejected", s.EntropyRejectedMean)
+	fn("actor/combined_perception_mean_selected", s.PerceptionSelectedMean)
+	fn("actor/combined_perception_mean_rejected", s.PerceptionRejectedMean)
+}
+
+// UnionMask writes the logical OR of the masks a and b (nonzero = set) into dst as float32
+// 0/1 and returns the statistics of the union against the response mask, with the mean
+// entropy and perception score of its selected and rejected tokens (FORMAT.md §5.17). All
+// tensors are float32 of one shape [B, T] on one backend; dst may be a or b. The union is not
+// intersected with mask again: both inputs already are subsets of it when they come from
+// EntropyMask and PerceptionMask.
+func UnionMask(dst, a, b, entropy, score, mask *tensor.Tensor) (CombinedStats, error) {
+	const op = "tprl.UnionMask"
+	names := []string{"mask", "dst", "a", "b", "entropy", "score"}
+	ts := []*tensor.Tensor{mask, dst, a, b, entropy, score}
+	if err := tensor.CheckShape(op, "mask", mask, -1, -1); err != nil {
+		return CombinedStats{}, err
+	}
+	for i := 1; i < len(ts); i++ {
+		if err := tensor.CheckSameShape(op, "mask", mask, names[i], ts[i]); err != nil {
+			return CombinedStats{}, err
+		}
+	}
+	for i, t := range ts {
+		if err := tensor.CheckDType(op, names[i], t, tensor.Float32); err != nil {
+			return CombinedStats{}, err
+		}
+	}
+	if err := tensor.CheckSameBackend(op, names, ts...); err != nil {
+		return CombinedStats{}, err
+	}
+	var s CombinedStats
+	err := tensor.OnHost(1, []*tensor.Tensor{dst, a, b, entropy, score, mask}, func(h []*tensor.Tensor) error {
+		var v [6][]float32
+		for i := range v {
+			v[i], _ = h[i].Float32s()
+		}
+		s = unionHost(v[0], v[1], v[2], v[3], v[4], v[5], mask.Dim(1))
+		return nil
+	})
+	return s, err
+}
+
+type unionRow struct {
+	valid, selected, rejected        int
+	entSel, entRej, percSel, percRej float64
+}
+
+func unionHost(dst, a, b, ent, score, mask []float32, cols int) CombinedStats {
+	rows := 0
+	if cols > 0 {
+		rows = len(mask) / cols
+	}
+	per := make([]unionRow, rows)
+	parallel.For(rows, parallel.Grain(cols, 1<<15), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var r unionRow
+			for t := i * cols; t < (i+1)*cols; t++ {
+				on := a[t] != 0 || b[t] != 0
+				if on {
+					dst[t] = 1
+					r.selected++
+					r.entSel += float64(ent[t])
+					r.percSel += float64(score[t])
+				} else {
+					dst[t] = 0
+				}
+				if mask[t] != 0 {
+					r.valid++
+					if !on {
+						r.rejected++
+						r.entRej += float64(ent[t])
+						r.percRej += float64(score[t])
+					}
+				}
+			}
+			per[i] = r
+		}
+	})
+	var (
+		s                                CombinedStats
+		entSel, entRej, percSel, percRej float64
+		rejected                         int
+	)
+	for _, r := range per {
+		s.Valid += r.valid
+		s.Selected += r.selected
+		rejected += r.rejected
+		entSel += r.entSel
+		entRej += r.entRej
+		percSel += r.percSel
+		percRej += r.percRej
+	}
+	s.EntropySelectedMean = meanOrNaN(entSel, s.Selected)
+	s.EntropyRejectedMean = meanOrNaN(entRej, rejected)
+	s.PerceptionSelectedMean = meanOrNaN(percSel, s.Selected)
+	s.PerceptionRejectedMean = meanOrNaN(percRej, rejected)
+	return s
+}

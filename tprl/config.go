@@ -1,0 +1,185 @@
+package tprl
+
+import (
+	"strings"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Filter names the two token filters of TPRL; it selects the metric names of SelectionStats.
+type Filter int
+
+const (
+	// EntropyFilter keeps the highest-entropy tokens (reference flag use_vppo_on_entropy).
+	EntropyFilter Filter = iota
+	// PerceptionFilter keeps the tokens with the highest perception score (low_var_kl between the
+	// log-probs with the original and with the perturbed image; use_vppo_on_perception).
+	PerceptionFilter
+)
+
+var filterNames = [...]string{EntropyFilter: "entropy", PerceptionFilter: "perception"}
+
+// String returns "entropy" or "perception".
+func (f Filter) String() string {
+	if f >= 0 && int(f) < len(filterNames) {
+		return filterNames[f]
+	}
+	return "Filter(" + itoa(int(f)) + ")"
+}
+
+// ParseFilter parses "entropy" or "perception" (exact match); anything else is an ErrParam error.
+func ParseFilter(s string) (Filter, error) {
+	for i, n := range filterNames {
+		if s == n {
+			return Filter(i), nil
+		}
+	}
+	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseFilter", "s", "unknown filter %q (want one of %s)", s, strings.Join(filterNames[:], ", "))
+}
+
+func (f Filter) valid() bool { return f == EntropyFilter || f == PerceptionFilter }
+
+// ShapingScope says over which rows trajectory advantage shaping takes its normalisation
+// statistics.
+type ShapingScope int
+
+const (
+	// GlobalScope (the default, "global") takes the score range (gmin, gmax) and the mean
+	// normalised score mu over the whole mini-batch, or over whatever set of responses the
+	// ShapingStats passed in describe (for example all devices' mini-batches after an
+	// all-reduce). The factors then do not depend on how the mini-batch is split into
+	// micro-batches or devices, and they average to ≈1 over all valid rows.
+	GlobalScope ShapingScope = iota
+	// PerMicroBatchScope ("per_micro_batch") reproduces the reference: mu per micro-batch, range
+	// per device mini-batch. The factors average to ≈1 within each micro-batch and depend on how
+	// micro-batches are formed; a single-row micro-batch gets factor ≈1, or ScalingMin with
+	// target_max ≈ 2e7 for the minimum-score row (FORMAT.md §5.18, §6.2).
+	PerMicroBatchScope
+)
+
+var scopeNames = [...]string{GlobalScope: "global", PerMicroBatchScope: "per_micro_batch"}
+
+// String returns "global" or "per_micro_batch".
+func (s ShapingScope) String() string {
+	if s >= 0 && int(s) < len(scopeNames) {
+		return scopeNames[s]
+	}
+	return "ShapingScope(" + itoa(int(s)) + ")"
+}
+
+// ParseShapingScope parses "global" or "per_micro_batch"; the empty string means GlobalScope.
+func ParseShapingScope(s string) (ShapingScope, error) {
+	if s == "" {
+		return GlobalScope, nil
+	}
+	for i, n := range scopeNames {
+		if s == n {
+			return ShapingScope(i), nil
+		}
+	}
+	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseShapingScope", "s", "unknown shaping scope %q (want one of %s)", s, strings.Join(scopeNames[:], ", "))
+}
+
+// MarshalText implements encoding.TextMarshaler (used by YAML and JSON encoders).
+func (s ShapingScope) MarshalText() ([]byte, error) {
+	if !s.valid() {
+		return nil, tensor.Errorf(tensor.ErrParam, "tprl.ShapingScope.MarshalText", "s", "unknown shaping scope %d", int(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseShapingScope.
+func (s *ShapingScope) UnmarshalText(b []byte) error {
+	v, err := ParseShapingScope(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+func (s ShapingScope) valid() bool { return s == GlobalScope || s == PerMicroBatchScope }
+
+// Reference defaults (the reference's ActorConfig).
+const (
+	DefaultTopPEntropyTokens    = 0.2
+	DefaultTopPPerceptionTokens = 0.2
+	DefaultTrajectoryScalingMin = 0.8
+)
+
+// Config is the TPRL section of a training configuration, with the seeds' YAML keys.
+//
+// The zero value disables everything and is valid; DefaultConfig returns the reference's
+// defaults for the numbers (top-p 0.2 for both filters, scaling minimum 0.8) with every feature
+// still disabled. Decode YAML into DefaultConfig() so unset numeric keys keep those defaults: a
+// zero top-p with its filter enabled is valid and selects no token at all.
+type Config struct {
+	// EnableEntropyFiltering trains only on the top-p highest-entropy tokens of each response.
+	EnableEntropyFiltering bool `yaml:"enable_entropy_filtering" json:"enable_entropy_filtering"`
+	// TopPEntropyTokens is the fraction of each response's valid tokens the entropy filter keeps,
+	// in [0, 1]; the count is ceil(float32(n)*float32(p)) computed in float32.
+	TopPEntropyTokens float64 `yaml:"top_p_entropy_tokens" json:"top_p_entropy_tokens"`
+	// EnablePerceptionFiltering trains only on the top-p tokens by perception score.
+	EnablePerceptionFiltering bool `yaml:"enable_perception_filtering" json:"enable_perception_filtering"`
+	// TopPPerceptionTokens is the fraction kept by the perception filter, in [0, 1].
+	TopPPerceptionTokens float64 `yaml:"top_p_perception_tokens" json:"top_p_perception_tokens"`
+	// EnableTrajectoryReweighting turns on trajectory advantage shaping: each response's
+	// advantages are multiplied by a factor in [TrajectoryScalingMin, target_max] that grows
+	// with the response's mean perception score.
+	EnableTrajectoryReweighting bool `yaml:"enable_trajectory_reweighting" json:"enable_trajectory_reweighting"`
+	// TrajectoryScalingMin is the smallest shaping factor (reference advantage_scaling_min), in
+	// [0, 1].
+	TrajectoryScalingMin float64 `yaml:"trajectory_scaling_min" json:"trajectory_scaling_min"`
+	// TrajectoryShapingScope selects where the shaping statistics come from; the default
+	// GlobalScope makes the result independent of the micro-batch split, PerMicroBatchScope
+	// reproduces the reference.
+	TrajectoryShapingScope ShapingScope `yaml:"trajectory_shaping_scope" json:"trajectory_shaping_scope"`
+	// ShapingRequiresPerception reproduces a reference quirk: there, shaping runs only when the
+	// perception filter is enabled too, and use_advantage_shaping alone silently does nothing.
+	// By default (false) shaping works whenever EnableTrajectoryReweighting is set.
+	ShapingRequiresPerception bool `yaml:"shaping_requires_perception" json:"shaping_requires_perception"`
+}
+
+// DefaultConfig returns the reference's default numbers with every feature disabled.
+func DefaultConfig() Config {
+	return Config{
+		TopPEntropyTokens:    DefaultTopPEntropyTokens,
+		TopPPerceptionTokens: DefaultTopPPerceptionTokens,
+		TrajectoryScalingMin: DefaultTrajectoryScalingMin,
+	}
+}
+
+// Validate checks the numeric fields: each top-p and the scaling minimum must lie in [0, 1].
+// The error wraps tensor.ErrParam and names the YAML key.
+func (c Config) Validate() error {
+	const op = "tprl.Config.Validate"
+	if err := tensor.CheckUnit(op, "top_p_entropy_tokens", c.TopPEntropyTokens); err != nil {
+		return err
+	}
+	if err := tensor.CheckUnit(op, "top_p_perception_tokens", c.TopPPerceptionTokens); err != nil {
+		return err
+	}
+	if err := tensor.CheckUnit(op, "trajectory_scaling_min", c.TrajectoryScalingMin); err != nil {
+		return err
+	}
+	if !c.TrajectoryShapingScope.valid() {
+		return tensor.Errorf(tensor.ErrParam, op, "trajectory_shaping_scope", "unknown shaping scope %d", int(c.TrajectoryShapingScope))
+	}
+	return nil
+}
+
+// Shaping reports whether trajectory shaping runs under this configuration (taking
+// ShapingRequiresPerception into account).
+func (c Config) Shaping() bool {
+	return c.EnableTrajectoryReweighting && (c.EnablePerceptionFiltering || !c.ShapingRequiresPerception)
+}
+
+func itoa(d int) string {
+	if d < 0 {
+		return "-" + itoa(-d)
+	}
+	if d < 10 {
+		return string(rune('0' + d))
+	}
+	return itoa(d/10) + string(rune('0'+d%10))
+}
