@@ -1,0 +1,221 @@
+package ppo
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// KLConfig configures KLLoss: the reference's use_kl_loss term
+// kl_coef * average_loss(compute_kl(log_probs, ref_log_probs, kl_penalty), m, loss_avg_mode).
+type KLConfig struct {
+	Kind divergence.Kind // the reference's kl_penalty
+	Coef float64         // kl_coef (finite; 0 gives a zero loss and gradient)
+	Agg  Agg             // the reference uses loss_avg_mode here
+	GradOptions
+}
+
+// KLResult is the outcome of KLLoss.
+type KLResult struct {
+	// Loss is Scale * Coef * KL, the term added to the micro-batch loss.
+	Loss float32
+	// KL is average_loss(penalty, m), the reference's actor/kl_loss metric (before the coef).
+	KL float32
+}
+
+// KLLoss computes the KL penalty term of the actor loss (FORMAT.md §5.19 step 4) and, when grad
+// is not nil, writes (or adds, with Accumulate) Scale * Coef * d average_loss / d logp into grad
+// (logp's shape).
+//
+// For the token kinds (kl, abs, mse, low_var_kl), logp, ref, mask and grad are float32 [B, T].
+// For divergence.Full, logp, ref and grad are full log-distributions [B, T, V] and mask is
+// [B, T]. The per-token penalty and its gradient come from divergence.Penalty and
+// divergence.PenaltyGrad; the aggregation weights are those of Agg.LossGrad. It allocates two
+// [B, T] temporaries (one [B, T, V] for Full with Accumulate) on logp's backend.
+func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error) {
+	const op = "ppo.KLLoss"
+	if err := checkBT(op, []string{"mask"}, 1, mask); err != nil {
+		return KLResult{}, err
+	}
+	if logp == nil {
+		return KLResult{}, tensor.Errorf(tensor.ErrShape, op, "logp", "is nil")
+	}
+	want := []int{mask.Dim(0), mask.Dim(1)}
+	if cfg.Kind == divergence.Full {
+		want = append(want, -1)
+	}
+	if err := tensor.CheckShape(op, "logp", logp, want...); err != nil {
+		return KLResult{}, err
+	}
+	if err := tensor.CheckSameShape(op, "logp", logp, "ref", ref); err != nil {
+		return KLResult{}, err
+	}
+	if grad != nil {
+		if err := tensor.CheckSameShape(op, "logp", logp, "grad", grad); err != nil {
+			return KLResult{}, err
+		}
+		if err := tensor.CheckDType(op, "grad", grad, tensor.Float32); err != nil {
+			return KLResult{}, err
+		}
+	}
+	for _, a := range []struct {
+		n string
+		t *tensor.Tensor
+	}{{"logp", logp}, {"ref", ref}} {
+		if err := tensor.CheckDType(op, a.n, a.t, tensor.Float32); err != nil {
+			return KLResult{}, err
+		}
+	}
+	if err := tensor.CheckSameBackend(op, []string{"mask", "logp", "ref", "grad"}, mask, logp, ref, grad); err != nil {
+		return KLResult{}, err
+	}
+	if math.IsNaN(cfg.Coef) || math.IsInf(cfg.Coef, 0) {
+		return KLResult{}, tensor.Errorf(tensor.ErrParam, op, "Coef", "is %v, want a finite value", cfg.Coef)
+	}
+	if err := cfg.Agg.validate(op, "Agg"); err != nil {
+		return KLResult{}, err
+	}
+	if err := cfg.GradOptions.validate(op); err != nil {
+		return KLResult{}, err
+	}
+	pen, err := tensor.NewLike(mask, tensor.Float32)
+	if err != nil {
+		return KLResult{}, err
+	}
+	defer pen.Release()
+	if err := divergence.Penalty(pen, logp, ref, cfg.Kind); err != nil {
+		return KLResult{}, err
+	}
+	var aggGrad *tensor.Tensor
+	if grad != nil {
+		if aggGrad, err = tensor.NewLike(mask, tensor.Float32); err != nil {
+			return KLResult{}, err
+		}
+		defer aggGrad.Release()
+	}
+	kl, err := averageLoss(op, aggGrad, pen, mask, cfg.Agg)
+	if err != nil {
+		return KLResult{}, err
+	}
+	coef := float32(cfg.Coef)
+	scale := float32(cfg.scale())
+	res := KLResult{KL: kl, Loss: coef * kl * scale}
+	if grad == nil {
+		return res, nil
+	}
+	// Penalty gradient, into grad directly unless we must accumulate.
+	pg := grad
+	if cfg.Accumulate {
+		if pg, err = tensor.NewLike(logp, tensor.Float32); err != nil {
+			return KLResult{}, err
+		}
+		defer pg.Release()
+	}
+	if err := divergence.PenaltyGrad(pg, logp, ref, cfg.Kind); err != nil {
+		return KLResult{}, err
+	}
+	v := 1
+	if cfg.Kind == divergence.Full {
+		v = logp.Dim(-1)
+	}
+	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg, aggGrad}, func(h []*tensor.Tensor) error {
+		g, _ := h[0].Float32s()
+		p, _ := h[1].Float32s()
+		a, _ := h[2].Float32s()
+		chainHost(g, p, a, v, coef*scale, cfg.Accumulate)
+		return nil
+	})
+}
+
+// chainHost writes (or adds) f * a[j] * p[j*v+k] into g[j*v+k]: the chain rule of a per-token
+// aggregation gradient a [N] through a penalty gradient p [N, v]. Where a[j] == 0 (masked) it
+// writes exactly 0, whatever p holds.
+func chainHost[F hostops.Float](g, p, a []F, v int, f F, acc bool) {
+	parallel.For(len(a), parallel.Grain(v, 1<<15), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			aj := f * a[j]
+			gs, ps := g[j*v:(j+1)*v], p[j*v:(j+1)*v]
+			for k := range gs {
+				var x F
+				if aj != 0 {
+					x = aj * ps[k]
+				}
+				if acc {
+					gs[k] += x
+				} else {
+					gs[k] = x
+				}
+			}
+		}
+	})
+}
+
+// EntropyConfig configures EntropyPenalty.
+type EntropyConfig struct {
+	Coef float64 // the reference's entropy_penalty_coef (finite)
+	GradOptions
+}
+
+// EntropyPenalty computes the reference's entropy penalty Coef * (-masked_mean(logp, m))
+// (FORMAT.md §5.19 step 4; always token-averaged, whatever the loss aggregation) and returns it
+// times Scale. When grad is not nil it writes (or adds, with Accumulate)
+// -Scale * Coef * m / (S + 1e-8) into grad. logp, mask and grad are float32 [B, T]. Minimising
+// the penalty lowers -log p on sampled tokens, i.e. sharpens the policy (it lowers entropy).
+func EntropyPenalty(grad, logp, mask *tensor.Tensor, cfg EntropyConfig) (float32, error) {
+	const op = "ppo.EntropyPenalty"
+	if err := checkBT(op, []string{"logp", "mask", "grad"}, 2, logp, mask, grad); err != nil {
+		return 0, err
+	}
+	if math.IsNaN(cfg.Coef) || math.IsInf(cfg.Coef, 0) {
+		return 0, tensor.Errorf(tensor.ErrParam, op, "Coef", "is %v, want a finite value", cfg.Coef)
+	}
+	if err := cfg.GradOptions.validate(op); err != nil {
+		return 0, err
+	}
+	var loss float32
+	err := tensor.OnHost(1, []*tensor.Tensor{grad, logp, mask}, func(h []*tensor.Tensor) error {
+		var g []float32
+		if h[0] != nil {
+			g, _ = h[0].Float32s()
+		}
+		lp, _ := h[1].Float32s()
+		m, _ := h[2].Float32s()
+		loss = entropyHost(g, lp, m, cfg)
+		return nil
+	})
+	return loss, err
+}
+
+// entropyHost is the pure-Go kernel of EntropyPenalty; g may be nil.
+func entropyHost[F hostops.Float](g, lp, m []F, cfg EntropyConfig) F {
+	var s, n float64
+	for i, w := range m {
+		if w != 0 {
+			s += float64(lp[i] * w)
+			n += float64(w)
+		}
+	}
+	coef, scale := F(cfg.Coef), F(cfg.scale())
+	denom := F(n) + F(DefaultEps)
+	loss := coef * -(F(s) / denom)
+	if g != nil {
+		f := -(scale * coef) / denom
+		parallel.For(len(m), 1<<15, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				x := F(0)
+				if m[i] != 0 {
+					x = f * m[i]
+				}
+				if cfg.Accumulate {
+					g[i] += x
+				} else {
+					g[i] = x
+				}
+			}
+		})
+	}
+	return loss * scale
+}

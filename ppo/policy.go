@@ -1,0 +1,514 @@
+package ppo
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// LossType selects the policy objective (the reference's loss_type, FORMAT.md §5.20).
+type LossType int
+
+const (
+	// Default is the PPO clipped objective with clip-higher and dual clip ("default", alias
+	// "vanilla" as verl calls it).
+	Default LossType = iota
+	// GSPO uses the per-sequence importance ratio exp(mean_t(lp - old)) on every token; the
+	// gradient flows through the sequence mean ("gspo").
+	GSPO
+	// GSPOToken uses the sequence ratio's value with a per-token gradient (the sequence mean is
+	// detached, "gspo_token").
+	GSPOToken
+	// CISPO is -A * lp * clip(ratio) with the clipped ratio detached ("cispo").
+	CISPO
+	// SAPO is the soft-gated objective -A * (4/tau) * sigmoid(tau*(ratio-1)) with tau chosen by
+	// the sign of A ("sapo"; upstream EasyR1, not in the VPPO fork).
+	SAPO
+)
+
+var lossNames = [...]string{Default: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"}
+
+// String returns the reference's name of the loss type.
+func (l LossType) String() string {
+	if l >= 0 && int(l) < len(lossNames) {
+		return lossNames[l]
+	}
+	return "LossType(" + itoa(int(l)) + ")"
+}
+
+// ParseLossType parses "default", "gspo", "gspo_token", "cispo" and "sapo", and "vanilla" as an
+// alias of "default". Matching is exact; anything else is an ErrParam error.
+func ParseLossType(s string) (LossType, error) {
+	switch s {
+	case "default", "vanilla":
+		return Default, nil
+	case "gspo":
+		return GSPO, nil
+	case "gspo_token":
+		return GSPOToken, nil
+	case "cispo":
+		return CISPO, nil
+	case "sapo":
+		return SAPO, nil
+	}
+	return 0, tensor.Errorf(tensor.ErrParam, "ppo.ParseLossType", "s", "unknown loss type %q (want default, vanilla, gspo, gspo_token, cispo or sapo)", s)
+}
+
+func (l LossType) valid() bool { return l >= Default && l <= SAPO }
+
+// The reference's defaults (EasyR1 ActorConfig; tau from upstream's SAPO).
+const (
+	DefaultClipLow  = 0.2
+	DefaultClipHigh = 0.3
+	DefaultClipDual = 3.0
+	DefaultTauPos   = 1.0
+	DefaultTauNeg   = 1.05
+)
+
+// logRatioClamp bounds the log importance ratio before exp (the reference's ±20).
+const logRatioClamp = 20
+
+// PolicyConfig configures PolicyLoss. Zero fields take the reference's defaults: ClipLow 0.2,
+// ClipHigh 0.3, ClipDual 3, TauPos 1, TauNeg 1.05, Agg token mean. (A literal clip of 0 is
+// therefore not expressible; use a tiny value such as 1e-12.)
+type PolicyConfig struct {
+	LossType LossType
+	// ClipLow and ClipHigh bound the ratio to [1-ClipLow, 1+ClipHigh] (clip-higher when
+	// ClipHigh > ClipLow). Used by Default, GSPO, GSPOToken (clip) and CISPO (the weight).
+	// ClipLow must lie in [0, 1]; ClipHigh must be >= 0 (+Inf disables the upper clip).
+	ClipLow, ClipHigh float64
+	// ClipDual is the dual-clip constant c: for A < 0 the per-token loss is at most -A*c.
+	// It must be > 1 (+Inf disables the dual clip). Default, GSPO and GSPOToken only.
+	ClipDual float64
+	// TauPos and TauNeg are SAPO's temperatures for A >= 0 and A < 0; they must be > 0.
+	TauPos, TauNeg float64
+	// Agg reduces the per-token loss (the reference's loss_avg_mode).
+	Agg Agg
+	GradOptions
+	// CheckFinite makes PolicyLoss return an ErrNotFinite error when an input holds NaN or
+	// ±Inf (one extra read of the inputs). Without it, non-finite values at valid tokens
+	// propagate into the loss and gradient (masked-out tokens are skipped).
+	CheckFinite bool
+}
+
+// DefaultPolicyConfig returns the reference's defaults with the given loss type.
+func DefaultPolicyConfig(t LossType) PolicyConfig {
+	return PolicyConfig{LossType: t}.withDefaults()
+}
+
+func (c PolicyConfig) withDefaults() PolicyConfig {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.ClipLow, DefaultClipLow)
+	def(&c.ClipHigh, DefaultClipHigh)
+	def(&c.ClipDual, DefaultClipDual)
+	def(&c.TauPos, DefaultTauPos)
+	def(&c.TauNeg, DefaultTauNeg)
+	return c
+}
+
+// Validate reports an ErrParam error naming the bad field: an unknown loss type, ClipLow outside
+// [0, 1], a negative ClipHigh, ClipDual <= 1, a non-positive or non-finite tau, a NaN anywhere,
+// a bad Agg or Scale. Zero fields are replaced by the defaults first.
+func (c PolicyConfig) Validate() error { return c.withDefaults().validate("ppo.PolicyConfig.Validate") }
+
+func (c PolicyConfig) validate(op string) error {
+	switch {
+	case !c.LossType.valid():
+		return tensor.Errorf(tensor.ErrParam, op, "LossType", "unknown loss type %v", c.LossType)
+	case !(c.ClipLow >= 0 && c.ClipLow <= 1):
+		return tensor.Errorf(tensor.ErrParam, op, "ClipLow", "is %v, want a value in [0, 1]", c.ClipLow)
+	case !(c.ClipHigh >= 0):
+		return tensor.Errorf(tensor.ErrParam, op, "ClipHigh", "is %v, want a value >= 0", c.ClipHigh)
+	case !(c.ClipDual > 1):
+		return tensor.Errorf(tensor.ErrParam, op, "ClipDual", "is %v, want a value > 1", c.ClipDual)
+	case !(c.TauPos > 0) || math.IsInf(c.TauPos, 0):
+		return tensor.Errorf(tensor.ErrParam, op, "TauPos", "is %v, want a finite value > 0", c.TauPos)
+	case !(c.TauNeg > 0) || math.IsInf(c.TauNeg, 0):
+		return tensor.Errorf(tensor.ErrParam, op, "TauNeg", "is %v, want a finite value > 0", c.TauNeg)
+	}
+	if err := c.Agg.validate(op, "Agg"); err != nil {
+		return err
+	}
+	return c.GradOptions.validate(op)
+}
+
+// PolicyInputs are the tensors of PolicyLoss, all float32 [B, T] on one backend.
+type PolicyInputs struct {
+	OldLogProbs *tensor.Tensor // log-probs of the rollout policy
+	LogProbs    *tensor.Tensor // log-probs of the current policy (the gradient is w.r.t. these)
+	Advantages  *tensor.Tensor // A, per token
+	// ResponseMask m is 1 on response tokens and 0 on padding (fractional weights work too).
+	ResponseMask *tensor.Tensor
+	// TokenMask is the optional TPRL loss_token_mask (nil for none): the per-token loss is
+	// multiplied by it before averaging over ResponseMask. It is not intersected with m.
+	TokenMask *tensor.Tensor
+}
+
+// PolicyResult is the outcome of PolicyLoss. The metrics follow the reference (FORMAT.md
+// §5.20); they ignore TokenMask and are not scaled.
+type PolicyResult struct {
+	// Loss is Scale * PGLoss, the value the caller backpropagates.
+	Loss float32
+	// PGLoss is the reference's pg_loss (unscaled).
+	PGLoss float32
+	// PPOKL is masked_mean(old - lp, m) (token level for every loss type).
+	PPOKL float64
+	// EntropyLoss is the reference's entropy_loss metric, average_loss(-lp, m, mode) broadcast
+	// and masked-meaned again: x*S/(S+eps), 0 for an empty mask.
+	EntropyLoss float64
+	// ClipFracHigher is masked_mean(p1 < p2, m); ClipFracLower is
+	// masked_mean((max(p1,p2) > -A*ClipDual) & (A < 0), m). Both are 0 for CISPO and SAPO,
+	// whose Metrics omit them as the reference does.
+	ClipFracHigher, ClipFracLower float64
+	// LossType records which objective produced the result.
+	LossType LossType
+}
+
+// Metrics returns the reference's metric dict: ppo_kl, entropy_loss, and for Default, GSPO
+// and GSPOToken also pg_clipfrac_higher and pg_clipfrac_lower.
+func (r PolicyResult) Metrics() map[string]float64 {
+	m := map[string]float64{"ppo_kl": r.PPOKL, "entropy_loss": r.EntropyLoss}
+	if r.LossType != CISPO && r.LossType != SAPO {
+		m["pg_clipfrac_higher"] = r.ClipFracHigher
+		m["pg_clipfrac_lower"] = r.ClipFracLower
+	}
+	return m
+}
+
+// PolicyLossKernel is the optional backend kernel for PolicyLoss. It receives validated
+// tensors (grad may be nil) and a validated config with defaults filled in.
+type PolicyLossKernel interface {
+	PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error)
+}
+
+// PolicyLoss computes the reference's compute_policy_loss (FORMAT.md §5.20) and, when grad is not
+// nil, writes Scale * d pg_loss / d LogProbs into grad (float32 [B, T]; added to it with
+// Accumulate). With nkl = lp - old, the log ratio lir is nkl (Default, CISPO, SAPO),
+// seq_i = masked_mean_t(nkl[i], m[i]) detached (GSPOToken) or seq_i * m[i,t] with the gradient
+// through seq (GSPO, per row). ratio = exp(clamp(lir, -20, 20)) and
+// clipped = exp(clamp(lir, log(1-ClipLow), log(1+ClipHigh))). The per-token loss is
+//
+//	Default/GSPO/GSPOToken: hi = max(-A*ratio, -A*clipped); T = A < 0 ? min(hi, -A*ClipDual) : hi
+//	CISPO:                  T = -A * lp * clipped   (clipped is a constant for the gradient)
+//	SAPO:                   T = -A * (4/tau) * sigmoid(tau*(ratio-1)), tau = A >= 0 ? TauPos : TauNeg
+//
+// T is multiplied by TokenMask (if any) and reduced with cfg.Agg under ResponseMask. The
+// gradient is analytic (no autograd); a clamp passes its gradient with both ends inclusive and a
+// tie in max/min splits it half and half, as torch does. Masked-out tokens (m == 0) are skipped:
+// their gradient is exactly 0 and non-finite values there do not propagate (the reference would
+// turn a NaN under a zero mask into a NaN loss). Rows are processed in parallel; the result does
+// not depend on GOMAXPROCS.
+func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error) {
+	const op = "ppo.PolicyLoss"
+	names := []string{"LogProbs", "OldLogProbs", "Advantages", "ResponseMask", "TokenMask", "grad"}
+	ts := []*tensor.Tensor{in.LogProbs, in.OldLogProbs, in.Advantages, in.ResponseMask, in.TokenMask, grad}
+	if err := checkBT(op, names, 4, ts...); err != nil {
+		return PolicyResult{}, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(op); err != nil {
+		return PolicyResult{}, err
+	}
+	if cfg.CheckFinite {
+		for i := range 5 {
+			if ts[i] != nil {
+				if err := tensor.CheckFinite(op, names[i], ts[i]); err != nil {
+					return PolicyResult{}, err
+				}
+			}
+		}
+	}
+	if k, ok := in.LogProbs.Backend().(PolicyLossKernel); ok {
+		return k.PolicyLoss(grad, in, cfg)
+	}
+	var res PolicyResult
+	err := tensor.OnHost(1, []*tensor.Tensor{grad, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask},
+		func(h []*tensor.Tensor) error {
+			s := make([][]float32, len(h))
+			for i, t := range h {
+				if t != nil {
+					s[i], _ = t.Float32s()
+				}
+			}
+			res = policyHost(s[0], s[1], s[2], s[3], s[4], s[5], in.LogProbs.Dim(0), in.LogProbs.Dim(1), cfg)
+			return nil
+		})
+	return res, err
+}
+
+// policyRow holds one row's float64 partial sums; rows are combined in order.
+type policyRow struct {
+	sumT, sumNegLP, sumNegKL, clipHi, clipLo, cnt float64
+}
+
+// policyConsts are the per-call constants in the kernel's precision.
+type policyConsts[F hostops.Float] struct {
+	typ                LossType
+	clo, chi, eLo, eHi F // log clip bounds and their exp
+	rMin, rMax         F // exp(-20), exp(20)
+	dual               F
+	tauP, tauN         F
+	fourP, fourN       F // 4/tau, computed in float64 as Python does
+	scale              F
+	acc                bool
+	eps                F
+}
+
+// policyHost is the pure-Go kernel of PolicyLoss on row-major [rows, cols] slices. grad and ltm
+// may be nil. cfg must be validated with defaults filled in.
+func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int, cfg PolicyConfig) PolicyResult {
+	k := policyConsts[F]{
+		typ:   cfg.LossType,
+		clo:   F(math.Log(1 - cfg.ClipLow)),
+		chi:   F(math.Log(1 + cfg.ClipHigh)),
+		dual:  F(cfg.ClipDual),
+		tauP:  F(cfg.TauPos),
+		tauN:  F(cfg.TauNeg),
+		fourP: F(4 / cfg.TauPos),
+		fourN: F(4 / cfg.TauNeg),
+		scale: F(cfg.scale()),
+		acc:   cfg.Accumulate,
+		eps:   F(DefaultEps),
+	}
+	k.eLo, k.eHi = hostops.Exp(k.clo), hostops.Exp(k.chi)
+	k.rMin, k.rMax = hostops.Exp(F(-logRatioClamp)), hostops.Exp(F(logRatioClamp))
+
+	// Pass 1: mask sums per row, for the aggregation weights.
+	cnt := make([]float64, rows)
+	grain := parallel.Grain(cols, 1<<13)
+	parallel.For(rows, grain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var n float64
+			for _, w := range m[i*cols : (i+1)*cols] {
+				n += float64(w)
+			}
+			cnt[i] = n
+		}
+	})
+	w := make([]F, rows)
+	aggWeights(w, cnt, cfg.Agg)
+
+	// Pass 2: per-token loss, gradient and metric sums, row by row.
+	stats := make([]policyRow, rows)
+	parallel.For(rows, grain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			a, b := i*cols, (i+1)*cols
+			var gr, lr []F
+			if grad != nil {
+				gr = grad[a:b]
+			}
+			if ltm != nil {
+				lr = ltm[a:b]
+			}
+			stats[i] = policyRowKernel(&k, gr, old[a:b], lp[a:b], adv[a:b], m[a:b], lr, w[i])
+			stats[i].cnt = cnt[i]
+		}
+	})
+
+	// Combine in row order.
+	sums := make([]float64, rows)
+	negLP := make([]float64, rows)
+	var s, kl, chiN, cloN float64
+	for i, st := range stats {
+		sums[i], negLP[i] = st.sumT, st.sumNegLP
+		s += st.cnt
+		kl += st.sumNegKL
+		chiN += st.clipHi
+		cloN += st.clipLo
+	}
+	pg := aggFinish[F](sums, cnt, cfg.Agg)
+	ent := aggFinish[F](negLP, cnt, cfg.Agg)
+	eps := F(DefaultEps)
+	mean := func(x float64) float64 { return float64(F(x) / (F(s) + eps)) }
+	res := PolicyResult{
+		PGLoss:      float32(pg),
+		Loss:        float32(pg * k.scale),
+		PPOKL:       mean(kl),
+		EntropyLoss: float64(ent * F(s) / (F(s) + eps)),
+		LossType:    cfg.LossType,
+	}
+	if cfg.LossType != CISPO && cfg.LossType != SAPO {
+		res.ClipFracHigher = mean(chiN)
+		res.ClipFracLower = mean(cloN)
+	}
+	return res
+}
+
+// clampGrad returns clamp(x, lo, hi) and whether the clamp passes the gradient (lo <= x <= hi;
+// false for NaN, which passes through as torch.clamp does).
+func clampGrad[F hostops.Float](x, lo, hi F) (F, bool) {
+	if x < lo {
+		return lo, false
+	}
+	if x > hi {
+		return hi, false
+	}
+	return x, x == x
+}
+
+// ratios returns ratio, d ratio/d lir, clipped and d clipped/d lir for log ratio x, with one exp.
+func (k *policyConsts[F]) ratios(x F) (r, dr, c, dc F) {
+	switch {
+	case x < -logRatioClamp:
+		r = k.rMin
+	case x > logRatioClamp:
+		r = k.rMax
+	default:
+		r = hostops.Exp(x)
+		dr = r
+	}
+	switch {
+	case x < k.clo:
+		c = k.eLo
+	case x > k.chi:
+		c = k.eHi
+	case x == x && x >= -logRatioClamp && x <= logRatioClamp:
+		c, dc = r, r
+	default: // NaN, or bounds wider than the ratio clamp
+		c, _ = clampGrad(x, k.clo, k.chi)
+		c = hostops.Exp(c)
+		if x == x {
+			dc = c
+		}
+	}
+	return
+}
+
+// token returns the per-token loss T, d T / d lir, and the clip indicators for log ratio x,
+// log-prob lp and advantage a.
+func (k *policyConsts[F]) token(x, lp, a F) (t, d F, clipHi, clipLo bool) {
+	r, dr, c, dc := k.ratios(x)
+	na := -a
+	switch k.typ {
+	case CISPO:
+		return na * lp * c, na * c, false, false
+	case SAPO:
+		tau, four := k.tauP, k.fourP
+		if a < 0 {
+			tau, four = k.tauN, k.fourN
+		}
+		sg := 1 / (1 + hostops.Exp(-(tau * (r - 1))))
+		return na * (four * sg), na * 4 * sg * (1 - sg) * dr, false, false
+	}
+	p1, p2 := na*r, na*c
+	d1, d2 := na*dr, na*dc
+	var hi, dhi F
+	switch {
+	case p1 > p2:
+		hi, dhi = p1, d1
+	case p2 > p1:
+		hi, dhi = p2, d2
+	case p1 == p2:
+		hi, dhi = p1, (d1+d2)/2
+	default: // NaN
+		hi, dhi = p1+p2, d1+d2
+	}
+	clipHi = p1 < p2
+	if !(a < 0) {
+		return hi, dhi, clipHi, false
+	}
+	p3 := na * k.dual
+	clipLo = hi > p3
+	switch {
+	case hi < p3:
+		return hi, dhi, clipHi, clipLo
+	case hi > p3:
+		return p3, 0, clipHi, clipLo
+	}
+	return hi, dhi / 2, clipHi, clipLo
+}
+
+// policyRowKernel processes one row: it returns the row's partial sums and, when gr is not nil,
+// writes (or adds) scale * w * m * ltm * dT/dlp.
+func policyRowKernel[F hostops.Float](k *policyConsts[F], gr, old, lp, adv, m, ltm []F, w F) policyRow {
+	var st policyRow
+	n := len(m)
+	old, lp, adv = old[:n], lp[:n], adv[:n]
+	if gr != nil {
+		gr = gr[:n]
+	}
+	if ltm != nil {
+		ltm = ltm[:n]
+	}
+	// Sequence log ratio for GSPO / GSPOToken: masked_mean(nkl, m) of this row.
+	var seq F
+	var rowCnt float64
+	if k.typ == GSPO || k.typ == GSPOToken {
+		var s, c float64
+		for t, mw := range m {
+			if mw != 0 {
+				s += float64((lp[t] - old[t]) * mw)
+				c += float64(mw)
+			}
+		}
+		seq = F(s) / (F(c) + k.eps)
+		rowCnt = c
+	}
+	gw := k.scale * w
+	var dseq F // d loss / d seq (GSPO)
+	for t, mw := range m {
+		if mw == 0 {
+			if gr != nil && !k.acc {
+				gr[t] = 0
+			}
+			continue
+		}
+		nkl := lp[t] - old[t]
+		x := nkl
+		switch k.typ {
+		case GSPOToken:
+			x = (seq + lp[t]) - lp[t]
+		case GSPO:
+			x = seq * mw
+		}
+		T, d, ch, cl := k.token(x, lp[t], adv[t])
+		lw := F(1)
+		if ltm != nil {
+			lw = ltm[t]
+			T *= lw
+		}
+		st.sumT += float64(T * mw)
+		st.sumNegLP += float64(-lp[t] * mw)
+		st.sumNegKL += float64(-nkl * mw)
+		if ch {
+			st.clipHi += float64(mw)
+		}
+		if cl {
+			st.clipLo += float64(mw)
+		}
+		if gr == nil {
+			continue
+		}
+		g := gw * mw * lw * d
+		if k.typ == GSPO {
+			dseq += g * mw
+			continue
+		}
+		if k.acc {
+			gr[t] += g
+		} else {
+			gr[t] = g
+		}
+	}
+	if gr != nil && k.typ == GSPO {
+		// d seq / d lp[s] = m[s] / (n + eps)
+		f := dseq / (F(rowCnt) + k.eps)
+		for t, mw := range m {
+			if mw == 0 {
+				continue
+			}
+			if k.acc {
+				gr[t] += f * mw
+			} else {
+				gr[t] = f * mw
+			}
+		}
+	}
+	return st
+}
