@@ -18,8 +18,8 @@ func tprlGolden() map[string]goldenHandler {
 	}
 }
 
-// hasMetricOutputs reports whether the case records any metric:* output.
-func hasMetricOutputs(c *golden.Case) bool {
+// tprlHasMetrics reports whether the case records any metric:* output.
+func tprlHasMetrics(c *golden.Case) bool {
 	for name := range c.Outputs {
 		if strings.HasPrefix(name, "metric:") {
 			return true
@@ -28,10 +28,12 @@ func hasMetricOutputs(c *golden.Case) bool {
 	return false
 }
 
-func newF32Like(t *tensor.Tensor) *tensor.Tensor { return tensor.Must(tensor.NewLike(t, tensor.Float32)) }
+func tprlNewF32Like(t *tensor.Tensor) *tensor.Tensor {
+	return tensor.Must(tensor.NewLike(t, tensor.Float32))
+}
 
-// rowCounts returns the number of selected tokens per row of a [B, T] 0/1 mask.
-func rowCounts(m *tensor.Tensor) []int {
+// tprlRowCounts returns the number of selected tokens per row of a [B, T] 0/1 mask.
+func tprlRowCounts(m *tensor.Tensor) []int {
 	v, _ := m.Float32s()
 	cols := m.Dim(1)
 	out := make([]int, m.Dim(0))
@@ -45,23 +47,23 @@ func rowCounts(m *tensor.Tensor) []int {
 	return out
 }
 
-// checkSelection compares mask, k and the metrics of a top-p selection case. In the
+// tprlCheckSelection compares mask, k and the metrics of a top-p selection case. In the
 // ties_count_only cases the reference's choice among ties is unspecified, so those cases record
 // only k and the per-row selected count (FORMAT.md §5.15).
-func checkSelection(c *golden.Case, dst, k *tensor.Tensor, s tprl.SelectionStats) {
+func tprlCheckSelection(c *golden.Case, dst, k *tensor.Tensor, s tprl.SelectionStats) {
 	c.Check("k", k)
 	if c.HasOut("selected_count") {
-		c.Check("selected_count", rowCounts(dst))
+		c.Check("selected_count", tprlRowCounts(dst))
 	}
 	if c.HasOut("loss_token_mask") {
 		c.Check("loss_token_mask", dst)
 	}
-	if hasMetricOutputs(c) {
-		c.CheckMetrics(toLists(s.Metrics()))
+	if tprlHasMetrics(c) {
+		c.CheckMetrics(tprlLists(s.Metrics()))
 	}
 }
 
-func toLists(m map[string]float64) map[string][]float64 {
+func tprlLists(m map[string]float64) map[string][]float64 {
 	out := make(map[string][]float64, len(m))
 	for k, v := range m {
 		out[k] = []float64{v}
@@ -71,32 +73,32 @@ func toLists(m map[string]float64) map[string][]float64 {
 
 func goldenEntropyMask(c *golden.Case) error {
 	entropy, mask := c.F32("entropy"), c.F32("response_mask")
-	dst := newF32Like(entropy)
+	dst := tprlNewF32Like(entropy)
 	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, entropy.Dim(0)))
 	s, err := tprl.EntropyMask(dst, k, entropy, mask, float32(c.Float("top_p")))
 	if err != nil {
 		return err
 	}
-	checkSelection(c, dst, k, s)
+	tprlCheckSelection(c, dst, k, s)
 	return nil
 }
 
 func goldenPerceptionMask(c *golden.Case) error {
 	old, aug, mask := c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask")
-	score, dst := newF32Like(old), newF32Like(old)
+	score, dst := tprlNewF32Like(old), tprlNewF32Like(old)
 	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, old.Dim(0)))
 	s, err := tprl.PerceptionMask(score, dst, k, old, aug, mask, float32(c.Float("top_p")))
 	if err != nil {
 		return err
 	}
 	c.Check("low_var_kl", score)
-	checkSelection(c, dst, k, s)
+	tprlCheckSelection(c, dst, k, s)
 	return nil
 }
 
 func goldenCombinedMask(c *golden.Case) error {
 	entropy, old, aug, mask := c.F32("entropy"), c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask")
-	em, pm, ltm, score := newF32Like(entropy), newF32Like(entropy), newF32Like(entropy), newF32Like(entropy)
+	em, pm, ltm, score := tprlNewF32Like(entropy), tprlNewF32Like(entropy), tprlNewF32Like(entropy), tprlNewF32Like(entropy)
 	es, err := tprl.EntropyMask(em, nil, entropy, mask, float32(c.Float("top_p_entropy")))
 	if err != nil {
 		return err
@@ -126,7 +128,7 @@ func goldenCombinedMask(c *golden.Case) error {
 func goldenAdvantageShaping(c *golden.Case) error {
 	old, aug, mask, adv := c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask"), c.F32("advantages")
 	rows := old.Dim(0)
-	score, sel, shaped := newF32Like(old), newF32Like(old), newF32Like(old)
+	score, sel, shaped := tprlNewF32Like(old), tprlNewF32Like(old), tprlNewF32Like(old)
 	// The reference computes the perception mask too; it does not affect these outputs.
 	if _, err := tprl.PerceptionMask(score, sel, nil, old, aug, mask, float32(c.Float("top_p_perception"))); err != nil {
 		return err

@@ -211,6 +211,8 @@ func SelectHost(dst []float32, ks []int32, values, mask []float32, cols int, p f
 	rows := 0
 	if cols > 0 {
 		rows = len(values) / cols
+	} else {
+		clear(ks) // rows of length 0 keep nothing
 	}
 	per := make([]rowStats, rows)
 	parallel.For(rows, parallel.Grain(cols, 1<<14), func(lo, hi int) {

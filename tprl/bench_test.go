@@ -1,0 +1,143 @@
+package tprl
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+func benchInputs(b *testing.B, rows, cols int) (vals, old, aug, mask []float32) {
+	r := rand.New(rand.NewPCG(1, 1))
+	vals = randValues(r, rows*cols, false)
+	old, aug = randLogProbs(r, rows*cols), randLogProbs(r, rows*cols)
+	mask = make([]float32, rows*cols)
+	for i := range rows {
+		n := cols/2 + r.IntN(cols/2+1) // ragged, at least half full
+		for t := range n {
+			mask[i*cols+t] = 1
+		}
+	}
+	return
+}
+
+func reportTokens(b *testing.B, n int) {
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+func BenchmarkEntropyMask(b *testing.B) {
+	for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
+		rows, cols := sh[0], sh[1]
+		vals, _, _, mask := benchInputs(b, rows, cols)
+		v, m := f32(b, vals, rows, cols), f32(b, mask, rows, cols)
+		dst, k := zeros(b, rows, cols), int32s(b, rows)
+		b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
+			b.SetBytes(int64(rows*cols*12 + rows*4))
+			for b.Loop() {
+				if _, err := EntropyMask(dst, k, v, m, 0.2); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportTokens(b, rows*cols)
+		})
+		// The stable-sort kernel of tensor.TopPMask, for comparison.
+		b.Run(fmt.Sprintf("sort/shape=%dx%d", rows, cols), func(b *testing.B) {
+			b.SetBytes(int64(rows*cols*12 + rows*4))
+			d, _ := dst.Float32s()
+			ks, _ := k.Int32s()
+			for b.Loop() {
+				tensor.TopPMaskHost(d, ks, nil, vals, mask, cols, 0.2)
+			}
+			reportTokens(b, rows*cols)
+		})
+	}
+}
+
+func BenchmarkPerceptionMask(b *testing.B) {
+	rows, cols := 64, 1024
+	_, old, aug, mask := benchInputs(b, rows, cols)
+	o, a, m := f32(b, old, rows, cols), f32(b, aug, rows, cols), f32(b, mask, rows, cols)
+	score, dst, k := zeros(b, rows, cols), zeros(b, rows, cols), int32s(b, rows)
+	b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
+		b.SetBytes(int64(rows*cols*20 + rows*4))
+		for b.Loop() {
+			if _, err := PerceptionMask(score, dst, k, o, a, m, 0.2); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportTokens(b, rows*cols)
+	})
+}
+
+func BenchmarkSelectRow(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	cols := 1024
+	vals := randValues(r, cols, false)
+	mask := make([]float32, cols)
+	for i := range mask {
+		mask[i] = 1
+	}
+	sel := make([]float32, cols)
+	b.Run("radix/cols=1024", func(b *testing.B) {
+		var sc selectScratch
+		for b.Loop() {
+			selectRow(sel, vals, mask, 0.2, &sc)
+		}
+	})
+	b.Run("stable_sort/cols=1024", func(b *testing.B) {
+		idx := make([]int32, cols)
+		for b.Loop() {
+			hostops.TopPRow(sel, vals, mask, 0.2, idx)
+		}
+	})
+}
+
+func BenchmarkUnionMask(b *testing.B) {
+	rows, cols := 64, 1024
+	vals, old, aug, mask := benchInputs(b, rows, cols)
+	v, m := f32(b, vals, rows, cols), f32(b, mask, rows, cols)
+	em, pm, ltm := zeros(b, rows, cols), zeros(b, rows, cols), zeros(b, rows, cols)
+	score := zeros(b, rows, cols)
+	if _, err := EntropyMask(em, nil, v, m, 0.2); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := PerceptionMask(score, pm, nil, f32(b, old, rows, cols), f32(b, aug, rows, cols), m, 0.2); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
+		b.SetBytes(int64(rows * cols * 24))
+		for b.Loop() {
+			if _, err := UnionMask(ltm, em, pm, v, score, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportTokens(b, rows*cols)
+	})
+}
+
+func BenchmarkShapeBatch(b *testing.B) {
+	rows, cols := 512, 1024
+	_, old, aug, mask := benchInputs(b, rows, cols)
+	score := zeros(b, rows, cols)
+	// perception score as the trainer would compute it
+	if _, err := PerceptionMask(score, zeros(b, rows, cols), nil, f32(b, old, rows, cols), f32(b, aug, rows, cols), f32(b, mask, rows, cols), 1); err != nil {
+		b.Fatal(err)
+	}
+	adv := f32(b, old, rows, cols)
+	m := f32(b, mask, rows, cols)
+	shaped, factors, sens := zeros(b, rows, cols), zeros(b, rows), zeros(b, rows)
+	for _, scope := range []ShapingScope{GlobalScope, PerMicroBatchScope} {
+		b.Run(fmt.Sprintf("cpu/scope=%s/shape=%dx%d", scope, rows, cols), func(b *testing.B) {
+			b.SetBytes(int64(rows * cols * 16))
+			opt := ShapingOptions{ScalingMin: 0.8, Scope: scope, MiniBatchSize: 128, MicroBatchSize: 16}
+			for b.Loop() {
+				if _, err := ShapeBatch(shaped, factors, sens, adv, score, m, opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportTokens(b, rows*cols)
+		})
+	}
+}

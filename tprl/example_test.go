@@ -1,0 +1,114 @@
+package tprl_test
+
+import (
+	"fmt"
+
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
+)
+
+func ExampleEntropyMask() {
+	// Two responses of 4 tokens; the second has one padded token.
+	entropy := tensor.Must(tensor.FromFloat32([]float32{
+		0.2, 1.5, 0.7, 0.9,
+		2.0, 0.1, 0.4, 9.9,
+	}, 2, 4))
+	mask := tensor.Must(tensor.FromFloat32([]float32{
+		1, 1, 1, 1,
+		1, 1, 1, 0,
+	}, 2, 4))
+	dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 2, 4))
+	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2))
+	stats, err := tprl.EntropyMask(dst, k, entropy, mask, 0.5)
+	if err != nil {
+		panic(err)
+	}
+	sel, _ := dst.Float32s()
+	ks, _ := k.Int32s()
+	fmt.Println(sel[:4], sel[4:], ks)
+	fmt.Printf("fraction %.3f threshold %.2f\n", stats.TokenFraction(), stats.Threshold)
+	// Output:
+	// [0 1 0 1] [1 0 1 0] [2 2]
+	// fraction 0.571 threshold 0.65
+}
+
+func ExamplePerceptionMask() {
+	// Token 1 of the response changes most when the image is perturbed.
+	old := tensor.Must(tensor.FromFloat32([]float32{-1.0, -0.5, -2.0, -0.1}, 1, 4))
+	aug := tensor.Must(tensor.FromFloat32([]float32{-1.1, -3.0, -2.0, -0.2}, 1, 4))
+	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1}, 1, 4))
+	score := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
+	dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
+	if _, err := tprl.PerceptionMask(score, dst, nil, old, aug, mask, 0.25); err != nil {
+		panic(err)
+	}
+	s, _ := score.Float32s()
+	sel, _ := dst.Float32s()
+	fmt.Printf("score %.4f\nmask  %v\n", s, sel)
+	// Output:
+	// score [0.0048 1.5821 0.0000 0.0048]
+	// mask  [0 1 0 0]
+}
+
+func ExampleShapeBatch() {
+	// Four responses whose mean perception scores are 0, 1, 2 and 3.
+	perception := tensor.Must(tensor.FromFloat32([]float32{0, 0, 1, 1, 2, 2, 3, 3}, 4, 2))
+	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1, 1, 1}, 4, 2))
+	adv := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, -1, -1, -1, -1}, 4, 2))
+	shaped := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4, 2))
+	factors := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4))
+	// Default GlobalScope: statistics over the whole mini-batch, whatever the micro-batches.
+	micro, err := tprl.ShapeBatch(shaped, factors, nil, adv, perception, mask,
+		tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2})
+	if err != nil {
+		panic(err)
+	}
+	f, _ := factors.Float32s()
+	fmt.Printf("factors %.4f target_max %.1f\n", f, micro[0].TargetMax)
+	// The reference's scope: mu per micro-batch.
+	if _, err := tprl.ShapeBatch(shaped, factors, nil, adv, perception, mask,
+		tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2, Scope: tprl.PerMicroBatchScope}); err != nil {
+		panic(err)
+	}
+	fmt.Printf("factors %.4f\n", f)
+	// Output:
+	// factors [0.8000 0.9333 1.0667 1.2000] target_max 1.2
+	// factors [0.8000 1.2000 0.9600 1.0400]
+}
+
+func ExampleShapingStats() {
+	// Two devices compute their statistics and all-reduce them (here: Merge).
+	devA := tprl.ShapingStats{Count: 2, Min: 0.5, Max: 1.0, Sum: 1.5}
+	devB := tprl.ShapingStats{Count: 1, Min: 2.0, Max: 2.0, Sum: 2.0}
+	all := devA.Merge(devB)
+	fmt.Println(all.Count, all.Min, all.Max, all.Applies())
+	fmt.Printf("mu %.4f\n", all.MeanNorm())
+	// Output:
+	// 3 0.5 2 true
+	// mu 0.4444
+}
+
+func ExampleConfig_Apply() {
+	cfg := tprl.DefaultConfig()
+	cfg.EnablePerceptionFiltering = true
+	cfg.TopPPerceptionTokens = 0.5
+	cfg.EnableTrajectoryReweighting = true
+	res, err := cfg.Apply(tprl.Batch{
+		Mask:        tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
+		OldLogProbs: tensor.Must(tensor.FromFloat32([]float32{-1, -1, -1, -1, -1, -1}, 2, 3)),
+		AugLogProbs: tensor.Must(tensor.FromFloat32([]float32{-1, -2, -1, -1, -1.5, -1.2}, 2, 3)),
+		Advantages:  tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	ltm, _ := res.LossTokenMask.Float32s()
+	adv, _ := res.Advantages.Float32s()
+	fmt.Println(ltm)
+	fmt.Printf("%.2f\n", adv)
+	fmt.Printf("%.3f\n", res.Metrics["actor/perception_token_fraction"])
+	// Output:
+	// [1 1 0 0 1 1]
+	// [1.20 1.20 1.20 0.80 0.80 0.80]
+	// [0.667]
+}
