@@ -66,7 +66,6 @@ func (e *Estimator) UnmarshalText(b []byte) error {
 	return nil
 }
 
-
 // DefaultEps is the reference's GRPO epsilon added to the group standard deviation.
 const DefaultEps = 1e-6
 

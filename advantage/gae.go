@@ -69,6 +69,12 @@ func GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64)
 // gaeHost is the pure-Go GAE kernel on row-major [rows, cols] slices; ret may be nil. g is
 // fl32(gamma) and gl is fl32(gamma*lam).
 func gaeHost(adv, ret, r, v, m []float32, cols int, g, gl float32) {
+	gaeRaw(adv, ret, r, v, m, cols, g, gl)
+	hostops.MaskedWhiten(adv, adv, m)
+}
+
+// gaeRaw writes the raw (unwhitened) GAE into adv and raw + v into ret (when not nil).
+func gaeRaw(adv, ret, r, v, m []float32, cols int, g, gl float32) {
 	rows := len(r) / cols
 	parallel.For(rows, rowGrain(cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -76,21 +82,18 @@ func gaeHost(adv, ret, r, v, m []float32, cols int, g, gl float32) {
 			ri, vi, mi, ai := r[base:base+cols], v[base:base+cols], m[base:base+cols], adv[base:base+cols]
 			var nv, lg float32
 			for t := cols - 1; t >= 0; t-- {
-				// Explicit conversions forbid fused multiply-adds, keeping the reference's roundings.
-				delta := ri[t] + float32(g*nv) - vi[t]
-				gae := delta + float32(gl*lg)
+				// ((r + g*nv) - v) + gl*lg; explicit conversions forbid fused multiply-adds.
+				x := ri[t] + float32(g*nv) - vi[t] + float32(gl*lg)
 				if mi[t] != 0 {
-					nv, lg = vi[t], gae
+					nv, lg = vi[t], x
 				}
 				ai[t] = lg
 			}
-			if ret != nil {
-				rt := ret[base : base+cols]
-				for t, a := range ai {
-					rt[t] = a + vi[t]
-				}
+		}
+		if ret != nil {
+			for k := lo * cols; k < hi*cols; k++ {
+				ret[k] = adv[k] + v[k]
 			}
 		}
 	})
-	hostops.MaskedWhiten(adv, adv, m)
 }
