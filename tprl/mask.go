@@ -260,6 +260,23 @@ type selectScratch struct {
 	pos  []int32  // valid positions, ascending
 	keys []uint32 // order keys of the valid positions
 	cand []int32  // indices into pos still in the running
+	hist [1 << 11]int32
+}
+
+// The radix digits of selectRow: 11, 11 and 10 bits, most significant first.
+const (
+	radixShift0, radixShift1, radixShift2 = 21, 10, 0
+	radixBits0, radixBits1, radixBits2    = 11, 11, 10
+)
+
+// radixBucket walks the histogram from the largest bucket down and returns the bucket holding
+// the need-th largest candidate, reducing need by the candidates in larger buckets.
+func radixBucket(h []int32, need *int) uint32 {
+	b := len(h) - 1
+	for ; b > 0 && int(h[b]) < *need; b-- {
+		*need -= int(h[b])
+	}
+	return uint32(b)
 }
 
 func (s *selectScratch) grow(n int) {
@@ -289,16 +306,21 @@ func orderKey(x float32) uint32 {
 
 // selectRow selects one row. It is equivalent to hostops.TopPRow (stable descending sort of
 // the valid positions, first k kept) but finds the k-th largest key by an O(n) radix selection
-// (four 8-bit digits) instead of sorting: every position whose key is larger than the k-th
+// (digits of 11, 11 and 10 bits) instead of sorting: every position whose key is larger than the k-th
 // largest key K is selected, and of those whose key equals K the lowest indices fill the rest.
 func selectRow(sel, vals, mask []float32, p float32, sc *selectScratch) rowStats {
 	n := len(vals)
 	sc.grow(n)
-	pos := sc.pos[:0]
+	pos, keys := sc.pos[:0], sc.keys[:0]
+	hist := &sc.hist
+	clear(hist[:])
 	for t, w := range mask[:n] {
 		sel[t] = 0
 		if w != 0 {
+			key := orderKey(vals[t])
 			pos = append(pos, int32(t))
+			keys = append(keys, key)
+			hist[key>>radixShift0]++
 		}
 	}
 	nv := len(pos)
@@ -314,38 +336,39 @@ func selectRow(sel, vals, mask []float32, p float32, sc *selectScratch) rowStats
 		// The k-th largest is the smallest; among equal keys the stable order puts the
 		// highest index last.
 		least := uint32(math.MaxUint32)
-		for _, t := range pos {
+		for i, t := range pos {
 			v := vals[t]
 			sel[t] = 1
 			r.selSum += float64(v)
-			if key := orderKey(v); key <= least {
-				least, r.threshold = key, v
+			if keys[i] <= least {
+				least, r.threshold = keys[i], v
 			}
 		}
 		r.selected = nv
 		return r
 	}
-	keys := sc.keys[:nv]
-	for i, t := range pos {
-		keys[i] = orderKey(vals[t])
+	// Radix selection, most significant digit first. need is the rank of the wanted key among
+	// the candidates, counted from the largest.
+	need := k
+	b := radixBucket(hist[:1<<radixBits0], &need)
+	cand := sc.cand[:0]
+	for i, key := range keys {
+		if key>>radixShift0 == b {
+			cand = append(cand, int32(i))
+		}
 	}
-	cand := sc.cand[:nv]
-	for i := range cand {
-		cand[i] = int32(i)
-	}
-	need := k // rank of the wanted key among cand, counted from the largest
-	for shift := 24; shift >= 0 && len(cand) > 1; shift -= 8 {
-		var hist [256]int32
+	shifts, bits := [2]uint32{radixShift1, radixShift2}, [2]uint32{radixBits1, radixBits2}
+	for d := 0; d < len(shifts) && len(cand) > 1; d++ {
+		shift, width := shifts[d], uint32(1)<<bits[d]
+		h := hist[:width]
+		clear(h)
 		for _, i := range cand {
-			hist[byte(keys[i]>>shift)]++
+			h[(keys[i]>>shift)&(width-1)]++
 		}
-		b := 255
-		for ; b > 0 && int(hist[b]) < need; b-- {
-			need -= int(hist[b])
-		}
+		b := radixBucket(h, &need)
 		j := 0
 		for _, i := range cand {
-			if byte(keys[i]>>shift) == byte(b) {
+			if (keys[i]>>shift)&(width-1) == b {
 				cand[j] = i
 				j++
 			}
