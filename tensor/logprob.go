@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"math"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -113,9 +115,14 @@ func checkLogProb(op string, logits, targets *Tensor, temperature float32, names
 	return CheckSameBackend(op, append([]string{"logits", "targets"}, names...), all...)
 }
 
-// vocabBlock is how many logits the online softmax folds at a time: small enough for L1, large
-// enough that the per-block max/rescale costs nothing.
+// vocabBlock is how many logits the pure-Go online softmax folds at a time: small enough for
+// L1, large enough that the per-block max/rescale costs nothing. The SIMD kernels use simdBlock.
 const vocabBlock = 512
+
+// simdBlock is the block of the SIMD kernels: 16 KiB of float32 logits, still in L1 when the
+// fold rereads what the block maximum just loaded, and long enough that the two assembly calls
+// and the rescale per block are noise.
+const simdBlock = 4096
 
 // logitRows gives row i of the logits as float32, converting bfloat16 through scratch.
 type logitRows struct {
@@ -152,6 +159,33 @@ func (r logitRows) at(i, v int) float32 {
 		return r.f32[i*r.v+v]
 	}
 	return r.b16[i*r.v+v].Float32()
+}
+
+// u16 returns bfloat16 logits [lo, hi) of row i as raw bits, for the assembly kernels.
+func (r logitRows) u16(i, lo, hi int) []uint16 {
+	return bf16Bits(r.b16[i*r.v+lo : i*r.v+hi])
+}
+
+func bf16Bits(b []BF16) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.SliceData(b)), len(b))
+}
+
+// hasNaN reports whether logits [lo, hi) of row i hold a NaN.
+func (r logitRows) hasNaN(i, lo, hi int) bool {
+	if r.f32 != nil {
+		for _, v := range r.f32[i*r.v+lo : i*r.v+hi] {
+			if v != v {
+				return true
+			}
+		}
+		return false
+	}
+	for _, h := range r.b16[i*r.v+lo : i*r.v+hi] {
+		if h&0x7fff > 0x7f80 {
+			return true
+		}
+	}
+	return false
 }
 
 // rowStats folds one row into the running max m (of z = x/temperature), s = sum exp(z-m) and
@@ -200,6 +234,124 @@ func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m flo
 	return m, s, t
 }
 
+// rowStatsSIMD is rowStats with the block maximum and the fold in the vector kernels k: the
+// same online rescaling in float64 over blocks of simdBlock, float32 partial sums per lane
+// inside a block. The maximum kernel ignores NaN; a NaN in a block the fold visits makes s NaN,
+// and a block whose maximum is -Inf is scanned for NaN here.
+func rowStatsSIMD(k *lpSIMD, r logitRows, i int, temperature float32) (m float32, s, t float64) {
+	m = float32(math.Inf(-1))
+	scale := temperature != 1
+	for lo := 0; lo < r.v; lo += simdBlock {
+		hi := min(lo+simdBlock, r.v)
+		bm := k.blockMax(r, i, lo, hi)
+		if math.IsInf(float64(bm), -1) && r.hasNaN(i, lo, hi) {
+			return float32(math.NaN()), math.NaN(), math.NaN()
+		}
+		if scale {
+			bm /= temperature
+		}
+		if bm > m {
+			if s > 0 {
+				c := math.Exp(float64(m - bm))
+				t = c * (t + s*float64(m-bm))
+				s *= c
+			}
+			m = bm
+		}
+		if math.IsInf(float64(m), 0) {
+			if m > 0 {
+				return m, math.NaN(), math.NaN()
+			}
+			continue
+		}
+		bs, bt := k.fold(r, i, lo, hi, m, temperature, scale)
+		s += float64(bs)
+		t += float64(bt)
+	}
+	return m, s, t
+}
+
+// lpSIMD is one vector implementation of the vocabulary-wide loops (logprob_amd64.go). Its
+// kernels take whole vectors only (lengths a multiple of lanes); the methods below finish the
+// tails in Go.
+type lpSIMD struct {
+	name            string
+	lanes           int
+	max32           func(x []float32) float32
+	max16           func(x []uint16) float32
+	fold32, fold32s func(x []float32, m, temp float32) (s, t float32)
+	fold16, fold16s func(x []uint16, m, temp float32) (s, t float32)
+	// Backward: [scaled] variants, by logits and dlogits dtype.
+	bwd32to32 [2]func(out, x []float32, temp, logZ, gl, ge, h, negInvT float32)
+	bwd32to16 [2]func(out []uint16, x []float32, temp, logZ, gl, ge, h, negInvT float32)
+	bwd16to32 [2]func(out []float32, x []uint16, temp, logZ, gl, ge, h, negInvT float32)
+	bwd16to16 [2]func(out, x []uint16, temp, logZ, gl, ge, h, negInvT float32)
+}
+
+// lpImpl is an implementation of the vocabulary-wide loops: simd nil is the pure-Go reference.
+type lpImpl struct {
+	name string
+	simd *lpSIMD
+}
+
+// lpImpls lists the implementations this build can run on this CPU, best first; the pure-Go
+// one is always last. It is fixed at start-up (simdImpls detects the CPU's features).
+var lpImpls = append(simdImpls(), lpImpl{name: "go"})
+
+// lpSelect indexes lpImpls: the implementation the entry points use. Only the package's own
+// tests and benchmarks change it (to run every implementation); it is 0, the best, otherwise.
+var lpSelect atomic.Int32
+
+func activeLP() *lpSIMD { return lpImpls[lpSelect.Load()].simd }
+
+func (k *lpSIMD) blockMax(r logitRows, i, lo, hi int) float32 {
+	n := (hi - lo) &^ (k.lanes - 1)
+	if r.f32 != nil {
+		x := r.f32[i*r.v+lo : i*r.v+hi]
+		bm := k.max32(x[:n])
+		for _, v := range x[n:] {
+			if v > bm {
+				bm = v
+			}
+		}
+		return bm
+	}
+	x := r.b16[i*r.v+lo : i*r.v+hi]
+	bm := k.max16(bf16Bits(x[:n]))
+	for _, h := range x[n:] {
+		if v := h.Float32(); v > bm {
+			bm = v
+		}
+	}
+	return bm
+}
+
+func (k *lpSIMD) fold(r logitRows, i, lo, hi int, m, temperature float32, scale bool) (s, t float32) {
+	n := (hi - lo) &^ (k.lanes - 1)
+	if r.f32 != nil {
+		x := r.f32[i*r.v+lo : i*r.v+hi]
+		if scale {
+			s, t = k.fold32s(x[:n], m, temperature)
+		} else {
+			s, t = k.fold32(x[:n], m, temperature)
+		}
+	} else {
+		x := r.u16(i, lo, hi)
+		if scale {
+			s, t = k.fold16s(x[:n], m, temperature)
+		} else {
+			s, t = k.fold16(x[:n], m, temperature)
+		}
+	}
+	for j := lo + n; j < hi; j++ {
+		u := floorExpArg(r.at(i, j)/temperature - m)
+		e := hostops.ExpNonPos(u)
+		s += e
+		t += e * u
+	}
+	return s, t
+}
+
 func checkTargets(op string, ys []int32, v int) error {
 	for i, y := range ys {
 		if y < 0 || int(y) >= v {
@@ -222,10 +374,20 @@ func logProbEntropyHost(op string, logp, entropy, logits, targets *Tensor, tempe
 	if entropy != nil {
 		ent, _ = entropy.Float32s()
 	}
+	k := activeLP()
 	parallel.For(len(ys), parallel.Grain(rows.v, 1<<16), func(lo, hi int) {
-		scratch := make([]float32, vocabBlock)
+		var scratch []float32
+		if k == nil {
+			scratch = make([]float32, vocabBlock)
+		}
 		for i := lo; i < hi; i++ {
-			m, s, t := rowStats(rows, i, temperature, scratch)
+			var m float32
+			var s, t float64
+			if k != nil {
+				m, s, t = rowStatsSIMD(k, rows, i, temperature)
+			} else {
+				m, s, t = rowStats(rows, i, temperature, scratch)
+			}
 			logS := math.Log(s)
 			if lp != nil {
 				zy := rows.at(i, int(ys[i])) / temperature
@@ -266,6 +428,21 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 		out16, _ = dlogits.BF16s()
 	}
 	invT := 1 / temperature
+	if k := activeLP(); k != nil {
+		parallel.For(len(ys), parallel.Grain(v, 1<<16), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				var gl, ge, h float32
+				if dlp != nil {
+					gl = dlp[i]
+				}
+				if dent != nil {
+					ge, h = dent[i], ent[i]
+				}
+				k.backwardRow(out32, out16, rows, i, int(ys[i]), lp[i], gl, ge, h, temperature)
+			}
+		})
+		return nil
+	}
 	parallel.For(len(ys), parallel.Grain(v, 1<<16), func(lo, hi int) {
 		scratch := make([]float32, vocabBlock)
 		outScratch := make([]float32, vocabBlock)
@@ -303,6 +480,53 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 		}
 	})
 	return nil
+}
+
+// backwardRow writes row i of dlogits (out32 or out16) with the vector kernels: the whole
+// vectors in assembly, the tail and the target's extra gl/temperature in Go.
+func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y int, lpi, gl, ge, h, temperature float32) {
+	v := rows.v
+	invT := 1 / temperature
+	logZ := rows.at(i, y)/temperature - lpi
+	n := v &^ (k.lanes - 1)
+	sc := 0
+	if temperature != 1 {
+		sc = 1
+	}
+	lo := i * v
+	switch {
+	case rows.f32 != nil && out32 != nil:
+		k.bwd32to32[sc](out32[lo:lo+n], rows.f32[lo:lo+n], temperature, logZ, gl, ge, h, -invT)
+	case rows.f32 != nil:
+		k.bwd32to16[sc](bf16Bits(out16[lo:lo+n]), rows.f32[lo:lo+n], temperature, logZ, gl, ge, h, -invT)
+	case out32 != nil:
+		k.bwd16to32[sc](out32[lo:lo+n], rows.u16(i, 0, n), temperature, logZ, gl, ge, h, -invT)
+	default:
+		k.bwd16to16[sc](bf16Bits(out16[lo:lo+n]), rows.u16(i, 0, n), temperature, logZ, gl, ge, h, -invT)
+	}
+	grad := func(j int) float32 {
+		u := floorExpArg(rows.at(i, j)/temperature - logZ)
+		p := hostops.ExpNonPos(u)
+		g := (-gl*p - ge*p*(u+h)) * invT
+		if j == y {
+			g += gl * invT
+		}
+		return g
+	}
+	for j := n; j < v; j++ {
+		if out32 != nil {
+			out32[lo+j] = grad(j)
+		} else {
+			out16[lo+j] = BF16FromFloat32(grad(j))
+		}
+	}
+	if y < n { // the kernel wrote the target without its 1[v=y] term
+		if out32 != nil {
+			out32[lo+y] += gl * invT
+		} else {
+			out16[lo+y] = BF16FromFloat32(grad(y))
+		}
+	}
 }
 
 // floorExpArg keeps exp arguments at or above -87, where ExpNonPos is valid; the branch is

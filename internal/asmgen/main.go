@@ -1,0 +1,495 @@
+// Command asmgen generates the amd64 assembly kernels of package tensor with avo
+// (github.com/mmcloughlin/avo). It is its own module so that avo never becomes a dependency of
+// mtrl. Run it through go generate in package tensor:
+//
+//	go run -C ../internal/asmgen . -out ../../tensor/logprob_amd64.s -stubs ../../tensor/logprob_stub_amd64.go -pkg tensor
+//
+// The kernels are the vocabulary-wide loops of tensor.LogProbEntropy and its backward: a block
+// maximum, a block fold (sum exp(z-m) and sum exp(z-m)*(z-m)), and the per-row gradient. Each
+// exists for AVX-512F (16 lanes) and AVX2+FMA (8 lanes), for float32 and bfloat16 logits, with
+// and without a temperature division. The kernels process whole vectors only: callers pass
+// slices whose length is a multiple of the lane count and finish the tail in Go.
+//
+// exp(u) for u in [-87, 0.34] uses the range reduction of internal/hostops.ExpNonPos:
+// k = round(u*log2e), r = (u - k*ln2Hi) - k*ln2Lo (two FMAs), the degree-7 Taylor polynomial of
+// exp(r) in Horner form with FMAs, times 2^k.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Constant table: each entry is 8 replicated 32-bit words (one ymm), so AVX2 code can use it as
+// a memory operand and AVX-512 code broadcasts its first word.
+const (
+	cLog2e = iota
+	cLn2Hi
+	cLn2Lo
+	cC7
+	cC6
+	cC5
+	cC4
+	cC3
+	cC2
+	cOne
+	cMinus87
+	cBias  // int32 127
+	c7fff  // int32 0x7fff
+	cIOne  // int32 1
+	cQuiet // int32 0x40
+	cNegInf
+	nConst
+)
+
+var constTable Mem
+
+func f32bits(f float64) uint32 { return math.Float32bits(float32(f)) }
+
+func emitConstants() {
+	vals := [nConst]uint32{
+		cLog2e:   f32bits(1.44269504088896341),
+		cLn2Hi:   f32bits(0.693359375),
+		cLn2Lo:   f32bits(-2.12194440e-4),
+		cC7:      f32bits(1.0 / 5040),
+		cC6:      f32bits(1.0 / 720),
+		cC5:      f32bits(1.0 / 120),
+		cC4:      f32bits(1.0 / 24),
+		cC3:      f32bits(1.0 / 6),
+		cC2:      f32bits(1.0 / 2),
+		cOne:     f32bits(1),
+		cMinus87: f32bits(-87),
+		cBias:    127,
+		c7fff:    0x7fff,
+		cIOne:    1,
+		cQuiet:   0x40,
+		cNegInf:  math.Float32bits(float32(math.Inf(-1))),
+	}
+	constTable = GLOBL("lpconst", RODATA|NOPTR)
+	for i, v := range vals {
+		for j := 0; j < 8; j++ {
+			DATA(32*i+4*j, U32(v))
+		}
+	}
+}
+
+func cst(i int) Mem { return constTable.Offset(32 * i) }
+
+// isa describes one vector instruction set.
+type isa struct {
+	name   string
+	lanes  int
+	avx512 bool
+	unroll int
+}
+
+var (
+	avx512 = isa{name: "AVX512", lanes: 16, avx512: true, unroll: 4}
+	avx2   = isa{name: "AVX2", lanes: 8, avx512: false, unroll: 2}
+)
+
+func (a isa) vec() VecVirtual {
+	if a.avx512 {
+		return ZMM()
+	}
+	return YMM()
+}
+
+// bcast loads constant i into a new vector register.
+func (a isa) bcast(i int) VecVirtual {
+	v := a.vec()
+	if a.avx512 {
+		VBROADCASTSS(cst(i), v)
+	} else {
+		VMOVUPS(cst(i), v)
+	}
+	return v
+}
+
+// kernel state for one function.
+type kern struct {
+	isa
+	bf16 bool // logits are bfloat16
+	k    map[int]Op
+}
+
+// c returns constant i as an operand: a register for AVX-512 (all constants are kept live), a
+// memory operand for AVX2 unless it was loaded into a register with keep.
+func (g *kern) c(i int) Op {
+	if r, ok := g.k[i]; ok {
+		return r
+	}
+	return cst(i)
+}
+
+func (g *kern) keep(ids ...int) {
+	if g.k == nil {
+		g.k = map[int]Op{}
+	}
+	for _, i := range ids {
+		g.k[i] = g.bcast(i)
+	}
+}
+
+func (g *kern) esize() int {
+	if g.bf16 {
+		return 2
+	}
+	return 4
+}
+
+// load reads one vector of logits at ptr+off as float32.
+func (g *kern) load(ptr Register, off int) VecVirtual {
+	v := g.vec()
+	m := Mem{Base: ptr, Disp: off}
+	if g.bf16 {
+		VPMOVZXWD(m, v)
+		VPSLLD(U8(16), v, v)
+	} else {
+		VMOVUPS(m, v)
+	}
+	return v
+}
+
+// exp returns exp(u) for u in [-87, 0.34] (NaN gives NaN).
+func (g *kern) exp(u VecVirtual) VecVirtual {
+	kf := g.vec()
+	r := g.vec()
+	p := g.vec()
+	VMULPS(g.c(cLog2e), u, kf)
+	var ki VecVirtual
+	if g.avx512 {
+		VRNDSCALEPS(U8(8), kf, kf) // round to nearest even, no precision exception
+	} else {
+		ki = g.vec()
+		VCVTPS2DQ(kf, ki) // MXCSR rounding: nearest even
+		VCVTDQ2PS(ki, kf)
+	}
+	VMOVAPS(u, r)
+	VFNMADD231PS(g.c(cLn2Hi), kf, r)
+	VFNMADD231PS(g.c(cLn2Lo), kf, r)
+	if g.avx512 {
+		VMOVAPS(g.c(cC7), p)
+	} else {
+		VMOVUPS(g.c(cC7), p)
+	}
+	for _, c := range []int{cC6, cC5, cC4, cC3, cC2, cOne, cOne} {
+		VFMADD213PS(g.c(c), r, p)
+	}
+	if g.avx512 {
+		VSCALEFPS(kf, p, p)
+	} else {
+		VPADDD(g.c(cBias), ki, ki)
+		VPSLLD(U8(23), ki, ki)
+		VMULPS(ki, p, p)
+	}
+	return p
+}
+
+func (g *kern) suffix() string {
+	if g.bf16 {
+		return "BF16"
+	}
+	return "F32"
+}
+
+func (g *kern) sliceType() string {
+	if g.bf16 {
+		return "[]uint16"
+	}
+	return "[]float32"
+}
+
+// hsum reduces the lanes of v into lane 0 of an xmm register, in a fixed order.
+func (g *kern) hreduce(v VecVirtual, add bool) VecVirtual {
+	op := func(a, b, dst Op) {
+		if add {
+			VADDPS(a, b, dst)
+		} else {
+			VMAXPS(a, b, dst)
+		}
+	}
+	y := v
+	if g.avx512 {
+		hi := YMM()
+		VEXTRACTF64X4(U8(1), v, hi)
+		op(hi, v.AsY(), hi)
+		y = hi
+	}
+	x := XMM()
+	VEXTRACTF128(U8(1), y, x)
+	op(x, y.AsX(), x)
+	x2 := XMM()
+	VMOVHLPS(x, x, x2)
+	op(x2, x, x)
+	VMOVSHDUP(x, x2)
+	if add {
+		VADDSS(x2, x, x)
+	} else {
+		VMAXSS(x2, x, x)
+	}
+	return x
+}
+
+// maxKernel: func(x []T) float32, the maximum ignoring NaN; -Inf for an empty slice.
+func maxKernel(a isa, bf16 bool) {
+	g := &kern{isa: a, bf16: bf16}
+	name := "max" + g.suffix() + a.name
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x %s) float32", g.sliceType()))
+	Pragma("noescape")
+	Doc(name+" returns the maximum of x, ignoring NaN (-Inf when empty); len(x) must be a multiple of", fmt.Sprint(a.lanes)+".")
+	ptr := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	const u = 4
+	acc := make([]VecVirtual, u)
+	for j := range acc {
+		acc[j] = a.bcast(cNegInf)
+	}
+	step := u * a.lanes
+	Label(name + "_loop")
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_one"))
+	for j := 0; j < u; j++ {
+		x := g.load(ptr, j*a.lanes*g.esize())
+		VMAXPS(acc[j], x, acc[j]) // a NaN x returns acc (the second source)
+	}
+	ADDQ(U32(step*g.esize()), ptr)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_one")
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(name + "_done"))
+	x := g.load(ptr, 0)
+	VMAXPS(acc[0], x, acc[0])
+	ADDQ(U32(a.lanes*g.esize()), ptr)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(name + "_one"))
+	Label(name + "_done")
+	VMAXPS(acc[1], acc[0], acc[0])
+	VMAXPS(acc[3], acc[2], acc[2])
+	VMAXPS(acc[2], acc[0], acc[0])
+	r := g.hreduce(acc[0], false)
+	Store(r, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// foldKernel: func(x []T, m, temp float32) (s, t float32) with u = max(z - m, -87),
+// z = x (or x/temp when scaled), s = sum exp(u), t = sum exp(u)*u, per lane in float32 and
+// reduced in a fixed order.
+func foldKernel(a isa, bf16, scaled bool) {
+	g := &kern{isa: a, bf16: bf16}
+	name := "fold" + g.suffix()
+	if scaled {
+		name += "Scaled"
+	}
+	name += a.name
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x %s, m, temp float32) (s, t float32)", g.sliceType()))
+	Pragma("noescape")
+	Doc(name+" returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x"+map[bool]string{true: "/temp", false: ""}[scaled]+";",
+		fmt.Sprintf("len(x) must be a multiple of %d.", a.lanes))
+	ptr := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	mx := Load(Param("m"), XMM())
+	mv := a.vec()
+	VBROADCASTSS(mx, mv)
+	var tv VecVirtual
+	if scaled {
+		tx := Load(Param("temp"), XMM())
+		tv = a.vec()
+		VBROADCASTSS(tx, tv)
+	}
+	if a.avx512 {
+		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87)
+	} else {
+		g.keep(cMinus87)
+	}
+	npairs := a.unroll
+	s := make([]VecVirtual, npairs)
+	t := make([]VecVirtual, npairs)
+	for j := range s {
+		s[j], t[j] = a.vec(), a.vec()
+		VXORPS(s[j], s[j], s[j])
+		VXORPS(t[j], t[j], t[j])
+	}
+	body := func(j, off int) {
+		x := g.load(ptr, off)
+		if scaled {
+			VDIVPS(tv, x, x)
+		}
+		VSUBPS(mv, x, x)
+		VMAXPS(x, g.c(cMinus87), x) // NaN-propagating: NaN u is the second source
+		e := g.exp(x)
+		VADDPS(e, s[j], s[j])
+		VFMADD231PS(x, e, t[j])
+	}
+	step := a.unroll * a.lanes
+	Label(name + "_loop")
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_one"))
+	for j := 0; j < a.unroll; j++ {
+		body(j, j*a.lanes*g.esize())
+	}
+	ADDQ(U32(step*g.esize()), ptr)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_one")
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(name + "_done"))
+	body(0, 0)
+	ADDQ(U32(a.lanes*g.esize()), ptr)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(name + "_one"))
+	Label(name + "_done")
+	// Fixed-order pairwise combination of the accumulators, then of the lanes.
+	for w := 1; w < npairs; w *= 2 {
+		for j := 0; j+w < npairs; j += 2 * w {
+			VADDPS(s[j+w], s[j], s[j])
+			VADDPS(t[j+w], t[j], t[j])
+		}
+	}
+	rs := g.hreduce(s[0], true)
+	Store(rs, Return("s"))
+	rt := g.hreduce(t[0], true)
+	Store(rt, Return("t"))
+	VZEROUPPER()
+	RET()
+}
+
+// bwdKernel: func(out []O, x []T, temp, logZ, gl, ge, h, negInvT float32) writes for every x
+// out = exp(u)*(ge*(u+h)+gl)*negInvT with u = max(z-logZ, -87), z = x (or x/temp); float32 or
+// bfloat16 out (round to nearest even, NaN kept quiet).
+func bwdKernel(a isa, bf16, out16, scaled bool) {
+	g := &kern{isa: a, bf16: bf16}
+	name := "bwd" + g.suffix()
+	otype := "[]float32"
+	if out16 {
+		name += "To16"
+		otype = "[]uint16"
+	}
+	if scaled {
+		name += "Scaled"
+	}
+	name += a.name
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(out %s, x %s, temp, logZ, gl, ge, h, negInvT float32)", otype, g.sliceType()))
+	Pragma("noescape")
+	Doc(name+" writes the logits gradient of one row; len(x) must be a multiple of",
+		fmt.Sprintf("%d and len(out) >= len(x).", a.lanes))
+	optr := Load(Param("out").Base(), GP64())
+	ptr := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	scal := func(name string) VecVirtual {
+		x := Load(Param(name), XMM())
+		v := a.vec()
+		VBROADCASTSS(x, v)
+		return v
+	}
+	var tv VecVirtual
+	if scaled {
+		tv = scal("temp")
+	}
+	lz, gl, ge, h, ni := scal("logZ"), scal("gl"), scal("ge"), scal("h"), scal("negInvT")
+	if a.avx512 {
+		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87)
+		if out16 {
+			g.keep(c7fff, cIOne, cQuiet)
+		}
+	} else {
+		g.keep(cMinus87)
+	}
+	osize := 4
+	if out16 {
+		osize = 2
+	}
+	body := func(off int) {
+		x := g.load(ptr, off*g.esize())
+		if scaled {
+			VDIVPS(tv, x, x)
+		}
+		VSUBPS(lz, x, x)
+		VMAXPS(x, g.c(cMinus87), x)
+		e := g.exp(x)
+		VADDPS(h, x, x)
+		VFMADD213PS(gl, ge, x) // x = ge*(u+h) + gl
+		VMULPS(x, e, e)
+		VMULPS(ni, e, e)
+		dst := Mem{Base: optr, Disp: off * osize}
+		if !out16 {
+			VMOVUPS(e, dst)
+			return
+		}
+		// bfloat16: b + 0x7fff + ((b>>16)&1), >>16; NaN: (b>>16)|0x40.
+		r := g.vec()
+		nan := g.vec()
+		VPSRLD(U8(16), e, nan)
+		if a.avx512 {
+			VPANDD(g.c(cIOne), nan, r)
+			VPADDD(g.c(c7fff), r, r)
+			VPADDD(e, r, r)
+			VPSRLD(U8(16), r, r)
+			VPORD(g.c(cQuiet), nan, nan)
+			k := K()
+			VCMPPS(U8(3), e, e, k) // unordered: NaN lanes
+			VPBLENDMD(nan, r, k, r)
+			VPMOVDW(r, dst)
+		} else {
+			VPAND(g.c(cIOne), nan, r)
+			VPADDD(g.c(c7fff), r, r)
+			VPADDD(e, r, r)
+			VPSRLD(U8(16), r, r)
+			VPOR(g.c(cQuiet), nan, nan)
+			msk := g.vec()
+			VCMPPS(U8(3), e, e, msk)
+			VBLENDVPS(msk, nan, r, r)
+			hi := XMM()
+			VEXTRACTI128(U8(1), r, hi)
+			VPACKUSDW(hi, r.AsX(), hi)
+			VMOVDQU(hi, dst)
+		}
+	}
+	step := a.unroll * a.lanes
+	Label(name + "_loop")
+	CMPQ(n, U32(step))
+	JB(LabelRef(name + "_one"))
+	for j := 0; j < a.unroll; j++ {
+		body(j * a.lanes)
+	}
+	ADDQ(U32(step*g.esize()), ptr)
+	ADDQ(U32(step*osize), optr)
+	SUBQ(U32(step), n)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_one")
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(name + "_done"))
+	body(0)
+	ADDQ(U32(a.lanes*g.esize()), ptr)
+	ADDQ(U32(a.lanes*osize), optr)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(name + "_one"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+func main() {
+	ConstraintExpr("!noasm")
+	emitConstants()
+	for _, a := range []isa{avx512, avx2} {
+		for _, bf16 := range []bool{false, true} {
+			maxKernel(a, bf16)
+			for _, scaled := range []bool{false, true} {
+				foldKernel(a, bf16, scaled)
+			}
+			for _, out16 := range []bool{false, true} {
+				for _, scaled := range []bool{false, true} {
+					bwdKernel(a, bf16, out16, scaled)
+				}
+			}
+		}
+	}
+	Generate()
+}
