@@ -19,13 +19,13 @@
 // are float32 [B, T]; returns may be nil where the caller does not need it. Every estimator has
 // its own function (dst-first, like gonum) and Compute dispatches on a Config.
 //
-//	Estimator            inputs                   adv                              returns
-//	GAE                  rewards, values, mask    whiten(raw GAE)                   raw + values
-//	GRPO                 rewards, mask, index     (s-mean)/(std+eps)*m              = adv
-//	GRPOPassK            rewards, mask, index     arg-max row (r1-r2)/(std+eps)*m   = adv
-//	RLOO                 rewards, mask, index     (s - leave-one-out mean)*m        = adv
-//	ReinforcePlusPlus    rewards, mask            whiten(discounted return)         discounted return
-//	ReMax                rewards, mask, baselines (s - baseline)*m                  masked reward-to-go
+//	Estimator          inputs                    adv                              returns
+//	GAE                rewards, values, mask     whiten(raw GAE)                  raw + values
+//	GRPO               rewards, mask, index      (s-mean)/(std+eps)*m             = adv
+//	GRPOPassK          rewards, mask, index      arg-max row (r1-r2)/(std+eps)*m  = adv
+//	RLOO               rewards, mask, index      (s - leave-one-out mean)*m       = adv
+//	ReinforcePlusPlus  rewards, mask             whiten(discounted return)        discounted return
+//	ReMax              rewards, mask, baselines  (s - baseline)*m                 masked reward-to-go
 //
 // # Bad input and edge cases
 //
@@ -33,8 +33,8 @@
 // ErrDType, ErrBackend or ErrParam and name the op and argument). A GRPO / pass@k / RLOO group
 // of one response is an ErrParam naming "index" and the group id. An empty batch [0, T] is valid
 // and writes nothing; with T = 0 there is nothing to write, but the group estimators still check
-// the groups. NaN and ±Inf propagate; use
-// tensor.CheckFinite on the inputs for an opt-in check. Outputs must not alias inputs.
+// the groups. NaN and ±Inf propagate; use tensor.CheckFinite on the inputs for an opt-in check.
+// Outputs must not alias the inputs or each other.
 //
 // # Numerics and deviations from the reference
 //
