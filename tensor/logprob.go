@@ -236,14 +236,18 @@ func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m flo
 
 // rowStatsSIMD is rowStats with the block maximum and the fold in the vector kernels k: the
 // same online rescaling in float64 over blocks of simdBlock, float32 partial sums per lane
-// inside a block. The maximum kernel ignores NaN; a NaN in a block the fold visits makes s NaN,
-// and a block whose maximum is -Inf is scanned for NaN here.
+// inside a block. The fold of block b also computes the maximum of block b+1, so the next
+// block streams in from memory while this one computes. The maximum kernels ignore NaN; a NaN
+// in a block the fold visits makes s NaN, and a block whose maximum is -Inf is scanned for NaN
+// here.
 func rowStatsSIMD(k *lpSIMD, r logitRows, i int, temperature float32) (m float32, s, t float64) {
 	m = float32(math.Inf(-1))
 	scale := temperature != 1
+	nbm := k.blockMax(r, i, 0, min(simdBlock, r.v))
 	for lo := 0; lo < r.v; lo += simdBlock {
 		hi := min(lo+simdBlock, r.v)
-		bm := k.blockMax(r, i, lo, hi)
+		nhi := min(hi+simdBlock, r.v)
+		bm := nbm
 		if math.IsInf(float64(bm), -1) && r.hasNaN(i, lo, hi) {
 			return float32(math.NaN()), math.NaN(), math.NaN()
 		}
@@ -262,9 +266,11 @@ func rowStatsSIMD(k *lpSIMD, r logitRows, i int, temperature float32) (m float32
 			if m > 0 {
 				return m, math.NaN(), math.NaN()
 			}
+			nbm = k.blockMax(r, i, hi, nhi)
 			continue
 		}
-		bs, bt := k.fold(r, i, lo, hi, m, temperature, scale)
+		var bs, bt float32
+		bs, bt, nbm = k.fold(r, i, lo, hi, nhi, m, temperature, scale)
 		s += float64(bs)
 		t += float64(bt)
 	}
@@ -279,8 +285,8 @@ type lpSIMD struct {
 	lanes           int
 	max32           func(x []float32) float32
 	max16           func(x []uint16) float32
-	fold32, fold32s func(x []float32, m, temp float32) (s, t float32)
-	fold16, fold16s func(x []uint16, m, temp float32) (s, t float32)
+	fold32, fold32s func(x, next []float32, m, temp float32) (s, t, nm float32)
+	fold16, fold16s func(x, next []uint16, m, temp float32) (s, t, nm float32)
 	// Backward: [scaled] variants, by logits and dlogits dtype.
 	bwd32to32 [2]func(out, x []float32, temp, logZ, gl, ge, h, negInvT float32)
 	bwd32to16 [2]func(out []uint16, x []float32, temp, logZ, gl, ge, h, negInvT float32)
@@ -326,21 +332,37 @@ func (k *lpSIMD) blockMax(r logitRows, i, lo, hi int) float32 {
 	return bm
 }
 
-func (k *lpSIMD) fold(r logitRows, i, lo, hi int, m, temperature float32, scale bool) (s, t float32) {
+// fold folds logits [lo, hi) of row i (see foldKernel in internal/asmgen) and returns the
+// maximum of [hi, nhi), the next block (-Inf when empty). nhi-hi <= hi-lo.
+func (k *lpSIMD) fold(r logitRows, i, lo, hi, nhi int, m, temperature float32, scale bool) (s, t, nm float32) {
 	n := (hi - lo) &^ (k.lanes - 1)
+	nn := (nhi - hi) &^ (k.lanes - 1)
+	nn = min(nn, n) // the kernels need len(next) <= len(x); blocks never break it
 	if r.f32 != nil {
 		x := r.f32[i*r.v+lo : i*r.v+hi]
+		next := r.f32[i*r.v+hi : i*r.v+nhi]
 		if scale {
-			s, t = k.fold32s(x[:n], m, temperature)
+			s, t, nm = k.fold32s(x[:n], next[:nn], m, temperature)
 		} else {
-			s, t = k.fold32(x[:n], m, temperature)
+			s, t, nm = k.fold32(x[:n], next[:nn], m, temperature)
+		}
+		for _, v := range next[nn:] {
+			if v > nm {
+				nm = v
+			}
 		}
 	} else {
 		x := r.u16(i, lo, hi)
+		next := r.u16(i, hi, nhi)
 		if scale {
-			s, t = k.fold16s(x[:n], m, temperature)
+			s, t, nm = k.fold16s(x[:n], next[:nn], m, temperature)
 		} else {
-			s, t = k.fold16(x[:n], m, temperature)
+			s, t, nm = k.fold16(x[:n], next[:nn], m, temperature)
+		}
+		for _, h := range next[nn:] {
+			if v := BF16(h).Float32(); v > nm {
+				nm = v
+			}
 		}
 	}
 	for j := lo + n; j < hi; j++ {
@@ -349,7 +371,7 @@ func (k *lpSIMD) fold(r logitRows, i, lo, hi int, m, temperature float32, scale 
 		s += e
 		t += e * u
 	}
-	return s, t
+	return s, t, nm
 }
 
 func checkTargets(op string, ys []int32, v int) error {

@@ -40,21 +40,25 @@ func TestLogProbKernelsVsGo(t *testing.T) {
 		k := im.simd
 		for n := 0; n <= 4*k.lanes*4+3; n++ {
 			for _, bf := range []bool{false, true} {
-				x := randLogits(r, n, 3)
+				nn := r.IntN(n + 1) // the next block: a length up to n
+				x := randLogits(r, n+nn, 3)
 				if n > 5 {
 					x[n/3] = float32(math.Inf(-1))
 				}
-				rows := logitRows{v: n, f32: x}
+				rows := logitRows{v: n + nn, f32: x}
 				if bf {
-					rows = logitRows{v: n, b16: make([]BF16, n)}
+					rows = logitRows{v: n + nn, b16: make([]BF16, n+nn)}
 					for i, v := range x {
 						rows.b16[i] = BF16FromFloat32(v)
 						x[i] = rows.b16[i].Float32()
 					}
 				}
-				want := float32(math.Inf(-1))
-				for _, v := range x {
+				want, wantNext := float32(math.Inf(-1)), float32(math.Inf(-1))
+				for _, v := range x[:n] {
 					want = max(want, v)
+				}
+				for _, v := range x[n:] {
+					wantNext = max(wantNext, v)
 				}
 				if got := k.blockMax(rows, 0, 0, n); got != want {
 					t.Fatalf("%s bf16=%v n=%d: max %v, want %v", im.name, bf, n, got, want)
@@ -65,14 +69,17 @@ func TestLogProbKernelsVsGo(t *testing.T) {
 				for _, temp := range []float32{1, 0.7} {
 					m := want / temp
 					var ws, wt float64
-					for _, v := range x {
+					for _, v := range x[:n] {
 						u := float64(floorExpArg(v/temp - m))
 						ws += math.Exp(u)
 						wt += math.Exp(u) * u
 					}
-					s, tt := k.fold(rows, 0, 0, n, m, temp, temp != 1)
+					s, tt, nm := k.fold(rows, 0, 0, n, n+nn, m, temp, temp != 1)
 					if math.Abs(float64(s)-ws) > 1e-6*ws || math.Abs(float64(tt)-wt) > 1e-6*math.Abs(wt)+1e-30*float64(n) {
 						t.Fatalf("%s bf16=%v n=%d temp=%v: fold (%v, %v), want (%v, %v)", im.name, bf, n, temp, s, tt, ws, wt)
+					}
+					if nm != wantNext {
+						t.Fatalf("%s bf16=%v n=%d next=%d: next max %v, want %v", im.name, bf, n, nn, nm, wantNext)
 					}
 				}
 			}
@@ -108,7 +115,7 @@ func TestLogProbKernelsSpecial(t *testing.T) {
 			for i := range x {
 				x[i] = float32(u)
 			}
-			s, _ := k.fold32(x, 0, 1)
+			s, _, _ := k.fold32(x, nil, 0, 1)
 			got := float64(s / float32(k.lanes)) // equal lanes: the reduction is exact
 			want := math.Exp(float64(float32(u)))
 			if rel := math.Abs(got-want) / want; rel > worst {
@@ -214,7 +221,7 @@ func BenchmarkLogProbKernels(b *testing.B) {
 				b.SetBytes(int64(len(x) * es))
 				for b.Loop() {
 					if k != nil {
-						k.fold(rows, 0, 0, len(x), 10, 1, false)
+						k.fold(rows, 0, 0, len(x), len(x), 10, 1, false)
 					} else {
 						var acc [4]float32
 						for lo := 0; lo < len(x); lo += vocabBlock {

@@ -10,17 +10,19 @@ package tensor
 //go:noescape
 func maxF32AVX512(x []float32) float32
 
-// foldF32AVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x;
-// len(x) must be a multiple of 16.
+// foldF32AVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 16.
 //
 //go:noescape
-func foldF32AVX512(x []float32, m float32, temp float32) (s float32, t float32)
+func foldF32AVX512(x []float32, next []float32, m float32, temp float32) (s float32, t float32, nm float32)
 
-// foldF32ScaledAVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp;
-// len(x) must be a multiple of 16.
+// foldF32ScaledAVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 16.
 //
 //go:noescape
-func foldF32ScaledAVX512(x []float32, m float32, temp float32) (s float32, t float32)
+func foldF32ScaledAVX512(x []float32, next []float32, m float32, temp float32) (s float32, t float32, nm float32)
 
 // bwdF32AVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
@@ -52,17 +54,19 @@ func bwdF32To16ScaledAVX512(out []uint16, x []float32, temp float32, logZ float3
 //go:noescape
 func maxBF16AVX512(x []uint16) float32
 
-// foldBF16AVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x;
-// len(x) must be a multiple of 16.
+// foldBF16AVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 16.
 //
 //go:noescape
-func foldBF16AVX512(x []uint16, m float32, temp float32) (s float32, t float32)
+func foldBF16AVX512(x []uint16, next []uint16, m float32, temp float32) (s float32, t float32, nm float32)
 
-// foldBF16ScaledAVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp;
-// len(x) must be a multiple of 16.
+// foldBF16ScaledAVX512 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 16.
 //
 //go:noescape
-func foldBF16ScaledAVX512(x []uint16, m float32, temp float32) (s float32, t float32)
+func foldBF16ScaledAVX512(x []uint16, next []uint16, m float32, temp float32) (s float32, t float32, nm float32)
 
 // bwdBF16AVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
@@ -94,17 +98,19 @@ func bwdBF16To16ScaledAVX512(out []uint16, x []uint16, temp float32, logZ float3
 //go:noescape
 func maxF32AVX2(x []float32) float32
 
-// foldF32AVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x;
-// len(x) must be a multiple of 8.
+// foldF32AVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 8.
 //
 //go:noescape
-func foldF32AVX2(x []float32, m float32, temp float32) (s float32, t float32)
+func foldF32AVX2(x []float32, next []float32, m float32, temp float32) (s float32, t float32, nm float32)
 
-// foldF32ScaledAVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp;
-// len(x) must be a multiple of 8.
+// foldF32ScaledAVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 8.
 //
 //go:noescape
-func foldF32ScaledAVX2(x []float32, m float32, temp float32) (s float32, t float32)
+func foldF32ScaledAVX2(x []float32, next []float32, m float32, temp float32) (s float32, t float32, nm float32)
 
 // bwdF32AVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).
@@ -136,17 +142,19 @@ func bwdF32To16ScaledAVX2(out []uint16, x []float32, temp float32, logZ float32,
 //go:noescape
 func maxBF16AVX2(x []uint16) float32
 
-// foldBF16AVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x;
-// len(x) must be a multiple of 8.
+// foldBF16AVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 8.
 //
 //go:noescape
-func foldBF16AVX2(x []uint16, m float32, temp float32) (s float32, t float32)
+func foldBF16AVX2(x []uint16, next []uint16, m float32, temp float32) (s float32, t float32, nm float32)
 
-// foldBF16ScaledAVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp;
-// len(x) must be a multiple of 8.
+// foldBF16ScaledAVX2 returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x/temp,
+// and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples
+// of 8.
 //
 //go:noescape
-func foldBF16ScaledAVX2(x []uint16, m float32, temp float32) (s float32, t float32)
+func foldBF16ScaledAVX2(x []uint16, next []uint16, m float32, temp float32) (s float32, t float32, nm float32)
 
 // bwdBF16AVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).

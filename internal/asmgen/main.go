@@ -43,10 +43,16 @@ const (
 	cIOne  // int32 1
 	cQuiet // int32 0x40
 	cNegInf
+	cMagic  // 1.5*2^23 + 127: fma(u, log2e, magic) rounds u*log2e to an integer k and holds k+127 in its low bits
+	cHiMask // int32 0xffff0000
 	nConst
 )
 
 var constTable Mem
+
+// prefetchAhead is how far past the next block's current position the fused fold asks for
+// cache lines, in bytes.
+const prefetchAhead = 4096
 
 func f32bits(f float64) uint32 { return math.Float32bits(float32(f)) }
 
@@ -68,6 +74,8 @@ func emitConstants() {
 		cIOne:    1,
 		cQuiet:   0x40,
 		cNegInf:  math.Float32bits(float32(math.Inf(-1))),
+		cMagic:   f32bits(1.5*(1<<23) + 127),
+		cHiMask:  0xffff0000,
 	}
 	constTable = GLOBL("lpconst", RODATA|NOPTR)
 	for i, v := range vals {
@@ -155,37 +163,59 @@ func (g *kern) load(ptr Register, off int) VecVirtual {
 	return v
 }
 
+// mov copies a vector register or an (unaligned) constant into dst.
+func (g *kern) mov(src Op, dst VecVirtual) {
+	if _, ok := src.(Mem); ok {
+		VMOVUPS(src, dst)
+	} else {
+		VMOVAPS(src, dst)
+	}
+}
+
+// loadPair reads 2*lanes bfloat16 logits at ptr+off as two float32 vectors: the even-indexed
+// elements (shifted up) and the odd ones (masked). For reductions, where order does not matter,
+// this is one instruction per vector instead of a widening load and a shift.
+func (g *kern) loadPair(ptr Register, off int) (VecVirtual, VecVirtual) {
+	lo, hi := g.vec(), g.vec()
+	m := Mem{Base: ptr, Disp: off}
+	if g.avx512 {
+		VMOVDQU32(m, hi)
+		VPSLLD(U8(16), hi, lo)
+		VPANDD(g.c(cHiMask), hi, hi)
+	} else {
+		VMOVDQU(m, hi)
+		VPSLLD(U8(16), hi, lo)
+		VPAND(g.c(cHiMask), hi, hi)
+	}
+	return lo, hi
+}
+
 // exp returns exp(u) for u in [-87, 0.34] (NaN gives NaN).
+//
+// k = round(u*log2e) comes from one FMA with the magic constant 1.5*2^23+127: the sum is
+// rounded to an integer (nearest even) and its low mantissa bits hold k+127, so shifting its
+// bits left by 23 gives the float32 2^k directly (the exponent field overflows away). AVX-512
+// scales with VSCALEFPS instead.
 func (g *kern) exp(u VecVirtual) VecVirtual {
+	b := g.vec()
 	kf := g.vec()
 	r := g.vec()
 	p := g.vec()
-	VMULPS(g.c(cLog2e), u, kf)
-	var ki VecVirtual
-	if g.avx512 {
-		VRNDSCALEPS(U8(8), kf, kf) // round to nearest even, no precision exception
-	} else {
-		ki = g.vec()
-		VCVTPS2DQ(kf, ki) // MXCSR rounding: nearest even
-		VCVTDQ2PS(ki, kf)
-	}
+	g.mov(g.c(cMagic), b)
+	VFMADD231PS(g.c(cLog2e), u, b) // b = u*log2e + magic
+	VSUBPS(g.c(cMagic), b, kf)     // kf = k, exactly
 	VMOVAPS(u, r)
 	VFNMADD231PS(g.c(cLn2Hi), kf, r)
 	VFNMADD231PS(g.c(cLn2Lo), kf, r)
-	if g.avx512 {
-		VMOVAPS(g.c(cC7), p)
-	} else {
-		VMOVUPS(g.c(cC7), p)
-	}
+	g.mov(g.c(cC7), p)
 	for _, c := range []int{cC6, cC5, cC4, cC3, cC2, cOne, cOne} {
 		VFMADD213PS(g.c(c), r, p)
 	}
 	if g.avx512 {
 		VSCALEFPS(kf, p, p)
 	} else {
-		VPADDD(g.c(cBias), ki, ki)
-		VPSLLD(U8(23), ki, ki)
-		VMULPS(ki, p, p)
+		VPSLLD(U8(23), b, b)
+		VMULPS(b, p, p)
 	}
 	return p
 }
@@ -278,9 +308,13 @@ func maxKernel(a isa, bf16 bool) {
 	RET()
 }
 
-// foldKernel: func(x []T, m, temp float32) (s, t float32) with u = max(z - m, -87),
+// foldKernel: func(x, next []T, m, temp float32) (s, t, nm float32) with u = max(z - m, -87),
 // z = x (or x/temp when scaled), s = sum exp(u), t = sum exp(u)*u, per lane in float32 and
-// reduced in a fixed order.
+// reduced in a fixed order, and nm = the maximum of next ignoring NaN (-Inf when empty).
+//
+// next is the following block of the row: its loads are interleaved with the fold of x, so the
+// memory system streams the next block while this one computes, and the next fold finds it in
+// L1. len(next) <= len(x), both multiples of the lane count.
 func foldKernel(a isa, bf16, scaled bool) {
 	g := &kern{isa: a, bf16: bf16}
 	name := "fold" + g.suffix()
@@ -288,12 +322,15 @@ func foldKernel(a isa, bf16, scaled bool) {
 		name += "Scaled"
 	}
 	name += a.name
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x %s, m, temp float32) (s, t float32)", g.sliceType()))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x, next %s, m, temp float32) (s, t, nm float32)", g.sliceType()))
 	Pragma("noescape")
-	Doc(name+" returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x"+map[bool]string{true: "/temp", false: ""}[scaled]+";",
-		fmt.Sprintf("len(x) must be a multiple of %d.", a.lanes))
+	Doc(name+" returns sum exp(u) and sum exp(u)*u over u = max(z-m, -87), z = x"+map[bool]string{true: "/temp", false: ""}[scaled]+",",
+		"and the maximum of next ignoring NaN (-Inf when empty). len(next) <= len(x), both multiples",
+		fmt.Sprintf("of %d.", a.lanes))
 	ptr := Load(Param("x").Base(), GP64())
 	n := Load(Param("x").Len(), GP64())
+	nptr := Load(Param("next").Base(), GP64())
+	nn := Load(Param("next").Len(), GP64())
 	mx := Load(Param("m"), XMM())
 	mv := a.vec()
 	VBROADCASTSS(mx, mv)
@@ -304,9 +341,12 @@ func foldKernel(a isa, bf16, scaled bool) {
 		VBROADCASTSS(tx, tv)
 	}
 	if a.avx512 {
-		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87)
+		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87, cMagic)
+		if bf16 {
+			g.keep(cHiMask)
+		}
 	} else {
-		g.keep(cMinus87)
+		g.keep(cMinus87, cMagic)
 	}
 	npairs := a.unroll
 	s := make([]VecVirtual, npairs)
@@ -316,8 +356,8 @@ func foldKernel(a isa, bf16, scaled bool) {
 		VXORPS(s[j], s[j], s[j])
 		VXORPS(t[j], t[j], t[j])
 	}
-	body := func(j, off int) {
-		x := g.load(ptr, off)
+	nmax := a.bcast(cNegInf)
+	body := func(j int, x VecVirtual) {
 		if scaled {
 			VDIVPS(tv, x, x)
 		}
@@ -327,24 +367,73 @@ func foldKernel(a isa, bf16, scaled bool) {
 		VADDPS(e, s[j], s[j])
 		VFMADD231PS(x, e, t[j])
 	}
-	step := a.unroll * a.lanes
-	Label(name + "_loop")
-	CMPQ(n, U32(step))
-	JB(LabelRef(name + "_one"))
-	for j := 0; j < a.unroll; j++ {
-		body(j, j*a.lanes*g.esize())
+	nextMax := func(off int) {
+		if g.bf16 {
+			lo, hi := g.loadPair(nptr, off)
+			VMAXPS(nmax, lo, nmax) // a NaN returns nmax (the second source)
+			VMAXPS(nmax, hi, nmax)
+		} else {
+			VMAXPS(nmax, g.load(nptr, off), nmax)
+		}
 	}
-	ADDQ(U32(step*g.esize()), ptr)
-	SUBQ(U32(step), n)
-	JMP(LabelRef(name + "_loop"))
-	Label(name + "_one")
+	step := a.unroll * a.lanes
+	sb := step * g.esize()
+	lbl := func(s string) string { return name + "_" + s }
+	foldStep := func(withNext bool) {
+		if withNext {
+			for off := 0; off < sb; off += 64 {
+				PREFETCHT0(Mem{Base: nptr, Disp: prefetchAhead + off})
+			}
+		}
+		for j := 0; j < a.unroll; j++ {
+			if g.bf16 {
+				if withNext && j%2 == 0 {
+					nextMax(j * a.lanes * 2)
+				}
+				lo, hi := g.loadPair(ptr, j*a.lanes*2)
+				body(j, lo)
+				j++
+				body(j, hi)
+			} else {
+				if withNext {
+					nextMax(j * a.lanes * 4)
+				}
+				body(j, g.load(ptr, j*a.lanes*4))
+			}
+		}
+		ADDQ(U32(sb), ptr)
+		SUBQ(U32(step), n)
+	}
+	// Fused: fold step of x, max of the same span of next.
+	Label(lbl("fused"))
+	CMPQ(nn, U32(step))
+	JB(LabelRef(lbl("nextone")))
+	foldStep(true)
+	ADDQ(U32(sb), nptr)
+	SUBQ(U32(step), nn)
+	JMP(LabelRef(lbl("fused")))
+	// What is left of next, one vector at a time.
+	Label(lbl("nextone"))
+	CMPQ(nn, U32(a.lanes))
+	JB(LabelRef(lbl("loop")))
+	VMAXPS(nmax, g.load(nptr, 0), nmax)
+	ADDQ(U32(a.lanes*g.esize()), nptr)
+	SUBQ(U32(a.lanes), nn)
+	JMP(LabelRef(lbl("nextone")))
+	// What is left of x.
+	Label(lbl("loop"))
+	CMPQ(n, U32(step))
+	JB(LabelRef(lbl("one")))
+	foldStep(false)
+	JMP(LabelRef(lbl("loop")))
+	Label(lbl("one"))
 	CMPQ(n, U32(a.lanes))
-	JB(LabelRef(name + "_done"))
-	body(0, 0)
+	JB(LabelRef(lbl("done")))
+	body(0, g.load(ptr, 0))
 	ADDQ(U32(a.lanes*g.esize()), ptr)
 	SUBQ(U32(a.lanes), n)
-	JMP(LabelRef(name + "_one"))
-	Label(name + "_done")
+	JMP(LabelRef(lbl("one")))
+	Label(lbl("done"))
 	// Fixed-order pairwise combination of the accumulators, then of the lanes.
 	for w := 1; w < npairs; w *= 2 {
 		for j := 0; j+w < npairs; j += 2 * w {
@@ -356,6 +445,8 @@ func foldKernel(a isa, bf16, scaled bool) {
 	Store(rs, Return("s"))
 	rt := g.hreduce(t[0], true)
 	Store(rt, Return("t"))
+	rm := g.hreduce(nmax, false)
+	Store(rm, Return("nm"))
 	VZEROUPPER()
 	RET()
 }
@@ -394,12 +485,12 @@ func bwdKernel(a isa, bf16, out16, scaled bool) {
 	}
 	lz, gl, ge, h, ni := scal("logZ"), scal("gl"), scal("ge"), scal("h"), scal("negInvT")
 	if a.avx512 {
-		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87)
+		g.keep(cLog2e, cLn2Hi, cLn2Lo, cC7, cC6, cC5, cC4, cC3, cC2, cOne, cMinus87, cMagic)
 		if out16 {
 			g.keep(c7fff, cIOne, cQuiet)
 		}
 	} else {
-		g.keep(cMinus87)
+		g.keep(cMinus87, cMagic)
 	}
 	osize := 4
 	if out16 {
