@@ -42,4 +42,37 @@
 // CPU kernels run in parallel over rows with chunk boundaries that depend only on the problem
 // size (internal/parallel), and every reduction is sequential within a chunk, so results are
 // bit-identical for any GOMAXPROCS.
+//
+// # Performance
+//
+// On amd64 the vocabulary-wide loops of LogProbEntropy and LogProbEntropyBackward run in
+// assembly kernels generated with avo (internal/asmgen, its own module; go generate ./tensor
+// rebuilds logprob_amd64.s and a test fails if the committed file is stale). The CPU's features
+// are detected at start-up: AVX-512F (16 lanes), else AVX2 with FMA (8 lanes), else the pure-Go
+// loops, which stay the reference and are what other architectures and -tags noasm build.
+// bfloat16 logits are widened in registers. The online softmax keeps its structure: the kernel
+// folds a block of 4096 logits while it loads the next block and takes its maximum, and Go
+// rescales the running sums in float64 between blocks.
+//
+// Numerics of the kernels: exp uses the range reduction of the Go code (k = round(u*log2e),
+// Cody-Waite ln2 hi/lo, degree-7 polynomial) with FMAs, within about one float32 ulp; sums are
+// float32 per lane and combined in a fixed order, so results are bit-identical across runs and
+// GOMAXPROCS but differ from the pure-Go path in the last bits (about 1e-7 relative in logp and
+// entropy, 2e-6 in small gradients).
+//
+// Measured on a shared 2-core Xeon with AVX-512 (go test -bench LogProbEntropy -benchtime=5x,
+// GB/s of logits read, backward read+written, median of three runs):
+//
+//	                         avx512   avx2    go
+//	forward  fp32 256x151936    9.1    8.5   0.70
+//	forward  fp32 512x32000     8.2   10.1   0.68
+//	forward  bf16 256x151936    7.0    5.8   0.37
+//	forward  bf16 512x32000     7.9    5.8   0.34
+//	backward fp32 256x151936    8.6    5.2   1.30
+//	backward fp32 512x32000    12.0    9.1   1.28
+//	backward bf16 256x151936    6.6    4.4   0.47
+//	backward bf16 512x32000     7.0    4.3   0.51
+//
+// The float32 forward is bound by memory there (a plain streaming read of the same logits
+// reaches 12-15 GB/s); one core folds 5.9 logits/ns from L1 with AVX-512, 26 times the Go loop.
 package tensor

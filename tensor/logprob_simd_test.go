@@ -241,3 +241,68 @@ func BenchmarkLogProbKernels(b *testing.B) {
 		}
 	}
 }
+
+// TestLogProbSIMDVsGo compares every SIMD implementation with the pure-Go one on the full ops
+// (forward and backward, float32 and bfloat16, temperature 1 and 0.8) and logs the largest
+// differences: they are rounding-level, not bit-identical (lane count, block size, FMA).
+func TestLogProbSIMDVsGo(t *testing.T) {
+	impls := simdOnly(t)
+	r := rand.New(rand.NewPCG(5, 5))
+	n, v := 6, 2*simdBlock+1000
+	if testing.Short() {
+		v = simdBlock + 37
+	}
+	x := randLogits(r, n*v, 4)
+	ys := make([]int32, n)
+	for i := range ys {
+		ys[i] = int32(r.IntN(v))
+	}
+	tg, _ := FromInt32(ys, n)
+	run := func(impl int, dt DType, temp float32) (lp, ent, dl []float32) {
+		defer lpSelect.Store(lpSelect.Swap(int32(impl)))
+		var logits *Tensor
+		if dt == Float32 {
+			logits, _ = FromFloat32(x, n, v)
+		} else {
+			b := make([]BF16, len(x))
+			for i, f := range x {
+				b[i] = BF16FromFloat32(f)
+			}
+			logits, _ = FromBF16(b, n, v)
+		}
+		l, e := Must(New(CPU(), Float32, n)), Must(New(CPU(), Float32, n))
+		if err := LogProbEntropy(l, e, logits, tg, temp); err != nil {
+			t.Fatal(err)
+		}
+		d := Must(New(CPU(), Float32, n, v))
+		if err := LogProbEntropyBackward(d, logits, tg, l, e, l, e, temp); err != nil {
+			t.Fatal(err)
+		}
+		lp, _ = l.Float32s()
+		ent, _ = e.Float32s()
+		dl, _ = d.Float32s()
+		return lp, ent, dl
+	}
+	goIdx := len(lpImpls) - 1
+	for i, im := range impls {
+		for _, dt := range []DType{Float32, BFloat16} {
+			for _, temp := range []float32{1, 0.8} {
+				lp0, ent0, dl0 := run(goIdx, dt, temp)
+				lp1, ent1, dl1 := run(i, dt, temp)
+				worst := func(a, b []float32, floor float64) float64 {
+					w := 0.0
+					for j := range a {
+						d := math.Abs(float64(a[j])-float64(b[j])) / max(math.Abs(float64(a[j])), floor)
+						w = max(w, d)
+					}
+					return w
+				}
+				wl, we, wd := worst(lp0, lp1, 1), worst(ent0, ent1, 1), worst(dl0, dl1, 1e-3)
+				t.Logf("%s %v T=%v: max rel diff vs go: logp %.2g entropy %.2g dlogits %.2g", im.name, dt, temp, wl, we, wd)
+				if wl > 1e-5 || we > 1e-5 || wd > 1e-4 {
+					t.Errorf("%s %v T=%v: SIMD and Go differ beyond rounding", im.name, dt, temp)
+				}
+			}
+		}
+	}
+}
