@@ -292,7 +292,14 @@ type lpSIMD struct {
 	bwd32to16 [2]func(out []uint16, x []float32, temp, logZ, gl, ge, h, negInvT float32)
 	bwd16to32 [2]func(out []float32, x []uint16, temp, logZ, gl, ge, h, negInvT float32)
 	bwd16to16 [2]func(out, x []uint16, temp, logZ, gl, ge, h, negInvT float32)
+	// Non-temporal float32 stores, for out aligned to lanes*4 bytes.
+	bwd32to32nt [2]func(out, x []float32, temp, logZ, gl, ge, h, negInvT float32)
+	bwd16to32nt [2]func(out []float32, x []uint16, temp, logZ, gl, ge, h, negInvT float32)
 }
+
+// ntBytes is the dlogits size from which the backward streams float32 gradients past the
+// caches (non-temporal stores): far larger than L2, the output would only evict the logits.
+const ntBytes = 32 << 20
 
 // lpImpl is an implementation of the vocabulary-wide loops: simd nil is the pure-Go reference.
 type lpImpl struct {
@@ -451,6 +458,7 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 	}
 	invT := 1 / temperature
 	if k := activeLP(); k != nil {
+		nt := len(out32)*4 >= ntBytes
 		parallel.For(len(ys), parallel.Grain(v, 1<<16), func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				var gl, ge, h float32
@@ -460,7 +468,7 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 				if dent != nil {
 					ge, h = dent[i], ent[i]
 				}
-				k.backwardRow(out32, out16, rows, i, int(ys[i]), lp[i], gl, ge, h, temperature)
+				k.backwardRow(out32, out16, rows, i, int(ys[i]), lp[i], gl, ge, h, temperature, nt)
 			}
 		})
 		return nil
@@ -506,7 +514,7 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 
 // backwardRow writes row i of dlogits (out32 or out16) with the vector kernels: the whole
 // vectors in assembly, the tail and the target's extra gl/temperature in Go.
-func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y int, lpi, gl, ge, h, temperature float32) {
+func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y int, lpi, gl, ge, h, temperature float32, nt bool) {
 	v := rows.v
 	invT := 1 / temperature
 	logZ := rows.at(i, y)/temperature - lpi
@@ -516,7 +524,12 @@ func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y
 		sc = 1
 	}
 	lo := i * v
+	nt = nt && out32 != nil && n > 0 && uintptr(unsafe.Pointer(&out32[lo]))%uintptr(4*k.lanes) == 0
 	switch {
+	case nt && rows.f32 != nil:
+		k.bwd32to32nt[sc](out32[lo:lo+n], rows.f32[lo:lo+n], temperature, logZ, gl, ge, h, -invT)
+	case nt:
+		k.bwd16to32nt[sc](out32[lo:lo+n], rows.u16(i, 0, n), temperature, logZ, gl, ge, h, -invT)
 	case rows.f32 != nil && out32 != nil:
 		k.bwd32to32[sc](out32[lo:lo+n], rows.f32[lo:lo+n], temperature, logZ, gl, ge, h, -invT)
 	case rows.f32 != nil:

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
 )
@@ -133,7 +134,7 @@ func TestLogProbKernelsSpecial(t *testing.T) {
 		x := randLogits(rand.New(rand.NewPCG(1, 2)), 3*k.lanes, 1)
 		x[5] = float32(math.NaN())
 		out16 := make([]BF16, len(x))
-		k.backwardRow(nil, out16, logitRows{v: len(x), f32: x}, 0, 1, -3, 0.5, 0.25, 2, 1)
+		k.backwardRow(nil, out16, logitRows{v: len(x), f32: x}, 0, 1, -3, 0.5, 0.25, 2, 1, false)
 		if g := out16[5].Float32(); !math.IsNaN(float64(g)) {
 			t.Fatalf("%s: bf16 gradient of a NaN logit is %v", im.name, g)
 		}
@@ -234,7 +235,7 @@ func BenchmarkLogProbKernels(b *testing.B) {
 				b.Run(fmt.Sprintf("impl=%s/op=backward/dtype=%s", im.name, dt), func(b *testing.B) {
 					b.SetBytes(int64(len(x) * 8))
 					for b.Loop() {
-						k.backwardRow(out, nil, rows, 0, 3, -5, 0.5, 0.5, 3, 1)
+						k.backwardRow(out, nil, rows, 0, 3, -5, 0.5, 0.5, 3, 1, false)
 					}
 				})
 			}
@@ -301,6 +302,42 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 				t.Logf("%s %v T=%v: max rel diff vs go: logp %.2g entropy %.2g dlogits %.2g", im.name, dt, temp, wl, we, wd)
 				if wl > 1e-5 || we > 1e-5 || wd > 1e-4 {
 					t.Errorf("%s %v T=%v: SIMD and Go differ beyond rounding", im.name, dt, temp)
+				}
+			}
+		}
+	}
+}
+
+// TestLogProbBackwardNT: the non-temporal-store kernels (used for large float32 dlogits) write
+// the same bits as the ordinary ones.
+func TestLogProbBackwardNT(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, im := range simdOnly(t) {
+		k := im.simd
+		for _, v := range []int{k.lanes, 5*k.lanes + 3, 3000} {
+			for _, bf := range []bool{false, true} {
+				x := randLogits(r, v, 3)
+				rows := logitRows{v: v, f32: x}
+				if bf {
+					rows = logitRows{v: v, b16: make([]BF16, v)}
+					for i, f := range x {
+						rows.b16[i] = BF16FromFloat32(f)
+					}
+				}
+				buf := make([]float32, v+64)
+				off := 0
+				for uintptr(unsafe.Pointer(&buf[off]))%64 != 0 {
+					off++
+				}
+				nt, plain := buf[off:off+v], make([]float32, v)
+				for _, temp := range []float32{1, 0.7} {
+					k.backwardRow(nt, nil, rows, 0, v/2, -4, 0.3, -0.2, 2.5, temp, true)
+					k.backwardRow(plain, nil, rows, 0, v/2, -4, 0.3, -0.2, 2.5, temp, false)
+					for j := range nt {
+						if math.Float32bits(nt[j]) != math.Float32bits(plain[j]) {
+							t.Fatalf("%s v=%d bf16=%v T=%v: element %d: nt %v, plain %v", im.name, v, bf, temp, j, nt[j], plain[j])
+						}
+					}
 				}
 			}
 		}

@@ -30,11 +30,23 @@ func foldF32ScaledAVX512(x []float32, next []float32, m float32, temp float32) (
 //go:noescape
 func bwdF32AVX512(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
+// bwdF32NTAVX512 writes the logits gradient of one row; len(x) must be a multiple of
+// 16 and len(out) >= len(x).
+//
+//go:noescape
+func bwdF32NTAVX512(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
 // bwdF32ScaledAVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
 //
 //go:noescape
 func bwdF32ScaledAVX512(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
+// bwdF32NTScaledAVX512 writes the logits gradient of one row; len(x) must be a multiple of
+// 16 and len(out) >= len(x).
+//
+//go:noescape
+func bwdF32NTScaledAVX512(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
 // bwdF32To16AVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
@@ -74,11 +86,23 @@ func foldBF16ScaledAVX512(x []uint16, next []uint16, m float32, temp float32) (s
 //go:noescape
 func bwdBF16AVX512(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
+// bwdBF16NTAVX512 writes the logits gradient of one row; len(x) must be a multiple of
+// 16 and len(out) >= len(x).
+//
+//go:noescape
+func bwdBF16NTAVX512(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
 // bwdBF16ScaledAVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
 //
 //go:noescape
 func bwdBF16ScaledAVX512(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
+// bwdBF16NTScaledAVX512 writes the logits gradient of one row; len(x) must be a multiple of
+// 16 and len(out) >= len(x).
+//
+//go:noescape
+func bwdBF16NTScaledAVX512(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
 // bwdBF16To16AVX512 writes the logits gradient of one row; len(x) must be a multiple of
 // 16 and len(out) >= len(x).
@@ -118,11 +142,23 @@ func foldF32ScaledAVX2(x []float32, next []float32, m float32, temp float32) (s 
 //go:noescape
 func bwdF32AVX2(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
+// bwdF32NTAVX2 writes the logits gradient of one row; len(x) must be a multiple of
+// 8 and len(out) >= len(x).
+//
+//go:noescape
+func bwdF32NTAVX2(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
 // bwdF32ScaledAVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).
 //
 //go:noescape
 func bwdF32ScaledAVX2(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
+// bwdF32NTScaledAVX2 writes the logits gradient of one row; len(x) must be a multiple of
+// 8 and len(out) >= len(x).
+//
+//go:noescape
+func bwdF32NTScaledAVX2(out []float32, x []float32, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
 // bwdF32To16AVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).
@@ -162,11 +198,23 @@ func foldBF16ScaledAVX2(x []uint16, next []uint16, m float32, temp float32) (s f
 //go:noescape
 func bwdBF16AVX2(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
+// bwdBF16NTAVX2 writes the logits gradient of one row; len(x) must be a multiple of
+// 8 and len(out) >= len(x).
+//
+//go:noescape
+func bwdBF16NTAVX2(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
 // bwdBF16ScaledAVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).
 //
 //go:noescape
 func bwdBF16ScaledAVX2(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
+
+// bwdBF16NTScaledAVX2 writes the logits gradient of one row; len(x) must be a multiple of
+// 8 and len(out) >= len(x).
+//
+//go:noescape
+func bwdBF16NTScaledAVX2(out []float32, x []uint16, temp float32, logZ float32, gl float32, ge float32, h float32, negInvT float32)
 
 // bwdBF16To16AVX2 writes the logits gradient of one row; len(x) must be a multiple of
 // 8 and len(out) >= len(x).

@@ -454,13 +454,19 @@ func foldKernel(a isa, bf16, scaled bool) {
 // bwdKernel: func(out []O, x []T, temp, logZ, gl, ge, h, negInvT float32) writes for every x
 // out = exp(u)*(ge*(u+h)+gl)*negInvT with u = max(z-logZ, -87), z = x (or x/temp); float32 or
 // bfloat16 out (round to nearest even, NaN kept quiet).
-func bwdKernel(a isa, bf16, out16, scaled bool) {
+//
+// With nt (float32 out only) the stores are non-temporal: out must be aligned to the vector
+// size, and the gradient goes to memory without first reading the lines it overwrites.
+func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 	g := &kern{isa: a, bf16: bf16}
 	name := "bwd" + g.suffix()
 	otype := "[]float32"
 	if out16 {
 		name += "To16"
 		otype = "[]uint16"
+	}
+	if nt {
+		name += "NT"
 	}
 	if scaled {
 		name += "Scaled"
@@ -510,7 +516,11 @@ func bwdKernel(a isa, bf16, out16, scaled bool) {
 		VMULPS(ni, e, e)
 		dst := Mem{Base: optr, Disp: off * osize}
 		if !out16 {
-			VMOVUPS(e, dst)
+			if nt {
+				VMOVNTPS(e, dst)
+			} else {
+				VMOVUPS(e, dst)
+			}
 			return
 		}
 		// bfloat16: b + 0x7fff + ((b>>16)&1), >>16; NaN: (b>>16)|0x40.
@@ -562,6 +572,9 @@ func bwdKernel(a isa, bf16, out16, scaled bool) {
 	SUBQ(U32(a.lanes), n)
 	JMP(LabelRef(name + "_one"))
 	Label(name + "_done")
+	if nt {
+		SFENCE()
+	}
 	VZEROUPPER()
 	RET()
 }
@@ -577,7 +590,10 @@ func main() {
 			}
 			for _, out16 := range []bool{false, true} {
 				for _, scaled := range []bool{false, true} {
-					bwdKernel(a, bf16, out16, scaled)
+					bwdKernel(a, bf16, out16, scaled, false)
+					if !out16 {
+						bwdKernel(a, bf16, out16, scaled, true)
+					}
 				}
 			}
 		}
