@@ -61,18 +61,20 @@
 // entropy, 2e-6 in small gradients).
 //
 // Measured on a shared 2-core Xeon with AVX-512 (go test -bench LogProbEntropy -benchtime=5x,
-// GB/s of logits read, backward read+written, median of three runs):
+// GB/s of logits read, backward read+written; median of three runs while the machine was
+// quiet, other users' jobs can halve any of these):
 //
 //	                         avx512   avx2    go
-//	forward  fp32 256x151936    9.1    8.5   0.70
-//	forward  fp32 512x32000     8.2   10.1   0.68
-//	forward  bf16 256x151936    7.0    5.8   0.37
-//	forward  bf16 512x32000     7.9    5.8   0.34
-//	backward fp32 256x151936    8.6    5.2   1.30
-//	backward fp32 512x32000    12.0    9.1   1.28
-//	backward bf16 256x151936    6.6    4.4   0.47
-//	backward bf16 512x32000     7.0    4.3   0.51
+//	forward  fp32 256x151936   15.8   16.2   1.30
+//	forward  fp32 512x32000    19.9   14.8   1.32
+//	forward  bf16 256x151936   12.4    7.6   0.63
+//	forward  bf16 512x32000    14.8    6.2   0.63
+//	backward fp32 256x151936   14.3    9.5   2.23
+//	backward fp32 512x32000    24.3   12.4   2.28
+//	backward bf16 256x151936   11.8    7.8   0.90
+//	backward bf16 512x32000    12.5    8.7   0.90
 //
-// The float32 forward is bound by memory there (a plain streaming read of the same logits
-// reaches 12-15 GB/s); one core folds 5.9 logits/ns from L1 with AVX-512, 26 times the Go loop.
+// The float32 forward is close to memory speed there (a plain streaming read of the same
+// logits reaches 12-16 GB/s); one core folds 5.9 logits/ns from L1 with AVX-512, 26 times the
+// Go loop. Large float32 gradients (32 MiB and up) are written with non-temporal stores.
 package tensor
