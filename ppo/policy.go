@@ -2,6 +2,7 @@ package ppo
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -236,7 +237,7 @@ func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyR
 					s[i], _ = t.Float32s()
 				}
 			}
-			res = policyHost(s[0], s[1], s[2], s[3], s[4], s[5], in.LogProbs.Dim(0), in.LogProbs.Dim(1), cfg)
+			res, _ = policyHost(s[0], s[1], s[2], s[3], s[4], s[5], in.LogProbs.Dim(0), in.LogProbs.Dim(1), cfg)
 			return nil
 		})
 	return res, err
@@ -261,8 +262,9 @@ type policyConsts[F hostops.Float] struct {
 }
 
 // policyHost is the pure-Go kernel of PolicyLoss on row-major [rows, cols] slices. grad and ltm
-// may be nil. cfg must be validated with defaults filled in.
-func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int, cfg PolicyConfig) PolicyResult {
+// may be nil. cfg must be validated with defaults filled in. It also returns the unscaled loss in
+// precision F (for the float64 gradient checks).
+func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int, cfg PolicyConfig) (PolicyResult, F) {
 	k := policyConsts[F]{
 		typ:   cfg.LossType,
 		clo:   F(math.Log(1 - cfg.ClipLow)),
@@ -337,7 +339,7 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 		res.ClipFracHigher = mean(chiN)
 		res.ClipFracLower = mean(cloN)
 	}
-	return res
+	return res, pg
 }
 
 // clampGrad returns clamp(x, lo, hi) and whether the clamp passes the gradient (lo <= x <= hi;
@@ -352,6 +354,20 @@ func clampGrad[F hostops.Float](x, lo, hi F) (F, bool) {
 	return x, x == x
 }
 
+// expRatio is exp for |x| <= 20 (a clamped log ratio). In float32 it uses the inlinable
+// hostops.ExpNonPos, with a reciprocal for positive x (about 3 ulp); in float64 math.Exp.
+func expRatio[F hostops.Float](x F) F {
+	var z F
+	if unsafe.Sizeof(z) == 4 {
+		a := float32(x)
+		if a > 0 {
+			return F(1 / hostops.ExpNonPos(-a))
+		}
+		return F(hostops.ExpNonPos(a))
+	}
+	return F(math.Exp(float64(x)))
+}
+
 // ratios returns ratio, d ratio/d lir, clipped and d clipped/d lir for log ratio x, with one exp.
 func (k *policyConsts[F]) ratios(x F) (r, dr, c, dc F) {
 	switch {
@@ -360,7 +376,7 @@ func (k *policyConsts[F]) ratios(x F) (r, dr, c, dc F) {
 	case x > logRatioClamp:
 		r = k.rMax
 	default:
-		r = hostops.Exp(x)
+		r = expRatio(x)
 		dr = r
 	}
 	switch {

@@ -94,7 +94,7 @@ func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResul
 				s[i], _ = t.Float32s()
 			}
 		}
-		res = valueHost(s[0], s[1], s[2], s[3], s[4], in.VPreds.Dim(0), in.VPreds.Dim(1), cfg)
+		res, _ = valueHost(s[0], s[1], s[2], s[3], s[4], in.VPreds.Dim(0), in.VPreds.Dim(1), cfg)
 		return nil
 	})
 	return res, err
@@ -103,7 +103,8 @@ func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResul
 type valueRow struct{ sumL, sumV, clip, cnt float64 }
 
 // valueHost is the pure-Go kernel of ValueLoss on row-major [rows, cols] slices; grad may be nil.
-func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg ValueConfig) ValueResult {
+// It also returns the unscaled loss in precision F.
+func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg ValueConfig) (ValueResult, F) {
 	c := F(cfg.ClipRange)
 	scale := F(cfg.scale())
 	cnt := make([]float64, rows)
@@ -189,5 +190,5 @@ func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg V
 		Loss:       float32(vf * scale),
 		VFClipFrac: float64(F(sc) / (F(s) + eps)),
 		VPredMean:  float64(F(sv) / (F(s) + eps)),
-	}
+	}, vf
 }
