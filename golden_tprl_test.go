@@ -15,6 +15,7 @@ func tprlGolden() map[string]goldenHandler {
 		"perception_top_p_mask": goldenPerceptionMask,
 		"combined_token_mask":   goldenCombinedMask,
 		"advantage_shaping":     goldenAdvantageShaping,
+		"update_policy":         goldenUpdatePolicy,
 	}
 }
 

@@ -1,0 +1,231 @@
+package tprl
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/ppo"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// UpdateConfig is the actor side of one VPPO policy update: the fields of the reference's
+// ActorConfig that its update_policy reads (FORMAT.md §5.19).
+type UpdateConfig struct {
+	// Tokens selects the token filters and trajectory shaping.
+	Tokens Config
+	// Policy is the clipped policy objective and its aggregation (loss_type, clip ratios,
+	// loss_avg_mode).
+	Policy ppo.PolicyConfig
+	// UseKLLoss adds KLCoef * average_loss(KLPenalty(log_probs, ref_log_probs)).
+	UseKLLoss bool
+	KLPenalty divergence.Kind
+	KLCoef    float64
+	// UseEntropyPenalty adds EntropyPenaltyCoef * (-masked_mean(log_probs)), token-averaged.
+	UseEntropyPenalty  bool
+	EntropyPenaltyCoef float64
+	// WorldSize is the number of data-parallel ranks (0 means 1); it enters the global token
+	// scaling sum(m_micro) * WorldSize / GlobalTokens.
+	WorldSize int
+}
+
+// Validate checks every part of the configuration.
+func (c UpdateConfig) Validate() error {
+	const op = "tprl.UpdateConfig.Validate"
+	if err := c.Tokens.Validate(); err != nil {
+		return err
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.WorldSize < 0:
+		return tensor.Errorf(tensor.ErrParam, op, "WorldSize", "is %d, want >= 1 (0 means 1)", c.WorldSize)
+	case c.UseKLLoss && (math.IsNaN(c.KLCoef) || math.IsInf(c.KLCoef, 0)):
+		return tensor.Errorf(tensor.ErrParam, op, "KLCoef", "is %v, want a finite value", c.KLCoef)
+	case c.UseEntropyPenalty && (math.IsNaN(c.EntropyPenaltyCoef) || math.IsInf(c.EntropyPenaltyCoef, 0)):
+		return tensor.Errorf(tensor.ErrParam, op, "EntropyPenaltyCoef", "is %v, want a finite value", c.EntropyPenaltyCoef)
+	}
+	return nil
+}
+
+// MiniBatch is what an update knows about a mini-batch before any forward pass: float32
+// [B, T] tensors on one backend from the rollout.
+type MiniBatch struct {
+	ResponseMask *tensor.Tensor // required
+	OldLogProbs  *tensor.Tensor // required
+	Advantages   *tensor.Tensor // required
+	AugLogProbs  *tensor.Tensor // log-probs with the perturbed image; perception filter / shaping
+	RefLogProbs  *tensor.Tensor // reference policy log-probs; UseKLLoss
+	// GlobalTokens is sum(response_mask) over this mini-batch on every rank (all-reduced);
+	// 0 means this mini-batch's own count (one device).
+	GlobalTokens float64
+	// ShapingStats, when not nil, are all-reduced shaping statistics of every rank's
+	// mini-batch (see ShapingStats); nil means this mini-batch's own.
+	ShapingStats *ShapingStats
+}
+
+// Update runs the micro-batches of one prepared mini-batch. Create it with
+// UpdateConfig.Prepare, then call MicroBatch once per micro-batch with the current policy's
+// log-probs and entropies of those rows. Metrics accumulate across calls.
+type Update struct {
+	cfg          UpdateConfig
+	mb           MiniBatch
+	globalTokens float64
+	stats        *ShapingStats
+	// Metrics holds the reference's actor metrics: one entry appended per micro-batch, except
+	// actor/kl_loss, actor/kl_coef and actor/entropy_penalty_coef, which the reference
+	// overwrites (they keep the last micro-batch's value, as a one-element slice).
+	Metrics map[string][]float64
+}
+
+// Prepare validates the configuration and the mini-batch and computes what every micro-batch
+// shares: the global token count and, with shaping on, the shaping statistics.
+func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
+	const op = "tprl.UpdateConfig.Prepare"
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	needAug := c.Tokens.EnablePerceptionFiltering || c.Tokens.Shaping()
+	for _, in := range []struct {
+		name string
+		t    *tensor.Tensor
+		need bool
+	}{
+		{"OldLogProbs", mb.OldLogProbs, true},
+		{"Advantages", mb.Advantages, true},
+		{"AugLogProbs", mb.AugLogProbs, needAug},
+		{"RefLogProbs", mb.RefLogProbs, c.UseKLLoss},
+	} {
+		if in.t == nil {
+			if in.need {
+				return nil, tensor.Errorf(tensor.ErrShape, op, in.name, "is nil but required by the configuration")
+			}
+			continue
+		}
+		if err := tensor.CheckSameShape(op, "ResponseMask", mb.ResponseMask, in.name, in.t); err != nil {
+			return nil, err
+		}
+	}
+	if err := tensor.CheckShape(op, "ResponseMask", mb.ResponseMask, -1, -1); err != nil {
+		return nil, err
+	}
+	u := &Update{cfg: c, mb: mb, globalTokens: mb.GlobalTokens, stats: mb.ShapingStats, Metrics: map[string][]float64{}}
+	if u.globalTokens == 0 {
+		_, n, err := tensor.MaskedSum(mb.ResponseMask, mb.ResponseMask)
+		if err != nil {
+			return nil, err
+		}
+		u.globalTokens = max(n, 1) // an all-padding mini-batch has zero losses anyway
+	}
+	if !(u.globalTokens > 0) || math.IsInf(u.globalTokens, 0) {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "GlobalTokens", "is %v, want a finite value > 0", mb.GlobalTokens)
+	}
+	if c.Tokens.Shaping() && u.stats == nil {
+		rows, cols := mb.ResponseMask.Dim(0), mb.ResponseMask.Dim(1)
+		b := mb.ResponseMask.Backend()
+		score, err := tensor.New(b, tensor.Float32, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		sens, err := tensor.New(b, tensor.Float32, rows)
+		if err != nil {
+			return nil, err
+		}
+		if err := divergence.PerceptionScore(score, mb.OldLogProbs, mb.AugLogProbs); err != nil {
+			return nil, err
+		}
+		if err := SensitivityScores(sens, score, mb.ResponseMask); err != nil {
+			return nil, err
+		}
+		st, err := ShapingStatsOf(sens, mb.ResponseMask)
+		if err != nil {
+			return nil, err
+		}
+		u.stats = &st
+	}
+	return u, nil
+}
+
+// MicroResult is the outcome of one micro-batch.
+type MicroResult struct {
+	// Loss is the scaled total the caller backpropagates: (pg_loss + KL term + entropy
+	// penalty) * sum(m_micro) * WorldSize / GlobalTokens.
+	Loss float32
+	// PGLoss is the unscaled policy loss (the reference's actor/pg_loss).
+	PGLoss float32
+	// LossTokenMask is the TPRL token mask of these rows (nil when no filter is on) and
+	// Advantages the advantages the loss used (shaped when shaping is on).
+	LossTokenMask, Advantages *tensor.Tensor
+}
+
+// MicroBatch computes the loss of rows [lo, hi) of the mini-batch and writes d Loss / d logp
+// into grad ([hi-lo, T], float32, overwritten). logp and entropy are the current policy's
+// log-probs and entropies of those rows (entropy is needed only with the entropy filter).
+func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (MicroResult, error) {
+	const op = "tprl.Update.MicroBatch"
+	rows := u.mb.ResponseMask.Dim(0)
+	if lo < 0 || hi <= lo || hi > rows {
+		return MicroResult{}, tensor.Errorf(tensor.ErrParam, op, "lo, hi", "[%d, %d) is not a non-empty row range of [0, %d)", lo, hi, rows)
+	}
+	view := func(t *tensor.Tensor) (*tensor.Tensor, error) {
+		if t == nil {
+			return nil, nil
+		}
+		return t.Rows(lo, hi)
+	}
+	var v [5]*tensor.Tensor
+	for i, t := range []*tensor.Tensor{u.mb.ResponseMask, u.mb.OldLogProbs, u.mb.Advantages, u.mb.AugLogProbs, u.mb.RefLogProbs} {
+		var err error
+		if v[i], err = view(t); err != nil {
+			return MicroResult{}, err
+		}
+	}
+	mask, old, adv, aug, ref := v[0], v[1], v[2], v[3], v[4]
+	if err := tensor.CheckSameShape(op, "ResponseMask rows", mask, "logp", logp); err != nil {
+		return MicroResult{}, err
+	}
+
+	tok, err := u.cfg.Tokens.Apply(Batch{Mask: mask, Entropy: entropy, OldLogProbs: old, AugLogProbs: aug, Advantages: adv, Stats: u.stats})
+	if err != nil {
+		return MicroResult{}, err
+	}
+	for k, vs := range tok.Metrics {
+		u.Metrics[k] = append(u.Metrics[k], vs...)
+	}
+
+	scale, err := ppo.TokenScale(mask, u.globalTokens, max(u.cfg.WorldSize, 1))
+	if err != nil {
+		return MicroResult{}, err
+	}
+	pcfg := u.cfg.Policy
+	pcfg.GradOptions = ppo.GradOptions{Scale: scale}
+	pol, err := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: logp, Advantages: tok.Advantages,
+		ResponseMask: mask, TokenMask: tok.LossTokenMask}, pcfg)
+	if err != nil {
+		return MicroResult{}, err
+	}
+	for k, x := range pol.Metrics() {
+		u.Metrics["actor/"+k] = append(u.Metrics["actor/"+k], x)
+	}
+	u.Metrics["actor/pg_loss"] = append(u.Metrics["actor/pg_loss"], float64(pol.PGLoss))
+	total := pol.Loss
+	acc := ppo.GradOptions{Scale: scale, Accumulate: true}
+	if u.cfg.UseKLLoss {
+		kl, err := ppo.KLLoss(grad, logp, ref, mask, ppo.KLConfig{Kind: u.cfg.KLPenalty, Coef: u.cfg.KLCoef, Agg: pcfg.Agg, GradOptions: acc})
+		if err != nil {
+			return MicroResult{}, err
+		}
+		total += kl.Loss
+		u.Metrics["actor/kl_loss"] = []float64{float64(kl.KL)}
+		u.Metrics["actor/kl_coef"] = []float64{u.cfg.KLCoef}
+	}
+	if u.cfg.UseEntropyPenalty {
+		pen, err := ppo.EntropyPenalty(grad, logp, mask, ppo.EntropyConfig{Coef: u.cfg.EntropyPenaltyCoef, GradOptions: acc})
+		if err != nil {
+			return MicroResult{}, err
+		}
+		total += pen
+		u.Metrics["actor/entropy_penalty_coef"] = []float64{u.cfg.EntropyPenaltyCoef}
+	}
+	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages}, nil
+}
