@@ -35,8 +35,9 @@
 // in float64 then rounded), masked_mean is sum/(count + 1e-8) in float32, sums are accumulated
 // in float64 per row and combined in row order, so results do not depend on GOMAXPROCS.
 // Gradients are analytic, not autograd: a clamp passes the gradient with both ends inclusive and
-// a tie in max/min splits it half and half, as torch does. exp is hostops.Exp (about 2 ulp in
-// float32). Every kernel is generic over float32/float64; the tests check each gradient against
+// a tie in max/min splits it half and half, as torch does. In float32 the ratio exp is
+// hostops.ExpNonPos (with a reciprocal for positive log ratios, about 3 ulp) and SAPO's sigmoid
+// uses hostops.Exp. Every kernel is generic over float32/float64; the tests check each gradient against
 // central finite differences in float64.
 //
 // # Deviations from the reference
