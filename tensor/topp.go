@@ -62,23 +62,27 @@ func TopPMask(dst, k, scores, mask *Tensor, p float32) error {
 	})
 }
 
-// TopPMaskHost is the host kernel behind TopPMask on plain slices of rows of length cols.
-// ks and thresholds (the k-th largest selected score per row, 0 when k == 0) may be nil.
+// TopPMaskHost is the host kernel behind TopPMask on plain slices of rows of length cols (the
+// O(n) radix selection of hostops.TopPRow, with the stable-sort result). ks and thresholds (the
+// k-th largest valid score per row, 0 when k == 0) may be nil.
 func TopPMaskHost(dst []float32, ks []int32, thresholds, scores, mask []float32, cols int, p float32) {
 	rows := 0
 	if cols > 0 {
 		rows = len(scores) / cols
+	} else { // rows of length 0 keep nothing
+		clear(ks)
+		clear(thresholds)
 	}
 	parallel.For(rows, parallel.Grain(cols, 1<<15), func(lo, hi int) {
-		idx := make([]int32, cols)
+		var sc hostops.TopPScratch
 		for i := lo; i < hi; i++ {
 			a, b := i*cols, (i+1)*cols
-			k, thr := hostops.TopPRow(dst[a:b], scores[a:b], mask[a:b], p, idx)
+			r := hostops.TopPRow(dst[a:b], scores[a:b], mask[a:b], p, &sc)
 			if ks != nil {
-				ks[i] = int32(k)
+				ks[i] = int32(r.K)
 			}
 			if thresholds != nil {
-				thresholds[i] = thr
+				thresholds[i] = r.Threshold
 			}
 		}
 	})

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/mtrl-go/mtrl/internal/hostops"
-	"github.com/mtrl-go/mtrl/tensor"
 )
 
 func benchInputs(b *testing.B, rows, cols int) (vals, old, aug, mask []float32) {
@@ -42,16 +39,6 @@ func BenchmarkEntropyMask(b *testing.B) {
 			}
 			reportTokens(b, rows*cols)
 		})
-		// The stable-sort kernel of tensor.TopPMask, for comparison.
-		b.Run(fmt.Sprintf("sort/shape=%dx%d", rows, cols), func(b *testing.B) {
-			b.SetBytes(int64(rows*cols*12 + rows*4))
-			d, _ := dst.Float32s()
-			ks, _ := k.Int32s()
-			for b.Loop() {
-				tensor.TopPMaskHost(d, ks, nil, vals, mask, cols, 0.2)
-			}
-			reportTokens(b, rows*cols)
-		})
 	}
 }
 
@@ -68,29 +55,6 @@ func BenchmarkPerceptionMask(b *testing.B) {
 			}
 		}
 		reportTokens(b, rows*cols)
-	})
-}
-
-func BenchmarkSelectRow(b *testing.B) {
-	r := rand.New(rand.NewPCG(2, 2))
-	cols := 1024
-	vals := randValues(r, cols, false)
-	mask := make([]float32, cols)
-	for i := range mask {
-		mask[i] = 1
-	}
-	sel := make([]float32, cols)
-	b.Run("radix/cols=1024", func(b *testing.B) {
-		var sc selectScratch
-		for b.Loop() {
-			selectRow(sel, vals, mask, 0.2, &sc)
-		}
-	})
-	b.Run("stable_sort/cols=1024", func(b *testing.B) {
-		idx := make([]int32, cols)
-		for b.Loop() {
-			hostops.TopPRow(sel, vals, mask, 0.2, idx)
-		}
 	})
 }
 

@@ -197,13 +197,6 @@ func runSelect(dst, k, values, mask *tensor.Tensor, p float32, f Filter) (Select
 	return s, err
 }
 
-// rowStats are one row's contribution to SelectionStats; rows are combined in order.
-type rowStats struct {
-	k, valid, selected int
-	threshold          float32
-	selSum, rejSum     float64
-}
-
 // SelectHost is the pure-Go kernel behind SelectTopP on plain row-major slices with rows of
 // length cols: it writes the 0/1 mask into dst and the per-row counts into ks (may be nil) and
 // returns the statistics (Filter left zero). It does no validation.
@@ -214,14 +207,14 @@ func SelectHost(dst []float32, ks []int32, values, mask []float32, cols int, p f
 	} else {
 		clear(ks) // rows of length 0 keep nothing
 	}
-	per := make([]rowStats, rows)
+	per := make([]hostops.RowSelection, rows)
 	parallel.For(rows, parallel.Grain(cols, 1<<14), func(lo, hi int) {
-		var sc selectScratch
+		var sc hostops.TopPScratch
 		for i := lo; i < hi; i++ {
 			a, b := i*cols, (i+1)*cols
-			per[i] = selectRow(dst[a:b], values[a:b], mask[a:b], p, &sc)
+			per[i] = hostops.TopPRow(dst[a:b], values[a:b], mask[a:b], p, &sc)
 			if ks != nil {
-				ks[i] = int32(per[i].k)
+				ks[i] = int32(per[i].K)
 			}
 		}
 	})
@@ -231,12 +224,12 @@ func SelectHost(dst []float32, ks []int32, values, mask []float32, cols int, p f
 		thrRows            int
 	)
 	for _, r := range per {
-		s.Valid += r.valid
-		s.Selected += r.selected
-		selS += r.selSum
-		rejS += r.rejSum
-		if r.k > 0 {
-			thrSum += float64(r.threshold)
+		s.Valid += r.Valid
+		s.Selected += r.K
+		selS += r.SelectedSum
+		rejS += r.RejectedSum
+		if r.K > 0 {
+			thrSum += float64(r.Threshold)
 			thrRows++
 		}
 	}
@@ -253,146 +246,4 @@ func meanOrNaN(sum float64, n int) float32 {
 		return float32(math.NaN())
 	}
 	return float32(sum / float64(n))
-}
-
-// selectScratch holds the per-goroutine buffers of selectRow.
-type selectScratch struct {
-	pos  []int32  // valid positions, ascending
-	keys []uint32 // order keys of the valid positions
-	cand []int32  // indices into pos still in the running
-	hist [1 << 11]int32
-}
-
-// The radix digits of selectRow: 11, 11 and 10 bits, most significant first.
-const (
-	radixShift0, radixShift1, radixShift2 = 21, 10, 0
-	radixBits0, radixBits1, radixBits2    = 11, 11, 10
-)
-
-// radixBucket walks the histogram from the largest bucket down and returns the bucket holding
-// the need-th largest candidate, reducing need by the candidates in larger buckets.
-func radixBucket(h []int32, need *int) uint32 {
-	b := len(h) - 1
-	for ; b > 0 && int(h[b]) < *need; b-- {
-		*need -= int(h[b])
-	}
-	return uint32(b)
-}
-
-func (s *selectScratch) grow(n int) {
-	if cap(s.pos) < n {
-		s.pos = make([]int32, n)
-		s.keys = make([]uint32, n)
-		s.cand = make([]int32, n)
-	}
-}
-
-// orderKey maps a float32 to a uint32 whose unsigned order is the order of selection: larger
-// numbers give larger keys, -0 equals +0 and every NaN gets the largest key (NaN ranks first,
-// as in torch's descending sort; all NaNs tie).
-func orderKey(x float32) uint32 {
-	if x != x {
-		return math.MaxUint32
-	}
-	b := math.Float32bits(x)
-	if b == 1<<31 { // -0
-		b = 0
-	}
-	if b&(1<<31) != 0 {
-		return ^b
-	}
-	return b | 1<<31
-}
-
-// selectRow selects one row. It is equivalent to hostops.TopPRow (stable descending sort of
-// the valid positions, first k kept) but finds the k-th largest key by an O(n) radix selection
-// (digits of 11, 11 and 10 bits) instead of sorting: every position whose key is larger than the k-th
-// largest key K is selected, and of those whose key equals K the lowest indices fill the rest.
-func selectRow(sel, vals, mask []float32, p float32, sc *selectScratch) rowStats {
-	n := len(vals)
-	sc.grow(n)
-	pos, keys := sc.pos[:0], sc.keys[:0]
-	hist := &sc.hist
-	clear(hist[:])
-	for t, w := range mask[:n] {
-		sel[t] = 0
-		if w != 0 {
-			key := orderKey(vals[t])
-			pos = append(pos, int32(t))
-			keys = append(keys, key)
-			hist[key>>radixShift0]++
-		}
-	}
-	nv := len(pos)
-	r := rowStats{valid: nv, k: hostops.TopPCount(nv, p)}
-	k := r.k
-	switch {
-	case k == 0:
-		for _, t := range pos {
-			r.rejSum += float64(vals[t])
-		}
-		return r
-	case k == nv:
-		// The k-th largest is the smallest; among equal keys the stable order puts the
-		// highest index last.
-		least := uint32(math.MaxUint32)
-		for i, t := range pos {
-			v := vals[t]
-			sel[t] = 1
-			r.selSum += float64(v)
-			if keys[i] <= least {
-				least, r.threshold = keys[i], v
-			}
-		}
-		r.selected = nv
-		return r
-	}
-	// Radix selection, most significant digit first. need is the rank of the wanted key among
-	// the candidates, counted from the largest.
-	need := k
-	b := radixBucket(hist[:1<<radixBits0], &need)
-	cand := sc.cand[:0]
-	for i, key := range keys {
-		if key>>radixShift0 == b {
-			cand = append(cand, int32(i))
-		}
-	}
-	shifts, bits := [2]uint32{radixShift1, radixShift2}, [2]uint32{radixBits1, radixBits2}
-	for d := 0; d < len(shifts) && len(cand) > 1; d++ {
-		shift, width := shifts[d], uint32(1)<<bits[d]
-		h := hist[:width]
-		clear(h)
-		for _, i := range cand {
-			h[(keys[i]>>shift)&(width-1)]++
-		}
-		b := radixBucket(h, &need)
-		j := 0
-		for _, i := range cand {
-			if (keys[i]>>shift)&(width-1) == b {
-				cand[j] = i
-				j++
-			}
-		}
-		cand = cand[:j]
-	}
-	kth := keys[cand[0]]
-	// need is now the number of positions with key == kth to take (lowest indices first).
-	for i, t := range pos {
-		v := vals[t]
-		switch key := keys[i]; {
-		case key > kth:
-		case key == kth && need > 0:
-			need--
-			if need == 0 {
-				r.threshold = v
-			}
-		default:
-			r.rejSum += float64(v)
-			continue
-		}
-		sel[t] = 1
-		r.selSum += float64(v)
-	}
-	r.selected = k
-	return r
 }

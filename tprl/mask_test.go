@@ -7,52 +7,9 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/stretchr/testify/require"
 )
-
-// The radix selection must give exactly the stable-sort result of hostops.TopPRow, including
-// ties (lower index wins), -0 == +0, NaN first and ±Inf.
-func TestSelectRowMatchesStableSort(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	var sc selectScratch
-	for iter := range 3000 {
-		n := 1 + r.IntN(70)
-		if iter%100 == 0 {
-			n = 1000 + r.IntN(300)
-		}
-		vals := randValues(r, n, iter%2 == 0)
-		for i := range vals {
-			switch r.IntN(40) {
-			case 0:
-				vals[i] = float32(math.NaN())
-			case 1:
-				vals[i] = float32(math.Inf(1))
-			case 2:
-				vals[i] = float32(math.Inf(-1))
-			}
-		}
-		mask := randMask(r, 1, n)
-		p := float32(r.IntN(11)) / 10
-		if iter%3 == 0 {
-			p = r.Float32()
-		}
-		want := make([]float32, n)
-		got := make([]float32, n)
-		for i := range got {
-			got[i] = 7 // must be overwritten
-		}
-		wk, wthr := hostops.TopPRow(want, vals, mask, p, make([]int32, n))
-		rs := selectRow(got, vals, mask, p, &sc)
-		require.Equal(t, want, got, "iter %d n %d p %v", iter, n, p)
-		require.Equal(t, wk, rs.k)
-		if wk > 0 {
-			// TopPRow picks the first of equal minima when k == n; values agree up to the sign of 0.
-			require.True(t, sameNaN(wthr, rs.threshold) || (wthr == 0 && rs.threshold == 0), "threshold %v vs %v", wthr, rs.threshold)
-		} else {
-			require.Zero(t, rs.threshold)
-		}
-	}
-}
 
 func TestEntropyMaskBasic(t *testing.T) {
 	ent := f32(t, []float32{
@@ -183,6 +140,17 @@ func checkSelectionInvariants(t *testing.T, vals, mask, sel []float32, ks []int3
 		if c > 0 && c < n {
 			require.GreaterOrEqual(t, minSel, maxRej, "row %d: a rejected token beats a selected one", i)
 		}
+		// Stable tie rule: of equal values the lower index is selected first.
+		row, srow, mrow := vals[i*cols:(i+1)*cols], sel[i*cols:(i+1)*cols], mask[i*cols:(i+1)*cols]
+		for a := range row {
+			if srow[a] == 0 {
+				continue
+			}
+			for c := range a {
+				require.False(t, mrow[c] != 0 && srow[c] == 0 && row[c] == row[a],
+					"row %d: position %d selected over the equal value at %d", i, a, c)
+			}
+		}
 	}
 }
 
@@ -311,21 +279,11 @@ func FuzzSelectTopP(f *testing.F) {
 		ks, _ := k.Int32s()
 		checkSelectionInvariants(t, vals, mask, host(t, dst), ks, cols, p)
 		require.LessOrEqual(t, s.Selected, s.Valid)
-		// The radix selection agrees with the stable sort.
-		want := make([]float32, rows*cols)
-		var wk []int32
-		if rows > 0 {
-			wk = make([]int32, rows)
-		}
-		if cols > 0 {
-			for i := range rows {
-				kk, _ := hostops.TopPRow(want[i*cols:(i+1)*cols], vals[i*cols:(i+1)*cols], mask[i*cols:(i+1)*cols], p, make([]int32, cols))
-				wk[i] = int32(kk)
-			}
-		}
-		require.Equal(t, want, host(t, dst))
-		if rows > 0 && cols > 0 {
-			require.Equal(t, wk, ks)
-		}
+		// tensor.TopPMask (no statistics) selects the same tokens.
+		want, wk := zeros(t, rows, cols), int32s(t, rows)
+		require.NoError(t, tensor.TopPMask(want, wk, f32(t, vals, rows, cols), f32(t, mask, rows, cols), p))
+		require.Equal(t, host(t, want), host(t, dst))
+		wks, _ := wk.Int32s()
+		require.Equal(t, wks, ks)
 	})
 }

@@ -40,16 +40,6 @@ func TestTopPCountFloat32Rule(t *testing.T) {
 	}
 }
 
-func TestTopPRowTiesLowerIndexWins(t *testing.T) {
-	scores := []float32{1, 3, 3, 2, 3}
-	mask := []float32{1, 1, 1, 1, 1}
-	sel := make([]float32, 5)
-	k, thr := TopPRow(sel, scores, mask, 0.4, make([]int32, 5))
-	if k != 2 || thr != 3 || sel[1] != 1 || sel[2] != 1 || sel[4] != 0 {
-		t.Fatalf("k=%d thr=%v sel=%v", k, thr, sel)
-	}
-}
-
 func TestExpGeneric(t *testing.T) {
 	if !isFloat32[float32]() || isFloat32[float64]() {
 		t.Fatal("isFloat32 misidentifies the precision")
