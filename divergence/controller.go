@@ -77,8 +77,10 @@ type ControllerConfig struct {
 // Validate checks the config: a known type, a finite Coef, and for the adaptive controller a
 // finite Horizon > 0 (the reference asserts this) and a finite Target != 0 (the reference
 // divides by it in update and would raise ZeroDivisionError there; mtrl rejects it up front).
-func (c ControllerConfig) Validate() error {
-	const op = "divergence.ControllerConfig.Validate"
+func (c ControllerConfig) Validate() error { return c.validate("divergence.ControllerConfig.Validate") }
+
+// validate reports errors under op, so constructors name themselves.
+func (c ControllerConfig) validate(op string) error {
 	if c.Type != FixedController && c.Type != AdaptiveController {
 		return tensor.Errorf(tensor.ErrParam, op, "Type", "unknown controller type %d", int(c.Type))
 	}
@@ -98,7 +100,7 @@ func (c ControllerConfig) Validate() error {
 
 // NewController validates cfg and returns the controller it describes.
 func NewController(cfg ControllerConfig) (Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate("divergence.NewController"); err != nil {
 		return nil, err
 	}
 	if cfg.Type == AdaptiveController {
@@ -131,11 +133,11 @@ type Adaptive struct{ coef, target, horizon float64 }
 
 // NewAdaptive returns an adaptive controller; horizon must be > 0 and target != 0 (ErrParam).
 func NewAdaptive(coef, target, horizon float64) (*Adaptive, error) {
-	c, err := NewController(ControllerConfig{Type: AdaptiveController, Coef: coef, Target: target, Horizon: horizon})
-	if err != nil {
+	cfg := ControllerConfig{Type: AdaptiveController, Coef: coef, Target: target, Horizon: horizon}
+	if err := cfg.validate("divergence.NewAdaptive"); err != nil {
 		return nil, err
 	}
-	return c.(*Adaptive), nil
+	return &Adaptive{coef: coef, target: target, horizon: horizon}, nil
 }
 
 // Coef returns the current coefficient.

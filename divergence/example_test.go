@@ -57,5 +57,5 @@ func ExampleNewController() {
 	fmt.Println(err)
 	// Output:
 	// 0.1020
-	// divergence.ControllerConfig.Validate: Horizon: is 0, want a finite value > 0: invalid parameter
+	// divergence.NewController: Horizon: is 0, want a finite value > 0: invalid parameter
 }

@@ -34,7 +34,7 @@ func GridSize(h, w, patchSize int) (rows, cols int) {
 // patch i black when draws[i] < prob. len(draws) must be rows*cols of GridSize(h, w, patchSize).
 func PatchGrid(h, w, patchSize int, prob float64, draws []float64) (Grid, error) {
 	const op = "perturb.PatchGrid"
-	if err := checkBlackening(op, patchSize, prob); err != nil {
+	if err := checkBlackening(op, "patchSize", patchSize, "prob", prob); err != nil {
 		return Grid{}, err
 	}
 	if h < 0 || w < 0 {
@@ -51,11 +51,17 @@ func PatchGrid(h, w, patchSize int, prob float64, draws []float64) (Grid, error)
 	return g, nil
 }
 
-func checkBlackening(op string, patchSize int, prob float64) error {
+// checkBlackening validates a patch size and probability; the names label them in errors
+// (argument names for functions, field names for Blackening's methods).
+func checkBlackening(op, sizeName string, patchSize int, probName string, prob float64) error {
 	if patchSize <= 0 {
-		return tensor.Errorf(tensor.ErrParam, op, "patchSize", "is %d, want > 0", patchSize)
+		return tensor.Errorf(tensor.ErrParam, op, sizeName, "is %d, want > 0", patchSize)
 	}
-	return tensor.CheckUnit(op, "prob", prob)
+	return tensor.CheckUnit(op, probName, prob)
+}
+
+func (b Blackening) validate(op string) error {
+	return checkBlackening(op, "PatchSize", b.PatchSize, "Prob", b.Prob)
 }
 
 // BlackenPatches copies the image src ([H, W] or [H, W, C], uint8) into dst and sets every
@@ -123,12 +129,12 @@ func (Blackening) Kind() Kind { return PatchBlackening }
 
 // Validate checks PatchSize > 0 and Prob in [0, 1].
 func (b Blackening) Validate() error {
-	return checkBlackening("perturb.Blackening.Validate", b.PatchSize, b.Prob)
+	return b.validate("perturb.Blackening.Validate")
 }
 
 // Grid returns the patches the seeded Apply blackens in an h×w image for (seed, sampleID).
 func (b Blackening) Grid(h, w int, seed, sampleID uint64) (Grid, error) {
-	if err := checkBlackening("perturb.Blackening.Grid", b.PatchSize, b.Prob); err != nil {
+	if err := b.validate("perturb.Blackening.Grid"); err != nil {
 		return Grid{}, err
 	}
 	if h < 0 || w < 0 {
@@ -146,7 +152,7 @@ func (b Blackening) Grid(h, w int, seed, sampleID uint64) (Grid, error) {
 // Apply blackens patches of one image [H, W] or [H, W, C] for (seed, sampleID).
 func (b Blackening) Apply(dst, src *tensor.Tensor, seed, sampleID uint64) error {
 	const op = "perturb.Blackening.Apply"
-	if err := checkBlackening(op, b.PatchSize, b.Prob); err != nil {
+	if err := b.validate(op); err != nil {
 		return err
 	}
 	return run(op, dst, src, false, nil, sampleID, b.kernel(seed))
@@ -156,7 +162,7 @@ func (b Blackening) Apply(dst, src *tensor.Tensor, seed, sampleID uint64) error 
 // (seed, ids[i]). Images are processed in parallel.
 func (b Blackening) ApplyBatch(dst, src *tensor.Tensor, seed uint64, ids []uint64) error {
 	const op = "perturb.Blackening.ApplyBatch"
-	if err := checkBlackening(op, b.PatchSize, b.Prob); err != nil {
+	if err := b.validate(op); err != nil {
 		return err
 	}
 	return run(op, dst, src, true, ids, 0, b.kernel(seed))

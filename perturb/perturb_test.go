@@ -345,9 +345,9 @@ func TestBadInputs(t *testing.T) {
 		kind          error
 		err           error
 	}{
-		{"patch size 0", "perturb.Blackening.Apply", "patchSize", tensor.ErrParam, Blackening{PatchSize: 0, Prob: 0.5}.Apply(out, img, 0, 0)},
-		{"prob 1.5", "perturb.Blackening.Apply", "prob", tensor.ErrParam, Blackening{PatchSize: 2, Prob: 1.5}.Apply(out, img, 0, 0)},
-		{"prob -0.1", "perturb.Blackening.Validate", "prob", tensor.ErrParam, Blackening{PatchSize: 2, Prob: -0.1}.Validate()},
+		{"patch size 0", "perturb.Blackening.Apply", "PatchSize", tensor.ErrParam, Blackening{PatchSize: 0, Prob: 0.5}.Apply(out, img, 0, 0)},
+		{"prob 1.5", "perturb.Blackening.Apply", "Prob", tensor.ErrParam, Blackening{PatchSize: 2, Prob: 1.5}.Apply(out, img, 0, 0)},
+		{"prob -0.1", "perturb.Blackening.Validate", "Prob", tensor.ErrParam, Blackening{PatchSize: 2, Prob: -0.1}.Validate()},
 		{"wrong rank", "perturb.Blackening.Apply", "src", tensor.ErrShape, DefaultBlackening().Apply(like(r4), r4, 0, 0)},
 		{"channels 2", "perturb.Noise.Apply", "src", tensor.ErrShape, DefaultNoise().Apply(like(two), two, 0, 0)},
 		{"dst shape", "perturb.Blackening.Apply", "dst", tensor.ErrShape, DefaultBlackening().Apply(like(two), img, 0, 0)},

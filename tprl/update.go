@@ -109,6 +109,9 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 	if err := tensor.CheckShape(op, "ResponseMask", mb.ResponseMask, -1, -1); err != nil {
 		return nil, err
 	}
+	if mb.ResponseMask.Dim(0) == 0 {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "ResponseMask", "is an empty mini-batch (0 rows)")
+	}
 	u := &Update{cfg: c, mb: mb, globalTokens: mb.GlobalTokens, stats: mb.ShapingStats, Metrics: map[string][]float64{}}
 	if u.globalTokens == 0 {
 		_, n, err := tensor.MaskedSum(mb.ResponseMask, mb.ResponseMask)
