@@ -2,6 +2,7 @@ package advantage
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -34,7 +35,7 @@ func (e Estimator) String() string {
 	if e >= 0 && e < numEstimators {
 		return estimatorNames[e]
 	}
-	return "Estimator(" + itoa(int(e)) + ")"
+	return "Estimator(" + strconv.Itoa(int(e)) + ")"
 }
 
 // ParseEstimator returns the estimator with the reference's name s (exact, lower case).
@@ -207,26 +208,4 @@ func retag(err error, op string) error {
 		return &c
 	}
 	return err
-}
-
-func itoa(d int) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + d%10)
-		d /= 10
-		if d == 0 {
-			break
-		}
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }

@@ -2,6 +2,7 @@ package divergence
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -32,7 +33,7 @@ func (t ControllerType) String() string {
 	case AdaptiveController:
 		return "adaptive"
 	}
-	return "ControllerType(" + itoa(int(t)) + ")"
+	return "ControllerType(" + strconv.Itoa(int(t)) + ")"
 }
 
 // ParseControllerType parses the reference's kl_type ("fixed" or "adaptive"); anything else is

@@ -1,6 +1,7 @@
 package divergence
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -31,7 +32,7 @@ func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
 	}
-	return "Kind(" + itoa(int(k)) + ")"
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // ParseKind parses the reference's kl_penalty names ("kl", "abs", "mse", "low_var_kl", "full")
@@ -54,13 +55,3 @@ func ParseKind(s string) (Kind, error) {
 }
 
 func (k Kind) valid() bool { return k >= KL && k <= Full }
-
-func itoa(d int) string {
-	if d < 0 {
-		return "-" + itoa(-d)
-	}
-	if d < 10 {
-		return string(rune('0' + d))
-	}
-	return itoa(d/10) + string(rune('0'+d%10))
-}

@@ -2,6 +2,7 @@ package perturb
 
 import (
 	"image"
+	"strconv"
 
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -31,7 +32,7 @@ func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
 	}
-	return "Kind(" + itoa(int(k)) + ")"
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // ParseKind parses "patch_blackening", "gaussian_noise", "complete_masking" or "gaussian_blur";
@@ -192,14 +193,4 @@ func run(op string, dst, src *tensor.Tensor, batched bool, ids []uint64, sampleI
 		})
 		return nil
 	})
-}
-
-func itoa(d int) string {
-	if d < 0 {
-		return "-" + itoa(-d)
-	}
-	if d < 10 {
-		return string(rune('0' + d))
-	}
-	return itoa(d/10) + string(rune('0'+d%10))
 }

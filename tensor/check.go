@@ -1,6 +1,9 @@
 package tensor
 
-import "math"
+import (
+	"math"
+	"strconv"
+)
 
 // The Check functions are the validation vocabulary of every mtrl entry point. Each returns nil
 // or an *Error naming op and arg.
@@ -29,32 +32,10 @@ func shapePattern(dims []int) string {
 		if d < 0 {
 			s += "*"
 		} else {
-			s += itoa(d)
+			s += strconv.Itoa(d)
 		}
 	}
 	return s + "]"
-}
-
-func itoa(d int) string {
-	if d == 0 {
-		return "0"
-	}
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	var b [20]byte
-	i := len(b)
-	for d > 0 {
-		i--
-		b[i] = byte('0' + d%10)
-		d /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }
 
 // CheckSameShape checks that a and b are non-nil and have equal shapes.

@@ -1,6 +1,7 @@
 package tprl
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -24,7 +25,7 @@ func (f Filter) String() string {
 	if f >= 0 && int(f) < len(filterNames) {
 		return filterNames[f]
 	}
-	return "Filter(" + itoa(int(f)) + ")"
+	return "Filter(" + strconv.Itoa(int(f)) + ")"
 }
 
 // ParseFilter parses "entropy" or "perception" (exact match); anything else is an ErrParam error.
@@ -64,7 +65,7 @@ func (s ShapingScope) String() string {
 	if s >= 0 && int(s) < len(scopeNames) {
 		return scopeNames[s]
 	}
-	return "ShapingScope(" + itoa(int(s)) + ")"
+	return "ShapingScope(" + strconv.Itoa(int(s)) + ")"
 }
 
 // ParseShapingScope parses "global" or "per_micro_batch"; the empty string means GlobalScope.
@@ -172,14 +173,4 @@ func (c Config) Validate() error {
 // ShapingRequiresPerception into account).
 func (c Config) Shaping() bool {
 	return c.EnableTrajectoryReweighting && (c.EnablePerceptionFiltering || !c.ShapingRequiresPerception)
-}
-
-func itoa(d int) string {
-	if d < 0 {
-		return "-" + itoa(-d)
-	}
-	if d < 10 {
-		return string(rune('0' + d))
-	}
-	return itoa(d/10) + string(rune('0'+d%10))
 }
