@@ -1,0 +1,304 @@
+package vqa
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"math/rand/v2"
+	"strings"
+)
+
+// TaskConfig sizes the generated task.
+type TaskConfig struct {
+	ImageSize int // square images, ImageSize x ImageSize pixels, 8..512 (default 32)
+	MaxShapes int // shapes per image are 1..MaxShapes, at most 4 (one per grid cell; default 3)
+	Options   int // answer options per question, 2..10 (letters A..J; default 4)
+}
+
+// DefaultTaskConfig returns the configuration of the example trainer:
+// 32-pixel images, 1..3 shapes, 4 options.
+func DefaultTaskConfig() TaskConfig { return TaskConfig{ImageSize: 32, MaxShapes: 3, Options: 4} }
+
+// Validate reports the first invalid field of c.
+func (c TaskConfig) Validate() error {
+	switch {
+	case c.ImageSize < 8 || c.ImageSize > 512:
+		return fmt.Errorf("vqa: TaskConfig.ImageSize must be in [8, 512], got %d", c.ImageSize)
+	case c.MaxShapes < 1 || c.MaxShapes > len(positions):
+		return fmt.Errorf("vqa: TaskConfig.MaxShapes must be in [1, %d], got %d", len(positions), c.MaxShapes)
+	case c.Options < 2 || c.Options > len(letters):
+		return fmt.Errorf("vqa: TaskConfig.Options must be in [2, %d], got %d", len(letters), c.Options)
+	}
+	return nil
+}
+
+// Object is one shape of a scene. Its fields are vocabulary words: Colour one
+// of Colours(), Shape one of Shapes(), Position one of Positions() (two words,
+// e.g. "top left").
+type Object struct {
+	Shape    string `json:"shape"`
+	Colour   string `json:"colour"`
+	Position string `json:"position"`
+}
+
+// Sample is one question about one image.
+type Sample struct {
+	ID       uint64
+	Image    image.Image // ImageSize x ImageSize RGB (an *image.RGBA when generated)
+	Objects  []Object    // the scene drawn in Image: distinct shapes, colours and positions
+	Prompt   string      // question + lettered options, e.g. "what colour is the circle ? A red B blue C green D yellow"
+	Answer   string      // the correct letter, e.g. "B"
+	Response string      // the reference chain, e.g. "<think> the circle is blue </think> Answer: B"
+}
+
+// Colours, Shapes and Positions return copies of the task's value lists.
+func Colours() []string   { return append([]string(nil), colours...) }
+func Shapes() []string    { return append([]string(nil), shapes...) }
+func Positions() []string { return append([]string(nil), positions...) }
+
+// Letters returns the option letters A..J.
+func Letters() []string { return append([]string(nil), letters...) }
+
+// Background is the plain background colour of every image (black).
+var Background = color.RGBA{0, 0, 0, 255}
+
+// palette holds the RGB of each colour in colours order.
+var palette = []color.RGBA{
+	{220, 40, 40, 255},   // red
+	{40, 180, 60, 255},   // green
+	{50, 80, 230, 255},   // blue
+	{240, 220, 40, 255},  // yellow
+	{140, 60, 200, 255},  // purple
+	{250, 140, 20, 255},  // orange
+	{240, 240, 240, 255}, // white
+	{40, 210, 220, 255},  // cyan
+	{250, 130, 190, 255}, // pink
+	{130, 80, 30, 255},   // brown
+}
+
+// QuestionKind is the type of a question.
+type QuestionKind int
+
+const (
+	ColourOfShape    QuestionKind = iota // "what colour is the circle ?" → a colour
+	ShapeOfColour                        // "what shape is red ?" → a shape
+	CountShapes                          // "how many shapes are there ?" → a number
+	PositionOfShape                      // "where is the circle ?" → a position
+	PositionOfColour                     // "where is the red shape ?" → a position
+	numKinds
+)
+
+var kindNames = []string{"colour_of_shape", "shape_of_colour", "count", "position_of_shape", "position_of_colour"}
+
+// String returns the kind's snake_case name.
+func (k QuestionKind) String() string {
+	if k < 0 || k >= numKinds {
+		return fmt.Sprintf("QuestionKind(%d)", int(k))
+	}
+	return kindNames[k]
+}
+
+// countDomain is the list of number words offered as options of a count
+// question: one..max(Options, MaxShapes) so that every option is plausible
+// without the image, or zero..nine when that needs more than nine values.
+func countDomain(cfg TaskConfig) []string {
+	n := max(cfg.Options, cfg.MaxShapes)
+	if n > 9 {
+		return numbers
+	}
+	return numbers[1 : n+1]
+}
+
+// domain returns the answer values of a kind.
+func domain(cfg TaskConfig, k QuestionKind) []string {
+	switch k {
+	case ColourOfShape:
+		return colours
+	case ShapeOfColour:
+		return shapes
+	case CountShapes:
+		return countDomain(cfg)
+	default:
+		return positions
+	}
+}
+
+// Generate makes n samples with ids firstID..firstID+n-1; sample i depends
+// only on (cfg, seed, firstID+i) (a PCG stream seeded with (seed, id)). It
+// panics only if cfg is invalid (call cfg.Validate first) or n < 0.
+func Generate(cfg TaskConfig, seed uint64, firstID uint64, n int) []Sample {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	out := make([]Sample, n)
+	for i := range out {
+		out[i] = generateOne(cfg, seed, firstID+uint64(i))
+	}
+	return out
+}
+
+func generateOne(cfg TaskConfig, seed, id uint64) Sample {
+	r := rand.New(rand.NewPCG(seed, id))
+	k := 1 + r.IntN(cfg.MaxShapes)
+	shapePerm := r.Perm(len(shapes))
+	colourPerm := r.Perm(len(colours))
+	posPerm := r.Perm(len(positions))
+	objs := make([]Object, k)
+	for i := range objs {
+		objs[i] = Object{Shape: shapes[shapePerm[i]], Colour: colours[colourPerm[i]], Position: positions[posPerm[i]]}
+	}
+	// Question kinds whose answer domain has at least Options values.
+	var kinds []QuestionKind
+	for q := QuestionKind(0); q < numKinds; q++ {
+		if len(domain(cfg, q)) >= cfg.Options {
+			kinds = append(kinds, q)
+		}
+	}
+	kind := kinds[r.IntN(len(kinds))]
+	o := objs[r.IntN(k)] // the object asked about
+	var question, think, correct string
+	switch kind {
+	case ColourOfShape:
+		question = "what colour is the " + o.Shape + " ?"
+		think = "the " + o.Shape + " is " + o.Colour
+		correct = o.Colour
+	case ShapeOfColour:
+		question = "what shape is " + o.Colour + " ?"
+		think = "the " + o.Colour + " shape is a " + o.Shape
+		correct = o.Shape
+	case CountShapes:
+		question = "how many shapes are there ?"
+		if k == 1 {
+			think = "there is one shape"
+		} else {
+			think = "there are " + numbers[k] + " shapes"
+		}
+		correct = numbers[k]
+	case PositionOfShape:
+		question = "where is the " + o.Shape + " ?"
+		think = "the " + o.Shape + " is at the " + o.Position
+		correct = o.Position
+	case PositionOfColour:
+		question = "where is the " + o.Colour + " shape ?"
+		think = "the " + o.Colour + " shape is at the " + o.Position
+		correct = o.Position
+	}
+	// Options: the correct value and Options-1 distinct distractors, shuffled.
+	dom := domain(cfg, kind)
+	var others []string
+	for _, v := range dom {
+		if v != correct {
+			others = append(others, v)
+		}
+	}
+	r.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	opts := append(others[:cfg.Options-1:cfg.Options-1], correct)
+	r.Shuffle(len(opts), func(i, j int) { opts[i], opts[j] = opts[j], opts[i] })
+	var answer string
+	var b strings.Builder
+	b.WriteString(question)
+	for i, v := range opts {
+		b.WriteString(" " + letters[i] + " " + v)
+		if v == correct {
+			answer = letters[i]
+		}
+	}
+	return Sample{
+		ID:       id,
+		Image:    Render(cfg.ImageSize, objs),
+		Objects:  objs,
+		Prompt:   b.String(),
+		Answer:   answer,
+		Response: "<think> " + think + " </think> Answer: " + answer,
+	}
+}
+
+// Render draws objects on a size x size image with the plain Background: the
+// image is a 2x2 grid and each object is drawn centred in its cell. Unknown
+// shape, colour or position words are skipped.
+func Render(size int, objects []Object) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, size, size))
+	draw.Draw(img, img.Bounds(), &image.Uniform{C: Background}, image.Point{}, draw.Src)
+	cell := float64(size) / 2
+	for _, o := range objects {
+		ci, cs, cp := indexOf(colours, o.Colour), indexOf(shapes, o.Shape), indexOf(positions, o.Position)
+		if ci < 0 || cs < 0 || cp < 0 {
+			continue
+		}
+		col := palette[ci]
+		x0, y0 := float64(cp%2)*cell, float64(cp/2)*cell
+		cx, cy := x0+cell/2, y0+cell/2
+		r := cell * 0.38 // half-extent of the shape
+		for py := int(y0); py < int(y0+cell) && py < size; py++ {
+			for px := int(x0); px < int(x0+cell) && px < size; px++ {
+				// pixel centre relative to the cell centre, in units of r
+				dx, dy := (float64(px)+0.5-cx)/r, (float64(py)+0.5-cy)/r
+				if inside(o.Shape, dx, dy) {
+					img.SetRGBA(px, py, col)
+				}
+			}
+		}
+	}
+	return img
+}
+
+// inside reports whether the point (dx, dy) (y down, unit = half-extent) lies in the shape.
+func inside(shape string, dx, dy float64) bool {
+	switch shape {
+	case "circle":
+		return dx*dx+dy*dy <= 1
+	case "square":
+		return dx >= -0.85 && dx <= 0.85 && dy >= -0.85 && dy <= 0.85
+	case "triangle": // apex up, base at dy = 1
+		if dy < -1 || dy > 1 {
+			return false
+		}
+		half := (dy + 1) / 2 // 0 at the apex, 1 at the base
+		return dx >= -half && dx <= half
+	case "cross":
+		return (dx >= -0.3 && dx <= 0.3 && dy >= -1 && dy <= 1) || (dy >= -0.3 && dy <= 0.3 && dx >= -1 && dx <= 1)
+	case "diamond":
+		return abs(dx)+abs(dy) <= 1
+	}
+	return false
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func indexOf(list []string, w string) int {
+	for i, v := range list {
+		if v == w {
+			return i
+		}
+	}
+	return -1
+}
+
+// Pixels returns img as interleaved RGB bytes in [H, W, 3] row-major order
+// (alpha dropped), the layout of the model's Uint8 image tensor.
+func Pixels(img image.Image) []uint8 {
+	b := img.Bounds()
+	out := make([]uint8, 0, b.Dx()*b.Dy()*3)
+	if rgba, ok := img.(*image.RGBA); ok {
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := rgba.Pix[rgba.PixOffset(b.Min.X, y):]
+			for x := 0; x < b.Dx(); x++ {
+				out = append(out, row[4*x], row[4*x+1], row[4*x+2])
+			}
+		}
+		return out
+	}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			out = append(out, c.R, c.G, c.B)
+		}
+	}
+	return out
+}
