@@ -1,0 +1,412 @@
+package vlm
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+)
+
+const lnEps = 1e-5
+
+// layerActs is what one block keeps for the backward pass (rows are the N = B·S tokens).
+type layerActs[F Float] struct {
+	xhat1, rstd1, h1 []F // LayerNorm 1: normalised input [N,D], 1/σ [N], output [N,D]
+	qkv              []F // [N, 3D]
+	p                []F // attention probabilities [B, H, S, S] (zero where masked)
+	ao               []F // attention output before the projection [N, D]
+	xhat2, rstd2, h2 []F // LayerNorm 2
+	u, a             []F // MLP pre-activation and GELU output [N, M]
+}
+
+// acts is the activation record of one forward pass.
+type acts[F Float] struct {
+	b, l, s      int     // batch rows, text length, sequence length NP+L
+	tokens       []int32 // [B, L]
+	pv           []F     // flattened patches [B·NP, P²C]
+	layers       []layerActs[F]
+	xhatF, rstdF []F // final LayerNorm of the text rows [B·L, D], [B·L]
+	hF           []F // its output [B·L, D]
+}
+
+// patchVectors flattens images [B, H, W, C] into patch vectors [B·NP, P²C] (patches in raster
+// order, each patch row-major with channels innermost), mapping 0..255 to -1..1.
+func patchVectors[F Float](c Config, img []uint8, b int) []F {
+	p, ch, hw := c.PatchSize, c.Channels, c.ImageSize
+	g := hw / p
+	np, pl := c.Patches(), c.patchLen()
+	out := make([]F, b*np*pl)
+	for r := range b {
+		im := img[r*hw*hw*ch:]
+		for py := range g {
+			for px := range g {
+				dst := out[((r*np)+py*g+px)*pl:]
+				k := 0
+				for dy := range p {
+					src := im[((py*p+dy)*hw+px*p)*ch:]
+					for j := range p * ch {
+						dst[k] = F(src[j])*(2.0/255) - 1
+						k++
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// embedPatches writes the image tokens of rows into x (row r's sequence starts at x[r·s·D]).
+func embedPatches[F Float](c Config, w *weights[F], pv []F, b, s int, x []F) {
+	d, np := c.Dim, c.Patches()
+	e := make([]F, b*np*d)
+	gemm(false, false, b*np, d, c.patchLen(), pv, w.patchW, 0, e)
+	for r := range b {
+		for i := range np {
+			dst := x[(r*s+i)*d : (r*s+i+1)*d]
+			src := e[(r*np+i)*d:]
+			pos := w.patchPos[i*d:]
+			for k := range dst {
+				dst[k] = src[k] + w.patchB[k] + pos[k]
+			}
+		}
+	}
+}
+
+// embedToken writes token id at text position t into dst [D].
+func embedToken[F Float](c Config, w *weights[F], id int32, t int, dst []F) {
+	d := c.Dim
+	e, pos := w.tokEmb[int(id)*d:], w.tokPos[t*d:]
+	for k := range dst[:d] {
+		dst[k] = e[k] + pos[k]
+	}
+}
+
+// rowGrain is the parallel chunk size for per-row loops over rows of length d.
+func rowGrain(d int) int { return parallel.Grain(d, 1<<13) }
+
+// layerNorm normalises the n rows of x into h = xhat·g + b; xhat and rstd are stored when
+// non-nil.
+func layerNorm[F Float](n, d int, x, g, b, xhat, rstd, h []F) {
+	parallel.For(n, rowGrain(d), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xr := x[i*d : (i+1)*d]
+			var mean F
+			for _, v := range xr {
+				mean += v
+			}
+			mean /= F(d)
+			var vr F
+			for _, v := range xr {
+				vr += (v - mean) * (v - mean)
+			}
+			rs := F(1 / math.Sqrt(float64(vr/F(d)+lnEps)))
+			hr := h[i*d : (i+1)*d]
+			for k, v := range xr {
+				xh := (v - mean) * rs
+				if xhat != nil {
+					xhat[i*d+k] = xh
+				}
+				hr[k] = xh*g[k] + b[k]
+			}
+			if rstd != nil {
+				rstd[i] = rs
+			}
+		}
+	})
+}
+
+// layerNormBack adds the input gradient of a LayerNorm to dx and accumulates dg, db.
+func layerNormBack[F Float](n, d int, dh, xhat, rstd, g, dg, db, dx []F) {
+	for i := range n { // parameter gradients: sequential, fixed order
+		dr, xr := dh[i*d:(i+1)*d], xhat[i*d:(i+1)*d]
+		for k := range dr {
+			dg[k] += dr[k] * xr[k]
+			db[k] += dr[k]
+		}
+	}
+	parallel.For(n, rowGrain(d), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dr, xr := dh[i*d:(i+1)*d], xhat[i*d:(i+1)*d]
+			var m1, m2 F
+			for k := range dr {
+				gx := dr[k] * g[k]
+				m1 += gx
+				m2 += gx * xr[k]
+			}
+			m1 /= F(d)
+			m2 /= F(d)
+			rs := rstd[i]
+			out := dx[i*d : (i+1)*d]
+			for k := range dr {
+				out[k] += rs * (dr[k]*g[k] - m1 - xr[k]*m2)
+			}
+		}
+	})
+}
+
+// addBias adds b [d] to every row of y [n, d].
+func addBias[F Float](n, d int, y, b []F) {
+	for i := range n {
+		r := y[i*d : (i+1)*d]
+		for k := range r {
+			r[k] += b[k]
+		}
+	}
+}
+
+// colSum accumulates the column sums of dy [n, d] into db.
+func colSum[F Float](n, d int, dy, db []F) {
+	for i := range n {
+		r := dy[i*d : (i+1)*d]
+		for k := range r {
+			db[k] += r[k]
+		}
+	}
+}
+
+// GELU in its sigmoid form x·σ(1.702x).
+const geluK = 1.702
+
+func sigmoid[F Float](z F) F { return 1 / (1 + hostops.Exp(-z)) }
+
+func gelu[F Float](u, a []F) {
+	parallel.For(len(u), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			a[i] = u[i] * sigmoid(geluK*u[i])
+		}
+	})
+}
+
+// geluBack turns da into du in place: du = da·(σ + k·u·σ(1-σ)).
+func geluBack[F Float](u, da []F) {
+	parallel.For(len(u), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			s := sigmoid(geluK * u[i])
+			da[i] *= s + geluK*u[i]*s*(1-s)
+		}
+	})
+}
+
+// keyLimit is the number of keys position i may attend to: image tokens (i < np) see all image
+// tokens, text tokens see the image and the text up to themselves.
+func keyLimit(i, np int) int { return max(np, i+1) }
+
+// attention computes the output ao [N, D] of multi-head attention from qkv [N, 3D] for b rows
+// of length s, storing probabilities in p [B, H, S, S] when p is non-nil.
+func attention[F Float](c Config, b, s int, qkv, p, ao []F) {
+	d, nh := c.Dim, c.Heads
+	dh := d / nh
+	np := c.Patches()
+	scale := F(1 / math.Sqrt(float64(dh)))
+	parallel.For(b, 1, func(lo, hi int) {
+		sc := make([]F, s)
+		for r := lo; r < hi; r++ {
+			base := r * s
+			for hd := range nh {
+				qo, ko, vo := hd*dh, d+hd*dh, 2*d+hd*dh
+				for i := range s {
+					lim := min(keyLimit(i, np), s)
+					q := qkv[(base+i)*3*d+qo:][:dh]
+					mx := F(math.Inf(-1))
+					for j := range lim {
+						k := qkv[(base+j)*3*d+ko:][:dh]
+						var dot F
+						for t := range q {
+							dot += q[t] * k[t]
+						}
+						sc[j] = dot * scale
+						mx = max(mx, sc[j])
+					}
+					var sum F
+					for j := range lim {
+						sc[j] = hostops.Exp(sc[j] - mx)
+						sum += sc[j]
+					}
+					inv := 1 / sum
+					o := ao[(base+i)*d+hd*dh:][:dh]
+					clear(o)
+					for j := range lim {
+						pj := sc[j] * inv
+						sc[j] = pj
+						v := qkv[(base+j)*3*d+vo:][:dh]
+						for t := range o {
+							o[t] += pj * v[t]
+						}
+					}
+					if p != nil {
+						copy(p[((r*nh+hd)*s+i)*s:][:lim], sc[:lim])
+					}
+				}
+			}
+		}
+	})
+}
+
+// attentionBack computes dqkv [N, 3D] (overwritten) from dao [N, D].
+func attentionBack[F Float](c Config, b, s int, qkv, p, dao, dqkv []F) {
+	d, nh := c.Dim, c.Heads
+	dh := d / nh
+	np := c.Patches()
+	scale := F(1 / math.Sqrt(float64(dh)))
+	clear(dqkv[:b*s*3*d])
+	parallel.For(b, 1, func(lo, hi int) {
+		dp := make([]F, s)
+		for r := lo; r < hi; r++ {
+			base := r * s
+			for hd := range nh {
+				qo, ko, vo := hd*dh, d+hd*dh, 2*d+hd*dh
+				for i := range s {
+					lim := min(keyLimit(i, np), s)
+					pr := p[((r*nh+hd)*s+i)*s:][:lim]
+					do := dao[(base+i)*d+hd*dh:][:dh]
+					var dot F
+					for j := range lim {
+						v := qkv[(base+j)*3*d+vo:][:dh]
+						dv := dqkv[(base+j)*3*d+vo:][:dh]
+						var g F
+						for t := range do {
+							g += do[t] * v[t]
+							dv[t] += pr[j] * do[t]
+						}
+						dp[j] = g
+						dot += pr[j] * g
+					}
+					q := qkv[(base+i)*3*d+qo:][:dh]
+					dq := dqkv[(base+i)*3*d+qo:][:dh]
+					for j := range lim {
+						ds := pr[j] * (dp[j] - dot) * scale
+						if ds == 0 {
+							continue
+						}
+						k := qkv[(base+j)*3*d+ko:][:dh]
+						dk := dqkv[(base+j)*3*d+ko:][:dh]
+						for t := range q {
+							dq[t] += ds * k[t]
+							dk[t] += ds * q[t]
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// forward runs the model on b rows: pv are the patch vectors, tokens [b, l]. It returns the
+// logits [b·l, V] of the text positions and the activation record.
+func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int) ([]F, *acts[F]) {
+	d, np, m, v := c.Dim, c.Patches(), c.MLPDim, c.Vocab
+	s := np + l
+	n := b * s
+	a := &acts[F]{b: b, l: l, s: s, tokens: tokens, pv: pv, layers: make([]layerActs[F], c.Layers)}
+	x := make([]F, n*d)
+	embedPatches(c, w, pv, b, s, x)
+	for r := range b {
+		for t := range l {
+			embedToken(c, w, tokens[r*l+t], t, x[(r*s+np+t)*d:])
+		}
+	}
+	tmp := make([]F, n*d)
+	for li := range c.Layers {
+		bw := &w.blocks[li]
+		la := &a.layers[li]
+		la.xhat1, la.rstd1, la.h1 = make([]F, n*d), make([]F, n), make([]F, n*d)
+		layerNorm(n, d, x, bw.ln1G, bw.ln1B, la.xhat1, la.rstd1, la.h1)
+		la.qkv = make([]F, n*3*d)
+		gemm(false, false, n, 3*d, d, la.h1, bw.wqkv, 0, la.qkv)
+		addBias(n, 3*d, la.qkv, bw.bqkv)
+		la.p = make([]F, b*c.Heads*s*s)
+		la.ao = make([]F, n*d)
+		attention(c, b, s, la.qkv, la.p, la.ao)
+		copy(tmp, x)
+		gemm(false, false, n, d, d, la.ao, bw.wo, 1, tmp)
+		addBias(n, d, tmp, bw.bo)
+		x, tmp = tmp, x
+		la.xhat2, la.rstd2, la.h2 = make([]F, n*d), make([]F, n), make([]F, n*d)
+		layerNorm(n, d, x, bw.ln2G, bw.ln2B, la.xhat2, la.rstd2, la.h2)
+		la.u, la.a = make([]F, n*m), make([]F, n*m)
+		gemm(false, false, n, m, d, la.h2, bw.w1, 0, la.u)
+		addBias(n, m, la.u, bw.b1)
+		gelu(la.u, la.a)
+		gemm(false, false, n, d, m, la.a, bw.w2, 1, x)
+		addBias(n, d, x, bw.b2)
+	}
+	nt := b * l
+	xt := tmp[:nt*d]
+	for r := range b {
+		copy(xt[r*l*d:(r+1)*l*d], x[(r*s+np)*d:(r*s+s)*d])
+	}
+	a.xhatF, a.rstdF, a.hF = make([]F, nt*d), make([]F, nt), make([]F, nt*d)
+	layerNorm(nt, d, xt, w.lnfG, w.lnfB, a.xhatF, a.rstdF, a.hF)
+	logits := make([]F, nt*v)
+	gemm(false, false, nt, v, d, a.hF, w.headW, 0, logits)
+	addBias(nt, v, logits, w.headB)
+	return logits, a
+}
+
+// backward accumulates into g the gradients of sum(dlogits ⊙ logits) for the pass recorded in a.
+func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
+	d, np, m, v := c.Dim, c.Patches(), c.MLPDim, c.Vocab
+	b, l, s := a.b, a.l, a.s
+	n, nt := b*s, b*l
+	gemm(true, false, d, v, nt, a.hF, dlogits, 1, g.headW)
+	colSum(nt, v, dlogits, g.headB)
+	dh := make([]F, nt*d)
+	gemm(false, true, nt, d, v, dlogits, w.headW, 0, dh)
+	dxt := make([]F, nt*d)
+	layerNormBack(nt, d, dh, a.xhatF, a.rstdF, w.lnfG, g.lnfG, g.lnfB, dxt)
+	dx := make([]F, n*d)
+	for r := range b {
+		copy(dx[(r*s+np)*d:(r*s+s)*d], dxt[r*l*d:(r+1)*l*d])
+	}
+	dbig := make([]F, n*max(m, 3*d))
+	dsmall := make([]F, n*d)
+	for li := c.Layers - 1; li >= 0; li-- {
+		bw, gw, la := &w.blocks[li], &g.blocks[li], &a.layers[li]
+		// MLP: x3 = x2 + gelu(h2·w1 + b1)·w2 + b2
+		colSum(n, d, dx, gw.b2)
+		gemm(true, false, m, d, n, la.a, dx, 1, gw.w2)
+		du := dbig[:n*m]
+		gemm(false, true, n, m, d, dx, bw.w2, 0, du)
+		geluBack(la.u, du)
+		colSum(n, m, du, gw.b1)
+		gemm(true, false, d, m, n, la.h2, du, 1, gw.w1)
+		gemm(false, true, n, d, m, du, bw.w1, 0, dsmall)
+		layerNormBack(n, d, dsmall, la.xhat2, la.rstd2, bw.ln2G, gw.ln2G, gw.ln2B, dx)
+		// attention: x2 = x + attn(ln1(x))·wo + bo
+		colSum(n, d, dx, gw.bo)
+		gemm(true, false, d, d, n, la.ao, dx, 1, gw.wo)
+		dao := dsmall
+		gemm(false, true, n, d, d, dx, bw.wo, 0, dao)
+		dqkv := dbig[:n*3*d]
+		attentionBack(c, b, s, la.qkv, la.p, dao, dqkv)
+		colSum(n, 3*d, dqkv, gw.bqkv)
+		gemm(true, false, d, 3*d, n, la.h1, dqkv, 1, gw.wqkv)
+		dh1 := dsmall
+		gemm(false, true, n, d, 3*d, dqkv, bw.wqkv, 0, dh1)
+		layerNormBack(n, d, dh1, la.xhat1, la.rstd1, bw.ln1G, gw.ln1G, gw.ln1B, dx)
+	}
+	// embeddings
+	pl := c.patchLen()
+	dimg := dsmall[:b*np*d]
+	for r := range b {
+		copy(dimg[r*np*d:(r+1)*np*d], dx[r*s*d:(r*s+np)*d])
+	}
+	gemm(true, false, pl, d, b*np, a.pv, dimg, 1, g.patchW)
+	colSum(b*np, d, dimg, g.patchB)
+	for r := range b {
+		for i := range np {
+			src, dst := dimg[(r*np+i)*d:][:d], g.patchPos[i*d:][:d]
+			for k := range dst {
+				dst[k] += src[k]
+			}
+		}
+		for t := range l {
+			src := dx[(r*s+np+t)*d:][:d]
+			e, p := g.tokEmb[int(a.tokens[r*l+t])*d:][:d], g.tokPos[t*d:][:d]
+			for k := range src {
+				e[k] += src[k]
+				p[k] += src[k]
+			}
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package vlm
+
+import (
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Param is one trainable tensor and its gradient, both float32 CPU tensors of the same shape.
+type Param struct {
+	Name string
+	W, G *tensor.Tensor
+}
+
+// Model is the policy: a small vision-language decoder. It is not safe for concurrent use
+// (Forward and Generate only read the weights and may run concurrently with each other, but
+// not with Backward, ZeroGrad or an optimizer step).
+type Model struct {
+	Config Config
+
+	params []*Param
+	w, g   weights[float32] // views of the Param tensors' host slices
+}
+
+// New builds a model with weights drawn deterministically from seed: linear weights
+// N(0, 1/fan_in) (residual projections further scaled by 1/√(2·Layers)), token embeddings N(0,1),
+// position embeddings with standard deviation 0.1, LayerNorm gains 1 and all biases 0.
+func New(cfg Config, seed uint64) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg}
+	vals := initValues(cfg, seed)
+	grads := make([][]float32, len(vals))
+	for i, p := range specs(cfg) {
+		grads[i] = make([]float32, len(vals[i]))
+		w, err := tensor.FromFloat32(vals[i], p.shape...)
+		if err != nil {
+			return nil, err
+		}
+		g, err := tensor.FromFloat32(grads[i], p.shape...)
+		if err != nil {
+			return nil, err
+		}
+		m.params = append(m.params, &Param{Name: p.name, W: w, G: g})
+	}
+	m.w = bind(cfg, vals)
+	m.g = bind(cfg, grads)
+	return m, nil
+}
+
+// Params returns the trainable parameters in a stable order with stable names ("patch.w",
+// "tok.emb", "block0.attn.wqkv", …, "head.b"). Updating W's values in place (an optimizer step,
+// loading a checkpoint with tensor.CopyInto) changes the model; replacing the tensors does not.
+func (m *Model) Params() []*Param { return m.params }
+
+// NumParams is the total number of trainable values.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, p := range m.params {
+		n += p.W.Len()
+	}
+	return n
+}
+
+// ZeroGrad sets every gradient to zero.
+func (m *Model) ZeroGrad() {
+	for _, g := range m.g.slots() {
+		clear(*g)
+	}
+}
+
+// Activations is the record of one Forward pass that Backward needs. It holds all
+// intermediate values of the batch (about 12·B·(NP+L)·Dim + Heads·B·(NP+L)² floats per block).
+type Activations struct {
+	m *Model
+	a *acts[float32]
+}
+
+// Rows and Len are the batch size and text length of the recorded pass.
+func (a *Activations) Rows() int { return a.a.b }
+func (a *Activations) Len() int  { return a.a.l }
+
+// checkImages validates images [B, H, W, C] uint8 and returns the host bytes.
+func (m *Model) checkImages(op string, images *tensor.Tensor, b int) ([]uint8, error) {
+	c := m.Config
+	if images == nil {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "images", "is nil")
+	}
+	if err := tensor.CheckDType(op, "images", images, tensor.Uint8); err != nil {
+		return nil, err
+	}
+	if err := tensor.CheckShape(op, "images", images, b, c.ImageSize, c.ImageSize, c.Channels); err != nil {
+		return nil, err
+	}
+	px, err := images.Uint8s()
+	if err != nil {
+		return nil, tensor.Errorf(tensor.ErrBackend, op, "images", "must be a host tensor: %v", err)
+	}
+	return px, nil
+}
+
+// Forward runs the model on a batch: images [B, H, W, C] uint8 (H = W = ImageSize,
+// C = Channels) and tokens [B, L] int32 (prompt then response, right-padded with PAD;
+// 1 ≤ L ≤ MaxLen, ids in [0, Vocab)). It returns logits [B, L, V] float32 where logits[b, t]
+// predicts tokens[b, t+1], and the activation record for Backward. Text tokens attend causally to
+// earlier text and to all image patches; patches attend to all patches (never to text), so
+// padding at the end of a row does not change the logits before it.
+func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activations, error) {
+	const op = "vlm.Model.Forward"
+	c := m.Config
+	if tokens == nil {
+		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "is nil")
+	}
+	if err := tensor.CheckDType(op, "tokens", tokens, tensor.Int32); err != nil {
+		return nil, nil, err
+	}
+	if err := tensor.CheckShape(op, "tokens", tokens, -1, -1); err != nil {
+		return nil, nil, err
+	}
+	b, l := tokens.Dim(0), tokens.Dim(1)
+	if b < 1 || l < 1 {
+		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "shape %v is empty", tokens.Shape())
+	}
+	if l > c.MaxLen {
+		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "length %d exceeds MaxLen %d", l, c.MaxLen)
+	}
+	ids, err := tokens.Int32s()
+	if err != nil {
+		return nil, nil, tensor.Errorf(tensor.ErrBackend, op, "tokens", "must be a host tensor: %v", err)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= c.Vocab {
+			return nil, nil, tensor.Errorf(tensor.ErrParam, op, "tokens", "id %d at [%d, %d] is outside [0, %d)", id, i/l, i%l, c.Vocab)
+		}
+	}
+	px, err := m.checkImages(op, images, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	pv := patchVectors[float32](c, px, b)
+	logits, a := forward(c, &m.w, pv, append([]int32(nil), ids...), b, l)
+	out, err := tensor.FromFloat32(logits, b, l, c.Vocab)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, &Activations{m: m, a: a}, nil
+}
+
+// Backward accumulates into the parameters' G the gradients of sum(dlogits ⊙ logits) for the
+// pass recorded in act; dlogits is [B, L, V] float32 like the logits of that pass. It may be
+// called more than once per record; NaN and Inf propagate.
+func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
+	const op = "vlm.Model.Backward"
+	if act == nil || act.a == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "act", "is nil")
+	}
+	if act.m != m {
+		return tensor.Errorf(tensor.ErrParam, op, "act", "was recorded by another model")
+	}
+	if dlogits == nil {
+		return tensor.Errorf(tensor.ErrShape, op, "dlogits", "is nil")
+	}
+	if err := tensor.CheckDType(op, "dlogits", dlogits, tensor.Float32); err != nil {
+		return err
+	}
+	if err := tensor.CheckShape(op, "dlogits", dlogits, act.a.b, act.a.l, m.Config.Vocab); err != nil {
+		return err
+	}
+	dl, err := dlogits.Float32s()
+	if err != nil {
+		return tensor.Errorf(tensor.ErrBackend, op, "dlogits", "must be a host tensor: %v", err)
+	}
+	backward(m.Config, &m.w, &m.g, act.a, dl)
+	return nil
+}

@@ -1,0 +1,134 @@
+package vlm
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/internal/gradcheck"
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/stretchr/testify/require"
+)
+
+func tinyConfig() Config {
+	return Config{ImageSize: 4, PatchSize: 2, Channels: 3, Vocab: 11, Dim: 8, Layers: 2, Heads: 2, MLPDim: 12, MaxLen: 6}
+}
+
+func randImages(rng *rand.Rand, c Config, b int) *tensor.Tensor {
+	px := make([]uint8, b*c.ImageSize*c.ImageSize*c.Channels)
+	for i := range px {
+		px[i] = uint8(rng.IntN(256))
+	}
+	return tensor.Must(tensor.FromUint8(px, b, c.ImageSize, c.ImageSize, c.Channels))
+}
+
+func randTokens(rng *rand.Rand, c Config, b, l int) *tensor.Tensor {
+	ids := make([]int32, b*l)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(c.Vocab))
+	}
+	return tensor.Must(tensor.FromInt32(ids, b, l))
+}
+
+// weights64 copies the model's weights to float64.
+func weights64(m *Model) weights[float64] {
+	var vals [][]float64
+	for _, p := range m.Params() {
+		w, _ := p.W.Float32s()
+		v := make([]float64, len(w))
+		for i, x := range w {
+			v[i] = float64(x)
+		}
+		vals = append(vals, v)
+	}
+	return bind(m.Config, vals)
+}
+
+func zeros64(c Config) weights[float64] {
+	var vals [][]float64
+	for _, p := range specs(c) {
+		n := 1
+		for _, d := range p.shape {
+			n *= d
+		}
+		vals = append(vals, make([]float64, n))
+	}
+	return bind(c, vals)
+}
+
+// TestGradientsFiniteDifferences checks every parameter's analytic gradient (float64 kernels)
+// against central differences of loss = Σ logits ⊙ R.
+func TestGradientsFiniteDifferences(t *testing.T) {
+	c := tinyConfig()
+	m, err := New(c, 7)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const b, l = 2, 5
+	img := randImages(rng, c, b)
+	tok := randTokens(rng, c, b, l)
+	px, _ := img.Uint8s()
+	ids, _ := tok.Int32s()
+	pv := patchVectors[float64](c, px, b)
+	r := make([]float64, b*l*c.Vocab)
+	for i := range r {
+		r[i] = rng.NormFloat64()
+	}
+	w := weights64(m)
+	loss := func() float64 {
+		lg, _ := forward(c, &w, pv, ids, b, l)
+		s := 0.0
+		for i, v := range lg {
+			s += v * r[i]
+		}
+		return s
+	}
+	_, a := forward(c, &w, pv, ids, b, l)
+	g := zeros64(c)
+	backward(c, &w, &g, a, r)
+	sp := specs(c)
+	gs := g.slots()
+	for i, p := range w.slots() {
+		x := *p
+		gradcheck.Check(t, sp[i].name, func([]float64) float64 { return loss() }, x, *gs[i], 1e-6, 1e-5, 1e-7)
+	}
+}
+
+// TestFloat32MatchesFloat64 checks Model.Forward/Backward (float32) against the float64 kernels.
+func TestFloat32MatchesFloat64(t *testing.T) {
+	c := tinyConfig()
+	m, err := New(c, 3)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const b, l = 3, 6
+	img := randImages(rng, c, b)
+	tok := randTokens(rng, c, b, l)
+	logits, act, err := m.Forward(img, tok)
+	require.NoError(t, err)
+	require.Equal(t, tensor.Shape{b, l, c.Vocab}, logits.Shape())
+	r := make([]float32, b*l*c.Vocab)
+	r64 := make([]float64, len(r))
+	for i := range r {
+		r[i] = float32(rng.NormFloat64())
+		r64[i] = float64(r[i])
+	}
+	m.ZeroGrad()
+	require.NoError(t, m.Backward(act, tensor.Must(tensor.FromFloat32(r, b, l, c.Vocab))))
+
+	px, _ := img.Uint8s()
+	ids, _ := tok.Int32s()
+	w := weights64(m)
+	lg64, a := forward(c, &w, patchVectors[float64](c, px, b), ids, b, l)
+	lg32, _ := logits.Float32s()
+	for i := range lg64 {
+		require.InDelta(t, lg64[i], float64(lg32[i]), 1e-4*(1+math.Abs(lg64[i])))
+	}
+	g := zeros64(c)
+	backward(c, &w, &g, a, r64)
+	gs := g.slots()
+	for i, p := range m.Params() {
+		g32, _ := p.G.Float32s()
+		for j, v := range *gs[i] {
+			require.InDelta(t, v, float64(g32[j]), 1e-3*(1+math.Abs(v)), "%s[%d]", p.Name, j)
+		}
+	}
+}
