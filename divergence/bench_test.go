@@ -1,6 +1,7 @@
 package divergence
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -19,43 +20,37 @@ func benchInputs(b *testing.B, rows, cols int) (dst, x, y *tensor.Tensor) {
 		tensor.Must(tensor.FromFloat32(xs, rows, cols)), tensor.Must(tensor.FromFloat32(ys, rows, cols))
 }
 
-func BenchmarkLowVarKL(b *testing.B) {
-	b.Run("cpu/shape=64x1024", func(b *testing.B) {
-		dst, lp, ref := benchInputs(b, 64, 1024)
-		b.SetBytes(3 * 4 * 64 * 1024)
-		for b.Loop() {
-			if err := Penalty(dst, lp, ref, LowVarKL); err != nil {
-				b.Fatal(err)
-			}
+// benchElementwise runs fn as cpu/impl=<name>/shape=RxC for every implementation of the
+// elementwise kernels (the SIMD ones and the pure-Go reference) on [64, 1024] and [512, 2048].
+func benchElementwise(b *testing.B, fn func(dst, x, y *tensor.Tensor) error) {
+	for i, im := range penaltyImpls {
+		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
+			b.Run(fmt.Sprintf("cpu/impl=%s/shape=%dx%d", im.name, sh[0], sh[1]), func(b *testing.B) {
+				defer usePenaltyImpl(i)()
+				dst, x, y := benchInputs(b, sh[0], sh[1])
+				n := sh[0] * sh[1]
+				b.SetBytes(int64(3 * 4 * n))
+				for b.Loop() {
+					if err := fn(dst, x, y); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)*float64(n)/b.Elapsed().Seconds(), "tokens/s")
+			})
 		}
-		b.ReportMetric(float64(b.N)*64*1024/b.Elapsed().Seconds(), "tokens/s")
-	})
+	}
+}
+
+func BenchmarkLowVarKL(b *testing.B) {
+	benchElementwise(b, func(dst, lp, ref *tensor.Tensor) error { return Penalty(dst, lp, ref, LowVarKL) })
 }
 
 func BenchmarkLowVarKLGrad(b *testing.B) {
-	b.Run("cpu/shape=64x1024", func(b *testing.B) {
-		dst, lp, ref := benchInputs(b, 64, 1024)
-		b.SetBytes(3 * 4 * 64 * 1024)
-		for b.Loop() {
-			if err := PenaltyGrad(dst, lp, ref, LowVarKL); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)*64*1024/b.Elapsed().Seconds(), "tokens/s")
-	})
+	benchElementwise(b, func(dst, lp, ref *tensor.Tensor) error { return PenaltyGrad(dst, lp, ref, LowVarKL) })
 }
 
 func BenchmarkPerceptionScore(b *testing.B) {
-	b.Run("cpu/shape=64x1024", func(b *testing.B) {
-		dst, old, aug := benchInputs(b, 64, 1024)
-		b.SetBytes(3 * 4 * 64 * 1024)
-		for b.Loop() {
-			if err := PerceptionScore(dst, old, aug); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)*64*1024/b.Elapsed().Seconds(), "tokens/s")
-	})
+	benchElementwise(b, PerceptionScore)
 }
 
 func BenchmarkRewards(b *testing.B) {

@@ -94,6 +94,11 @@ func Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error {
 			})
 			return nil
 		}
+		if k := activePenalty(); k != nil && kind == LowVarKL {
+			// x = clamp(ref - lp): a = lp, b = ref.
+			k.run(d, lp, rf, k.lowVarKL, func(d, lp, rf []float32) { penaltyKernel(d, lp, rf, kind) })
+			return nil
+		}
 		parallel.For(len(d), 1<<15, func(lo, hi int) {
 			penaltyKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
 		})
@@ -180,6 +185,10 @@ func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
 		d, _ := h[0].Float32s()
 		lp, _ := h[1].Float32s()
 		rf, _ := h[2].Float32s()
+		if k := activePenalty(); k != nil && kind == LowVarKL {
+			k.run(d, lp, rf, k.grad, func(d, lp, rf []float32) { penaltyGradKernel(d, lp, rf, kind) })
+			return nil
+		}
 		parallel.For(len(d), 1<<15, func(lo, hi int) {
 			penaltyGradKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
 		})
@@ -264,6 +273,10 @@ func PerceptionScore(dst, old, aug *tensor.Tensor) error {
 		d, _ := h[0].Float32s()
 		o, _ := h[1].Float32s()
 		a, _ := h[2].Float32s()
+		if k := activePenalty(); k != nil {
+			k.run(d, o, a, k.perception, perceptionKernel[float32])
+			return nil
+		}
 		parallel.For(len(d), 1<<15, func(lo, hi int) {
 			perceptionKernel(d[lo:hi], o[lo:hi], a[lo:hi])
 		})

@@ -1,18 +1,30 @@
-// Command asmgen generates the amd64 assembly kernels of package tensor with avo
+// Command asmgen generates the amd64 assembly kernels of mtrl with avo
 // (github.com/mmcloughlin/avo). It is its own module so that avo never becomes a dependency of
-// mtrl. Run it through go generate in package tensor:
+// mtrl. Each op family is one generated file pair (NAME_amd64.s, NAME_stub_amd64.go), chosen
+// with -family and written through avo's -out, -stubs and -pkg flags by go generate in its
+// package:
 //
-//	go run -C ../internal/asmgen . -out ../../tensor/logprob_amd64.s -stubs ../../tensor/logprob_stub_amd64.go -pkg tensor
+//	logprob  tensor/logprob_amd64.s            (the default family; main.go)
+//	penalty  divergence/penalty_amd64.s        (low_var_kl, its gradient, perception score; penalty.go)
+//	masked   internal/hostops/masked_amd64.s   (masked sums and whitening; masked.go)
+//	policy   ppo/policy_amd64.s                (the Default PPO loss per token; policy.go)
 //
-// The kernels are the vocabulary-wide loops of tensor.LogProbEntropy and its backward: a block
+// go run . -all <repository root> regenerates every family (the program runs itself once per
+// family, since avo builds one file per process). Each package has a staleness test that
+// regenerates its files and compares them with the committed ones.
+//
+// The log-prob kernels are the vocabulary-wide loops of tensor.LogProbEntropy and its backward: a block
 // maximum, a block fold (sum exp(z-m) and sum exp(z-m)*(z-m)), and the per-row gradient. Each
 // exists for AVX-512F (16 lanes) and AVX2+FMA (8 lanes), for float32 and bfloat16 logits, with
 // and without a temperature division. The kernels process whole vectors only: callers pass
 // slices whose length is a multiple of the lane count and finish the tail in Go.
 //
-// exp(u) for u in [-87, 0.34] uses the range reduction of internal/hostops.ExpNonPos:
+// exp(u) uses the range reduction of internal/hostops.ExpNonPos:
 // k = round(u*log2e), r = (u - k*ln2Hi) - k*ln2Lo (two FMAs), the degree-7 Taylor polynomial of
-// exp(r) in Horner form with FMAs, times 2^k.
+// exp(r) in Horner form with FMAs, times 2^k. It is valid for u in [-87, 88] with AVX-512
+// (VSCALEFPS) and for k+127 in [1, 254] with AVX2 (the exponent bits are built directly); the
+// log-prob kernels use u in [-87, 0.34], the per-token families |u| <= 20. The AVX-512 kernels
+// need AVX512F and AVX512DQ (VXORPS on zmm).
 package main
 
 import (
@@ -57,7 +69,17 @@ const prefetchAhead = 4096
 func f32bits(f float64) uint32 { return math.Float32bits(float32(f)) }
 
 func emitConstants() {
-	vals := [nConst]uint32{
+	vals := lpconstValues()
+	constTable = GLOBL("lpconst", RODATA|NOPTR)
+	for i, v := range vals {
+		for j := 0; j < 8; j++ {
+			DATA(32*i+4*j, U32(v))
+		}
+	}
+}
+
+func lpconstValues() [nConst]uint32 {
+	return [nConst]uint32{
 		cLog2e:   f32bits(1.44269504088896341),
 		cLn2Hi:   f32bits(0.693359375),
 		cLn2Lo:   f32bits(-2.12194440e-4),
@@ -77,15 +99,14 @@ func emitConstants() {
 		cMagic:   f32bits(1.5*(1<<23) + 127),
 		cHiMask:  0xffff0000,
 	}
-	constTable = GLOBL("lpconst", RODATA|NOPTR)
-	for i, v := range vals {
-		for j := 0; j < 8; j++ {
-			DATA(32*i+4*j, U32(v))
-		}
-	}
 }
 
-func cst(i int) Mem { return constTable.Offset(32 * i) }
+func cst(i int) Mem {
+	if i >= xBase {
+		return xTable.Offset(64 * (i - xBase))
+	}
+	return constTable.Offset(32 * i)
+}
 
 // isa describes one vector instruction set.
 type isa struct {
@@ -110,7 +131,7 @@ func (a isa) vec() VecVirtual {
 // bcast loads constant i into a new vector register.
 func (a isa) bcast(i int) VecVirtual {
 	v := a.vec()
-	if a.avx512 {
+	if a.avx512 || i >= xBase {
 		VBROADCASTSS(cst(i), v)
 	} else {
 		VMOVUPS(cst(i), v)
@@ -130,6 +151,9 @@ type kern struct {
 func (g *kern) c(i int) Op {
 	if r, ok := g.k[i]; ok {
 		return r
+	}
+	if g.avx512 && i < xBase {
+		return cst(xWide + i) // the 64-byte copy in xconst (per-token families only)
 	}
 	return cst(i)
 }
@@ -579,8 +603,8 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 	RET()
 }
 
-func main() {
-	ConstraintExpr("!noasm")
+// logprobFamily emits the log-prob kernels of package tensor (logprob_amd64.s).
+func logprobFamily() {
 	emitConstants()
 	for _, a := range []isa{avx512, avx2} {
 		for _, bf16 := range []bool{false, true} {
@@ -598,5 +622,4 @@ func main() {
 			}
 		}
 	}
-	Generate()
 }
