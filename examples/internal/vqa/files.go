@@ -13,12 +13,20 @@ import (
 	"strings"
 )
 
-// fileError is an error about one record of a dataset file.
-func fileError(file string, line int, field, format string, args ...any) error {
-	loc := file
+// lineLoc names line (1-based) of a JSONL file, or the file when line is 0.
+func lineLoc(file string, line int) string {
 	if line > 0 {
-		loc = fmt.Sprintf("%s:%d", file, line)
+		return fmt.Sprintf("%s:%d", file, line)
 	}
+	return file
+}
+
+// rowLoc names row (1-based) of a Parquet file.
+func rowLoc(file string, row int) string { return fmt.Sprintf("%s: row %d", file, row) }
+
+// fileError is an error about a dataset file, at loc (see lineLoc, rowLoc),
+// about field when not empty.
+func fileError(loc, field, format string, args ...any) error {
 	if field != "" {
 		return fmt.Errorf("vqa: %s: field %q: %s", loc, field, fmt.Sprintf(format, args...))
 	}
@@ -175,10 +183,10 @@ func loadJSONL(path string) ([]Sample, error) {
 		var rec jsonRecord
 		dec := json.NewDecoder(bytes.NewReader(text))
 		if err := dec.Decode(&rec); err != nil {
-			return nil, fileError(path, line, "", "corrupt JSON: %v", err)
+			return nil, fileError(lineLoc(path, line), "", "corrupt JSON: %v", err)
 		}
 		if dec.More() {
-			return nil, fileError(path, line, "", "corrupt JSON: trailing data after the object")
+			return nil, fileError(lineLoc(path, line), "", "corrupt JSON: trailing data after the object")
 		}
 		for _, m := range []struct {
 			name    string
@@ -186,7 +194,7 @@ func loadJSONL(path string) ([]Sample, error) {
 		}{{"prompt", rec.Prompt == nil}, {"answer", rec.Answer == nil}, {"response", rec.Response == nil},
 			{"images", rec.Images == nil}, {"objects", rec.Objects == nil}} {
 			if m.missing {
-				return nil, fileError(path, line, m.name, "missing")
+				return nil, fileError(lineLoc(path, line), m.name, "missing")
 			}
 		}
 		id := uint64(line - 1)
@@ -195,19 +203,19 @@ func loadJSONL(path string) ([]Sample, error) {
 		}
 		s := Sample{ID: id, Prompt: *rec.Prompt, Answer: *rec.Answer, Response: *rec.Response, Objects: *rec.Objects}
 		if len(*rec.Images) != 1 {
-			return nil, fileError(path, line, "images", "want exactly 1 image path, got %d", len(*rec.Images))
+			return nil, fileError(lineLoc(path, line), "images", "want exactly 1 image path, got %d", len(*rec.Images))
 		}
 		s.Image, err = readImage(dir, (*rec.Images)[0])
 		if err != nil {
-			return nil, fileError(path, line, "images", "%v", err)
+			return nil, fileError(lineLoc(path, line), "images", "%v", err)
 		}
 		if err := checkSample(&s, &size); err != nil {
-			return nil, fileError(path, line, err.field, "%s", err.msg)
+			return nil, fileError(lineLoc(path, line), err.field, "%s", err.msg)
 		}
 		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fileError(path, line+1, "", "read: %v", err)
+		return nil, fileError(lineLoc(path, line+1), "", "read: %v", err)
 	}
 	return out, nil
 }

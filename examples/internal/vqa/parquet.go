@@ -1,12 +1,160 @@
 package vqa
 
-import "fmt"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"os"
+	"path/filepath"
 
-// WriteParquet is not implemented yet.
-func WriteParquet(dir, name string, samples []Sample) (string, error) {
-	return "", fmt.Errorf("vqa: WriteParquet: not implemented yet")
+	"github.com/parquet-go/parquet-go"
+)
+
+// parquetImage is one element of the "images" column, in the layout of
+// Hugging Face image features (as read by verl/EasyR1): the encoded bytes
+// and/or a path.
+type parquetImage struct {
+	Bytes []byte `parquet:"bytes"`
+	Path  string `parquet:"path"`
 }
 
-func loadParquet(path string) ([]Sample, error) {
-	return nil, fmt.Errorf("vqa: %s: Parquet loading not implemented yet", path)
+// parquetRewardModel is verl's "reward_model" column.
+type parquetRewardModel struct {
+	Style       string `parquet:"style"`
+	GroundTruth string `parquet:"ground_truth"`
+}
+
+// parquetRow is one row of a Parquet dataset.
+type parquetRow struct {
+	DataSource  string             `parquet:"data_source"`
+	ID          uint64             `parquet:"id"`
+	Prompt      string             `parquet:"prompt"`
+	Answer      string             `parquet:"answer"`
+	Response    string             `parquet:"response"`
+	Images      []parquetImage     `parquet:"images,list"`
+	Objects     []Object           `parquet:"objects,list"`
+	RewardModel parquetRewardModel `parquet:"reward_model"`
+}
+
+// parquetRequired are the columns Load needs (the others are informative).
+var parquetRequired = []string{"prompt", "answer", "response", "images", "objects"}
+
+// DataSource is the value of the "data_source" column of Parquet datasets.
+const DataSource = "mtrl-vqa"
+
+// WriteParquet writes <dir>/<name>.parquet with one row per sample and the
+// verl-style columns data_source ("mtrl-vqa"), id, prompt, answer (the
+// letter), response (the reference chain), images (a list with one
+// {bytes, path} struct: the PNG bytes embedded, so the file is
+// self-contained, and the path the PNG would have next to it), objects (the
+// scene: list of {shape, colour, position}) and reward_model {style "rule",
+// ground_truth (the letter)}. dir is created if needed; the file is written
+// through a temporary file and a rename. It returns the path of the file.
+func WriteParquet(dir, name string, samples []Sample) (string, error) {
+	if err := checkName("WriteParquet", name); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("vqa: %w", err)
+	}
+	rows := make([]parquetRow, len(samples))
+	for i, s := range samples {
+		if s.Image == nil {
+			return "", fmt.Errorf("vqa: sample %d (id %d) has no image", i, s.ID)
+		}
+		data, err := encodePNG(s.Image)
+		if err != nil {
+			return "", fmt.Errorf("vqa: sample %d (id %d): encode PNG: %w", i, s.ID, err)
+		}
+		objs := s.Objects
+		if objs == nil {
+			objs = []Object{}
+		}
+		rows[i] = parquetRow{
+			DataSource: DataSource, ID: s.ID, Prompt: s.Prompt, Answer: s.Answer, Response: s.Response,
+			Images:      []parquetImage{{Bytes: data, Path: imageName(name, i)}},
+			Objects:     objs,
+			RewardModel: parquetRewardModel{Style: "rule", GroundTruth: s.Answer},
+		}
+	}
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[parquetRow](&buf)
+	if _, err := w.Write(rows); err != nil {
+		return "", fmt.Errorf("vqa: WriteParquet: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return "", fmt.Errorf("vqa: WriteParquet: %w", err)
+	}
+	path := filepath.Join(dir, name+".parquet")
+	if err := writeAtomic(path, buf.Bytes()); err != nil {
+		return "", fmt.Errorf("vqa: %w", err)
+	}
+	return path, nil
+}
+
+func loadParquet(path string) (out []Sample, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("vqa: %w", err)
+	}
+	// parquet-go may panic on some malformed files; report those as corrupt.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fileError(path, "", "corrupt Parquet file: %v", r)
+		}
+	}()
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fileError(path, "", "corrupt Parquet file: %v", err)
+	}
+	have := map[string]bool{}
+	for _, fl := range f.Schema().Fields() {
+		have[fl.Name()] = true
+	}
+	for _, c := range parquetRequired {
+		if !have[c] {
+			return nil, fileError(path, c, "missing column")
+		}
+	}
+	r := parquet.NewGenericReader[parquetRow](f)
+	defer r.Close()
+	dir := filepath.Dir(path)
+	var size image.Point
+	batch := make([]parquetRow, 64)
+	row := 0
+	for {
+		n, rerr := r.Read(batch)
+		for _, pr := range batch[:n] {
+			row++
+			s := Sample{ID: pr.ID, Prompt: pr.Prompt, Answer: pr.Answer, Response: pr.Response, Objects: pr.Objects}
+			if len(pr.Images) != 1 {
+				return nil, fileError(rowLoc(path, row), "images", "want exactly 1 image, got %d", len(pr.Images))
+			}
+			im := pr.Images[0]
+			if len(im.Bytes) > 0 {
+				s.Image, err = decodePNG(im.Bytes)
+			} else {
+				s.Image, err = readImage(dir, im.Path)
+			}
+			if err != nil {
+				return nil, fileError(rowLoc(path, row), "images", "%v", err)
+			}
+			if ferr := checkSample(&s, &size); ferr != nil {
+				return nil, fileError(rowLoc(path, row), ferr.field, "%s", ferr.msg)
+			}
+			out = append(out, s)
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return nil, fileError(rowLoc(path, row+1), "", "corrupt Parquet row: %v", rerr)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out, nil
 }

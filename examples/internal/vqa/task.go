@@ -37,9 +37,9 @@ func (c TaskConfig) Validate() error {
 // of Colours(), Shape one of Shapes(), Position one of Positions() (two words,
 // e.g. "top left").
 type Object struct {
-	Shape    string `json:"shape"`
-	Colour   string `json:"colour"`
-	Position string `json:"position"`
+	Shape    string `json:"shape" parquet:"shape"`
+	Colour   string `json:"colour" parquet:"colour"`
+	Position string `json:"position" parquet:"position"`
 }
 
 // Sample is one question about one image.
