@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// NamedTensor is one float32 tensor of a safetensors file.
+type NamedTensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+type safetensorsEntry struct {
+	DType       string   `json:"dtype"`
+	Shape       []int    `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// EncodeSafetensors writes float32 tensors in the safetensors format: an 8-byte little-endian
+// header length, a JSON header {name: {dtype, shape, data_offsets}} (padded with spaces to a
+// multiple of 8 bytes), then the raw little-endian data in header order (sorted by name).
+func EncodeSafetensors(ts []NamedTensor, metadata map[string]string) ([]byte, error) {
+	sorted := slices.Clone(ts)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	header := map[string]any{}
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	var off int64
+	for i, t := range sorted {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return nil, fmt.Errorf("safetensors: bad tensor name %q", t.Name)
+		}
+		if i > 0 && sorted[i-1].Name == t.Name {
+			return nil, fmt.Errorf("safetensors: duplicate tensor %q", t.Name)
+		}
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if n != len(t.Data) {
+			return nil, fmt.Errorf("safetensors: tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape)
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		header[t.Name] = safetensorsEntry{DType: "F32", Shape: shape, DataOffsets: [2]int64{off, off + 4*int64(n)}}
+		off += 4 * int64(n)
+	}
+	h, err := json.Marshal(header) // map keys are sorted: deterministic bytes
+	if err != nil {
+		return nil, err
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	var buf bytes.Buffer
+	buf.Grow(8 + len(h) + int(off))
+	var n8 [8]byte
+	binary.LittleEndian.PutUint64(n8[:], uint64(len(h)))
+	buf.Write(n8[:])
+	buf.Write(h)
+	var b4 [4]byte
+	for _, t := range sorted {
+		for _, x := range t.Data {
+			binary.LittleEndian.PutUint32(b4[:], math.Float32bits(x))
+			buf.Write(b4[:])
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeSafetensors reads a safetensors file of F32 tensors; name says which file in errors.
+func DecodeSafetensors(data []byte, name string) (map[string]NamedTensor, error) {
+	if len(data) < 8 {
+		return nil, fmt.Errorf("safetensors %s: %d bytes, too short for the header length", name, len(data))
+	}
+	hl := binary.LittleEndian.Uint64(data[:8])
+	if hl > uint64(len(data)-8) {
+		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the file (%d bytes)", name, hl, len(data))
+	}
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(data[8:8+hl], &header); err != nil {
+		return nil, fmt.Errorf("safetensors %s: header: %w", name, err)
+	}
+	body := data[8+hl:]
+	out := map[string]NamedTensor{}
+	for k, raw := range header {
+		if k == "__metadata__" {
+			continue
+		}
+		var e safetensorsEntry
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", name, k, err)
+		}
+		if e.DType != "F32" {
+			return nil, fmt.Errorf("safetensors %s: tensor %q has dtype %s, want F32", name, k, e.DType)
+		}
+		n := int64(1)
+		for _, d := range e.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("safetensors %s: tensor %q has shape %v", name, k, e.Shape)
+			}
+			n *= int64(d)
+		}
+		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
+		if lo < 0 || hi < lo || hi > int64(len(body)) || hi-lo != 4*n {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: data_offsets %v do not hold shape %v in %d data bytes", name, k, e.DataOffsets, e.Shape, len(body))
+		}
+		vals := make([]float32, n)
+		for i := range vals {
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[lo+4*int64(i):]))
+		}
+		out[k] = NamedTensor{Name: k, Shape: e.Shape, Data: vals}
+	}
+	return out, nil
+}
+
+// Checkpoint files inside a checkpoint directory.
+const (
+	ckptModel     = "model.safetensors"
+	ckptOptimizer = "optimizer.safetensors"
+	ckptState     = "state.json"
+	ckptConfig    = "config.yaml"
+	ckptRef       = "ref.safetensors" // the frozen reference policy, with use_kl_loss
+	ckptTracker   = "checkpoint_tracker.json"
+)
+
+// Checkpoints manages run_dir/checkpoints/global_step_N directories. Every save is atomic: the
+// files are written into a temporary directory, fsynced, and the directory is renamed into place
+// (then the tracker file is replaced the same way), so a failure at any point leaves every earlier
+// checkpoint and the tracker as they were.
+type Checkpoints struct {
+	Root string // run_dir/checkpoints
+	// beforeCommit, when set (tests), runs after the files are written and before the rename;
+	// an error aborts the save.
+	beforeCommit func() error
+}
+
+func stepDirName(step int) string { return fmt.Sprintf("global_step_%d", step) }
+
+// Save writes one checkpoint: files maps file names to contents.
+func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err error) {
+	if err := os.MkdirAll(c.Root, 0o755); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+stepDirName(step)+"-")
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := writeSync(filepath.Join(tmp, n), files[n]); err != nil {
+			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		}
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+	}
+	if c.beforeCommit != nil {
+		if err := c.beforeCommit(); err != nil {
+			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		}
+	}
+	dir = filepath.Join(c.Root, stepDirName(step))
+	if _, err := os.Stat(dir); err == nil {
+		// Replacing a checkpoint of the same step (a resumed run re-saving it): move the old one
+		// aside first, remove it only after the new one is in place.
+		old := dir + ".old"
+		os.RemoveAll(old)
+		if err := os.Rename(dir, old); err != nil {
+			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		}
+		defer os.RemoveAll(old)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+	}
+	if err := syncDir(c.Root); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
+	}
+	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
+	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
+	}
+	return dir, nil
+}
+
+// Last returns the directory and step of the newest complete checkpoint (the tracker's if it
+// names a complete one, else the highest complete global_step_N), or "" when there is none.
+func (c *Checkpoints) Last() (string, int, error) {
+	if data, err := os.ReadFile(filepath.Join(c.Root, ckptTracker)); err == nil {
+		var t struct {
+			Step int `json:"last_global_step"`
+		}
+		if json.Unmarshal(data, &t) == nil {
+			dir := filepath.Join(c.Root, stepDirName(t.Step))
+			if complete(dir) {
+				return dir, t.Step, nil
+			}
+		}
+	}
+	entries, err := os.ReadDir(c.Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	best, bestDir := -1, ""
+	for _, e := range entries {
+		s, ok := strings.CutPrefix(e.Name(), "global_step_")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= best {
+			continue
+		}
+		if dir := filepath.Join(c.Root, e.Name()); complete(dir) {
+			best, bestDir = n, dir
+		}
+	}
+	if best < 0 {
+		return "", 0, nil
+	}
+	return bestDir, best, nil
+}
+
+func complete(dir string) bool {
+	for _, f := range []string{ckptModel, ckptOptimizer, ckptState, ckptConfig} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteFileAtomic replaces path by data: temp file in the same directory, fsync, rename,
+// fsync of the directory.
+func WriteFileAtomic(path string, data []byte) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}

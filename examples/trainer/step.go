@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
+)
+
+// StepResult is what one RL step reports: the metrics line and the rollouts (for rollouts.md).
+type StepResult struct {
+	Metrics  Metrics
+	Rollouts []Rollout
+}
+
+// Rollout is one sampled response with what the step computed about its tokens.
+type Rollout struct {
+	Sample      vqa.Sample
+	Tokens      []string
+	Reward      vqa.Reward
+	Advantage   float32
+	Perception  []bool    // selected by the perception mask
+	Visual      []bool    // labelled visual by the task
+	Score       []float32 // perception score per token
+	ScaleFactor float32   // trajectory shaping factor (1 when shaping is off)
+}
+
+// Step runs one VPPO step; it is the whole algorithm, top to bottom:
+//
+//  1. rollout: n responses per prompt, sampled with the current policy;
+//  2. rewards: accuracy of the chosen letter and think-format, at each response's last token;
+//  3. old log-probs (and entropies) of the sampled tokens;
+//  4. log-probs with perturbed images (random patch blackening, seeded per row);
+//  5. reference log-probs, when the KL loss is on (the frozen warm-started policy);
+//  6. advantages (GRPO by default; the groups are the prompts);
+//  7. per mini-batch: tprl token masks and trajectory shaping, the PPO loss per micro-batch with
+//     global token scaling, d loss / d log-probs → d loss / d logits → the model's backward;
+//  8. per mini-batch: gradient clipping and an AdamW step (skipped on a non-finite norm).
+func (t *Trainer) Step() (*StepResult, error) {
+	start := time.Now()
+	cfg, act, ro := t.cfg, t.cfg.Worker.Actor, t.cfg.Worker.Rollout
+	n := ro.N
+	temp := float32(ro.Temperature)
+	met := Metrics{}
+	f32 := func(shape ...int) *tensor.Tensor {
+		return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
+	}
+
+	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together.
+	prompts := t.nextPrompts(cfg.Dataset.RolloutBatchSize)
+	exs := make([]example, 0, len(prompts)*n)
+	for _, p := range prompts {
+		for range n {
+			exs = append(exs, p)
+		}
+	}
+	B, T := len(exs), t.respLen
+	pb, err := t.newBatch(exs, make([][]int32, B)) // images and prompts only
+	if err != nil {
+		return nil, err
+	}
+	promptIDs := make([][]int32, B)
+	for i, e := range exs {
+		promptIDs[i] = e.prompt
+	}
+	responses, err := t.model.Generate(pb.images, promptIDs, T, ro.Temperature, ro.TopP, rand.New(t.rng))
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
+	b, err := t.newBatch(exs, responses)
+	if err != nil {
+		return nil, err
+	}
+	tRollout := time.Since(start)
+
+	// 2. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
+	rewards := f32(B, T)
+	rw, _ := rewards.Float32s()
+	scores := make([]vqa.Reward, B)
+	var acc, format, overall, respTokens float64
+	for i, e := range exs {
+		scores[i] = vqa.Score(t.tok.Decode(b.resp[i]), e.s.Answer, t.reward)
+		if l := len(b.resp[i]); l > 0 {
+			rw[i*T+l-1] = float32(scores[i].Overall)
+		}
+		acc, format, overall = acc+scores[i].Accuracy, format+scores[i].Format, overall+scores[i].Overall
+		respTokens += float64(len(b.resp[i]))
+	}
+	met["reward/overall"], met["reward/accuracy"], met["reward/format"] = overall/float64(B), acc/float64(B), format/float64(B)
+	met["response_length/mean"] = respTokens / float64(B)
+
+	// 3. Old log-probs and entropies of the sampled tokens under the rollout policy.
+	xmicro := act.MicroBatchSizePerDeviceForExperience
+	oldLogp, entropy := f32(B, T), f32(B, T)
+	if err := t.logProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp); err != nil {
+		return nil, fmt.Errorf("old log-probs: %w", err)
+	}
+
+	// 4. Log-probs with perturbed images: every row's image perturbed with its own sample id.
+	b.ids = make([]uint64, B)
+	for i := range b.ids {
+		b.ids[i] = uint64(t.step)*uint64(B) + uint64(i)
+	}
+	augImages := tensor.Must(tensor.NewLike(b.images, tensor.Uint8))
+	if err := t.pert.ApplyBatch(augImages, b.images, cfg.Training.Seed, b.ids); err != nil {
+		return nil, fmt.Errorf("perturb: %w", err)
+	}
+	augLogp := f32(B, T)
+	if err := t.logProbs(t.model, b, augImages, augLogp, nil, xmicro, temp); err != nil {
+		return nil, fmt.Errorf("perturbed log-probs: %w", err)
+	}
+
+	// 5. Reference log-probs for the KL loss.
+	var refLogp *tensor.Tensor
+	if t.ref != nil {
+		refLogp = f32(B, T)
+		if err := t.logProbs(t.ref, b, b.images, refLogp, nil, xmicro, temp); err != nil {
+			return nil, fmt.Errorf("reference log-probs: %w", err)
+		}
+	}
+
+	// 6. Advantages over each prompt's group of n responses.
+	index := make([]int32, B)
+	for i := range index {
+		index[i] = int32(i / n)
+	}
+	in := advantage.Inputs{Rewards: rewards, Mask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
+	switch t.adv.Estimator {
+	case advantage.EstimatorGAE:
+		in.Values = f32(B, T) // no critic in this example: a zero value baseline
+	case advantage.EstimatorReMax:
+		if in.Baselines, err = t.greedyBaselines(b, exs); err != nil {
+			return nil, err
+		}
+	}
+	adv := f32(B, T)
+	if err := advantage.Compute(adv, nil, in, t.adv); err != nil {
+		return nil, fmt.Errorf("advantages: %w", err)
+	}
+
+	// 7–8. The PPO update: mini-batches of global_batch_size prompts (all their rows), each split
+	// into micro-batches; one optimizer step per mini-batch.
+	miniRows := act.GlobalBatchSize * n
+	micro := act.MicroBatchSizePerDeviceForUpdate
+	actor := map[string][]float64{}
+	var gradNorms []float64
+	shaped := f32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
+	tUpdate := time.Now()
+	for range act.PPOEpochs {
+		for mlo := 0; mlo < B; mlo += miniRows {
+			mhi := mlo + miniRows
+			rows := func(x *tensor.Tensor) *tensor.Tensor {
+				if x == nil {
+					return nil
+				}
+				return tensor.Must(x.Rows(mlo, mhi))
+			}
+			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: rows(b.mask), OldLogProbs: rows(oldLogp),
+				AugLogProbs: rows(augLogp), RefLogProbs: rows(refLogp), Advantages: rows(adv)})
+			if err != nil {
+				return nil, fmt.Errorf("update: %w", err)
+			}
+			t.model.ZeroGrad()
+			for lo := mlo; lo < mhi; lo += micro {
+				hi := lo + micro
+				// Forward: the current policy's log-probs and entropies of the micro-batch.
+				logits, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+				if err != nil {
+					return nil, err
+				}
+				logp, ent, grad := f32(hi-lo, T), f32(hi-lo, T), f32(hi-lo, T)
+				targets := tensor.Must(b.targets.Rows(lo, hi))
+				if err := tensor.LogProbEntropy(logp, ent, logits, targets, temp); err != nil {
+					return nil, err
+				}
+				// Loss and d loss / d log-probs: token masks, shaping, clipped objective, scaling.
+				mr, err := upd.MicroBatch(grad, logp, ent, lo-mlo, hi-mlo)
+				if err != nil {
+					return nil, fmt.Errorf("update: %w", err)
+				}
+				if err := tensor.CopyInto(tensor.Must(shaped.Rows(lo, hi)), mr.Advantages); err != nil {
+					return nil, err
+				}
+				// Back to the logits, then through the model.
+				dlogits := tensor.Must(tensor.NewLike(logits, tensor.Float32))
+				if err := tensor.LogProbEntropyBackward(dlogits, logits, targets, logp, nil, grad, nil, temp); err != nil {
+					return nil, err
+				}
+				if err := t.backwardResponse(t.model, b, record, dlogits, lo, hi); err != nil {
+					return nil, err
+				}
+			}
+			norm, err := t.optimizerStep(t.opt, act.Optim.LR, act.MaxGradNorm)
+			if err != nil {
+				return nil, err
+			}
+			gradNorms = append(gradNorms, norm)
+			for k, v := range upd.Metrics {
+				actor[k] = append(actor[k], mean(v))
+			}
+		}
+	}
+	t.step++
+	for k, v := range actor {
+		met[k] = mean(v)
+	}
+	met["actor/grad_norm"] = mean(gradNorms)
+	met["actor/lr"] = act.Optim.LR
+	met["actor/skipped_steps"] = float64(t.skipped)
+
+	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
+	res, err := t.diagnostics(b, exs, oldLogp, augLogp, entropy, met)
+	if err != nil {
+		return nil, err
+	}
+	for i := range res {
+		res[i].Reward = scores[i]
+		res[i].Advantage = firstValid(adv, b.mask, i)
+		if a := res[i].Advantage; a != 0 {
+			res[i].ScaleFactor = firstValid(shaped, b.mask, i) / a
+		}
+	}
+
+	el := time.Since(start)
+	var tokens float64
+	for i := range B {
+		tokens += float64(b.plen[i] + len(b.resp[i]))
+	}
+	met["perf/step_s"] = el.Seconds()
+	met["perf/rollout_s"] = tRollout.Seconds()
+	met["perf/update_s"] = time.Since(tUpdate).Seconds()
+	met["perf/tokens_per_s"] = tokens / el.Seconds()
+	met["perf/response_tokens_per_s"] = respTokens / el.Seconds()
+	return &StepResult{Metrics: met, Rollouts: res}, nil
+}
+
+// diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
+// not they are used for training) and their precision and recall against vqa.VisualLabels, and
+// returns per-row token records.
+func (t *Trainer) diagnostics(b *batch, exs []example, oldLogp, augLogp, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
+	B, T := b.rows, t.respLen
+	o := t.cfg.Optimization
+	pm, em, score := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
+	if _, err := tprl.PerceptionMask(score, pm, nil, oldLogp, augLogp, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
+		return nil, err
+	}
+	if _, err := tprl.EntropyMask(em, nil, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
+		return nil, err
+	}
+	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B))
+	if err := tprl.SensitivityScores(sens, score, b.mask); err != nil {
+		return nil, err
+	}
+	pv, _ := pm.Float32s()
+	ev, _ := em.Float32s()
+	sv, _ := score.Float32s()
+	mk, _ := b.mask.Float32s()
+	var visual, valid, pSel, pHit, eSel, eHit float64
+	out := make([]Rollout, B)
+	for i, e := range exs {
+		labels := vqa.VisualLabels(e.s, t.tok, b.resp[i])
+		r := Rollout{Sample: e.s, ScaleFactor: 1}
+		for j := range T {
+			if mk[i*T+j] == 0 {
+				continue
+			}
+			vis := labels[j]
+			valid++
+			if vis {
+				visual++
+			}
+			if pv[i*T+j] != 0 {
+				pSel++
+				if vis {
+					pHit++
+				}
+			}
+			if ev[i*T+j] != 0 {
+				eSel++
+				if vis {
+					eHit++
+				}
+			}
+			r.Tokens = append(r.Tokens, t.tok.Word(b.resp[i][j]))
+			r.Perception = append(r.Perception, pv[i*T+j] != 0)
+			r.Visual = append(r.Visual, vis)
+			r.Score = append(r.Score, sv[i*T+j])
+		}
+		out[i] = r
+	}
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return math.NaN()
+		}
+		return a / b
+	}
+	met["perception/precision"] = ratio(pHit, pSel)
+	met["perception/recall"] = ratio(pHit, visual)
+	met["entropy_mask/precision"] = ratio(eHit, eSel)
+	met["entropy_mask/recall"] = ratio(eHit, visual)
+	met["perception/visual_token_fraction"] = ratio(visual, valid) // the precision of a random mask
+	meanScore, _ := tensor.MaskedMean(score, b.mask)
+	met["perception/score_mean"] = float64(meanScore)
+	return out, nil
+}
+
+// greedyBaselines is ReMax's baseline: the reward of each prompt's greedy response.
+func (t *Trainer) greedyBaselines(b *batch, exs []example) (*tensor.Tensor, error) {
+	prompts := make([][]int32, len(exs))
+	for i, e := range exs {
+		prompts[i] = e.prompt
+	}
+	out, err := t.model.Generate(b.images, prompts, t.respLen, 0, 1, nil)
+	if err != nil {
+		return nil, fmt.Errorf("remax baseline: %w", err)
+	}
+	bl := make([]float32, len(exs))
+	for i, e := range exs {
+		bl[i] = float32(vqa.Score(t.tok.Decode(out[i]), e.s.Answer, t.reward).Overall)
+	}
+	return tensor.FromFloat32(bl, len(exs))
+}
+
+func firstValid(x, mask *tensor.Tensor, row int) float32 {
+	v, _ := x.Float32s()
+	m, _ := mask.Float32s()
+	T := x.Dim(1)
+	for j := range T {
+		if m[row*T+j] != 0 {
+			return v[row*T+j]
+		}
+	}
+	return 0
+}

@@ -1,0 +1,615 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
+	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+	"github.com/mtrl-go/mtrl/perturb"
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
+)
+
+// example is one prompt of the dataset, encoded for the model.
+type example struct {
+	s      vqa.Sample
+	img    []uint8 // [H, W, 3]
+	prompt []int32 // BOS + prompt words
+	ref    []int32 // reference response words + EOS
+}
+
+// Trainer holds everything a run needs: data, policy, frozen reference, optimizer, RNG and
+// position. Its fields that change during training are exactly what a checkpoint stores.
+type Trainer struct {
+	cfg    Config
+	tok    *vqa.Tokenizer
+	train  []example
+	val    []example
+	model  *vlm.Model
+	ref    *vlm.Model // frozen copy of the warm-started policy; only with use_kl_loss
+	update tprl.UpdateConfig
+	adv    advantage.Config
+	pert   perturb.Perturbation
+	reward vqa.RewardWeights
+
+	opt     *AdamW
+	decay   []bool
+	rng     *rand.PCG // rollout sampling
+	epoch   int       // data position: epoch and index into its permutation
+	pos     int
+	order   []int
+	step    int // RL steps done
+	skipped int // optimizer steps skipped on a non-finite gradient norm
+
+	maxPrompt int // longest encoded prompt (BOS included)
+	respLen   int // T: max response tokens (EOS included)
+}
+
+// NewTrainer loads the data and builds a fresh policy (not yet warm-started).
+func NewTrainer(cfg Config) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{cfg: cfg, tok: vqa.NewTokenizer(), reward: vqa.DefaultRewardWeights(), respLen: cfg.Worker.Rollout.MaxResponseLength}
+	var err error
+	if t.update, err = cfg.Update(); err != nil {
+		return nil, err
+	}
+	if t.adv, err = cfg.Advantage(); err != nil {
+		return nil, err
+	}
+	if t.pert, err = cfg.Perturbation(); err != nil {
+		return nil, err
+	}
+	if err := t.loadData(); err != nil {
+		return nil, err
+	}
+	a := cfg.Worker.Actor.Model
+	mc := vlm.Config{ImageSize: cfg.Dataset.ImageSize, PatchSize: a.PatchSize, Channels: 3, Vocab: t.tok.VocabSize(),
+		Dim: a.Dim, Layers: a.Layers, Heads: a.Heads, MLPDim: a.MLPDim, MaxLen: t.maxPrompt + t.respLen}
+	if t.model, err = vlm.New(mc, a.Seed); err != nil {
+		return nil, fmt.Errorf("config: worker.actor.model: %w", err)
+	}
+	var sizes []int
+	for _, p := range t.model.Params() {
+		sizes = append(sizes, p.W.Len())
+		t.decay = append(t.decay, len(p.W.Shape()) >= 2) // matrices decay; biases and norms do not
+	}
+	o := cfg.Worker.Actor.Optim
+	t.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
+	t.rng = rand.NewPCG(cfg.Training.Seed, 0x726f6c6c6f7574) // "rollout"
+	t.order = t.permutation(0)
+	return t, nil
+}
+
+// loadData reads the dataset files, or generates the task, and encodes every example.
+func (t *Trainer) loadData() error {
+	d := t.cfg.Dataset
+	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options}
+	if d.TrainFiles == "" || d.ValFiles == "" {
+		if err := task.Validate(); err != nil {
+			return fmt.Errorf("config: dataset: %w", err)
+		}
+	}
+	load := func(path string, n int, firstID uint64, split string) ([]example, error) {
+		var ss []vqa.Sample
+		if path != "" {
+			var err error
+			if ss, err = vqa.Load(path); err != nil {
+				return nil, fmt.Errorf("dataset.%s_files: %w", split, err)
+			}
+			if len(ss) == 0 {
+				return nil, fmt.Errorf("dataset.%s_files: %s has no samples", split, path)
+			}
+		} else {
+			ss = vqa.Generate(task, d.Seed, firstID, n)
+		}
+		out := make([]example, len(ss))
+		for i, s := range ss {
+			b := s.Image.Bounds()
+			if b.Dx() != d.ImageSize || b.Dy() != d.ImageSize {
+				return nil, fmt.Errorf("dataset.%s_files: sample %d (id %d) has a %dx%d image, want dataset.image_size %d", split, i, s.ID, b.Dx(), b.Dy(), d.ImageSize)
+			}
+			out[i] = example{s: s, img: vqa.Pixels(s.Image),
+				prompt: append([]int32{vqa.BOS}, t.tok.Encode(s.Prompt)...),
+				ref:    append(t.tok.Encode(s.Response), vqa.EOS)}
+			t.maxPrompt = max(t.maxPrompt, len(out[i].prompt))
+		}
+		return out, nil
+	}
+	var err error
+	if t.train, err = load(d.TrainFiles, d.TrainSize, 0, "train"); err != nil {
+		return err
+	}
+	// Generated validation prompts have ids after every training id: held out.
+	if t.val, err = load(d.ValFiles, d.ValSize, 1<<40, "val"); err != nil {
+		return err
+	}
+	if len(t.train) < d.RolloutBatchSize {
+		return fmt.Errorf("dataset.train_files: %d samples, fewer than dataset.rollout_batch_size %d", len(t.train), d.RolloutBatchSize)
+	}
+	return nil
+}
+
+// permutation is the data order of an epoch: a function of (seed, epoch) only.
+func (t *Trainer) permutation(epoch int) []int {
+	n := len(t.train)
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	if t.cfg.Dataset.Shuffle {
+		r := rand.New(rand.NewPCG(t.cfg.Dataset.Seed^0x73687566, uint64(epoch))) // "shuf"
+		r.Shuffle(n, func(i, j int) { p[i], p[j] = p[j], p[i] })
+	}
+	return p
+}
+
+// nextPrompts returns the next n training examples, crossing into the next epoch as needed.
+func (t *Trainer) nextPrompts(n int) []example {
+	out := make([]example, 0, n)
+	for len(out) < n {
+		if t.pos >= len(t.order) {
+			t.epoch++
+			t.pos = 0
+			t.order = t.permutation(t.epoch)
+		}
+		out = append(out, t.train[t.order[t.pos]])
+		t.pos++
+	}
+	return out
+}
+
+// batch is a set of rows (prompt + response) in the model's layout plus the response-aligned
+// tensors [B, T] that the losses work on.
+type batch struct {
+	rows    int
+	images  *tensor.Tensor // [B, H, W, 3] uint8
+	tokens  *tensor.Tensor // [B, L] int32: prompt, response, PAD
+	plen    []int          // prompt length of each row (BOS included)
+	resp    [][]int32      // response ids (EOS included when generated)
+	targets *tensor.Tensor // [B, T] int32: the response tokens, PAD after
+	mask    *tensor.Tensor // [B, T] float32 response mask
+	ids     []uint64       // row ids (perturbation seeds)
+}
+
+// newBatch lays out rows; examples[i] gives row i's image and prompt.
+func (t *Trainer) newBatch(exs []example, resp [][]int32) (*batch, error) {
+	B, T := len(exs), t.respLen
+	L := t.maxPrompt + T
+	hw := len(exs[0].img)
+	imgs := make([]uint8, B*hw)
+	toks := make([]int32, B*L)
+	tg := make([]int32, B*T)
+	mk := make([]float32, B*T)
+	b := &batch{rows: B, plen: make([]int, B), resp: resp}
+	for i, e := range exs {
+		copy(imgs[i*hw:], e.img)
+		r := resp[i]
+		if len(r) > T {
+			r = r[:T]
+			resp[i] = r
+		}
+		copy(toks[i*L:], e.prompt)
+		copy(toks[i*L+len(e.prompt):], r)
+		b.plen[i] = len(e.prompt)
+		copy(tg[i*T:], r)
+		for j := range r {
+			mk[i*T+j] = 1
+		}
+	}
+	s := t.cfg.Dataset.ImageSize
+	var err error
+	if b.images, err = tensor.FromUint8(imgs, B, s, s, 3); err != nil {
+		return nil, err
+	}
+	b.tokens = tensor.Must(tensor.FromInt32(toks, B, L))
+	b.targets = tensor.Must(tensor.FromInt32(tg, B, T))
+	b.mask = tensor.Must(tensor.FromFloat32(mk, B, T))
+	return b, nil
+}
+
+// forwardResponse runs m on rows [lo, hi) of b with the given images ([B, H, W, 3]) and returns
+// the logits that predict each response token, gathered into [hi-lo, T, V] (row r, response
+// position t ← sequence position plen_r - 1 + t), and the activations for backward.
+func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor, lo, hi int) (*tensor.Tensor, *vlm.Activations, error) {
+	im, err := images.Rows(lo, hi)
+	if err != nil {
+		return nil, nil, err
+	}
+	tk, err := b.tokens.Rows(lo, hi)
+	if err != nil {
+		return nil, nil, err
+	}
+	logits, act, err := m.Forward(im, tk)
+	if err != nil {
+		return nil, nil, err
+	}
+	L, V, T := b.tokens.Dim(1), logits.Dim(2), t.respLen
+	src, err := logits.Float32s()
+	if err != nil {
+		return nil, nil, err
+	}
+	g := make([]float32, (hi-lo)*T*V)
+	for r := range hi - lo {
+		p := b.plen[lo+r] - 1
+		copy(g[r*T*V:(r+1)*T*V], src[(r*L+p)*V:(r*L+p+T)*V])
+	}
+	return tensor.Must(tensor.FromFloat32(g, hi-lo, T, V)), act, nil
+}
+
+// backwardResponse scatters d loss / d gathered logits [hi-lo, T, V] back to the sequence
+// layout [hi-lo, L, V] and runs the model's backward (accumulating parameter gradients).
+func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations, dg *tensor.Tensor, lo, hi int) error {
+	L, T := b.tokens.Dim(1), t.respLen
+	V := dg.Dim(2)
+	src, err := dg.Float32s()
+	if err != nil {
+		return err
+	}
+	d := make([]float32, (hi-lo)*L*V)
+	for r := range hi - lo {
+		p := b.plen[lo+r] - 1
+		copy(d[(r*L+p)*V:(r*L+p+T)*V], src[r*T*V:(r+1)*T*V])
+	}
+	return m.Backward(act, tensor.Must(tensor.FromFloat32(d, hi-lo, L, V)))
+}
+
+// logProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response tokens
+// under m, in chunks of micro rows, without keeping activations.
+func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32) error {
+	for lo := 0; lo < b.rows; lo += micro {
+		hi := min(lo+micro, b.rows)
+		g, _, err := t.forwardResponse(m, b, images, lo, hi)
+		if err != nil {
+			return err
+		}
+		var e *tensor.Tensor
+		if ent != nil {
+			e = tensor.Must(ent.Rows(lo, hi))
+		}
+		if err := tensor.LogProbEntropy(tensor.Must(logp.Rows(lo, hi)), e, g, tensor.Must(b.targets.Rows(lo, hi)), temp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// optimizerStep clips the accumulated gradients, and takes an AdamW step unless the norm is
+// not finite (then the step is skipped and counted). It returns the pre-clip norm.
+func (t *Trainer) optimizerStep(opt *AdamW, lr, maxNorm float64) (float64, error) {
+	ws, gs := t.paramSlices()
+	norm := ClipGradNorm(gs, maxNorm)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		t.skipped++
+		t.model.ZeroGrad()
+		return norm, nil
+	}
+	err := opt.Step(ws, gs, t.decay, lr)
+	t.model.ZeroGrad()
+	return norm, err
+}
+
+func (t *Trainer) paramSlices() (ws, gs [][]float32) {
+	for _, p := range t.model.Params() {
+		w, _ := p.W.Float32s()
+		g, _ := p.G.Float32s()
+		ws, gs = append(ws, w), append(gs, g)
+	}
+	return ws, gs
+}
+
+// WarmStart is the supervised warm start: cross-entropy on the reference responses, through the
+// same two tensor ops as the RL update (log-probs forward, their backward to the logits). It
+// returns the mean loss of the last steps.
+func (t *Trainer) WarmStart(progress *Progress) (float64, error) {
+	c := t.cfg.Training
+	opt := NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
+	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
+	var recent []float64
+	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
+	for s := range c.SFTSteps {
+		exs := make([]example, c.SFTBatchSize)
+		resp := make([][]int32, len(exs))
+		for i := range exs {
+			exs[i] = t.train[r.IntN(len(t.train))]
+			resp[i] = exs[i].ref
+		}
+		b, err := t.newBatch(exs, resp)
+		if err != nil {
+			return 0, err
+		}
+		_, count, _ := tensor.MaskedSum(b.mask, b.mask)
+		var loss float64
+		for lo := 0; lo < b.rows; lo += micro {
+			hi := min(lo+micro, b.rows)
+			g, act, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+			if err != nil {
+				return 0, err
+			}
+			mask := tensor.Must(b.mask.Rows(lo, hi))
+			tg := tensor.Must(b.targets.Rows(lo, hi))
+			logp := tensor.Must(tensor.NewLike(mask, tensor.Float32))
+			if err := tensor.LogProbEntropy(logp, nil, g, tg, 1); err != nil {
+				return 0, err
+			}
+			// loss = -sum(logp * mask) / count  →  d loss / d logp = -mask / count
+			lp, _ := logp.Float32s()
+			mk, _ := mask.Float32s()
+			dl := make([]float32, len(lp))
+			for i := range lp {
+				loss -= float64(lp[i]*mk[i]) / count
+				dl[i] = -mk[i] / float32(count)
+			}
+			dg := tensor.Must(tensor.NewLike(g, tensor.Float32))
+			if err := tensor.LogProbEntropyBackward(dg, g, tg, logp, nil, tensor.Must(tensor.FromFloat32(dl, hi-lo, t.respLen)), nil, 1); err != nil {
+				return 0, err
+			}
+			if err := t.backwardResponse(t.model, b, act, dg, lo, hi); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := t.optimizerStep(opt, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
+			return 0, err
+		}
+		recent = append(recent, loss)
+		if len(recent) > 10 {
+			recent = recent[1:]
+		}
+		progress.Update(s+1, fmt.Sprintf("loss %.3f", loss))
+	}
+	progress.Done()
+	return mean(recent), nil
+}
+
+func sizesOf(m *vlm.Model) []int {
+	var s []int
+	for _, p := range m.Params() {
+		s = append(s, p.W.Len())
+	}
+	return s
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// FreezeReference copies the current policy into the frozen reference model (use_kl_loss).
+func (t *Trainer) FreezeReference() error {
+	if !t.cfg.Worker.Actor.UseKLLoss {
+		return nil
+	}
+	ref, err := vlm.New(t.model.Config, 0)
+	if err != nil {
+		return err
+	}
+	for i, p := range ref.Params() {
+		if err := tensor.CopyInto(p.W, t.model.Params()[i].W); err != nil {
+			return err
+		}
+	}
+	t.ref = ref
+	return nil
+}
+
+// Validation is greedy (or val_temperature) decoding on the held-out prompts.
+type Validation struct {
+	Accuracy, Format, Overall float64
+}
+
+// Validate decodes every validation prompt and scores it.
+func (t *Trainer) Validate() (Validation, error) {
+	var v Validation
+	if len(t.val) == 0 {
+		return Validation{math.NaN(), math.NaN(), math.NaN()}, nil
+	}
+	const chunk = 64
+	temp := t.cfg.Worker.Rollout.ValTemperature
+	r := rand.New(rand.NewPCG(t.cfg.Training.Seed, 0x76616c)) // "val": never the training stream
+	for lo := 0; lo < len(t.val); lo += chunk {
+		exs := t.val[lo:min(lo+chunk, len(t.val))]
+		b, err := t.newBatch(exs, make([][]int32, len(exs)))
+		if err != nil {
+			return v, err
+		}
+		prompts := make([][]int32, len(exs))
+		for i, e := range exs {
+			prompts[i] = e.prompt
+		}
+		out, err := t.model.Generate(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, r)
+		if err != nil {
+			return v, err
+		}
+		for i, e := range exs {
+			s := vqa.Score(t.tok.Decode(out[i]), e.s.Answer, t.reward)
+			v.Accuracy += s.Accuracy
+			v.Format += s.Format
+			v.Overall += s.Overall
+		}
+	}
+	n := float64(len(t.val))
+	v.Accuracy, v.Format, v.Overall = v.Accuracy/n, v.Format/n, v.Overall/n
+	return v, nil
+}
+
+// trainState is state.json of a checkpoint.
+type trainState struct {
+	Step        int        `json:"global_step"`
+	Epoch       int        `json:"data_epoch"`
+	Pos         int        `json:"data_position"`
+	RNG         string     `json:"rng_state"` // base64 of the rollout PCG's MarshalBinary
+	AdamT       int        `json:"optimizer_step"`
+	Skipped     int        `json:"skipped_steps"`
+	ModelConfig vlm.Config `json:"model_config"`
+	Time        string     `json:"saved_at"`
+}
+
+// Save writes a checkpoint of the current step.
+func (t *Trainer) Save(ck *Checkpoints) (string, error) {
+	var model, optim []NamedTensor
+	for i, p := range t.model.Params() {
+		w, _ := p.W.Float32s()
+		shape := []int(p.W.Shape())
+		model = append(model, NamedTensor{Name: p.Name, Shape: shape, Data: w})
+		optim = append(optim, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.opt.M[i]},
+			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.opt.V[i]})
+	}
+	mb, err := EncodeSafetensors(model, map[string]string{"format": "mtrl-example-vlm"})
+	if err != nil {
+		return "", err
+	}
+	ob, err := EncodeSafetensors(optim, map[string]string{"optimizer": "adamw"})
+	if err != nil {
+		return "", err
+	}
+	rng, err := t.rng.MarshalBinary()
+	if err != nil {
+		return "", err
+	}
+	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
+		AdamT: t.opt.T, Skipped: t.skipped, ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{ckptModel: mb, ckptOptimizer: ob, ckptState: append(st, '\n'), ckptConfig: t.cfg.YAML()}
+	if t.ref != nil {
+		var ref []NamedTensor
+		for _, p := range t.ref.Params() {
+			w, _ := p.W.Float32s()
+			ref = append(ref, NamedTensor{Name: p.Name, Shape: []int(p.W.Shape()), Data: w})
+		}
+		if files[ckptRef], err = EncodeSafetensors(ref, map[string]string{"format": "mtrl-example-vlm", "role": "reference"}); err != nil {
+			return "", err
+		}
+	}
+	return ck.Save(t.step, files)
+}
+
+// Load restores a checkpoint directory written by Save.
+func (t *Trainer) Load(dir string) error {
+	read := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		return b, nil
+	}
+	sb, err := read(ckptState)
+	if err != nil {
+		return err
+	}
+	var st trainState
+	if err := json.Unmarshal(sb, &st); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", filepath.Join(dir, ckptState), err)
+	}
+	if st.ModelConfig != t.model.Config {
+		return fmt.Errorf("checkpoint %s: model config %+v differs from this run's %+v (worker.actor.model, dataset)", dir, st.ModelConfig, t.model.Config)
+	}
+	mb, err := read(ckptModel)
+	if err != nil {
+		return err
+	}
+	ob, err := read(ckptOptimizer)
+	if err != nil {
+		return err
+	}
+	model, err := DecodeSafetensors(mb, filepath.Join(dir, ckptModel))
+	if err != nil {
+		return err
+	}
+	optim, err := DecodeSafetensors(ob, filepath.Join(dir, ckptOptimizer))
+	if err != nil {
+		return err
+	}
+	get := func(m map[string]NamedTensor, file, name string, n int) ([]float32, error) {
+		nt, ok := m[name]
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %s: no tensor %q", filepath.Join(dir, file), name)
+		}
+		if len(nt.Data) != n {
+			return nil, fmt.Errorf("checkpoint %s: tensor %q has %d values, want %d", filepath.Join(dir, file), name, len(nt.Data), n)
+		}
+		return nt.Data, nil
+	}
+	var refW [][]float32
+	if t.cfg.Worker.Actor.UseKLLoss {
+		rb, err := read(ckptRef)
+		if err != nil {
+			return err
+		}
+		ref, err := DecodeSafetensors(rb, filepath.Join(dir, ckptRef))
+		if err != nil {
+			return err
+		}
+		for _, p := range t.model.Params() {
+			w, err := get(ref, ckptRef, p.Name, p.W.Len())
+			if err != nil {
+				return err
+			}
+			refW = append(refW, w)
+		}
+	}
+	// Validate everything before changing anything.
+	ws := make([][]float32, 0, len(t.model.Params()))
+	ms, vs := make([][]float32, 0, len(ws)), make([][]float32, 0, len(ws))
+	for _, p := range t.model.Params() {
+		w, err := get(model, ckptModel, p.Name, p.W.Len())
+		if err != nil {
+			return err
+		}
+		m, err := get(optim, ckptOptimizer, "exp_avg."+p.Name, p.W.Len())
+		if err != nil {
+			return err
+		}
+		v, err := get(optim, ckptOptimizer, "exp_avg_sq."+p.Name, p.W.Len())
+		if err != nil {
+			return err
+		}
+		ws, ms, vs = append(ws, w), append(ms, m), append(vs, v)
+	}
+	rb, err := base64.StdEncoding.DecodeString(st.RNG)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: rng_state: %w", dir, err)
+	}
+	rng := &rand.PCG{}
+	if err := rng.UnmarshalBinary(rb); err != nil {
+		return fmt.Errorf("checkpoint %s: rng_state: %w", dir, err)
+	}
+	if st.Pos < 0 || st.Pos > len(t.train) || st.Epoch < 0 {
+		return fmt.Errorf("checkpoint %s: data position epoch %d index %d outside the %d training samples", dir, st.Epoch, st.Pos, len(t.train))
+	}
+	for i, p := range t.model.Params() {
+		w, _ := p.W.Float32s()
+		copy(w, ws[i])
+		copy(t.opt.M[i], ms[i])
+		copy(t.opt.V[i], vs[i])
+	}
+	if refW != nil {
+		if err := t.FreezeReference(); err != nil {
+			return err
+		}
+		for i, p := range t.ref.Params() {
+			w, _ := p.W.Float32s()
+			copy(w, refW[i])
+		}
+	}
+	t.opt.T, t.skipped, t.step, t.rng = st.AdamT, st.Skipped, st.Step, rng
+	t.epoch, t.pos = st.Epoch, st.Pos
+	t.order = t.permutation(t.epoch)
+	return nil
+}
