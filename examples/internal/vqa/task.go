@@ -234,7 +234,7 @@ func Render(size int, objects []Object) *image.RGBA {
 			for px := int(x0); px < int(x0+cell) && px < size; px++ {
 				// pixel centre relative to the cell centre, in units of r
 				dx, dy := (float64(px)+0.5-cx)/r, (float64(py)+0.5-cy)/r
-				if inside(o.Shape, dx, dy) {
+				if inside(o.Shape, dx, dy, r) {
 					img.SetRGBA(px, py, col)
 				}
 			}
@@ -243,8 +243,9 @@ func Render(size int, objects []Object) *image.RGBA {
 	return img
 }
 
-// inside reports whether the point (dx, dy) (y down, unit = half-extent) lies in the shape.
-func inside(shape string, dx, dy float64) bool {
+// inside reports whether the point (dx, dy) (y down, unit = half-extent r
+// pixels) lies in the shape.
+func inside(shape string, dx, dy, r float64) bool {
 	switch shape {
 	case "circle":
 		return dx*dx+dy*dy <= 1
@@ -257,7 +258,8 @@ func inside(shape string, dx, dy float64) bool {
 		half := (dy + 1) / 2 // 0 at the apex, 1 at the base
 		return dx >= -half && dx <= half
 	case "cross":
-		return (dx >= -0.3 && dx <= 0.3 && dy >= -1 && dy <= 1) || (dy >= -0.3 && dy <= 0.3 && dx >= -1 && dx <= 1)
+		w := max(0.3, 0.6/r) // arms at least ~1 pixel wide on tiny images
+		return (dx >= -w && dx <= w && dy >= -1 && dy <= 1) || (dy >= -w && dy <= w && dx >= -1 && dx <= 1)
 	case "diamond":
 		return abs(dx)+abs(dy) <= 1
 	}
