@@ -32,6 +32,10 @@ func gemm[F Float](ta, tb bool, m, n, k int, a, b []F, beta F, c []F) {
 	}
 	switch cc := any(c).(type) {
 	case []float32:
+		if hasKernel {
+			sgemmFast(ta, tb, m, n, k, any(a).([]float32), any(b).([]float32), float32(beta), cc)
+			return
+		}
 		gonum.Implementation{}.Sgemm(tA, tB, m, n, k, 1, any(a).([]float32), lda, any(b).([]float32), ldb, float32(beta), cc, n)
 	case []float64:
 		gonum.Implementation{}.Dgemm(tA, tB, m, n, k, 1, any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), cc, n)

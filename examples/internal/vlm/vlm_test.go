@@ -3,6 +3,7 @@ package vlm
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/gradcheck"
@@ -94,12 +95,22 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 }
 
 // TestFloat32MatchesFloat64 checks Model.Forward/Backward (float32) against the float64 kernels.
+// The second size exercises the AVX2 matrix-product path (widths ≥ 16, ≥ 128 rows).
 func TestFloat32MatchesFloat64(t *testing.T) {
-	c := tinyConfig()
+	wide := Config{ImageSize: 8, PatchSize: 2, Channels: 3, Vocab: 37, Dim: 32, Layers: 2, Heads: 2, MLPDim: 64, MaxLen: 6}
+	for _, tc := range []struct {
+		c Config
+		b int
+	}{{tinyConfig(), 3}, {wide, 8}} {
+		checkFloat32MatchesFloat64(t, tc.c, tc.b)
+	}
+}
+
+func checkFloat32MatchesFloat64(t *testing.T, c Config, b int) {
 	m, err := New(c, 3)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(3, 4))
-	const b, l = 3, 6
+	const l = 6
 	img := randImages(rng, c, b)
 	tok := randTokens(rng, c, b, l)
 	logits, act, err := m.Forward(img, tok)
@@ -131,4 +142,36 @@ func TestFloat32MatchesFloat64(t *testing.T) {
 			require.InDelta(t, v, float64(g32[j]), 1e-3*(1+math.Abs(v)), "%s[%d]", p.Name, j)
 		}
 	}
+}
+
+// TestDeterministicAcrossProcs checks that Forward and Backward give the same bits whatever
+// GOMAXPROCS is.
+func TestDeterministicAcrossProcs(t *testing.T) {
+	c := Config{ImageSize: 8, PatchSize: 2, Channels: 3, Vocab: 37, Dim: 32, Layers: 2, Heads: 2, MLPDim: 64, MaxLen: 6}
+	rng := rand.New(rand.NewPCG(5, 5))
+	const b, l = 12, 6
+	img, tok := randImages(rng, c, b), randTokens(rng, c, b, l)
+	dl := make([]float32, b*l*c.Vocab)
+	for i := range dl {
+		dl[i] = float32(rng.NormFloat64())
+	}
+	run := func(procs int) ([]float32, [][]float32) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		m, err := New(c, 9)
+		require.NoError(t, err)
+		logits, act, err := m.Forward(img, tok)
+		require.NoError(t, err)
+		require.NoError(t, m.Backward(act, tensor.Must(tensor.FromFloat32(dl, b, l, c.Vocab))))
+		lg, _ := logits.Float32s()
+		var gs [][]float32
+		for _, p := range m.Params() {
+			g, _ := p.G.Float32s()
+			gs = append(gs, g)
+		}
+		return lg, gs
+	}
+	l1, g1 := run(1)
+	l4, g4 := run(4)
+	require.Equal(t, l1, l4)
+	require.Equal(t, g1, g4)
 }
