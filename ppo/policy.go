@@ -281,18 +281,36 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 	k.eLo, k.eHi = hostops.Exp(k.clo), hostops.Exp(k.chi)
 	k.rMin, k.rMax = hostops.Exp(F(-logRatioClamp)), hostops.Exp(F(logRatioClamp))
 
+	// The vector kernels (Default loss, float32) or the generic Go kernel.
+	simd := activePolicy()
+	var k32 *policyConsts[float32]
+	var s32 [6][]float32
+	if simd != nil && k.simdOK() {
+		k32, _ = any(&k).(*policyConsts[float32])
+		for i, x := range [][]F{grad, old, lp, adv, m, ltm} {
+			s32[i], _ = any(x).([]float32)
+		}
+	}
+
 	// Pass 1: mask sums per row, for the aggregation weights.
 	cnt := make([]float64, rows)
 	grain := parallel.Grain(cols, 1<<13)
-	parallel.For(rows, grain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var n float64
-			for _, w := range m[i*cols : (i+1)*cols] {
-				n += float64(w)
+	if k32 != nil {
+		// One goroutine handles up to 64K tokens: a [64, 1024] batch costs less than starting
+		// goroutines would.
+		grain = parallel.Grain(cols, 1<<16)
+		rowCounts(cnt, s32[4], cols)
+	} else {
+		parallel.For(rows, grain, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				var n float64
+				for _, w := range m[i*cols : (i+1)*cols] {
+					n += float64(w)
+				}
+				cnt[i] = n
 			}
-			cnt[i] = n
-		}
-	})
+		})
+	}
 	w := make([]F, rows)
 	aggWeights(w, cnt, cfg.Agg)
 
@@ -301,6 +319,12 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 	parallel.For(rows, grain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			a, b := i*cols, (i+1)*cols
+			if k32 != nil {
+				g, ltm32 := s32[0], s32[5]
+				stats[i] = policyRowSIMD(simd, k32, sub(g, a, b), s32[1][a:b], s32[2][a:b], s32[3][a:b], s32[4][a:b], sub(ltm32, a, b), float32(w[i]))
+				stats[i].cnt = cnt[i]
+				continue
+			}
 			var gr, lr []F
 			if grad != nil {
 				gr = grad[a:b]

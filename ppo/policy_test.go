@@ -451,4 +451,13 @@ func BenchmarkPolicyLoss(b *testing.B) {
 		b.Run("cpu/type="+lt.String()+"/shape=64x1024", func(b *testing.B) { benchPolicy(b, lt, 64, 1024, false) })
 	}
 	b.Run("cpu/type=default/shape=64x1024/data=adversarial", func(b *testing.B) { benchPolicy(b, Default, 64, 1024, true) })
+	// The Default loss per implementation of its per-token kernel (impl=avx512|avx2|go).
+	for i, im := range policyImpls {
+		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
+			b.Run(fmt.Sprintf("cpu/type=default/impl=%s/shape=%dx%d", im.name, sh[0], sh[1]), func(b *testing.B) {
+				defer usePolicyImpl(i)()
+				benchPolicy(b, Default, sh[0], sh[1], false)
+			})
+		}
+	}
 }
