@@ -1,0 +1,57 @@
+// Package cuda is a tensor.Backend on NVIDIA GPUs, through the CUDA driver API
+// (gorgonia.org/cu), with device kernels for the fused op families of mtrl.
+//
+// # Build tag
+//
+// Everything that touches CUDA is behind the `cuda` build tag. Without it the package still
+// compiles, New returns ErrNotCompiled, and `go build ./...` / `go test ./...` never need a GPU,
+// a driver or nvcc.
+//
+// gorgonia.org/cu calls cuInit in its package init and exits the process (os.Exit(1), after
+// printing a message) when no driver or GPU is present. A binary built with `-tags cuda` —
+// including a test binary — is therefore for GPU machines only: it cannot even start elsewhere,
+// so "no device" cannot be detected and skipped from inside it. Such binaries link only
+// libcuda.so.1, so `go test -c -tags cuda` on a machine with the toolkit (for the libcuda stub)
+// produces a test binary that runs on a GPU machine with a driver but no Go (scripts/gpu-check).
+//
+// # Where it sits
+//
+// A VPPO step runs the policy forward, then tensor.LogProbEntropy on logits [B, T, V], the
+// perception score and top-p masks on [B, T], advantages, and the PPO loss with its gradient.
+// With the tensors on a *cuda.Backend (tensor.To(backend, t)), each validated entry point finds
+// the backend's kernel by type assertion and runs it on the device; ops without a kernel here
+// stage their tensors through host memory (tensor.OnHost) and run the pure-Go kernel, so
+// everything works, only slower.
+//
+// Kernels implemented (cuda/kernels/*.cu, committed PTX for compute_80, loaded with go:embed):
+//
+//   - tensor.LogProbEntropyKernel: fused log-prob + entropy forward (fp32 and bf16 logits, one
+//     read of the logits, online softmax, rows split across blocks when there are few rows)
+//     and backward (dlogits fp32 or bf16 from fp32 or bf16 logits);
+//   - tensor.MaskedReduceKernel (MaskedSum, so MaskedMean);
+//   - tensor.TopPKernel (per-row radix selection, stable ties, NaN first);
+//   - divergence.PenaltyKernel, PenaltyGradKernel (every kind, full included),
+//     PerceptionScoreKernel, RewardsKernel.
+//
+// Not on the device yet (host staging through tensor.OnHost): MaskedVar, MaskedWhiten,
+// MaskedMeanRows and ResponseMask (package tensor declares no kernel interface for them),
+// tprl.SelectionKernel, the advantage estimators, the PPO policy, value and average losses,
+// and image perturbation.
+//
+// # Threads, streams, errors
+//
+// Each Backend owns one CUDA context, created and used by one goroutine locked to an OS thread;
+// every driver call is funnelled through it, one closure per op (a few cgo calls per op). Work
+// is queued on one stream in order; Download and Sync wait for it. Close releases the context.
+// Driver failures, out-of-memory included, come back as errors wrapping tensor.ErrDevice that
+// name the driver call and the kernel; the process never crashes on them.
+//
+// # Numerics
+//
+// Accumulation is fp32 (fp64 for masked sums and the full KL, as the host kernels), kernels
+// are compiled without --use_fast_math and with -fmad=false (no contraction into fused
+// multiply-adds, so elementwise results follow the reference's float32 order), and reductions
+// use fixed-order trees (no floating-point atomics): two runs on the same inputs give the same
+// bits. expf differs from the host's polynomial exp by an ulp or two, so results agree with the
+// CPU backend to tolerance, not bitwise.
+package cuda

@@ -1,0 +1,35 @@
+//go:build !cuda
+
+package cuda
+
+import "github.com/mtrl-go/mtrl/tensor"
+
+// Backend is a CUDA device. In this build (without the `cuda` tag) it cannot be created: New
+// returns ErrNotCompiled, and every method of a zero Backend returns ErrNotCompiled.
+type Backend struct{}
+
+var _ tensor.Backend = (*Backend)(nil)
+
+// New would open CUDA device n; built without the `cuda` tag it returns ErrNotCompiled.
+func New(device int) (*Backend, error) { return nil, ErrNotCompiled }
+
+// Name returns "cuda (not compiled)".
+func (*Backend) Name() string { return "cuda (not compiled)" }
+
+// Alloc returns ErrNotCompiled.
+func (*Backend) Alloc(int) (tensor.Storage, error) { return nil, ErrNotCompiled }
+
+// Upload returns ErrNotCompiled.
+func (*Backend) Upload(tensor.Storage, int, []byte) error { return ErrNotCompiled }
+
+// Download returns ErrNotCompiled.
+func (*Backend) Download([]byte, tensor.Storage, int) error { return ErrNotCompiled }
+
+// Copy returns ErrNotCompiled.
+func (*Backend) Copy(tensor.Storage, int, tensor.Storage, int, int) error { return ErrNotCompiled }
+
+// Sync returns ErrNotCompiled.
+func (*Backend) Sync() error { return ErrNotCompiled }
+
+// Close returns nil.
+func (*Backend) Close() error { return nil }
