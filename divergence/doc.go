@@ -28,6 +28,14 @@
 // propagate; Full with a -Inf log-prob gives NaN, as the reference does. The KL controllers work
 // in float64 exactly as the reference, with no floor on the coefficient.
 //
+// Performance: on amd64, LowVarKL (Penalty and PenaltyGrad) and PerceptionScore run in
+// AVX-512 or AVX2+FMA kernels generated with avo (internal/asmgen; go generate ./divergence, and
+// a test fails if penalty_amd64.s is stale), chosen at start-up; -tags noasm and other
+// architectures use the pure-Go loops, which stay the reference. The vector exp has the same
+// construction as the Go one (within about 2 ulp of it); clamp decisions and NaN positions are
+// identical. Both paths are bit-identical across runs and GOMAXPROCS. The other kinds are scalar
+// Go.
+//
 // Deviations from the reference: the adaptive controller rejects target == 0 at construction
 // (ErrParam) where the reference raises ZeroDivisionError in its first update; Full accepts any
 // leading shape and reduces the last axis (the reference does the same; no case passes [B, T]).

@@ -77,4 +77,9 @@
 // The float32 forward is close to memory speed there (a plain streaming read of the same
 // logits reaches 12-16 GB/s); one core folds 5.9 logits/ns from L1 with AVX-512, 26 times the
 // Go loop. Large float32 gradients (32 MiB and up) are written with non-temporal stores.
+//
+// The masked reductions (MaskedSum, MaskedMean, MaskedVar, MaskedWhiten) use vector kernels of
+// the same kind (internal/hostops): each product is rounded to float32 as in the reference and
+// added into float64 lanes combined in a fixed order. Top-p selection is an O(T) radix select per
+// row with exactly the stable-sort result (internal/hostops.TopPRow).
 package tensor
