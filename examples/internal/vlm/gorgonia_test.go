@@ -1,3 +1,8 @@
+// gorgonia.org/gorgonia switches to its cuDNN bindings under the cuda tag, and Debian's CUDA
+// toolkit has no cudnn.h, so this CPU-only cross-check is built without that tag.
+
+//go:build !cuda
+
 package vlm
 
 import (
