@@ -33,13 +33,22 @@ func main() {
 	fs := flag.NewFlagSet("trainer", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "YAML configuration file (keys it sets replace the embedded defaults)")
 	printCfg := fs.Bool("print-config", false, "print the resolved configuration and exit")
+	compare := fs.String("compare", "", "instead of training: plot the runs name=dir,name=dir,... (their metrics.jsonl) into -o and print a table")
+	outPNG := fs.String("o", "compare.png", "output PNG of -compare")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: trainer [-config file.yaml] [-print-config] [key.path=value ...]\n\n")
+		fmt.Fprintf(fs.Output(), "usage: trainer [-config file.yaml] [-print-config] [key.path=value ...]\n       trainer -compare name=dir,name=dir,... [-o out.png]\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nDefault configuration:\n\n%s", defaultYAML)
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
+	}
+	if *compare != "" {
+		if err := Compare(os.Stdout, *compare, *outPNG); err != nil {
+			fmt.Fprintln(os.Stderr, "trainer:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	cfg, err := LoadConfig(*cfgPath, fs.Args())
 	if err != nil {

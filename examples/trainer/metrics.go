@@ -152,11 +152,20 @@ type Progress struct {
 	lastRender time.Time
 	enabled    bool
 	open       bool // a line was drawn and not ended
+	tty        bool
+	lastTenth  int
 }
 
-// NewProgress starts a bar of total units.
+// NewProgress starts a bar of total units. On a terminal the bar redraws in place; on other
+// writers (a log file, a pipe) it prints a plain line at every tenth of the way.
 func NewProgress(w io.Writer, label string, total int, enabled bool) *Progress {
-	return &Progress{w: w, label: label, total: total, start: time.Now(), enabled: enabled}
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &Progress{w: w, label: label, total: total, start: time.Now(), enabled: enabled, tty: tty}
 }
 
 // Update redraws the bar at done units with a short status text (at most ~10 times a second,
@@ -166,6 +175,13 @@ func (p *Progress) Update(done int, status string) {
 		return
 	}
 	now := time.Now()
+	if !p.tty {
+		if tenth := done * 10 / p.total; tenth > p.lastTenth || done == p.total {
+			p.lastTenth = tenth
+			fmt.Fprintf(p.w, "%s %d/%d [%s] %s\n", p.label, done, p.total, now.Sub(p.start).Round(time.Second), status)
+		}
+		return
+	}
 	if done < p.total && now.Sub(p.lastRender) < 100*time.Millisecond {
 		return
 	}
