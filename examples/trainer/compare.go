@@ -28,7 +28,7 @@ func Compare(w io.Writer, spec, out string) error {
 			return err
 		}
 		col := palette[i%len(palette)]
-		val, train := Series{Name: name + ": val/accuracy", Colour: col}, Series{Name: name + ": train reward/accuracy (5-step mean)", Colour: col, Dashed: true}
+		val, train := Series{Name: name + ": val/accuracy", Colour: col}, Series{Name: name + ": train reward/accuracy (10-step mean)", Colour: col, Dashed: true}
 		var accs, prec, stepS []float64
 		for _, l := range lines {
 			if v := l.Metrics["val/accuracy"]; v != nil {
@@ -39,7 +39,7 @@ func Compare(w io.Writer, spec, out string) error {
 			}
 			if v := l.Metrics["reward/accuracy"]; v != nil {
 				accs = append(accs, *v)
-				k := max(0, len(accs)-5)
+				k := max(0, len(accs)-10)
 				train.X, train.Y = append(train.X, float64(l.Step)), append(train.Y, mean(accs[k:]))
 			}
 			if v := l.Metrics["perception/precision"]; v != nil {

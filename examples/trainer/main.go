@@ -248,15 +248,24 @@ func writePlot(dir string, lines []MetricsLine) error {
 		}
 		return s
 	}
-	reward, acc, val := get("reward/overall"), get("reward/accuracy"), get("val/accuracy")
-	reward.Name, reward.Colour = "train reward/overall", color.RGBA{31, 119, 180, 255}
-	acc.Name, acc.Colour = "train reward/accuracy", color.RGBA{255, 127, 14, 255}
+	reward, acc, val := smooth(get("reward/overall"), 10), smooth(get("reward/accuracy"), 10), get("val/accuracy")
+	reward.Name, reward.Colour = "train reward/overall (10-step mean)", color.RGBA{31, 119, 180, 255}
+	acc.Name, acc.Colour = "train reward/accuracy (10-step mean)", color.RGBA{255, 127, 14, 255}
 	val.Name, val.Colour = "val/accuracy (greedy, held-out prompts)", color.RGBA{44, 160, 44, 255}
 	png, err := PlotPNG("VPPO on the generated VQA task: "+filepath.Base(dir), "RL step", 0, 1, []Series{reward, acc, val})
 	if err != nil {
 		return err
 	}
 	return WriteFileAtomic(filepath.Join(dir, "curves.png"), png)
+}
+
+// smooth replaces each value by the mean of the last k values up to it (trailing window).
+func smooth(s Series, k int) Series {
+	out := Series{X: s.X, Y: make([]float64, len(s.Y))}
+	for i := range s.Y {
+		out.Y[i] = mean(s.Y[max(0, i-k+1) : i+1])
+	}
+	return out
 }
 
 func summarize(dir string, lines []MetricsLine) Summary {
