@@ -2,6 +2,7 @@ package ppo
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -45,7 +46,7 @@ func (a AggMode) String() string {
 	if a >= 0 && int(a) < len(aggNames) {
 		return aggNames[a]
 	}
-	return "AggMode(" + itoa(int(a)) + ")"
+	return "AggMode(" + strconv.Itoa(int(a)) + ")"
 }
 
 // ParseAggMode parses the reference's names ("token", "seq") and verl's ("token-mean",
@@ -298,14 +299,4 @@ func checkBT(op string, names []string, nReq int, ts ...*tensor.Tensor) error {
 		}
 	}
 	return tensor.CheckSameBackend(op, names, ts...)
-}
-
-func itoa(d int) string {
-	if d < 0 {
-		return "-" + itoa(-d)
-	}
-	if d < 10 {
-		return string(rune('0' + d))
-	}
-	return itoa(d/10) + string(rune('0'+d%10))
 }

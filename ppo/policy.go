@@ -2,6 +2,7 @@ package ppo
 
 import (
 	"math"
+	"strconv"
 	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
@@ -36,7 +37,7 @@ func (l LossType) String() string {
 	if l >= 0 && int(l) < len(lossNames) {
 		return lossNames[l]
 	}
-	return "LossType(" + itoa(int(l)) + ")"
+	return "LossType(" + strconv.Itoa(int(l)) + ")"
 }
 
 // ParseLossType parses "default", "gspo", "gspo_token", "cispo" and "sapo", and "vanilla" as an
