@@ -300,3 +300,24 @@ func checkBT(op string, names []string, nReq int, ts ...*tensor.Tensor) error {
 	}
 	return tensor.CheckSameBackend(op, names, ts...)
 }
+
+// maskCounts writes sum_t m[i, t] of each row of the row-major [len(cnt), cols] mask into cnt,
+// in float64; float32 masks use the vector sum of internal/hostops. Rows are independent, so the
+// result does not depend on grain or GOMAXPROCS.
+func maskCounts[F hostops.Float](cnt []float64, m []F, cols, grain int) {
+	m32, is32 := any(m).([]float32)
+	parallel.For(len(cnt), grain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if is32 {
+				r := m32[i*cols : (i+1)*cols]
+				_, cnt[i] = hostops.MaskedSum(r, r)
+				continue
+			}
+			var n float64
+			for _, w := range m[i*cols : (i+1)*cols] {
+				n += float64(w)
+			}
+			cnt[i] = n
+		}
+	})
+}

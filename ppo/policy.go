@@ -300,18 +300,8 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 		// One goroutine handles up to 64K tokens: a [64, 1024] batch costs less than starting
 		// goroutines would.
 		grain = parallel.Grain(cols, 1<<16)
-		rowCounts(cnt, s32[4], cols)
-	} else {
-		parallel.For(rows, grain, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				var n float64
-				for _, w := range m[i*cols : (i+1)*cols] {
-					n += float64(w)
-				}
-				cnt[i] = n
-			}
-		})
 	}
+	maskCounts(cnt, m, cols, grain)
 	w := make([]F, rows)
 	aggWeights(w, cnt, cfg.Agg)
 

@@ -3,8 +3,6 @@ package ppo
 import (
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/mtrl-go/mtrl/internal/hostops"
 )
 
 // policyFn is a vector kernel of the Default loss (see internal/asmgen/policy.go).
@@ -98,12 +96,4 @@ func policyRowSIMD(s *policySIMD, k *policyConsts[float32], gr, old, lp, adv, m,
 		st.clipLo += t.clipLo
 	}
 	return st
-}
-
-// rowCounts writes the mask sum of each row with the vector reductions of internal/hostops.
-func rowCounts(cnt []float64, m []float32, cols int) {
-	for i := range cnt {
-		r := m[i*cols : (i+1)*cols]
-		_, cnt[i] = hostops.MaskedSum(r, r)
-	}
 }

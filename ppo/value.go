@@ -109,15 +109,7 @@ func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg V
 	scale := F(cfg.scale())
 	cnt := make([]float64, rows)
 	grain := parallel.Grain(cols, 1<<13)
-	parallel.For(rows, grain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var n float64
-			for _, w := range m[i*cols : (i+1)*cols] {
-				n += float64(w)
-			}
-			cnt[i] = n
-		}
-	})
+	maskCounts(cnt, m, cols, grain)
 	w := make([]F, rows)
 	aggWeights(w, cnt, cfg.Agg)
 	stats := make([]valueRow, rows)
