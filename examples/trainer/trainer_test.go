@@ -132,9 +132,11 @@ func TestDataFileErrors(t *testing.T) {
 	vpath, err := vqa.WriteJSONL(dir, "val", samples[:4])
 	require.NoError(t, err)
 
-	// The files work.
-	out := t.TempDir()
-	run(t, tinyConfig(t, out, "dataset.train_files="+path, "dataset.val_files="+vpath, "training.steps=1"))
+	// The files work, in both formats.
+	run(t, tinyConfig(t, t.TempDir(), "dataset.train_files="+path, "dataset.val_files="+vpath, "training.steps=1"))
+	ppath, err := vqa.WriteParquet(dir, "train", samples)
+	require.NoError(t, err)
+	run(t, tinyConfig(t, t.TempDir(), "dataset.train_files="+ppath, "dataset.val_files="+vpath, "training.steps=1"))
 
 	// A corrupt line names the file and line.
 	data, _ := os.ReadFile(path)
