@@ -4,7 +4,8 @@
 //
 // The root package holds only documentation; the work is done by small packages that share one
 // tensor type (package tensor) with a pure-Go CPU backend and an optional CUDA backend
-// (package cuda, behind the cuda build tag).
+// (package cuda, behind the cuda build tag). On amd64 the hot CPU loops run in AVX-512 or AVX2
+// assembly chosen at start-up; -tags noasm forces the pure-Go reference kernels.
 //
 // # One VPPO training step and which package does what
 //
@@ -26,7 +27,9 @@
 //     returns analytic gradients with respect to the log-probs; tensor.LogProbEntropyBackward
 //     carries them back to the logits.
 //
-// examples/quickstart runs steps 2–7 on generated tensors and prints what each did.
+// tprl.UpdateConfig and tprl.Update run steps 6–7 for one mini-batch, micro-batch by
+// micro-batch. examples/quickstart runs steps 2–7 on generated tensors and prints what each did;
+// examples/trainer (the main command) trains a small vision-language policy with all of it.
 //
 // # Conventions
 //
