@@ -19,6 +19,14 @@
 //
 // Config.Apply does all of this from a Config with the seeds' YAML keys.
 //
+// UpdateConfig and Update go one step further and run the reference's whole actor update
+// (update_policy, FORMAT.md §5.19) for one mini-batch: Prepare computes what the micro-batches
+// share (the global token count, the shaping statistics); MicroBatch then takes the current
+// policy's log-probs (and entropies) of its rows, applies the masks and shaping, adds the policy
+// loss (package ppo), the optional KL loss and entropy penalty, scales by
+// sum(m_micro) * WorldSize / GlobalTokens, and writes d loss / d log-probs. The trainer carries
+// that gradient to the logits with tensor.LogProbEntropyBackward.
+//
 // # Shapes
 //
 // Per-token tensors are float32 [B, T] (B responses, T response tokens), masks are float32 0/1
