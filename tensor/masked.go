@@ -12,6 +12,14 @@ type MaskedReduceKernel interface {
 	MaskedSum(v, m *Tensor) (sum, count float64, err error)
 }
 
+// MaskedStatsKernel is implemented by backends that compute the other masked statistics on the
+// device. Arguments arrive validated; the semantics are those of the functions of the same name.
+type MaskedStatsKernel interface {
+	MaskedMeanRows(dst, v, m *Tensor) error
+	MaskedVar(v, m *Tensor, unbiased bool) (float32, error)
+	MaskedWhiten(dst, v, m *Tensor) error
+}
+
 func checkMasked(op string, v, m *Tensor) error {
 	if err := CheckSameShape(op, "values", v, "mask", m); err != nil {
 		return err
@@ -70,6 +78,9 @@ func MaskedMeanRows(dst, values, mask *Tensor) error {
 	if err := CheckSameBackend(op, []string{"values", "dst"}, values, dst); err != nil {
 		return err
 	}
+	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+		return k.MaskedMeanRows(dst, values, mask)
+	}
 	return OnHost(1, []*Tensor{dst, values, mask}, func(h []*Tensor) error {
 		d, _ := h[0].Float32s()
 		v, _ := h[1].Float32s()
@@ -85,6 +96,9 @@ func MaskedVar(values, mask *Tensor, unbiased bool) (float32, error) {
 	const op = "tensor.MaskedVar"
 	if err := checkMasked(op, values, mask); err != nil {
 		return 0, err
+	}
+	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+		return k.MaskedVar(values, mask, unbiased)
 	}
 	var out float32
 	err := OnHost(0, []*Tensor{values, mask}, func(h []*Tensor) error {
@@ -112,6 +126,9 @@ func MaskedWhiten(dst, values, mask *Tensor) error {
 	}
 	if err := CheckSameBackend(op, []string{"values", "dst"}, values, dst); err != nil {
 		return err
+	}
+	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+		return k.MaskedWhiten(dst, values, mask)
 	}
 	return OnHost(1, []*Tensor{dst, values, mask}, func(h []*Tensor) error {
 		d, _ := h[0].Float32s()
