@@ -165,6 +165,9 @@ func (b Blackening) ApplyBatch(dst, src *tensor.Tensor, seed uint64, ids []uint6
 	if err := b.validate(op); err != nil {
 		return err
 	}
+	if ok, err := b.batchKernel(op, dst, src, seed, ids); ok {
+		return err
+	}
 	return run(op, dst, src, true, ids, 0, b.kernel(seed))
 }
 

@@ -1,0 +1,329 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"math"
+	"unsafe"
+
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/ppo"
+	"github.com/mtrl-go/mtrl/tensor"
+	"gorgonia.org/cu"
+)
+
+var (
+	_ ppo.PolicyLossKernel  = (*Backend)(nil)
+	_ ppo.ValueLossKernel   = (*Backend)(nil)
+	_ ppo.AverageLossKernel = (*Backend)(nil)
+)
+
+// The PPO losses run in two or three launches: ppo_rowsums_fwd_f32 (per-row mask sums, and the
+// masked value sums for AverageLoss), then on the host the aggregation weights (uploaded as
+// float32 [B]), then the per-row loss kernel, whose float64 row sums the host combines in row
+// order. aggWeights32 and aggFinish32 mirror ppo's aggWeights and aggFinish at float32.
+
+func aggEps(a ppo.Agg) float32 {
+	if a.Eps == 0 {
+		return ppo.DefaultEps
+	}
+	return float32(a.Eps)
+}
+
+func gradScale(o ppo.GradOptions) float64 {
+	if o.Scale == 0 {
+		return 1
+	}
+	return o.Scale
+}
+
+// aggWeights32 is ppo's aggWeights: d loss / d v[i,t] = w[i] * m[i,t].
+func aggWeights32(w []float32, cnt []float64, agg ppo.Agg) {
+	eps := aggEps(agg)
+	switch agg.Mode {
+	case ppo.Token:
+		var s float64
+		for _, n := range cnt {
+			s += n
+		}
+		inv := 1 / (float32(s) + eps)
+		for i := range w {
+			w[i] = inv
+		}
+	case ppo.Seq:
+		invB := 1 / float32(len(w))
+		for i, n := range cnt {
+			w[i] = invB / (float32(n) + eps)
+		}
+	case ppo.SeqMeanTokenSum:
+		invB := 1 / float32(len(w))
+		for i := range w {
+			w[i] = invB
+		}
+	case ppo.SeqMeanTokenSumNorm:
+		inv := 1 / float32(agg.Horizon)
+		for i := range w {
+			w[i] = inv
+		}
+	}
+}
+
+// aggFinish32 is ppo's aggFinish: rows combined in order.
+func aggFinish32(sums, cnt []float64, agg ppo.Agg) float32 {
+	rows := len(sums)
+	eps := aggEps(agg)
+	switch agg.Mode {
+	case ppo.Token:
+		var s, n float64
+		for i := range sums {
+			s += sums[i]
+			n += cnt[i]
+		}
+		return float32(s) / (float32(n) + eps)
+	case ppo.Seq:
+		if rows == 0 {
+			return 0
+		}
+		var acc float64
+		for i := range sums {
+			acc += float64(float32(sums[i]) / (float32(cnt[i]) + eps))
+		}
+		return float32(acc / float64(rows))
+	case ppo.SeqMeanTokenSum:
+		if rows == 0 {
+			return 0
+		}
+		var acc float64
+		for _, s := range sums {
+			acc += s
+		}
+		return float32(acc / float64(rows))
+	case ppo.SeqMeanTokenSumNorm:
+		var acc float64
+		for _, s := range sums {
+			acc += s
+		}
+		return float32(acc) / float32(agg.Horizon)
+	}
+	return 0
+}
+
+// ppoScratch lays out the scratch of one PPO call: rowsums [2B] float64, stats [per*B] float64,
+// w [B] float32.
+type ppoScratch struct{ sums, stats, w cu.DevicePtr }
+
+func (b *Backend) ppoScratch(op string, rows, per int) (ppoScratch, error) {
+	n := int64(rows)
+	p, err := b.scratchPtr(op, 16*n+8*int64(per)*n+4*n)
+	if err != nil {
+		return ppoScratch{}, err
+	}
+	return ppoScratch{sums: p, stats: p + cu.DevicePtr(16*n), w: p + cu.DevicePtr(16*n+8*int64(per)*n)}, nil
+}
+
+// rowSums launches ppo_rowsums_fwd_f32 (pv may be 0 for counts only) and returns the per-row
+// value sums and mask sums.
+func (b *Backend) rowSums(op string, out, pv, pm cu.DevicePtr, rows, cols int) (sums, cnt []float64, err error) {
+	if err := b.launch(op, "ppo_rowsums_fwd_f32", rows, 1, blockSize, 0, ptrArg(out), ptrArg(pv), ptrArg(pm), intArg(cols)); err != nil {
+		return nil, nil, err
+	}
+	raw := make([]float64, 2*rows)
+	if err := b.download(op, unsafe.Pointer(&raw[0]), out, 16*rows); err != nil {
+		return nil, nil, err
+	}
+	sums, cnt = make([]float64, rows), make([]float64, rows)
+	for i := range sums {
+		sums[i], cnt[i] = raw[2*i], raw[2*i+1]
+	}
+	return sums, cnt, nil
+}
+
+// weights computes the aggregation weights and uploads them to p.
+func (b *Backend) weights(op string, p cu.DevicePtr, cnt []float64, agg ppo.Agg) error {
+	w := make([]float32, len(cnt))
+	aggWeights32(w, cnt, agg)
+	return b.upload(op, p, unsafe.Pointer(&w[0]), 4*len(w))
+}
+
+// downloadStats copies rows*per float64 row statistics to the host.
+func (b *Backend) downloadStats(op string, p cu.DevicePtr, rows, per int) ([]float64, error) {
+	st := make([]float64, rows*per)
+	if err := b.download(op, unsafe.Pointer(&st[0]), p, 8*rows*per); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// AverageLoss is the device kernel of ppo's Agg.Loss / LossGrad (dst may be nil).
+func (b *Backend) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (float32, error) {
+	const op = "ppo.AverageLoss"
+	rows, cols := values.Dim(0), values.Dim(1)
+	if rows == 0 {
+		return aggFinish32(nil, nil, agg), nil
+	}
+	var loss float32
+	err := b.do(op, func() error {
+		p, err := b.ptrs(op, []string{"dst", "values", "mask"}, dst, values, mask)
+		if err != nil {
+			return err
+		}
+		sc, err := b.ppoScratch(op, rows, 0)
+		if err != nil {
+			return err
+		}
+		sums, cnt, err := b.rowSums(op, sc.sums, p[1], p[2], rows, cols)
+		if err != nil {
+			return err
+		}
+		loss = aggFinish32(sums, cnt, agg)
+		if dst == nil {
+			return nil
+		}
+		if err := b.weights(op, sc.w, cnt, agg); err != nil {
+			return err
+		}
+		n := rows * cols
+		return b.elementwise(op, "ppo_average_bwd_f32", n, ptrArg(p[0]), ptrArg(sc.w), ptrArg(p[2]), intArg(n), intArg(cols))
+	})
+	return loss, err
+}
+
+// PolicyLoss is the device kernel of ppo.PolicyLoss: every loss type, aggregation mode, token
+// mask and GradOptions; one block per row.
+func (b *Backend) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.PolicyConfig) (ppo.PolicyResult, error) {
+	const op = "ppo.PolicyLoss"
+	rows, cols := in.LogProbs.Dim(0), in.LogProbs.Dim(1)
+	// The constants of ppo's policyHost, at float32.
+	clo := float32(math.Log(1 - cfg.ClipLow))
+	chi := float32(math.Log(1 + cfg.ClipHigh))
+	scale := float32(gradScale(cfg.GradOptions))
+	args := []arg{
+		intArg(cols), intArg(int(cfg.LossType)), intArg(boolInt(cfg.Accumulate)), f32Arg(scale),
+		f32Arg(clo), f32Arg(chi), f32Arg(hostops.Exp(clo)), f32Arg(hostops.Exp(chi)),
+		f32Arg(hostops.Exp(float32(-20))), f32Arg(hostops.Exp(float32(20))), f32Arg(float32(cfg.ClipDual)),
+		f32Arg(float32(cfg.TauPos)), f32Arg(float32(cfg.TauNeg)), f32Arg(float32(4 / cfg.TauPos)), f32Arg(float32(4 / cfg.TauNeg)),
+	}
+	const per = 5
+	var stats, cnt []float64
+	if rows > 0 {
+		err := b.do(op, func() error {
+			p, err := b.ptrs(op, []string{"grad", "OldLogProbs", "LogProbs", "Advantages", "ResponseMask", "TokenMask"},
+				grad, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask)
+			if err != nil {
+				return err
+			}
+			sc, err := b.ppoScratch(op, rows, per)
+			if err != nil {
+				return err
+			}
+			if _, cnt, err = b.rowSums(op, sc.sums, 0, p[4], rows, cols); err != nil {
+				return err
+			}
+			if grad != nil {
+				if err := b.weights(op, sc.w, cnt, cfg.Agg); err != nil {
+					return err
+				}
+			}
+			all := append([]arg{ptrArg(sc.stats), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(p[5]), ptrArg(sc.w)}, args...)
+			if err := b.launch(op, "ppo_policy_fwd_f32", rows, 1, blockSize, 0, all...); err != nil {
+				return err
+			}
+			stats, err = b.downloadStats(op, sc.stats, rows, per)
+			return err
+		})
+		if err != nil {
+			return ppo.PolicyResult{}, err
+		}
+	}
+	// Combine in row order, as policyHost.
+	sums := make([]float64, rows)
+	negLP := make([]float64, rows)
+	var s, kl, chiN, cloN float64
+	for i := range rows {
+		st := stats[per*i : per*(i+1)]
+		sums[i], negLP[i] = st[0], st[1]
+		s += cnt[i]
+		kl += st[2]
+		chiN += st[3]
+		cloN += st[4]
+	}
+	pg := aggFinish32(sums, cnt, cfg.Agg)
+	ent := aggFinish32(negLP, cnt, cfg.Agg)
+	const eps = float32(ppo.DefaultEps)
+	mean := func(x float64) float64 { return float64(float32(x) / (float32(s) + eps)) }
+	res := ppo.PolicyResult{
+		PGLoss:      pg,
+		Loss:        pg * scale,
+		PPOKL:       mean(kl),
+		EntropyLoss: float64(ent * float32(s) / (float32(s) + eps)),
+		LossType:    cfg.LossType,
+	}
+	if cfg.LossType != ppo.CISPO && cfg.LossType != ppo.SAPO {
+		res.ClipFracHigher = mean(chiN)
+		res.ClipFracLower = mean(cloN)
+	}
+	return res, nil
+}
+
+// ValueLoss is the device kernel of ppo.ValueLoss; one block per row.
+func (b *Backend) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg ppo.ValueConfig) (ppo.ValueResult, error) {
+	const op = "ppo.ValueLoss"
+	rows, cols := in.VPreds.Dim(0), in.VPreds.Dim(1)
+	scale := float32(gradScale(cfg.GradOptions))
+	const per = 3
+	var stats, cnt []float64
+	if rows > 0 {
+		err := b.do(op, func() error {
+			p, err := b.ptrs(op, []string{"grad", "VPreds", "Returns", "Values", "ResponseMask"},
+				grad, in.VPreds, in.Returns, in.Values, in.ResponseMask)
+			if err != nil {
+				return err
+			}
+			sc, err := b.ppoScratch(op, rows, per)
+			if err != nil {
+				return err
+			}
+			if _, cnt, err = b.rowSums(op, sc.sums, 0, p[4], rows, cols); err != nil {
+				return err
+			}
+			if grad != nil {
+				if err := b.weights(op, sc.w, cnt, cfg.Agg); err != nil {
+					return err
+				}
+			}
+			if err := b.launch(op, "ppo_value_fwd_f32", rows, 1, blockSize, 0,
+				ptrArg(sc.stats), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(sc.w),
+				intArg(cols), intArg(boolInt(cfg.Accumulate)), f32Arg(scale), f32Arg(float32(cfg.ClipRange))); err != nil {
+				return err
+			}
+			stats, err = b.downloadStats(op, sc.stats, rows, per)
+			return err
+		})
+		if err != nil {
+			return ppo.ValueResult{}, err
+		}
+	}
+	sums := make([]float64, rows)
+	var s, sv, sc float64
+	for i := range rows {
+		sums[i] = stats[per*i]
+		s += cnt[i]
+		sv += stats[per*i+1]
+		sc += stats[per*i+2]
+	}
+	const eps = float32(ppo.DefaultEps)
+	vf := float32(0.5) * aggFinish32(sums, cnt, cfg.Agg)
+	return ppo.ValueResult{
+		VFLoss:     vf,
+		Loss:       vf * scale,
+		VFClipFrac: float64(float32(sc) / (float32(s) + eps)),
+		VPredMean:  float64(float32(sv) / (float32(s) + eps)),
+	}, nil
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
