@@ -9,13 +9,17 @@ package mtrl_test
 // missing device skips visibly, or fails when MTRL_REQUIRE_CUDA=1.
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/internal/golden"
+	"github.com/mtrl-go/mtrl/perturb"
+	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -35,6 +39,23 @@ func cudaGolden(be tensor.Backend) map[string]goldenHandler {
 		}
 		return h
 	}
+	// advOuts moves a case's rewards and mask to the device and allocates the advantages and
+	// returns there; advCheck copies them back and compares them.
+	advOuts := func(c *golden.Case) (adv, ret, rewards, mask *tensor.Tensor) {
+		rewards = on(c, c.F32("token_level_rewards"))
+		mask = on(c, c.F32("response_mask"))
+		adv = tensor.Must(tensor.NewLike(rewards, tensor.Float32))
+		ret = tensor.Must(tensor.NewLike(rewards, tensor.Float32))
+		return adv, ret, rewards, mask
+	}
+	advCheck := func(c *golden.Case, adv, ret *tensor.Tensor, err error) error {
+		if err != nil {
+			return err
+		}
+		c.Check("advantages", back(c, adv))
+		c.Check("returns", back(c, ret))
+		return nil
+	}
 	return map[string]goldenHandler{
 		"log_probs_entropy": func(c *golden.Case) error {
 			logits, ys := on(c, c.F32("logits")), on(c, c.I32("responses"))
@@ -48,17 +69,30 @@ func cudaGolden(be tensor.Backend) map[string]goldenHandler {
 			return err
 		},
 		"masked_mean": func(c *golden.Case) error {
-			if c.Params["dim"] != nil {
-				// Per-row means have no device kernel (tensor declares no interface); the
-				// CPU runner covers them. Mark the output compared by running the host op.
-				v, m := c.F32("values"), c.F32("mask")
-				dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, v.Dim(0)))
-				err := tensor.MaskedMeanRows(dst, v, m)
-				c.Check("mean", dst)
+			v, m := on(c, c.F32("values")), on(c, c.F32("mask"))
+			if c.Params["dim"] == nil {
+				got, err := tensor.MaskedMean(v, m)
+				c.Check("mean", got)
 				return err
 			}
-			got, err := tensor.MaskedMean(on(c, c.F32("values")), on(c, c.F32("mask")))
-			c.Check("mean", got)
+			if d := c.Int("dim"); d != -1 {
+				c.T.Fatalf("unsupported dim %d", d) // FORMAT.md §5.11 defines null and -1 only
+			}
+			dst := tensor.Must(tensor.New(be, tensor.Float32, v.Dim(0)))
+			err := tensor.MaskedMeanRows(dst, v, m)
+			c.Check("mean", back(c, dst))
+			return err
+		},
+		"masked_var": func(c *golden.Case) error {
+			got, err := tensor.MaskedVar(on(c, c.F32("values")), on(c, c.F32("mask")), c.Bool("unbiased"))
+			c.Check("var", got)
+			return err
+		},
+		"masked_whiten": func(c *golden.Case) error {
+			v := on(c, c.F32("values"))
+			dst := tensor.Must(tensor.NewLike(v, tensor.Float32))
+			err := tensor.MaskedWhiten(dst, v, on(c, c.F32("mask")))
+			c.Check("whitened", back(c, dst))
 			return err
 		},
 		"compute_kl": func(c *golden.Case) error {
@@ -82,6 +116,163 @@ func cudaGolden(be tensor.Backend) map[string]goldenHandler {
 			err := divergence.Rewards(dst, scores, on(c, c.F32("log_probs")), on(c, c.F32("ref_log_probs")), float32(c.Float("kl_ratio")))
 			c.Check("rewards", back(c, dst))
 			return err
+		},
+		"average_loss": func(c *golden.Case) error {
+			agg, err := goldenAgg(c, "mode")
+			if err != nil {
+				return err
+			}
+			values, mask := on(c, c.F32("values")), on(c, c.F32("mask"))
+			loss, err := agg.Loss(values, mask)
+			if err != nil {
+				return err
+			}
+			c.Check("loss", loss)
+			g := tensor.Must(tensor.NewLike(values, tensor.Float32))
+			l2, err := agg.LossGrad(g, values, mask)
+			if err != nil {
+				return err
+			}
+			if l2 != loss {
+				c.T.Errorf("Agg.LossGrad = %v, Agg.Loss = %v", l2, loss)
+			}
+			// The gradient is m/(S+eps) etc.: compare it with the CPU backend's bit for bit.
+			gh := tensor.Must(tensor.NewLike(c.F32("values"), tensor.Float32))
+			if _, err := agg.LossGrad(gh, c.F32("values"), c.F32("mask")); err != nil {
+				return err
+			}
+			gd, _ := back(c, g).Float32s()
+			gw, _ := gh.Float32s()
+			for i := range gw {
+				if math.Float32bits(gd[i]) != math.Float32bits(gw[i]) {
+					c.T.Errorf("grad[%d] = %v on the device, %v on the CPU", i, gd[i], gw[i])
+					break
+				}
+			}
+			return nil
+		},
+		"policy_loss": func(c *golden.Case) error {
+			lt, err := ppo.ParseLossType(c.String("loss_type"))
+			if err != nil {
+				return err
+			}
+			agg, err := goldenAgg(c, "loss_avg_mode")
+			if err != nil {
+				return err
+			}
+			cfg := ppo.PolicyConfig{
+				LossType: lt,
+				ClipLow:  c.Float("clip_ratio_low"),
+				ClipHigh: c.Float("clip_ratio_high"),
+				ClipDual: c.Float("clip_ratio_dual"),
+				TauPos:   c.FloatOr("tau_positive", ppo.DefaultTauPos),
+				TauNeg:   c.FloatOr("tau_negative", ppo.DefaultTauNeg),
+				Agg:      agg,
+			}
+			in := ppo.PolicyInputs{
+				OldLogProbs:  on(c, c.F32("old_log_probs")),
+				LogProbs:     on(c, c.F32("log_probs")),
+				Advantages:   on(c, c.F32("advantages")),
+				ResponseMask: on(c, c.F32("response_mask")),
+			}
+			if c.HasIn("loss_token_mask") {
+				in.TokenMask = on(c, c.F32("loss_token_mask"))
+			}
+			grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
+			res, err := ppo.PolicyLoss(grad, in, cfg)
+			if err != nil {
+				return err
+			}
+			c.Check("pg_loss", res.PGLoss)
+			c.Check("grad_log_probs", back(c, grad))
+			c.CheckMetrics(ppoMetricLists(res.Metrics()))
+			fwd, err := ppo.PolicyLoss(nil, in, cfg)
+			if err != nil {
+				return err
+			}
+			if fwd != res {
+				c.T.Errorf("forward-only result %+v differs from %+v", fwd, res)
+			}
+			return nil
+		},
+		"value_loss": func(c *golden.Case) error {
+			agg, err := goldenAgg(c, "loss_avg_mode")
+			if err != nil {
+				return err
+			}
+			in := ppo.ValueInputs{
+				VPreds:       on(c, c.F32("vpreds")),
+				Returns:      on(c, c.F32("returns")),
+				Values:       on(c, c.F32("values")),
+				ResponseMask: on(c, c.F32("response_mask")),
+			}
+			grad := tensor.Must(tensor.NewLike(in.VPreds, tensor.Float32))
+			res, err := ppo.ValueLoss(grad, in, ppo.ValueConfig{ClipRange: c.Float("cliprange_value"), Agg: agg})
+			if err != nil {
+				return err
+			}
+			c.Check("vf_loss", res.VFLoss)
+			c.Check("grad_vpreds", back(c, grad))
+			c.CheckMetrics(ppoMetricLists(res.Metrics()))
+			return nil
+		},
+		"gae": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.GAE(adv, ret, r, on(c, c.F32("values")), m, c.Float("gamma"), c.Float("lam"))
+			return advCheck(c, adv, ret, err)
+		},
+		"grpo": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.GRPO(adv, ret, r, m, on(c, c.I32("index")), advantage.GRPOOptions{Eps: c.FloatOr("eps", advantage.DefaultEps)})
+			return advCheck(c, adv, ret, err)
+		},
+		"grpo_passk": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.GRPOPassK(adv, ret, r, m, on(c, c.I32("index")), advantage.GRPOOptions{Eps: c.FloatOr("eps", advantage.DefaultEps)})
+			return advCheck(c, adv, ret, err)
+		},
+		"rloo": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.RLOO(adv, ret, r, m, on(c, c.I32("index")))
+			return advCheck(c, adv, ret, err)
+		},
+		"reinforce_plus_plus": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.ReinforcePlusPlus(adv, ret, r, m, c.Float("gamma"))
+			return advCheck(c, adv, ret, err)
+		},
+		"remax": func(c *golden.Case) error {
+			adv, ret, r, m := advOuts(c)
+			err := advantage.ReMax(adv, ret, r, m, on(c, c.F32("reward_baselines")))
+			return advCheck(c, adv, ret, err)
+		},
+		"patch_blackening": func(c *golden.Case) error {
+			// The recorded draws are replayed through the grid; the device kernel of
+			// Blackening.ApplyBatch (perturb.BlackenKernel) blackens the image as a batch of one.
+			img := c.U8("image")
+			h, w := img.Dim(0), img.Dim(1)
+			ps := c.Int("patch_size")
+			grid, err := perturb.PatchGrid(h, w, ps, c.Float("black_prob"), c.In("draws").Data)
+			if err != nil {
+				return err
+			}
+			want := c.In("grid")
+			if len(want.Data) != len(grid.Black) || want.Shape[0] != grid.Rows || want.Shape[1] != grid.Cols {
+				c.T.Errorf("grid is %d×%d, recorded %v", grid.Rows, grid.Cols, want.Shape)
+			}
+			k, ok := be.(perturb.BlackenKernel)
+			if !ok {
+				c.T.Fatalf("%s does not implement perturb.BlackenKernel", be.Name())
+			}
+			batch := tensor.Must(img.Reshape(append([]int{1}, img.Shape()...)...))
+			src := on(c, batch)
+			dst := tensor.Must(tensor.NewLike(src, tensor.Uint8))
+			if err := k.BlackenBatch(dst, src, []perturb.Grid{grid}, ps); err != nil {
+				return err
+			}
+			out := tensor.Must(back(c, dst).Reshape(img.Shape()...))
+			c.Check("image", out)
+			return nil
 		},
 	}
 }

@@ -28,15 +28,33 @@
 //   - tensor.LogProbEntropyKernel: fused log-prob + entropy forward (fp32 and bf16 logits, one
 //     read of the logits, online softmax, rows split across blocks when there are few rows)
 //     and backward (dlogits fp32 or bf16 from fp32 or bf16 logits);
-//   - tensor.MaskedReduceKernel (MaskedSum, so MaskedMean);
+//   - tensor.MaskedReduceKernel (MaskedSum, so MaskedMean) and tensor.MaskedStatsKernel
+//     (MaskedMeanRows one block per row; MaskedVar and MaskedWhiten as fixed-split float64
+//     passes, the scalars finished on the host as internal/hostops does);
 //   - tensor.TopPKernel (per-row radix selection, stable ties, NaN first);
 //   - divergence.PenaltyKernel, PenaltyGradKernel (every kind, full included),
-//     PerceptionScoreKernel, RewardsKernel.
+//     PerceptionScoreKernel, RewardsKernel;
+//   - ppo.PolicyLossKernel (every loss type and aggregation mode, token mask, Scale and
+//     Accumulate, the metrics), ppo.ValueLossKernel, ppo.AverageLossKernel: per-row mask sums
+//     on the device, the aggregation weights (B floats) computed on the host and uploaded, one
+//     block per row for the loss, gradient and float64 metric sums, rows combined in order on
+//     the host (two synchronisations per call);
+//   - advantage.GAEKernel and ReinforcePlusPlusKernel (the reverse recurrence one thread per
+//     row, then the masked whitening on the device), ReMaxKernel, GroupKernel (GRPO, pass@k,
+//     RLOO: row scores on the device, the group statistics on the host from the downloaded
+//     scores and ids, the per-row advantages broadcast under the mask on the device);
+//   - perturb.BlackenKernel (Blackening.ApplyBatch: grids drawn on the host from the seeded
+//     generators, one pass on the device).
 //
-// Not on the device yet (host staging through tensor.OnHost): MaskedVar, MaskedWhiten,
-// MaskedMeanRows and ResponseMask (package tensor declares no kernel interface for them),
-// tprl.SelectionKernel, the advantage estimators, the PPO policy, value and average losses,
-// and image perturbation.
+// Not on the device yet (host staging through tensor.OnHost): ResponseMask (package tensor
+// declares no kernel interface for it), tprl.SelectionKernel (SelectTopP's statistics), the
+// single-image perturbations and the other perturbation kinds (noise, masking, blur).
+//
+// The loss and advantage kernels use ports of internal/hostops' float32 exp (hostexp.cuh) and
+// mirror the pure-Go kernels' float32 order; their float64 sums are block trees rather than
+// the host's index-order loops, so results agree with the CPU backend to float64 rounding
+// before the final float32 rounding (in practice bitwise or within an ulp), and the vector
+// (SIMD) host kernels differ from both by an ulp or two.
 //
 // # Threads, streams, errors
 //
@@ -52,6 +70,6 @@
 // are compiled without --use_fast_math and with -fmad=false (no contraction into fused
 // multiply-adds, so elementwise results follow the reference's float32 order), and reductions
 // use fixed-order trees (no floating-point atomics): two runs on the same inputs give the same
-// bits. expf differs from the host's polynomial exp by an ulp or two, so results agree with the
-// CPU backend to tolerance, not bitwise.
+// bits. In the log-prob and divergence kernels expf differs from the host's polynomial exp by an
+// ulp or two, so results agree with the CPU backend to tolerance, not bitwise.
 package cuda

@@ -273,7 +273,7 @@ func TestCrossCheck(t *testing.T) {
 		shapes = append(shapes, [2]int{2048, 2048}) // 4M tokens
 	}
 	for _, s := range shapes {
-		for _, o := range crossOps(s[0], s[1]) {
+		for _, o := range append(crossOps(s[0], s[1]), lossOps(s[0], s[1])...) {
 			t.Run(fmt.Sprintf("%s/shape=%dx%d", o.name, s[0], s[1]), func(t *testing.T) {
 				want := o.run(t, tensor.CPU())
 				got := o.run(t, b)
