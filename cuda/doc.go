@@ -43,12 +43,14 @@
 //     row, then the masked whitening on the device), ReMaxKernel, GroupKernel (GRPO, pass@k,
 //     RLOO: row scores on the device, the group statistics on the host from the downloaded
 //     scores and ids, the per-row advantages broadcast under the mask on the device);
+//   - tprl.SelectionKernel (SelectTopP: the TopPMask selection, then per-row counts, float64
+//     sums and thresholds, combined in row order on the host);
 //   - perturb.BlackenKernel (Blackening.ApplyBatch: grids drawn on the host from the seeded
 //     generators, one pass on the device).
 //
 // Not on the device yet (host staging through tensor.OnHost): ResponseMask (package tensor
-// declares no kernel interface for it), tprl.SelectionKernel (SelectTopP's statistics), the
-// single-image perturbations and the other perturbation kinds (noise, masking, blur).
+// declares no kernel interface for it), the single-image perturbations and the other
+// perturbation kinds (noise, masking, blur).
 //
 // The loss and advantage kernels use ports of internal/hostops' float32 exp (hostexp.cuh) and
 // mirror the pure-Go kernels' float32 order; their float64 sums are block trees rather than

@@ -12,6 +12,7 @@ import (
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
 )
 
 // lossOps are the masked statistics, PPO losses, advantage estimators and patch blackening on
@@ -180,6 +181,20 @@ func lossOps(rows, cols int) []op {
 			}),
 		)
 	}
+	sc := randn(r, n, 1)
+	for i := 0; i < n; i += 53 { // ties and NaN for the selection
+		sc[i] = 0.25
+	}
+	sc[n/2] = float32(math.NaN())
+	ops = append(ops, op{"SelectTopP", 1e-6, 1e-7, func(t *testing.T, be tensor.Backend) [][]float32 {
+		d := tensor.Must(tensor.New(be, tensor.Float32, rows, cols))
+		k := tensor.Must(tensor.New(be, tensor.Int32, rows))
+		st, err := tprl.SelectTopP(d, k, up(t, be, sc, rows, cols), up(t, be, m, rows, cols), 0.3, tprl.EntropyFilter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{host(t, d), host(t, k), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
+	}})
 	// Patch blackening: a batch of rows/16+1 RGB images of about cols/4 pixels a side.
 	imgs, side := rows/16+1, cols/4+5
 	pix := make([]uint8, imgs*side*side*3)
@@ -275,6 +290,10 @@ func BenchmarkLossOps(b *testing.B) {
 		bench("AverageLossGrad", 16*n, func() error { _, err := ppo.AverageLossGrad(dst, adv, m, ppo.Seq); return err })
 		bench("GAE", 32*n, func() error { return advantage.GAE(dst, ret, adv, old, m, 0.99, 0.95) })
 		bench("ReinforcePlusPlus", 28*n, func() error { return advantage.ReinforcePlusPlus(dst, ret, adv, m, 0.99) })
+		bench("SelectTopP", 12*n, func() error {
+			_, err := tprl.SelectTopP(dst, nil, adv, m, 0.2, tprl.EntropyFilter)
+			return err
+		})
 		bench("GRPO", 16*n, func() error { return advantage.GRPO(dst, ret, adv, m, index, advantage.GRPOOptions{}) })
 	}
 }
