@@ -54,28 +54,30 @@
 // folds a block of 4096 logits while it loads the next block and takes its maximum, and Go
 // rescales the running sums in float64 between blocks.
 //
-// Numerics of the kernels: exp uses the range reduction of the Go code (k = round(u*log2e),
-// Cody-Waite ln2 hi/lo, degree-7 polynomial) with FMAs, within about one float32 ulp; sums are
-// float32 per lane and combined in a fixed order, so results are bit-identical across runs and
-// GOMAXPROCS but differ from the pure-Go path in the last bits (about 1e-7 relative in logp and
-// entropy, 2e-6 in small gradients).
+// Numerics of the kernels: exp uses k = round(u*log2e), Cody-Waite ln2 hi/lo and a degree-7
+// polynomial with FMAs on AVX-512, an 8-entry 2^(j/8) table (one VPERMD) and a degree-4
+// polynomial on AVX2, and a 128-entry 2^(j/128) table with a degree-2 polynomial in the pure-Go
+// loops (hostops.ExpNonPosTable); all are within about 1.3 float32 ulp (worst relative error
+// 7.6e-8, 1.4e-7 and 1.45e-7). Sums are float32 per lane and combined in a fixed order, so
+// results are bit-identical across runs and GOMAXPROCS but differ from the pure-Go path in the
+// last bits (about 1e-7 relative in logp and entropy, 2e-6 in small gradients).
 //
 // Measured on a shared 2-core Xeon with AVX-512 (go test -bench LogProbEntropy -benchtime=5x,
 // GB/s of logits read, backward read+written; median of three runs while the machine was
 // quiet, other users' jobs can halve any of these):
 //
 //	                         avx512   avx2    go
-//	forward  fp32 256x151936   15.8   16.2   1.30
-//	forward  fp32 512x32000    19.9   14.8   1.32
-//	forward  bf16 256x151936   12.4    7.6   0.63
-//	forward  bf16 512x32000    14.8    6.2   0.63
-//	backward fp32 256x151936   14.3    9.5   2.23
-//	backward fp32 512x32000    24.3   12.4   2.28
-//	backward bf16 256x151936   11.8    7.8   0.90
-//	backward bf16 512x32000    12.5    8.7   0.90
+//	forward  fp32 256x151936   19.4   20.2   2.29
+//	forward  fp32 512x32000    24.2   22.9   2.29
+//	forward  bf16 256x151936   16.7   12.8   1.32
+//	forward  bf16 512x32000    18.4   12.9   1.35
+//	backward fp32 256x151936   28.5   19.5   5.27
+//	backward fp32 512x32000    29.6   18.7   5.37
+//	backward bf16 256x151936   13.2    9.2   2.03
+//	backward bf16 512x32000    17.9   10.9   2.01
 //
 // The float32 forward is close to memory speed there (a plain streaming read of the same
-// logits reaches 12-16 GB/s); one core folds 5.9 logits/ns from L1 with AVX-512, 26 times the
+// logits reaches 12-16 GB/s); one core folds 6.5 logits/ns from L1 with AVX-512, 13 times the
 // Go loop. Large float32 gradients (32 MiB and up) are written with non-temporal stores.
 //
 // The masked reductions (MaskedSum, MaskedMean, MaskedVar, MaskedWhiten) use vector kernels of

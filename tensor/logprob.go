@@ -190,23 +190,28 @@ func (r logitRows) hasNaN(i, lo, hi int) bool {
 
 // rowStats folds one row into the running max m (of z = x/temperature), s = sum exp(z-m) and
 // t = sum exp(z-m)*(z-m). The block partial sums are float32 (two lanes), the running totals
-// float64, so accuracy does not degrade with V.
+// float64, so accuracy does not degrade with V. The block maximum ignores NaN (one predictable
+// branch per logit): as in rowStatsSIMD, a NaN in a block the fold visits makes s NaN, and a
+// block whose maximum is -Inf is scanned for NaN.
 func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m float32, s, t float64) {
 	m = float32(math.Inf(-1))
 	scale := temperature != 1
 	for lo := 0; lo < r.v; lo += vocabBlock {
-		x := r.block(i, lo, min(lo+vocabBlock, r.v), scratch)
-		bm := x[0]
-		for _, v := range x[1:] {
-			if v > bm || v != v {
-				bm = v
-			}
+		hi := min(lo+vocabBlock, r.v)
+		var x []float32
+		var bm float32
+		if r.f32 != nil {
+			x = r.f32[i*r.v+lo : i*r.v+hi]
+			bm = blockMax(x)
+		} else {
+			x = scratch[:hi-lo]
+			bm = widenMax(x, r.b16[i*r.v+lo:i*r.v+hi])
+		}
+		if math.IsInf(float64(bm), -1) && r.hasNaN(i, lo, hi) {
+			return float32(math.NaN()), math.NaN(), math.NaN()
 		}
 		if scale {
 			bm /= temperature
-		}
-		if bm != bm {
-			return bm, math.NaN(), math.NaN()
 		}
 		if bm > m {
 			if s > 0 {
@@ -232,6 +237,32 @@ func rowStats(r logitRows, i int, temperature float32, scratch []float32) (m flo
 		t += float64(acc[2] + acc[3])
 	}
 	return m, s, t
+}
+
+// blockMax returns the maximum of x ignoring NaN (-Inf when x has no other value).
+func blockMax(x []float32) float32 {
+	bm := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > bm {
+			bm = v
+		}
+	}
+	return bm
+}
+
+// widenMax converts src to float32 into dst (len(dst) == len(src)) and returns its maximum
+// ignoring NaN, in one pass.
+func widenMax(dst []float32, src []BF16) float32 {
+	bm := float32(math.Inf(-1))
+	dst = dst[:len(src)]
+	for j, h := range src {
+		v := h.Float32()
+		dst[j] = v
+		if v > bm {
+			bm = v
+		}
+	}
+	return bm
 }
 
 // rowStatsSIMD is rowStats with the block maximum and the fold in the vector kernels k: the
@@ -374,7 +405,7 @@ func (k *lpSIMD) fold(r logitRows, i, lo, hi, nhi int, m, temperature float32, s
 	}
 	for j := lo + n; j < hi; j++ {
 		u := floorExpArg(r.at(i, j)/temperature - m)
-		e := hostops.ExpNonPos(u)
+		e := hostops.ExpNonPosTable(u)
 		s += e
 		t += e * u
 	}
@@ -493,10 +524,10 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 				if out32 != nil {
 					out = out32[i*v+blo : i*v+bhi]
 				}
-				for j, xv := range x {
-					u := floorExpArg(xv/temperature - logZ)
-					p := hostops.ExpNonPos(u)
-					out[j] = (-gl*p - ge*p*(u+h)) * invT
+				if temperature == 1 {
+					gradBlock(out, x, logZ, gl, ge, h)
+				} else {
+					gradBlockScaled(out, x, logZ, gl, ge, h, temperature)
 				}
 				if y >= blo && y < bhi {
 					out[y-blo] += gl * invT
@@ -541,7 +572,7 @@ func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y
 	}
 	grad := func(j int) float32 {
 		u := floorExpArg(rows.at(i, j)/temperature - logZ)
-		p := hostops.ExpNonPos(u)
+		p := hostops.ExpNonPosTable(u)
 		g := (-gl*p - ge*p*(u+h)) * invT
 		if j == y {
 			g += gl * invT
@@ -564,8 +595,9 @@ func (k *lpSIMD) backwardRow(out32 []float32, out16 []BF16, rows logitRows, i, y
 	}
 }
 
-// floorExpArg keeps exp arguments at or above -87, where ExpNonPos is valid; the branch is
-// almost never taken, so it predicts well (Go's float max builtin is branchier, for NaN rules).
+// floorExpArg keeps exp arguments at or above -87, where hostops.ExpNonPosTable is valid; the
+// branch is almost never taken, so it predicts well (Go's float max builtin is branchier, for
+// NaN rules).
 func floorExpArg(u float32) float32 {
 	if u < -87 {
 		return -87
@@ -580,13 +612,13 @@ func foldBlock(acc *[4]float32, x []float32, m float32) {
 	j := 0
 	for ; j+2 <= len(x); j += 2 {
 		u0, u1 := floorExpArg(x[j]-m), floorExpArg(x[j+1]-m)
-		e0, e1 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1)
+		e0, e1 := hostops.ExpNonPosTable(u0), hostops.ExpNonPosTable(u1)
 		s0, s1 = s0+e0, s1+e1
 		t0, t1 = t0+e0*u0, t1+e1*u1
 	}
 	for ; j < len(x); j++ {
 		u := floorExpArg(x[j] - m)
-		e := hostops.ExpNonPos(u)
+		e := hostops.ExpNonPosTable(u)
 		s0 += e
 		t0 += e * u
 	}
@@ -599,15 +631,37 @@ func foldBlockScaled(acc *[4]float32, x []float32, m, temperature float32) {
 	j := 0
 	for ; j+2 <= len(x); j += 2 {
 		u0, u1 := floorExpArg(x[j]/temperature-m), floorExpArg(x[j+1]/temperature-m)
-		e0, e1 := hostops.ExpNonPos(u0), hostops.ExpNonPos(u1)
+		e0, e1 := hostops.ExpNonPosTable(u0), hostops.ExpNonPosTable(u1)
 		s0, s1 = s0+e0, s1+e1
 		t0, t1 = t0+e0*u0, t1+e1*u1
 	}
 	for ; j < len(x); j++ {
 		u := floorExpArg(x[j]/temperature - m)
-		e := hostops.ExpNonPos(u)
+		e := hostops.ExpNonPosTable(u)
 		s0 += e
 		t0 += e * u
 	}
 	acc[0], acc[1], acc[2], acc[3] = s0, s1, t0, t1
+}
+
+// gradBlock writes out = -gl*p - ge*p*(u+h) with u = x - logZ and p = exp(u): the backward of
+// one block at temperature 1, without the target's gl term.
+func gradBlock(out, x []float32, logZ, gl, ge, h float32) {
+	out = out[:len(x)]
+	for j, xv := range x {
+		u := floorExpArg(xv - logZ)
+		p := hostops.ExpNonPosTable(u)
+		out[j] = -gl*p - ge*p*(u+h)
+	}
+}
+
+// gradBlockScaled is gradBlock on x/temperature, times 1/temperature.
+func gradBlockScaled(out, x []float32, logZ, gl, ge, h, temperature float32) {
+	invT := 1 / temperature
+	out = out[:len(x)]
+	for j, xv := range x {
+		u := floorExpArg(xv/temperature - logZ)
+		p := hostops.ExpNonPosTable(u)
+		out[j] = (-gl*p - ge*p*(u+h)) * invT
+	}
 }

@@ -150,6 +150,56 @@ DATA lpconst<>+568(SB)/4, $0xffff0000
 DATA lpconst<>+572(SB)/4, $0xffff0000
 GLOBL lpconst<>(SB), RODATA|NOPTR, $576
 
+DATA lpexp8<>+0(SB)/4, $0x00000000
+DATA lpexp8<>+4(SB)/4, $0xfffb95c2
+DATA lpexp8<>+8(SB)/4, $0xfff837f0
+DATA lpexp8<>+12(SB)/4, $0xfff5fed7
+DATA lpexp8<>+16(SB)/4, $0xfff504f3
+DATA lpexp8<>+20(SB)/4, $0xfff5672a
+DATA lpexp8<>+24(SB)/4, $0xfff744fd
+DATA lpexp8<>+28(SB)/4, $0xfffac0c7
+DATA lpexp8<>+32(SB)/4, $0x4138aa3b
+DATA lpexp8<>+36(SB)/4, $0x4138aa3b
+DATA lpexp8<>+40(SB)/4, $0x4138aa3b
+DATA lpexp8<>+44(SB)/4, $0x4138aa3b
+DATA lpexp8<>+48(SB)/4, $0x4138aa3b
+DATA lpexp8<>+52(SB)/4, $0x4138aa3b
+DATA lpexp8<>+56(SB)/4, $0x4138aa3b
+DATA lpexp8<>+60(SB)/4, $0x4138aa3b
+DATA lpexp8<>+64(SB)/4, $0x4b4003f8
+DATA lpexp8<>+68(SB)/4, $0x4b4003f8
+DATA lpexp8<>+72(SB)/4, $0x4b4003f8
+DATA lpexp8<>+76(SB)/4, $0x4b4003f8
+DATA lpexp8<>+80(SB)/4, $0x4b4003f8
+DATA lpexp8<>+84(SB)/4, $0x4b4003f8
+DATA lpexp8<>+88(SB)/4, $0x4b4003f8
+DATA lpexp8<>+92(SB)/4, $0x4b4003f8
+DATA lpexp8<>+96(SB)/4, $0x3db17218
+DATA lpexp8<>+100(SB)/4, $0x3db17218
+DATA lpexp8<>+104(SB)/4, $0x3db17218
+DATA lpexp8<>+108(SB)/4, $0x3db17218
+DATA lpexp8<>+112(SB)/4, $0x3db17218
+DATA lpexp8<>+116(SB)/4, $0x3db17218
+DATA lpexp8<>+120(SB)/4, $0x3db17218
+DATA lpexp8<>+124(SB)/4, $0x3db17218
+DATA lpexp8<>+128(SB)/4, $0xaf82e308
+DATA lpexp8<>+132(SB)/4, $0xaf82e308
+DATA lpexp8<>+136(SB)/4, $0xaf82e308
+DATA lpexp8<>+140(SB)/4, $0xaf82e308
+DATA lpexp8<>+144(SB)/4, $0xaf82e308
+DATA lpexp8<>+148(SB)/4, $0xaf82e308
+DATA lpexp8<>+152(SB)/4, $0xaf82e308
+DATA lpexp8<>+156(SB)/4, $0xaf82e308
+DATA lpexp8<>+160(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+164(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+168(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+172(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+176(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+180(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+184(SB)/4, $0x3d2aaaab
+DATA lpexp8<>+188(SB)/4, $0x3d2aaaab
+GLOBL lpexp8<>(SB), RODATA|NOPTR, $192
+
 // func maxF32AVX512(x []float32) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·maxF32AVX512(SB), NOSPLIT, $0-28
@@ -3734,62 +3784,60 @@ TEXT ·foldF32AVX2(SB), NOSPLIT, $0-68
 	VBROADCASTSS X0, Y0
 	VMOVUPS      lpconst<>+320(SB), Y1
 	VMOVUPS      lpconst<>+512(SB), Y2
+	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VMOVUPS      lpconst<>+480(SB), Y7
+	VMOVUPS      lpconst<>+480(SB), Y6
 
 foldF32AVX2_fused:
 	CMPQ         BX, $0x00000010
 	JB           foldF32AVX2_nextone
 	PREFETCHT0   4096(DX)
-	VMOVUPS      (DX), Y8
-	VMAXPS       Y7, Y8, Y7
-	VMOVUPS      (AX), Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y3, Y3
-	VFMADD231PS  Y8, Y10, Y4
-	VMOVUPS      32(DX), Y8
-	VMAXPS       Y7, Y8, Y7
-	VMOVUPS      32(AX), Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y5, Y5
-	VFMADD231PS  Y8, Y10, Y6
+	VMOVUPS      (DX), Y7
+	VMAXPS       Y6, Y7, Y6
+	VMOVUPS      (AX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	VFMADD231PS  Y7, Y9, Y3
+	VMOVUPS      32(DX), Y7
+	VMAXPS       Y6, Y7, Y6
+	VMOVUPS      32(AX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y4, Y4
+	VFMADD231PS  Y7, Y9, Y5
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, CX
 	ADDQ         $0x00000040, DX
@@ -3799,8 +3847,8 @@ foldF32AVX2_fused:
 foldF32AVX2_nextone:
 	CMPQ    BX, $0x00000008
 	JB      foldF32AVX2_loop
-	VMOVUPS (DX), Y8
-	VMAXPS  Y7, Y8, Y7
+	VMOVUPS (DX), Y7
+	VMAXPS  Y6, Y7, Y6
 	ADDQ    $0x00000020, DX
 	SUBQ    $0x00000008, BX
 	JMP     foldF32AVX2_nextone
@@ -3808,48 +3856,46 @@ foldF32AVX2_nextone:
 foldF32AVX2_loop:
 	CMPQ         CX, $0x00000010
 	JB           foldF32AVX2_one
-	VMOVUPS      (AX), Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y3, Y3
-	VFMADD231PS  Y8, Y10, Y4
-	VMOVUPS      32(AX), Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y5, Y5
-	VFMADD231PS  Y8, Y10, Y6
+	VMOVUPS      (AX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	VFMADD231PS  Y7, Y9, Y3
+	VMOVUPS      32(AX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y4, Y4
+	VFMADD231PS  Y7, Y9, Y5
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, CX
 	JMP          foldF32AVX2_loop
@@ -3857,50 +3903,49 @@ foldF32AVX2_loop:
 foldF32AVX2_one:
 	CMPQ         CX, $0x00000008
 	JB           foldF32AVX2_done
-	VMOVUPS      (AX), Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y3, Y3
-	VFMADD231PS  Y8, Y10, Y4
+	VMOVUPS      (AX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	VFMADD231PS  Y7, Y9, Y3
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, CX
 	JMP          foldF32AVX2_one
 
 foldF32AVX2_done:
+	VADDPS       Y4, Y2, Y2
 	VADDPS       Y5, Y3, Y3
-	VADDPS       Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	MOVSS        X0, s+56(FP)
 	VEXTRACTF128 $0x01, Y3, X0
 	VADDPS       X0, X3, X0
 	VMOVHLPS     X0, X0, X1
 	VADDPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
 	VADDSS       X1, X0, X0
-	MOVSS        X0, s+56(FP)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X0
-	VMOVHLPS     X0, X0, X1
-	VADDPS       X1, X0, X0
-	VMOVSHDUP    X0, X1
-	VADDSS       X1, X0, X0
 	MOVSS        X0, t+60(FP)
-	VEXTRACTF128 $0x01, Y7, X0
-	VMAXPS       X0, X7, X0
+	VEXTRACTF128 $0x01, Y6, X0
+	VMAXPS       X0, X6, X0
 	VMOVHLPS     X0, X0, X1
 	VMAXPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
@@ -3922,64 +3967,62 @@ TEXT ·foldF32ScaledAVX2(SB), NOSPLIT, $0-68
 	VBROADCASTSS X1, Y1
 	VMOVUPS      lpconst<>+320(SB), Y2
 	VMOVUPS      lpconst<>+512(SB), Y3
+	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
 	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-	VMOVUPS      lpconst<>+480(SB), Y8
+	VMOVUPS      lpconst<>+480(SB), Y7
 
 foldF32ScaledAVX2_fused:
 	CMPQ         BX, $0x00000010
 	JB           foldF32ScaledAVX2_nextone
 	PREFETCHT0   4096(DX)
-	VMOVUPS      (DX), Y9
-	VMAXPS       Y8, Y9, Y8
-	VMOVUPS      (AX), Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y4, Y4
-	VFMADD231PS  Y9, Y11, Y5
-	VMOVUPS      32(DX), Y9
-	VMAXPS       Y8, Y9, Y8
-	VMOVUPS      32(AX), Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y6, Y6
-	VFMADD231PS  Y9, Y11, Y7
+	VMOVUPS      (DX), Y8
+	VMAXPS       Y7, Y8, Y7
+	VMOVUPS      (AX), Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VFMADD231PS  Y8, Y10, Y4
+	VMOVUPS      32(DX), Y8
+	VMAXPS       Y7, Y8, Y7
+	VMOVUPS      32(AX), Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y5, Y5
+	VFMADD231PS  Y8, Y10, Y6
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, CX
 	ADDQ         $0x00000040, DX
@@ -3989,8 +4032,8 @@ foldF32ScaledAVX2_fused:
 foldF32ScaledAVX2_nextone:
 	CMPQ    BX, $0x00000008
 	JB      foldF32ScaledAVX2_loop
-	VMOVUPS (DX), Y9
-	VMAXPS  Y8, Y9, Y8
+	VMOVUPS (DX), Y8
+	VMAXPS  Y7, Y8, Y7
 	ADDQ    $0x00000020, DX
 	SUBQ    $0x00000008, BX
 	JMP     foldF32ScaledAVX2_nextone
@@ -3998,50 +4041,48 @@ foldF32ScaledAVX2_nextone:
 foldF32ScaledAVX2_loop:
 	CMPQ         CX, $0x00000010
 	JB           foldF32ScaledAVX2_one
-	VMOVUPS      (AX), Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y4, Y4
-	VFMADD231PS  Y9, Y11, Y5
-	VMOVUPS      32(AX), Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y6, Y6
-	VFMADD231PS  Y9, Y11, Y7
+	VMOVUPS      (AX), Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VFMADD231PS  Y8, Y10, Y4
+	VMOVUPS      32(AX), Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y5, Y5
+	VFMADD231PS  Y8, Y10, Y6
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, CX
 	JMP          foldF32ScaledAVX2_loop
@@ -4049,51 +4090,50 @@ foldF32ScaledAVX2_loop:
 foldF32ScaledAVX2_one:
 	CMPQ         CX, $0x00000008
 	JB           foldF32ScaledAVX2_done
-	VMOVUPS      (AX), Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y4, Y4
-	VFMADD231PS  Y9, Y11, Y5
+	VMOVUPS      (AX), Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VFMADD231PS  Y8, Y10, Y4
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, CX
 	JMP          foldF32ScaledAVX2_one
 
 foldF32ScaledAVX2_done:
+	VADDPS       Y5, Y3, Y3
 	VADDPS       Y6, Y4, Y4
-	VADDPS       Y7, Y5, Y5
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	MOVSS        X0, s+56(FP)
 	VEXTRACTF128 $0x01, Y4, X0
 	VADDPS       X0, X4, X0
 	VMOVHLPS     X0, X0, X1
 	VADDPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
 	VADDSS       X1, X0, X0
-	MOVSS        X0, s+56(FP)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X0
-	VMOVHLPS     X0, X0, X1
-	VADDPS       X1, X0, X0
-	VMOVSHDUP    X0, X1
-	VADDSS       X1, X0, X0
 	MOVSS        X0, t+60(FP)
-	VEXTRACTF128 $0x01, Y8, X0
-	VMAXPS       X0, X8, X0
+	VEXTRACTF128 $0x01, Y7, X0
+	VMAXPS       X0, X7, X0
 	VMOVHLPS     X0, X0, X1
 	VMAXPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
@@ -4124,54 +4164,52 @@ TEXT ·bwdF32AVX2(SB), NOSPLIT, $0-72
 bwdF32AVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32AVX2_one
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, (AX)
-	VMOVUPS      32(CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, 32(AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      32(CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, 32(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -4180,30 +4218,29 @@ bwdF32AVX2_loop:
 bwdF32AVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32AVX2_done
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, (AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -4235,54 +4272,52 @@ TEXT ·bwdF32NTAVX2(SB), NOSPLIT, $0-72
 bwdF32NTAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32NTAVX2_one
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, (AX)
-	VMOVUPS      32(CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, 32(AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, (AX)
+	VMOVUPS      32(CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, 32(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -4291,30 +4326,29 @@ bwdF32NTAVX2_loop:
 bwdF32NTAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32NTAVX2_done
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, (AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -4349,56 +4383,54 @@ TEXT ·bwdF32ScaledAVX2(SB), NOSPLIT, $0-72
 bwdF32ScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32ScaledAVX2_one
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, (AX)
-	VMOVUPS      32(CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, 32(AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VMOVUPS      32(CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, 32(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -4407,31 +4439,30 @@ bwdF32ScaledAVX2_loop:
 bwdF32ScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32ScaledAVX2_done
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, (AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -4465,56 +4496,54 @@ TEXT ·bwdF32NTScaledAVX2(SB), NOSPLIT, $0-72
 bwdF32NTScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32NTScaledAVX2_one
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, (AX)
-	VMOVUPS      32(CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, 32(AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, (AX)
+	VMOVUPS      32(CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, 32(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -4523,31 +4552,30 @@ bwdF32NTScaledAVX2_loop:
 bwdF32NTScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32NTScaledAVX2_done
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, (AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -4580,74 +4608,72 @@ TEXT ·bwdF32To16AVX2(SB), NOSPLIT, $0-72
 bwdF32To16AVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32To16AVX2_one
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (AX)
-	VMOVUPS      32(CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (AX)
+	VMOVUPS      32(CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 16(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, DX
@@ -4656,40 +4682,39 @@ bwdF32To16AVX2_loop:
 bwdF32To16AVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32To16AVX2_done
-	VMOVUPS      (CX), Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (AX)
+	VMOVUPS      (CX), Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, DX
@@ -4723,76 +4748,74 @@ TEXT ·bwdF32To16ScaledAVX2(SB), NOSPLIT, $0-72
 bwdF32To16ScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdF32To16ScaledAVX2_one
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (AX)
-	VMOVUPS      32(CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 16(AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (AX)
+	VMOVUPS      32(CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(AX)
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, DX
@@ -4801,41 +4824,40 @@ bwdF32To16ScaledAVX2_loop:
 bwdF32To16ScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdF32To16ScaledAVX2_done
-	VMOVUPS      (CX), Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (AX)
+	VMOVUPS      (CX), Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, DX
@@ -4909,64 +4931,62 @@ TEXT ·foldBF16AVX2(SB), NOSPLIT, $0-68
 	VBROADCASTSS X0, Y0
 	VMOVUPS      lpconst<>+320(SB), Y1
 	VMOVUPS      lpconst<>+512(SB), Y2
+	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VMOVUPS      lpconst<>+480(SB), Y7
+	VMOVUPS      lpconst<>+480(SB), Y6
 
 foldBF16AVX2_fused:
 	CMPQ         BX, $0x00000010
 	JB           foldBF16AVX2_nextone
 	PREFETCHT0   4096(DX)
-	VMOVDQU      (DX), Y9
-	VPSLLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+544(SB), Y9, Y9
-	VMAXPS       Y7, Y8, Y7
-	VMAXPS       Y7, Y9, Y7
-	VMOVDQU      (AX), Y9
-	VPSLLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+544(SB), Y9, Y9
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y10
-	VSUBPS       Y2, Y10, Y11
-	VMOVAPS      Y8, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y3, Y3
-	VFMADD231PS  Y8, Y11, Y4
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y1, Y9
-	VMOVAPS      Y2, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y8
-	VSUBPS       Y2, Y8, Y10
-	VMOVAPS      Y9, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
+	VMOVDQU      (DX), Y8
+	VPSLLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+544(SB), Y8, Y8
+	VMAXPS       Y6, Y7, Y6
+	VMAXPS       Y6, Y8, Y6
+	VMOVDQU      (AX), Y8
+	VPSLLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+544(SB), Y8, Y8
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y7, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
 	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y10, Y10
-	VADDPS       Y10, Y5, Y5
-	VFMADD231PS  Y9, Y10, Y6
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y2, Y2
+	VFMADD231PS  Y7, Y10, Y3
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y1, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y9
+	VMOVAPS      Y8, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y7, Y10
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y4, Y4
+	VFMADD231PS  Y8, Y9, Y5
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, CX
 	ADDQ         $0x00000020, DX
@@ -4976,9 +4996,9 @@ foldBF16AVX2_fused:
 foldBF16AVX2_nextone:
 	CMPQ      BX, $0x00000008
 	JB        foldBF16AVX2_loop
-	VPMOVZXWD (DX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VMAXPS    Y7, Y8, Y7
+	VPMOVZXWD (DX), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMAXPS    Y6, Y7, Y6
 	ADDQ      $0x00000010, DX
 	SUBQ      $0x00000008, BX
 	JMP       foldBF16AVX2_nextone
@@ -4986,49 +5006,47 @@ foldBF16AVX2_nextone:
 foldBF16AVX2_loop:
 	CMPQ         CX, $0x00000010
 	JB           foldBF16AVX2_one
-	VMOVDQU      (AX), Y9
-	VPSLLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+544(SB), Y9, Y9
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y10
-	VSUBPS       Y2, Y10, Y11
-	VMOVAPS      Y8, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y3, Y3
-	VFMADD231PS  Y8, Y11, Y4
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y1, Y9
-	VMOVAPS      Y2, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y8
-	VSUBPS       Y2, Y8, Y10
-	VMOVAPS      Y9, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
+	VMOVDQU      (AX), Y8
+	VPSLLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+544(SB), Y8, Y8
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y7, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
 	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
 	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y10, Y10
-	VADDPS       Y10, Y5, Y5
-	VFMADD231PS  Y9, Y10, Y6
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y2, Y2
+	VFMADD231PS  Y7, Y10, Y3
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y1, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y9
+	VMOVAPS      Y8, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y7, Y10
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y4, Y4
+	VFMADD231PS  Y8, Y9, Y5
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, CX
 	JMP          foldBF16AVX2_loop
@@ -5036,51 +5054,50 @@ foldBF16AVX2_loop:
 foldBF16AVX2_one:
 	CMPQ         CX, $0x00000008
 	JB           foldBF16AVX2_done
-	VPMOVZXWD    (AX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VSUBPS       Y0, Y8, Y8
-	VMAXPS       Y8, Y1, Y8
-	VMOVAPS      Y2, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y2, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y10, Y3, Y3
-	VFMADD231PS  Y8, Y10, Y4
+	VPMOVZXWD    (AX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y9, Y2, Y2
+	VFMADD231PS  Y7, Y9, Y3
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, CX
 	JMP          foldBF16AVX2_one
 
 foldBF16AVX2_done:
+	VADDPS       Y4, Y2, Y2
 	VADDPS       Y5, Y3, Y3
-	VADDPS       Y6, Y4, Y4
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	MOVSS        X0, s+56(FP)
 	VEXTRACTF128 $0x01, Y3, X0
 	VADDPS       X0, X3, X0
 	VMOVHLPS     X0, X0, X1
 	VADDPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
 	VADDSS       X1, X0, X0
-	MOVSS        X0, s+56(FP)
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X0
-	VMOVHLPS     X0, X0, X1
-	VADDPS       X1, X0, X0
-	VMOVSHDUP    X0, X1
-	VADDSS       X1, X0, X0
 	MOVSS        X0, t+60(FP)
-	VEXTRACTF128 $0x01, Y7, X0
-	VMAXPS       X0, X7, X0
+	VEXTRACTF128 $0x01, Y6, X0
+	VMAXPS       X0, X6, X0
 	VMOVHLPS     X0, X0, X1
 	VMAXPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
@@ -5102,66 +5119,64 @@ TEXT ·foldBF16ScaledAVX2(SB), NOSPLIT, $0-68
 	VBROADCASTSS X1, Y1
 	VMOVUPS      lpconst<>+320(SB), Y2
 	VMOVUPS      lpconst<>+512(SB), Y3
+	VXORPS       Y3, Y3, Y3
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
 	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-	VMOVUPS      lpconst<>+480(SB), Y8
+	VMOVUPS      lpconst<>+480(SB), Y7
 
 foldBF16ScaledAVX2_fused:
 	CMPQ         BX, $0x00000010
 	JB           foldBF16ScaledAVX2_nextone
 	PREFETCHT0   4096(DX)
-	VMOVDQU      (DX), Y10
-	VPSLLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+544(SB), Y10, Y10
-	VMAXPS       Y8, Y9, Y8
-	VMAXPS       Y8, Y10, Y8
-	VMOVDQU      (AX), Y10
-	VPSLLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+544(SB), Y10, Y10
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y11
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y11
-	VSUBPS       Y3, Y11, Y12
-	VMOVAPS      Y9, Y13
-	VFNMADD231PS lpconst<>+32(SB), Y12, Y13
-	VFNMADD231PS lpconst<>+64(SB), Y12, Y13
-	VMOVUPS      lpconst<>+96(SB), Y12
-	VFMADD213PS  lpconst<>+128(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+160(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+192(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+224(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+256(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+288(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+288(SB), Y13, Y12
-	VPSLLD       $0x17, Y11, Y11
-	VMULPS       Y11, Y12, Y12
-	VADDPS       Y12, Y4, Y4
-	VFMADD231PS  Y9, Y12, Y5
-	VDIVPS       Y1, Y10, Y10
-	VSUBPS       Y0, Y10, Y10
-	VMAXPS       Y10, Y2, Y10
-	VMOVAPS      Y3, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y10, Y9
-	VSUBPS       Y3, Y9, Y11
-	VMOVAPS      Y10, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
+	VMOVDQU      (DX), Y9
+	VPSLLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+544(SB), Y9, Y9
+	VMAXPS       Y7, Y8, Y7
+	VMAXPS       Y7, Y9, Y7
+	VMOVDQU      (AX), Y9
+	VPSLLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+544(SB), Y9, Y9
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y10
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y10
+	VSUBPS       lpexp8<>+64(SB), Y10, Y11
+	VMOVAPS      Y8, Y12
+	VFNMADD231PS lpexp8<>+96(SB), Y11, Y12
+	VFNMADD231PS lpexp8<>+128(SB), Y11, Y12
+	VMOVUPS      lpexp8<>+160(SB), Y11
 	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y11, Y11
-	VADDPS       Y11, Y6, Y6
-	VFMADD231PS  Y10, Y11, Y7
+	VPERMD       lpexp8<>+0(SB), Y10, Y12
+	VPSLLD       $0x14, Y10, Y10
+	VPADDD       Y10, Y12, Y12
+	VMULPS       Y12, Y11, Y11
+	VADDPS       Y11, Y3, Y3
+	VFMADD231PS  Y8, Y11, Y4
+	VDIVPS       Y1, Y9, Y9
+	VSUBPS       Y0, Y9, Y9
+	VMAXPS       Y9, Y2, Y9
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y9, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y10
+	VMOVAPS      Y9, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y8, Y11
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y5, Y5
+	VFMADD231PS  Y9, Y10, Y6
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, CX
 	ADDQ         $0x00000020, DX
@@ -5171,9 +5186,9 @@ foldBF16ScaledAVX2_fused:
 foldBF16ScaledAVX2_nextone:
 	CMPQ      BX, $0x00000008
 	JB        foldBF16ScaledAVX2_loop
-	VPMOVZXWD (DX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMAXPS    Y8, Y9, Y8
+	VPMOVZXWD (DX), Y8
+	VPSLLD    $0x10, Y8, Y8
+	VMAXPS    Y7, Y8, Y7
 	ADDQ      $0x00000010, DX
 	SUBQ      $0x00000008, BX
 	JMP       foldBF16ScaledAVX2_nextone
@@ -5181,51 +5196,49 @@ foldBF16ScaledAVX2_nextone:
 foldBF16ScaledAVX2_loop:
 	CMPQ         CX, $0x00000010
 	JB           foldBF16ScaledAVX2_one
-	VMOVDQU      (AX), Y10
-	VPSLLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+544(SB), Y10, Y10
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y11
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y11
-	VSUBPS       Y3, Y11, Y12
-	VMOVAPS      Y9, Y13
-	VFNMADD231PS lpconst<>+32(SB), Y12, Y13
-	VFNMADD231PS lpconst<>+64(SB), Y12, Y13
-	VMOVUPS      lpconst<>+96(SB), Y12
-	VFMADD213PS  lpconst<>+128(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+160(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+192(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+224(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+256(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+288(SB), Y13, Y12
-	VFMADD213PS  lpconst<>+288(SB), Y13, Y12
-	VPSLLD       $0x17, Y11, Y11
-	VMULPS       Y11, Y12, Y12
-	VADDPS       Y12, Y4, Y4
-	VFMADD231PS  Y9, Y12, Y5
-	VDIVPS       Y1, Y10, Y10
-	VSUBPS       Y0, Y10, Y10
-	VMAXPS       Y10, Y2, Y10
-	VMOVAPS      Y3, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y10, Y9
-	VSUBPS       Y3, Y9, Y11
-	VMOVAPS      Y10, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
+	VMOVDQU      (AX), Y9
+	VPSLLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+544(SB), Y9, Y9
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y10
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y10
+	VSUBPS       lpexp8<>+64(SB), Y10, Y11
+	VMOVAPS      Y8, Y12
+	VFNMADD231PS lpexp8<>+96(SB), Y11, Y12
+	VFNMADD231PS lpexp8<>+128(SB), Y11, Y12
+	VMOVUPS      lpexp8<>+160(SB), Y11
 	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
 	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y11, Y11
-	VADDPS       Y11, Y6, Y6
-	VFMADD231PS  Y10, Y11, Y7
+	VPERMD       lpexp8<>+0(SB), Y10, Y12
+	VPSLLD       $0x14, Y10, Y10
+	VPADDD       Y10, Y12, Y12
+	VMULPS       Y12, Y11, Y11
+	VADDPS       Y11, Y3, Y3
+	VFMADD231PS  Y8, Y11, Y4
+	VDIVPS       Y1, Y9, Y9
+	VSUBPS       Y0, Y9, Y9
+	VMAXPS       Y9, Y2, Y9
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y9, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y10
+	VMOVAPS      Y9, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y8, Y11
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y5, Y5
+	VFMADD231PS  Y9, Y10, Y6
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, CX
 	JMP          foldBF16ScaledAVX2_loop
@@ -5233,52 +5246,51 @@ foldBF16ScaledAVX2_loop:
 foldBF16ScaledAVX2_one:
 	CMPQ         CX, $0x00000008
 	JB           foldBF16ScaledAVX2_done
-	VPMOVZXWD    (AX), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VDIVPS       Y1, Y9, Y9
-	VSUBPS       Y0, Y9, Y9
-	VMAXPS       Y9, Y2, Y9
-	VMOVAPS      Y3, Y10
-	VFMADD231PS  lpconst<>+0(SB), Y9, Y10
-	VSUBPS       Y3, Y10, Y11
-	VMOVAPS      Y9, Y12
-	VFNMADD231PS lpconst<>+32(SB), Y11, Y12
-	VFNMADD231PS lpconst<>+64(SB), Y11, Y12
-	VMOVUPS      lpconst<>+96(SB), Y11
-	VFMADD213PS  lpconst<>+128(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+160(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+192(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+224(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+256(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VFMADD213PS  lpconst<>+288(SB), Y12, Y11
-	VPSLLD       $0x17, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VADDPS       Y11, Y4, Y4
-	VFMADD231PS  Y9, Y11, Y5
+	VPMOVZXWD    (AX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VDIVPS       Y1, Y8, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y2, Y8
+	VMOVUPS      lpexp8<>+64(SB), Y9
+	VFMADD231PS  lpexp8<>+32(SB), Y8, Y9
+	VSUBPS       lpexp8<>+64(SB), Y9, Y10
+	VMOVAPS      Y8, Y11
+	VFNMADD231PS lpexp8<>+96(SB), Y10, Y11
+	VFNMADD231PS lpexp8<>+128(SB), Y10, Y11
+	VMOVUPS      lpexp8<>+160(SB), Y10
+	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
+	VPERMD       lpexp8<>+0(SB), Y9, Y11
+	VPSLLD       $0x14, Y9, Y9
+	VPADDD       Y9, Y11, Y11
+	VMULPS       Y11, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VFMADD231PS  Y8, Y10, Y4
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, CX
 	JMP          foldBF16ScaledAVX2_one
 
 foldBF16ScaledAVX2_done:
+	VADDPS       Y5, Y3, Y3
 	VADDPS       Y6, Y4, Y4
-	VADDPS       Y7, Y5, Y5
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	MOVSS        X0, s+56(FP)
 	VEXTRACTF128 $0x01, Y4, X0
 	VADDPS       X0, X4, X0
 	VMOVHLPS     X0, X0, X1
 	VADDPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
 	VADDSS       X1, X0, X0
-	MOVSS        X0, s+56(FP)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X0
-	VMOVHLPS     X0, X0, X1
-	VADDPS       X1, X0, X0
-	VMOVSHDUP    X0, X1
-	VADDSS       X1, X0, X0
 	MOVSS        X0, t+60(FP)
-	VEXTRACTF128 $0x01, Y8, X0
-	VMAXPS       X0, X8, X0
+	VEXTRACTF128 $0x01, Y7, X0
+	VMAXPS       X0, X7, X0
 	VMOVHLPS     X0, X0, X1
 	VMAXPS       X1, X0, X0
 	VMOVSHDUP    X0, X1
@@ -5309,56 +5321,54 @@ TEXT ·bwdBF16AVX2(SB), NOSPLIT, $0-72
 bwdBF16AVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16AVX2_one
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, (AX)
-	VPMOVZXWD    16(CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, 32(AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VPMOVZXWD    16(CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, 32(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -5367,31 +5377,30 @@ bwdBF16AVX2_loop:
 bwdBF16AVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16AVX2_done
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVUPS      Y9, (AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVUPS      Y8, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -5423,56 +5432,54 @@ TEXT ·bwdBF16NTAVX2(SB), NOSPLIT, $0-72
 bwdBF16NTAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16NTAVX2_one
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, (AX)
-	VPMOVZXWD    16(CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, 32(AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, (AX)
+	VPMOVZXWD    16(CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, 32(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -5481,31 +5488,30 @@ bwdBF16NTAVX2_loop:
 bwdBF16NTAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16NTAVX2_done
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VMOVNTPS     Y9, (AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VMOVNTPS     Y8, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -5540,58 +5546,56 @@ TEXT ·bwdBF16ScaledAVX2(SB), NOSPLIT, $0-72
 bwdBF16ScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16ScaledAVX2_one
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, (AX)
-	VPMOVZXWD    16(CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, 32(AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VPMOVZXWD    16(CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, 32(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -5600,32 +5604,31 @@ bwdBF16ScaledAVX2_loop:
 bwdBF16ScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16ScaledAVX2_done
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVUPS      Y10, (AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVUPS      Y9, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -5659,58 +5662,56 @@ TEXT ·bwdBF16NTScaledAVX2(SB), NOSPLIT, $0-72
 bwdBF16NTScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16NTScaledAVX2_one
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, (AX)
-	VPMOVZXWD    16(CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, 32(AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, (AX)
+	VPMOVZXWD    16(CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, 32(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000040, AX
 	SUBQ         $0x00000010, DX
@@ -5719,32 +5720,31 @@ bwdBF16NTScaledAVX2_loop:
 bwdBF16NTScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16NTScaledAVX2_done
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VMOVNTPS     Y10, (AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VMOVNTPS     Y9, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, DX
@@ -5777,76 +5777,74 @@ TEXT ·bwdBF16To16AVX2(SB), NOSPLIT, $0-72
 bwdBF16To16AVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16To16AVX2_one
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (AX)
-	VPMOVZXWD    16(CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (AX)
+	VPMOVZXWD    16(CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 16(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, DX
@@ -5855,41 +5853,40 @@ bwdBF16To16AVX2_loop:
 bwdBF16To16AVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16To16AVX2_done
-	VPMOVZXWD    (CX), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VSUBPS       Y0, Y7, Y7
-	VMAXPS       Y7, Y5, Y7
-	VMOVAPS      Y6, Y8
-	VFMADD231PS  lpconst<>+0(SB), Y7, Y8
-	VSUBPS       Y6, Y8, Y9
-	VMOVAPS      Y7, Y10
-	VFNMADD231PS lpconst<>+32(SB), Y9, Y10
-	VFNMADD231PS lpconst<>+64(SB), Y9, Y10
-	VMOVUPS      lpconst<>+96(SB), Y9
-	VFMADD213PS  lpconst<>+128(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+160(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+192(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
-	VPSLLD       $0x17, Y8, Y8
-	VMULPS       Y8, Y9, Y9
-	VADDPS       Y3, Y7, Y7
-	VFMADD213PS  Y1, Y2, Y7
-	VMULPS       Y7, Y9, Y9
-	VMULPS       Y4, Y9, Y9
-	VPSRLD       $0x10, Y9, Y8
-	VPAND        lpconst<>+416(SB), Y8, Y7
-	VPADDD       lpconst<>+384(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         lpconst<>+448(SB), Y8, Y8
-	VCMPPS       $0x03, Y9, Y9, Y9
-	VBLENDVPS    Y9, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (AX)
+	VPMOVZXWD    (CX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VSUBPS       Y0, Y6, Y6
+	VMAXPS       Y6, Y5, Y6
+	VMOVUPS      lpexp8<>+64(SB), Y7
+	VFMADD231PS  lpexp8<>+32(SB), Y6, Y7
+	VSUBPS       lpexp8<>+64(SB), Y7, Y8
+	VMOVAPS      Y6, Y9
+	VFNMADD231PS lpexp8<>+96(SB), Y8, Y9
+	VFNMADD231PS lpexp8<>+128(SB), Y8, Y9
+	VMOVUPS      lpexp8<>+160(SB), Y8
+	VFMADD213PS  lpconst<>+224(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+256(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VFMADD213PS  lpconst<>+288(SB), Y9, Y8
+	VPERMD       lpexp8<>+0(SB), Y7, Y9
+	VPSLLD       $0x14, Y7, Y7
+	VPADDD       Y7, Y9, Y9
+	VMULPS       Y9, Y8, Y8
+	VADDPS       Y3, Y6, Y6
+	VFMADD213PS  Y1, Y2, Y6
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y4, Y8, Y8
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        lpconst<>+416(SB), Y7, Y6
+	VPADDD       lpconst<>+384(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         lpconst<>+448(SB), Y7, Y7
+	VCMPPS       $0x03, Y8, Y8, Y8
+	VBLENDVPS    Y8, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, DX
@@ -5923,78 +5920,76 @@ TEXT ·bwdBF16To16ScaledAVX2(SB), NOSPLIT, $0-72
 bwdBF16To16ScaledAVX2_loop:
 	CMPQ         DX, $0x00000010
 	JB           bwdBF16To16ScaledAVX2_one
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (AX)
-	VPMOVZXWD    16(CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 16(AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (AX)
+	VPMOVZXWD    16(CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(AX)
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000010, DX
@@ -6003,42 +5998,41 @@ bwdBF16To16ScaledAVX2_loop:
 bwdBF16To16ScaledAVX2_one:
 	CMPQ         DX, $0x00000008
 	JB           bwdBF16To16ScaledAVX2_done
-	VPMOVZXWD    (CX), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VDIVPS       Y0, Y8, Y8
-	VSUBPS       Y1, Y8, Y8
-	VMAXPS       Y8, Y6, Y8
-	VMOVAPS      Y7, Y9
-	VFMADD231PS  lpconst<>+0(SB), Y8, Y9
-	VSUBPS       Y7, Y9, Y10
-	VMOVAPS      Y8, Y11
-	VFNMADD231PS lpconst<>+32(SB), Y10, Y11
-	VFNMADD231PS lpconst<>+64(SB), Y10, Y11
-	VMOVUPS      lpconst<>+96(SB), Y10
-	VFMADD213PS  lpconst<>+128(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+160(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+192(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+224(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+256(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VFMADD213PS  lpconst<>+288(SB), Y11, Y10
-	VPSLLD       $0x17, Y9, Y9
-	VMULPS       Y9, Y10, Y10
-	VADDPS       Y4, Y8, Y8
-	VFMADD213PS  Y2, Y3, Y8
-	VMULPS       Y8, Y10, Y10
-	VMULPS       Y5, Y10, Y10
-	VPSRLD       $0x10, Y10, Y9
-	VPAND        lpconst<>+416(SB), Y9, Y8
-	VPADDD       lpconst<>+384(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         lpconst<>+448(SB), Y9, Y9
-	VCMPPS       $0x03, Y10, Y10, Y10
-	VBLENDVPS    Y10, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (AX)
+	VPMOVZXWD    (CX), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VDIVPS       Y0, Y7, Y7
+	VSUBPS       Y1, Y7, Y7
+	VMAXPS       Y7, Y6, Y7
+	VMOVUPS      lpexp8<>+64(SB), Y8
+	VFMADD231PS  lpexp8<>+32(SB), Y7, Y8
+	VSUBPS       lpexp8<>+64(SB), Y8, Y9
+	VMOVAPS      Y7, Y10
+	VFNMADD231PS lpexp8<>+96(SB), Y9, Y10
+	VFNMADD231PS lpexp8<>+128(SB), Y9, Y10
+	VMOVUPS      lpexp8<>+160(SB), Y9
+	VFMADD213PS  lpconst<>+224(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+256(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VFMADD213PS  lpconst<>+288(SB), Y10, Y9
+	VPERMD       lpexp8<>+0(SB), Y8, Y10
+	VPSLLD       $0x14, Y8, Y8
+	VPADDD       Y8, Y10, Y10
+	VMULPS       Y10, Y9, Y9
+	VADDPS       Y4, Y7, Y7
+	VFMADD213PS  Y2, Y3, Y7
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y5, Y9, Y9
+	VPSRLD       $0x10, Y9, Y8
+	VPAND        lpconst<>+416(SB), Y8, Y7
+	VPADDD       lpconst<>+384(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         lpconst<>+448(SB), Y8, Y8
+	VCMPPS       $0x03, Y9, Y9, Y9
+	VBLENDVPS    Y9, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (AX)
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000010, AX
 	SUBQ         $0x00000008, DX

@@ -19,12 +19,14 @@
 // and without a temperature division. The kernels process whole vectors only: callers pass
 // slices whose length is a multiple of the lane count and finish the tail in Go.
 //
-// exp(u) uses the range reduction of internal/hostops.ExpNonPos:
-// k = round(u*log2e), r = (u - k*ln2Hi) - k*ln2Lo (two FMAs), the degree-7 Taylor polynomial of
-// exp(r) in Horner form with FMAs, times 2^k. It is valid for u in [-87, 88] with AVX-512
-// (VSCALEFPS) and for k+127 in [1, 254] with AVX2 (the exponent bits are built directly); the
-// log-prob kernels use u in [-87, 0.34], the per-token families |u| <= 20. The AVX-512 kernels
-// need AVX512F and AVX512DQ (VXORPS on zmm).
+// exp(u) uses the plain range reduction k = round(u*log2e), r = (u - k*ln2Hi) - k*ln2Lo (two
+// FMAs), the degree-7 Taylor polynomial of exp(r) in Horner form with FMAs, times 2^k. It is
+// valid for u in [-87, 88] with AVX-512 (VSCALEFPS) and for k+127 in [1, 254] with AVX2 (the
+// exponent bits are built directly); the log-prob kernels use u in [-87, 0.34], the per-token
+// families |u| <= 20. The AVX2 log-prob fold and backward use exp8 instead (an 8-entry 2^(j/8)
+// table in one VPERMD and a degree-4 polynomial: three FMAs fewer). internal/hostops.ExpNonPos,
+// the pure-Go version, is table-driven too (128 entries, degree 2). The AVX-512 kernels need
+// AVX512F and AVX512DQ (VXORPS on zmm).
 package main
 
 import (
@@ -144,6 +146,7 @@ type kern struct {
 	isa
 	bf16 bool // logits are bfloat16
 	k    map[int]Op
+	tbl  bool // AVX2 exp through the 2^(j/8) table (log-prob family only; see exp8)
 }
 
 // c returns constant i as an operand: a register for AVX-512 (all constants are kept live), a
@@ -221,6 +224,9 @@ func (g *kern) loadPair(ptr Register, off int) (VecVirtual, VecVirtual) {
 // bits left by 23 gives the float32 2^k directly (the exponent field overflows away). AVX-512
 // scales with VSCALEFPS instead.
 func (g *kern) exp(u VecVirtual) VecVirtual {
+	if g.tbl {
+		return g.exp8(u)
+	}
 	b := g.vec()
 	kf := g.vec()
 	r := g.vec()
@@ -241,6 +247,65 @@ func (g *kern) exp(u VecVirtual) VecVirtual {
 		VPSLLD(U8(23), b, b)
 		VMULPS(b, p, p)
 	}
+	return p
+}
+
+// Entries of the lpexp8 table (32 bytes each) of exp8.
+const (
+	e8Table = iota // int32 bits(2^(j/8)) - (127<<23) - (j<<20), j = 0..7
+	e8Log2e        // 8*log2e
+	e8Magic        // 1.5*2^23 + 127*8
+	e8Ln2Hi        // ln2/8 rounded to float32
+	e8Ln2Lo        // ln2/8 - e8Ln2Hi
+	e8C4           // 1/24
+	nExp8
+)
+
+var exp8Table Mem
+
+func emitExp8Table() {
+	exp8Table = GLOBL("lpexp8", RODATA|NOPTR)
+	hi := float32(math.Ln2 / 8)
+	vals := [nExp8]uint32{
+		e8Log2e: f32bits(8 * 1.44269504088896341),
+		e8Magic: f32bits(1.5*(1<<23) + 127*8),
+		e8Ln2Hi: math.Float32bits(hi),
+		e8Ln2Lo: f32bits(math.Ln2/8 - float64(hi)),
+		e8C4:    f32bits(1.0 / 24),
+	}
+	for i, v := range vals {
+		for j := 0; j < 8; j++ {
+			if i == e8Table {
+				v = math.Float32bits(float32(math.Exp2(float64(j)/8))) - 127<<23 - uint32(j)<<20
+			}
+			DATA(32*i+4*j, U32(v))
+		}
+	}
+}
+
+// exp8 is exp for AVX2 in the log-prob kernels: n = round(u*8/ln2) from one FMA with a magic
+// constant whose sum holds n + 127*8 in its low bits b, r = u - n*ln2/8 (|r| <= ln2/16), the
+// degree-4 Taylor polynomial of exp(r) (truncation error r^5/120 < 1.3e-9), times 2^(n/8):
+// VPERMD picks the table entry by the low 3 bits of b and b<<20 adds floor(n/8)+127 into the
+// exponent field (the table entry cancels the bits of n mod 8 that the shift leaves below it).
+// Three FMAs fewer than exp, and the scale is off the polynomial's dependency chain.
+func (g *kern) exp8(u VecVirtual) VecVirtual {
+	e := func(i int) Mem { return exp8Table.Offset(32 * i) }
+	b, kf, r, p, sc := g.vec(), g.vec(), g.vec(), g.vec(), g.vec()
+	VMOVUPS(e(e8Magic), b)
+	VFMADD231PS(e(e8Log2e), u, b) // b = u*8*log2e + magic
+	VSUBPS(e(e8Magic), b, kf)     // kf = n, exactly
+	VMOVAPS(u, r)
+	VFNMADD231PS(e(e8Ln2Hi), kf, r)
+	VFNMADD231PS(e(e8Ln2Lo), kf, r)
+	VMOVUPS(e(e8C4), p)
+	for _, c := range []int{cC3, cC2, cOne, cOne} {
+		VFMADD213PS(g.c(c), r, p)
+	}
+	VPERMD(e(e8Table), b, sc)
+	VPSLLD(U8(20), b, b)
+	VPADDD(b, sc, sc)
+	VMULPS(sc, p, p)
 	return p
 }
 
@@ -340,7 +405,7 @@ func maxKernel(a isa, bf16 bool) {
 // memory system streams the next block while this one computes, and the next fold finds it in
 // L1. len(next) <= len(x), both multiples of the lane count.
 func foldKernel(a isa, bf16, scaled bool) {
-	g := &kern{isa: a, bf16: bf16}
+	g := &kern{isa: a, bf16: bf16, tbl: !a.avx512}
 	name := "fold" + g.suffix()
 	if scaled {
 		name += "Scaled"
@@ -482,7 +547,7 @@ func foldKernel(a isa, bf16, scaled bool) {
 // With nt (float32 out only) the stores are non-temporal: out must be aligned to the vector
 // size, and the gradient goes to memory without first reading the lines it overwrites.
 func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
-	g := &kern{isa: a, bf16: bf16}
+	g := &kern{isa: a, bf16: bf16, tbl: !a.avx512}
 	name := "bwd" + g.suffix()
 	otype := "[]float32"
 	if out16 {
@@ -606,6 +671,7 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 // logprobFamily emits the log-prob kernels of package tensor (logprob_amd64.s).
 func logprobFamily() {
 	emitConstants()
+	emitExp8Table()
 	for _, a := range []isa{avx512, avx2} {
 		for _, bf16 := range []bool{false, true} {
 			maxKernel(a, bf16)
