@@ -23,10 +23,10 @@ func benchInputs(b *testing.B, rows, cols int) (dst, x, y *tensor.Tensor) {
 // benchElementwise runs fn as cpu/impl=<name>/shape=RxC for every implementation of the
 // elementwise kernels (the SIMD ones and the pure-Go reference) on [64, 1024] and [512, 2048].
 func benchElementwise(b *testing.B, fn func(dst, x, y *tensor.Tensor) error) {
-	for i, im := range penaltyImpls {
+	for _, name := range penaltyImpls.Names() {
 		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
-			b.Run(fmt.Sprintf("cpu/impl=%s/shape=%dx%d", im.name, sh[0], sh[1]), func(b *testing.B) {
-				defer usePenaltyImpl(i)()
+			b.Run(fmt.Sprintf("cpu/impl=%s/shape=%dx%d", name, sh[0], sh[1]), func(b *testing.B) {
+				defer penaltyImpls.Use(name)()
 				dst, x, y := benchInputs(b, sh[0], sh[1])
 				n := sh[0] * sh[1]
 				b.SetBytes(int64(3 * 4 * n))

@@ -94,7 +94,7 @@ func Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error {
 			})
 			return nil
 		}
-		if k := activePenalty(); k != nil && kind == LowVarKL {
+		if k := penaltyImpls.Active(); k != nil && kind == LowVarKL {
 			// x = clamp(ref - lp): a = lp, b = ref.
 			k.run(d, lp, rf, k.lowVarKL, func(d, lp, rf []float32) { penaltyKernel(d, lp, rf, kind) })
 			return nil
@@ -185,7 +185,7 @@ func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
 		d, _ := h[0].Float32s()
 		lp, _ := h[1].Float32s()
 		rf, _ := h[2].Float32s()
-		if k := activePenalty(); k != nil && kind == LowVarKL {
+		if k := penaltyImpls.Active(); k != nil && kind == LowVarKL {
 			k.run(d, lp, rf, k.grad, func(d, lp, rf []float32) { penaltyGradKernel(d, lp, rf, kind) })
 			return nil
 		}
@@ -273,7 +273,7 @@ func PerceptionScore(dst, old, aug *tensor.Tensor) error {
 		d, _ := h[0].Float32s()
 		o, _ := h[1].Float32s()
 		a, _ := h[2].Float32s()
-		if k := activePenalty(); k != nil {
+		if k := penaltyImpls.Active(); k != nil {
 			k.run(d, o, a, k.perception, perceptionKernel[float32])
 			return nil
 		}

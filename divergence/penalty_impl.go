@@ -1,8 +1,7 @@
 package divergence
 
 import (
-	"sync/atomic"
-
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
@@ -13,20 +12,10 @@ type penaltySIMD struct {
 	lowVarKL, grad, perception func(dst, a, b []float32)
 }
 
-// penaltyImpl is an implementation of the elementwise kernels: simd nil is the pure-Go one.
-type penaltyImpl struct {
-	name string
-	simd *penaltySIMD
-}
-
-// penaltyImpls lists the implementations this build can run on this CPU, best first; the
-// pure-Go one is always last. Fixed at start-up.
-var penaltyImpls = append(simdPenaltyImpls(), penaltyImpl{name: "go"})
-
-// penaltySelect indexes penaltyImpls; only the package's tests and benchmarks change it.
-var penaltySelect atomic.Int32
-
-func activePenalty() *penaltySIMD { return penaltyImpls[penaltySelect.Load()].simd }
+// penaltyImpls lists the implementations of the elementwise kernels this build can run on this
+// CPU, best first; the pure-Go one (nil kernels) is always last. Fixed at start-up; only the
+// package's tests and benchmarks change the selection.
+var penaltyImpls = dispatch.New(simdPenaltyImpls()...)
 
 // simdGrain is the chunk of the vectorized elementwise kernels: about 0.1 ms of work per
 // chunk on one core, so a [64, 1024] batch runs on the calling goroutine (starting goroutines

@@ -6,17 +6,12 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // edgeSizes are lengths around the vector widths and the unrolled steps.
 var edgeSizes = []int{0, 1, 15, 16, 17, 31, 32, 33, 1023, 1025}
-
-// useImpl selects penaltyImpls[i] until the returned function restores the default.
-func usePenaltyImpl(i int) func() {
-	old := penaltySelect.Swap(int32(i))
-	return func() { penaltySelect.Store(old) }
-}
 
 // edgeInputs returns random log-prob pairs with NaN, ±Inf and differences on and around the
 // clamp boundaries (±20 for the difference; y = ±10 for low_var_kl is near x = -11 and 2.53).
@@ -68,10 +63,7 @@ func ulpDiff(x, y float32) int64 {
 // within a few ulp (the exp differs slightly), and bit-identical repeated runs.
 func TestPenaltySIMDVsGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for i, im := range penaltyImpls {
-		if im.simd == nil {
-			continue
-		}
+	for _, im := range penaltyImpls.SIMD() {
 		for _, n := range edgeSizes {
 			a, b := edgeInputs(r, n)
 			ta, tb := tensor.Must(tensor.FromFloat32(a, n)), tensor.Must(tensor.FromFloat32(b, n))
@@ -86,12 +78,12 @@ func TestPenaltySIMDVsGo(t *testing.T) {
 					return PerceptionScore(dst, ta, tb)
 				}
 				want := make([]float32, n)
-				restore := usePenaltyImpl(len(penaltyImpls) - 1)
+				restore := penaltyImpls.Use(dispatch.GoName)
 				if err := call(tensor.Must(tensor.FromFloat32(want, n))); err != nil {
 					t.Fatal(err)
 				}
 				restore()
-				restore = usePenaltyImpl(i)
+				restore = penaltyImpls.Use(im.Name)
 				got, again := make([]float32, n), make([]float32, n)
 				if err := call(tensor.Must(tensor.FromFloat32(got, n))); err != nil {
 					t.Fatal(err)
@@ -103,10 +95,10 @@ func TestPenaltySIMDVsGo(t *testing.T) {
 				for j := range want {
 					// Values near 0 (1 - exp(x) at tiny x) are compared absolutely.
 					if d := ulpDiff(got[j], want[j]); d > 4 && math.Abs(float64(got[j]-want[j])) > 1e-6 {
-						t.Fatalf("%s %s n=%d [%d]: a=%v b=%v: got %v, want %v (%d ulp)", im.name, op, n, j, a[j], b[j], got[j], want[j], d)
+						t.Fatalf("%s %s n=%d [%d]: a=%v b=%v: got %v, want %v (%d ulp)", im.Name, op, n, j, a[j], b[j], got[j], want[j], d)
 					}
 					if math.Float32bits(got[j]) != math.Float32bits(again[j]) {
-						t.Fatalf("%s %s n=%d [%d]: not deterministic", im.name, op, n, j)
+						t.Fatalf("%s %s n=%d [%d]: not deterministic", im.Name, op, n, j)
 					}
 				}
 			}

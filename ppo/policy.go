@@ -283,7 +283,7 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 	k.rMin, k.rMax = hostops.Exp(F(-logRatioClamp)), hostops.Exp(F(logRatioClamp))
 
 	// The vector kernels (Default loss, float32) or the generic Go kernel.
-	simd := activePolicy()
+	simd := policyImpls.Active()
 	var k32 *policyConsts[float32]
 	var s32 [6][]float32
 	if simd != nil && k.simdOK() {

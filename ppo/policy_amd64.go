@@ -2,7 +2,7 @@
 
 package ppo
 
-import "golang.org/x/sys/cpu"
+import "github.com/mtrl-go/mtrl/internal/dispatch"
 
 //go:generate go run -C ../internal/asmgen . -family policy -out ../../ppo/policy_amd64.s -stubs ../../ppo/policy_stub_amd64.go -pkg ppo
 
@@ -10,17 +10,17 @@ import "golang.org/x/sys/cpu"
 // supports, best first: AVX-512F (16 lanes), then AVX2 with FMA (8 lanes). The kernels are
 // generated with avo by internal/asmgen into policy_amd64.s; build with -tags noasm to use only
 // the pure-Go code.
-func simdPolicyImpls() []policyImpl {
-	var out []policyImpl
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
-		out = append(out, policyImpl{name: "avx512", simd: &policySIMD{lanes: 16, fn: [3][2]policyFn{
+func simdPolicyImpls() []dispatch.Impl[policySIMD] {
+	var out []dispatch.Impl[policySIMD]
+	if dispatch.HasAVX512(true) {
+		out = append(out, dispatch.Impl[policySIMD]{Name: "avx512", Kernels: &policySIMD{lanes: 16, fn: [3][2]policyFn{
 			{policyLossAVX512, policyLossLTMAVX512},
 			{policyGradAVX512, policyGradLTMAVX512},
 			{policyGradAccAVX512, policyGradAccLTMAVX512},
 		}}})
 	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		out = append(out, policyImpl{name: "avx2", simd: &policySIMD{lanes: 8, fn: [3][2]policyFn{
+	if dispatch.HasAVX2(true) {
+		out = append(out, dispatch.Impl[policySIMD]{Name: "avx2", Kernels: &policySIMD{lanes: 8, fn: [3][2]policyFn{
 			{policyLossAVX2, policyLossLTMAVX2},
 			{policyGradAVX2, policyGradLTMAVX2},
 			{policyGradAccAVX2, policyGradAccLTMAVX2},

@@ -1,8 +1,9 @@
 package ppo
 
 import (
-	"sync/atomic"
 	"unsafe"
+
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 )
 
 // policyFn is a vector kernel of the Default loss (see internal/asmgen/policy.go).
@@ -15,18 +16,9 @@ type policySIMD struct {
 	fn    [3][2]policyFn
 }
 
-type policyImpl struct {
-	name string
-	simd *policySIMD
-}
-
 // policyImpls lists the implementations this build can run on this CPU, best first; the
-// pure-Go one ("go") is always last.
-var policyImpls = append(simdPolicyImpls(), policyImpl{name: "go"})
-
-var policySelect atomic.Int32
-
-func activePolicy() *policySIMD { return policyImpls[policySelect.Load()].simd }
+// pure-Go one ("go", nil kernels) is always last.
+var policyImpls = dispatch.New(simdPolicyImpls()...)
 
 // policyArgs is the kernels' parameter block (*[208]float32 in assembly): the constants
 // replicated across 16 lanes, then the per-lane partial sums the kernel writes.

@@ -2,5 +2,7 @@
 
 package ppo
 
+import "github.com/mtrl-go/mtrl/internal/dispatch"
+
 // simdPolicyImpls returns no vector implementations: this build uses the pure-Go loops only.
-func simdPolicyImpls() []policyImpl { return nil }
+func simdPolicyImpls() []dispatch.Impl[policySIMD] { return nil }

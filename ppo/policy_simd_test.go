@@ -7,13 +7,9 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/tensor"
 )
-
-func usePolicyImpl(i int) func() {
-	old := policySelect.Swap(int32(i))
-	return func() { policySelect.Store(old) }
-}
 
 // simdPolicyInputs is a [B, T] batch whose log ratios straddle the clip bounds and ±20, with
 // both advantage signs, NaN/±Inf tokens (some masked out), fractional masks and exact ties.
@@ -86,13 +82,12 @@ func closeF(a, b, rtol float64) bool {
 // relative, and repeated runs are bit-identical.
 func TestPolicySIMDVsGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
-	goIdx := len(policyImpls) - 1
-	for i, im := range policyImpls[:goIdx] {
+	for _, im := range policyImpls.SIMD() {
 		for _, T := range []int{1, 15, 16, 17, 31, 32, 33, 1023, 1025} {
 			for _, withLTM := range []bool{false, true} {
 				for _, acc := range []bool{false, true} {
 					for _, finite := range []bool{false, true} {
-						tag := fmt.Sprintf("%s T=%d ltm=%v acc=%v finite=%v", im.name, T, withLTM, acc, finite)
+						tag := fmt.Sprintf("%s T=%d ltm=%v acc=%v finite=%v", im.Name, T, withLTM, acc, finite)
 						in, _ := simdPolicyInputs(r, 3, T, withLTM, finite)
 						cfg := PolicyConfig{ClipHigh: 0.3}
 						cfg.Accumulate = acc
@@ -100,8 +95,8 @@ func TestPolicySIMDVsGo(t *testing.T) {
 						for j := range init {
 							init[j] = float32(j%7) - 3
 						}
-						run := func(idx int) (PolicyResult, []float32) {
-							defer usePolicyImpl(idx)()
+						run := func(name string) (PolicyResult, []float32) {
+							defer policyImpls.Use(name)()
 							g := append([]float32(nil), init...)
 							res, err := PolicyLoss(tensor.Must(tensor.FromFloat32(g, 3, T)), in, cfg)
 							if err != nil {
@@ -109,9 +104,9 @@ func TestPolicySIMDVsGo(t *testing.T) {
 							}
 							return res, g
 						}
-						wr, wg := run(goIdx)
-						gr, gg := run(i)
-						gr2, gg2 := run(i)
+						wr, wg := run(dispatch.GoName)
+						gr, gg := run(im.Name)
+						gr2, gg2 := run(im.Name)
 						if !sameResult(gr, gr2) {
 							t.Fatalf("%s: not deterministic: %+v vs %+v", tag, gr, gr2)
 						}

@@ -452,10 +452,10 @@ func BenchmarkPolicyLoss(b *testing.B) {
 	}
 	b.Run("cpu/type=default/shape=64x1024/data=adversarial", func(b *testing.B) { benchPolicy(b, Default, 64, 1024, true) })
 	// The Default loss per implementation of its per-token kernel (impl=avx512|avx2|go).
-	for i, im := range policyImpls {
+	for _, name := range policyImpls.Names() {
 		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
-			b.Run(fmt.Sprintf("cpu/type=default/impl=%s/shape=%dx%d", im.name, sh[0], sh[1]), func(b *testing.B) {
-				defer usePolicyImpl(i)()
+			b.Run(fmt.Sprintf("cpu/type=default/impl=%s/shape=%dx%d", name, sh[0], sh[1]), func(b *testing.B) {
+				defer policyImpls.Use(name)()
 				benchPolicy(b, Default, sh[0], sh[1], false)
 			})
 		}

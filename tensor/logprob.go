@@ -2,9 +2,9 @@ package tensor
 
 import (
 	"math"
-	"sync/atomic"
 	"unsafe"
 
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 )
@@ -312,7 +312,6 @@ func rowStatsSIMD(k *lpSIMD, r logitRows, i int, temperature float32) (m float32
 // kernels take whole vectors only (lengths a multiple of lanes); the methods below finish the
 // tails in Go.
 type lpSIMD struct {
-	name            string
 	lanes           int
 	max32           func(x []float32) float32
 	max16           func(x []uint16) float32
@@ -332,21 +331,12 @@ type lpSIMD struct {
 // caches (non-temporal stores): far larger than L2, the output would only evict the logits.
 const ntBytes = 32 << 20
 
-// lpImpl is an implementation of the vocabulary-wide loops: simd nil is the pure-Go reference.
-type lpImpl struct {
-	name string
-	simd *lpSIMD
-}
-
-// lpImpls lists the implementations this build can run on this CPU, best first; the pure-Go
-// one is always last. It is fixed at start-up (simdImpls detects the CPU's features).
-var lpImpls = append(simdImpls(), lpImpl{name: "go"})
-
-// lpSelect indexes lpImpls: the implementation the entry points use. Only the package's own
-// tests and benchmarks change it (to run every implementation); it is 0, the best, otherwise.
-var lpSelect atomic.Int32
-
-func activeLP() *lpSIMD { return lpImpls[lpSelect.Load()].simd }
+// lpImpls lists the implementations of the vocabulary-wide loops this build can run on this
+// CPU, best first; the pure-Go one ("go", nil kernels) is always last and is the reference the
+// vector kernels are tested against. It is fixed at start-up (simdImpls detects the CPU's
+// features); only the package's own tests and benchmarks change the selection (to run every
+// implementation), which is the best one otherwise.
+var lpImpls = dispatch.New(simdImpls()...)
 
 func (k *lpSIMD) blockMax(r logitRows, i, lo, hi int) float32 {
 	n := (hi - lo) &^ (k.lanes - 1)
@@ -434,7 +424,7 @@ func logProbEntropyHost(op string, logp, entropy, logits, targets *Tensor, tempe
 	if entropy != nil {
 		ent, _ = entropy.Float32s()
 	}
-	k := activeLP()
+	k := lpImpls.Active()
 	parallel.For(len(ys), parallel.Grain(rows.v, 1<<16), func(lo, hi int) {
 		var scratch []float32
 		if k == nil {
@@ -488,7 +478,7 @@ func logProbEntropyBackwardHost(op string, dlogits, logits, targets, logp, entro
 		out16, _ = dlogits.BF16s()
 	}
 	invT := 1 / temperature
-	if k := activeLP(); k != nil {
+	if k := lpImpls.Active(); k != nil {
 		nt := len(out32)*4 >= ntBytes
 		parallel.For(len(ys), parallel.Grain(v, 1<<16), func(lo, hi int) {
 			for i := lo; i < hi; i++ {

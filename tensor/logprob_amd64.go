@@ -2,18 +2,18 @@
 
 package tensor
 
-import "golang.org/x/sys/cpu"
+import "github.com/mtrl-go/mtrl/internal/dispatch"
 
 //go:generate go run -C ../internal/asmgen . -out ../../tensor/logprob_amd64.s -stubs ../../tensor/logprob_stub_amd64.go -pkg tensor
 
 // simdImpls returns the vector implementations of the log-prob loops this CPU supports, best
 // first: AVX-512F (16 lanes), then AVX2 with FMA (8 lanes). The kernels are generated with avo
 // by internal/asmgen into logprob_amd64.s; build with -tags noasm to use only the pure-Go code.
-func simdImpls() []lpImpl {
-	var out []lpImpl
-	if cpu.X86.HasAVX512F {
-		out = append(out, lpImpl{name: "avx512", simd: &lpSIMD{
-			name: "avx512", lanes: 16,
+func simdImpls() []dispatch.Impl[lpSIMD] {
+	var out []dispatch.Impl[lpSIMD]
+	if dispatch.HasAVX512(false) {
+		out = append(out, dispatch.Impl[lpSIMD]{Name: "avx512", Kernels: &lpSIMD{
+			lanes: 16,
 			max32: maxF32AVX512, max16: maxBF16AVX512,
 			fold32: foldF32AVX512, fold32s: foldF32ScaledAVX512,
 			fold16: foldBF16AVX512, fold16s: foldBF16ScaledAVX512,
@@ -25,9 +25,9 @@ func simdImpls() []lpImpl {
 			bwd16to32nt: [2]func(out []float32, x []uint16, temp, logZ, gl, ge, h, negInvT float32){bwdBF16NTAVX512, bwdBF16NTScaledAVX512},
 		}})
 	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		out = append(out, lpImpl{name: "avx2", simd: &lpSIMD{
-			name: "avx2", lanes: 8,
+	if dispatch.HasAVX2(true) {
+		out = append(out, dispatch.Impl[lpSIMD]{Name: "avx2", Kernels: &lpSIMD{
+			lanes: 8,
 			max32: maxF32AVX2, max16: maxBF16AVX2,
 			fold32: foldF32AVX2, fold32s: foldF32ScaledAVX2,
 			fold16: foldBF16AVX2, fold16s: foldBF16ScaledAVX2,

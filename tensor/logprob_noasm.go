@@ -2,5 +2,7 @@
 
 package tensor
 
+import "github.com/mtrl-go/mtrl/internal/dispatch"
+
 // simdImpls returns no vector implementations: this build uses the pure-Go loops only.
-func simdImpls() []lpImpl { return nil }
+func simdImpls() []dispatch.Impl[lpSIMD] { return nil }

@@ -8,16 +8,12 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/hostops"
 )
 
-func simdOnly(t testing.TB) []lpImpl {
-	var out []lpImpl
-	for _, im := range lpImpls {
-		if im.simd != nil {
-			out = append(out, im)
-		}
-	}
+func simdOnly(t testing.TB) []dispatch.Impl[lpSIMD] {
+	out := lpImpls.SIMD()
 	if len(out) == 0 {
 		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
 	}
@@ -38,7 +34,7 @@ func randLogits(r *rand.Rand, n int, scale float64) []float32 {
 func TestLogProbKernelsVsGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, im := range simdOnly(t) {
-		k := im.simd
+		k := im.Kernels
 		for n := 0; n <= 4*k.lanes*4+3; n++ {
 			for _, bf := range []bool{false, true} {
 				nn := r.IntN(n + 1) // the next block: a length up to n
@@ -62,7 +58,7 @@ func TestLogProbKernelsVsGo(t *testing.T) {
 					wantNext = max(wantNext, v)
 				}
 				if got := k.blockMax(rows, 0, 0, n); got != want {
-					t.Fatalf("%s bf16=%v n=%d: max %v, want %v", im.name, bf, n, got, want)
+					t.Fatalf("%s bf16=%v n=%d: max %v, want %v", im.Name, bf, n, got, want)
 				}
 				if n == 0 {
 					continue
@@ -77,10 +73,10 @@ func TestLogProbKernelsVsGo(t *testing.T) {
 					}
 					s, tt, nm := k.fold(rows, 0, 0, n, n+nn, m, temp, temp != 1)
 					if math.Abs(float64(s)-ws) > 1e-6*ws || math.Abs(float64(tt)-wt) > 1e-6*math.Abs(wt)+1e-30*float64(n) {
-						t.Fatalf("%s bf16=%v n=%d temp=%v: fold (%v, %v), want (%v, %v)", im.name, bf, n, temp, s, tt, ws, wt)
+						t.Fatalf("%s bf16=%v n=%d temp=%v: fold (%v, %v), want (%v, %v)", im.Name, bf, n, temp, s, tt, ws, wt)
 					}
 					if nm != wantNext {
-						t.Fatalf("%s bf16=%v n=%d next=%d: next max %v, want %v", im.name, bf, n, nn, nm, wantNext)
+						t.Fatalf("%s bf16=%v n=%d next=%d: next max %v, want %v", im.Name, bf, n, nn, nm, wantNext)
 					}
 				}
 			}
@@ -92,7 +88,7 @@ func TestLogProbKernelsVsGo(t *testing.T) {
 // logits in the backward give quiet NaN bfloat16 gradients; exp over the whole reduced range.
 func TestLogProbKernelsSpecial(t *testing.T) {
 	for _, im := range simdOnly(t) {
-		k := im.simd
+		k := im.Kernels
 		for _, v := range []int{5, 64, 100, simdBlock + 77} {
 			for pos := 0; pos < v; pos += max(1, v/7) {
 				x := make([]float32, v)
@@ -105,7 +101,7 @@ func TestLogProbKernelsSpecial(t *testing.T) {
 				x[pos] = float32(math.NaN())
 				_, s, _ := rowStatsSIMD(k, logitRows{v: v, f32: x}, 0, 1)
 				if !math.IsNaN(s) {
-					t.Fatalf("%s v=%d NaN at %d: s = %v, want NaN", im.name, v, pos, s)
+					t.Fatalf("%s v=%d NaN at %d: s = %v, want NaN", im.Name, v, pos, s)
 				}
 			}
 		}
@@ -127,16 +123,16 @@ func TestLogProbKernelsSpecial(t *testing.T) {
 			}
 		}
 		if worst > 3e-7 { // a few float32 ulp (one ulp is 6e-8 to 1.2e-7 relative)
-			t.Fatalf("%s: exp relative error %.3g", im.name, worst)
+			t.Fatalf("%s: exp relative error %.3g", im.Name, worst)
 		}
-		t.Logf("%s: worst exp relative error %.3g (hostops.ExpNonPosTable: %.3g)", im.name, worst, worstGo)
+		t.Logf("%s: worst exp relative error %.3g (hostops.ExpNonPosTable: %.3g)", im.Name, worst, worstGo)
 		// Backward with NaN logits: NaN gradients, quiet in bfloat16.
 		x := randLogits(rand.New(rand.NewPCG(1, 2)), 3*k.lanes, 1)
 		x[5] = float32(math.NaN())
 		out16 := make([]BF16, len(x))
 		k.backwardRow(nil, out16, logitRows{v: len(x), f32: x}, 0, 1, -3, 0.5, 0.25, 2, 1, false)
 		if g := out16[5].Float32(); !math.IsNaN(float64(g)) {
-			t.Fatalf("%s: bf16 gradient of a NaN logit is %v", im.name, g)
+			t.Fatalf("%s: bf16 gradient of a NaN logit is %v", im.Name, g)
 		}
 	}
 }
@@ -190,8 +186,8 @@ func BenchmarkLogProbKernels(b *testing.B) {
 		x16[i] = BF16FromFloat32(v)
 	}
 	out := make([]float32, len(x))
-	for _, im := range lpImpls {
-		k := im.simd
+	for _, im := range lpImpls.Impls() {
+		k := im.Kernels
 		for _, bf := range []bool{false, true} {
 			rows := logitRows{v: len(x), f32: x}
 			es := 4
@@ -200,7 +196,7 @@ func BenchmarkLogProbKernels(b *testing.B) {
 			}
 			var scratch [vocabBlock]float32
 			dt := map[bool]string{false: "float32", true: "bfloat16"}[bf]
-			b.Run(fmt.Sprintf("impl=%s/op=max/dtype=%s", im.name, dt), func(b *testing.B) {
+			b.Run(fmt.Sprintf("impl=%s/op=max/dtype=%s", im.Name, dt), func(b *testing.B) {
 				b.SetBytes(int64(len(x) * es))
 				for b.Loop() {
 					if k != nil {
@@ -216,7 +212,7 @@ func BenchmarkLogProbKernels(b *testing.B) {
 					}
 				}
 			})
-			b.Run(fmt.Sprintf("impl=%s/op=fold/dtype=%s", im.name, dt), func(b *testing.B) {
+			b.Run(fmt.Sprintf("impl=%s/op=fold/dtype=%s", im.Name, dt), func(b *testing.B) {
 				b.SetBytes(int64(len(x) * es))
 				for b.Loop() {
 					if k != nil {
@@ -230,7 +226,7 @@ func BenchmarkLogProbKernels(b *testing.B) {
 				}
 			})
 			if k != nil && !bf {
-				b.Run(fmt.Sprintf("impl=%s/op=backward/dtype=%s", im.name, dt), func(b *testing.B) {
+				b.Run(fmt.Sprintf("impl=%s/op=backward/dtype=%s", im.Name, dt), func(b *testing.B) {
 					b.SetBytes(int64(len(x) * 8))
 					for b.Loop() {
 						k.backwardRow(out, nil, rows, 0, 3, -5, 0.5, 0.5, 3, 1, false)
@@ -257,8 +253,8 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 		ys[i] = int32(r.IntN(v))
 	}
 	tg, _ := FromInt32(ys, n)
-	run := func(impl int, dt DType, temp float32) (lp, ent, dl []float32) {
-		defer lpSelect.Store(lpSelect.Swap(int32(impl)))
+	run := func(impl string, dt DType, temp float32) (lp, ent, dl []float32) {
+		defer lpImpls.Use(impl)()
 		var logits *Tensor
 		if dt == Float32 {
 			logits, _ = FromFloat32(x, n, v)
@@ -282,12 +278,11 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 		dl, _ = d.Float32s()
 		return lp, ent, dl
 	}
-	goIdx := len(lpImpls) - 1
-	for i, im := range impls {
+	for _, im := range impls {
 		for _, dt := range []DType{Float32, BFloat16} {
 			for _, temp := range []float32{1, 0.8} {
-				lp0, ent0, dl0 := run(goIdx, dt, temp)
-				lp1, ent1, dl1 := run(i, dt, temp)
+				lp0, ent0, dl0 := run(dispatch.GoName, dt, temp)
+				lp1, ent1, dl1 := run(im.Name, dt, temp)
 				worst := func(a, b []float32, floor float64) float64 {
 					w := 0.0
 					for j := range a {
@@ -297,9 +292,9 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 					return w
 				}
 				wl, we, wd := worst(lp0, lp1, 1), worst(ent0, ent1, 1), worst(dl0, dl1, 1e-3)
-				t.Logf("%s %v T=%v: max rel diff vs go: logp %.2g entropy %.2g dlogits %.2g", im.name, dt, temp, wl, we, wd)
+				t.Logf("%s %v T=%v: max rel diff vs go: logp %.2g entropy %.2g dlogits %.2g", im.Name, dt, temp, wl, we, wd)
 				if wl > 1e-5 || we > 1e-5 || wd > 1e-4 {
-					t.Errorf("%s %v T=%v: SIMD and Go differ beyond rounding", im.name, dt, temp)
+					t.Errorf("%s %v T=%v: SIMD and Go differ beyond rounding", im.Name, dt, temp)
 				}
 			}
 		}
@@ -311,7 +306,7 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 func TestLogProbBackwardNT(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	for _, im := range simdOnly(t) {
-		k := im.simd
+		k := im.Kernels
 		for _, v := range []int{k.lanes, 5*k.lanes + 3, 3000} {
 			for _, bf := range []bool{false, true} {
 				x := randLogits(r, v, 3)
@@ -333,7 +328,7 @@ func TestLogProbBackwardNT(t *testing.T) {
 					k.backwardRow(plain, nil, rows, 0, v/2, -4, 0.3, -0.2, 2.5, temp, false)
 					for j := range nt {
 						if math.Float32bits(nt[j]) != math.Float32bits(plain[j]) {
-							t.Fatalf("%s v=%d bf16=%v T=%v: element %d: nt %v, plain %v", im.name, v, bf, temp, j, nt[j], plain[j])
+							t.Fatalf("%s v=%d bf16=%v T=%v: element %d: nt %v, plain %v", im.Name, v, bf, temp, j, nt[j], plain[j])
 						}
 					}
 				}

@@ -12,7 +12,7 @@ const MaskEps float32 = 1e-8
 // 2^17 elements in order), so results are deterministic and agree with the Go loop to float64
 // rounding (about 1e-16 relative to the sum of magnitudes).
 func MaskedSum(v, m []float32) (sum, count float64) {
-	if k := activeMasked(); k != nil {
+	if k := maskedImpls.Active(); k != nil {
 		return k.sumSIMD(v, m)
 	}
 	return maskedSumGo(v, m)
@@ -68,7 +68,7 @@ func maskedMoments(v, m []float32, unbiased bool) (mean, variance float32) {
 	sum, count := MaskedSum(v, m)
 	mean = MeanOf(sum, count)
 	var sq float64
-	if k := activeMasked(); k != nil {
+	if k := maskedImpls.Active(); k != nil {
 		sq = k.sqDevSIMD(v, m, mean)
 	} else {
 		sq = sqDevGo(v, m, mean)
@@ -86,7 +86,7 @@ func maskedMoments(v, m []float32, unbiased bool) (mean, variance float32) {
 func MaskedWhiten(dst, v, m []float32) {
 	mean, variance := maskedMoments(v, m, true)
 	scale := float32(1 / math.Sqrt(float64(variance+1e-8)))
-	if k := activeMasked(); k != nil {
+	if k := maskedImpls.Active(); k != nil {
 		k.whitenSIMD(dst, v, mean, scale)
 		return
 	}

@@ -1,8 +1,7 @@
 package hostops
 
 import (
-	"sync/atomic"
-
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
@@ -15,40 +14,17 @@ type maskedSIMD struct {
 	whiten func(dst, v []float32, mean, scale float32)
 }
 
-type maskedImpl struct {
-	name string
-	simd *maskedSIMD
-}
-
 // maskedImpls lists the implementations this build can run on this CPU, best first; the
-// pure-Go one ("go") is always last.
-var maskedImpls = append(simdMaskedImpls(), maskedImpl{name: "go"})
-
-var maskedSelect atomic.Int32
-
-func activeMasked() *maskedSIMD { return maskedImpls[maskedSelect.Load()].simd }
+// pure-Go one ("go", nil kernels) is always last.
+var maskedImpls = dispatch.New(simdMaskedImpls()...)
 
 // MaskedImpls names the implementations of the masked reductions this build and CPU can run,
 // best first; "go" (the pure-Go reference) is last. For tests and benchmarks.
-func MaskedImpls() []string {
-	names := make([]string, len(maskedImpls))
-	for i, im := range maskedImpls {
-		names[i] = im.name
-	}
-	return names
-}
+func MaskedImpls() []string { return maskedImpls.Names() }
 
 // UseMaskedImpl makes the masked reductions use the named implementation until the returned
 // function restores the default. For tests and benchmarks; not safe in parallel tests.
-func UseMaskedImpl(name string) (restore func()) {
-	for i, im := range maskedImpls {
-		if im.name == name {
-			old := maskedSelect.Swap(int32(i))
-			return func() { maskedSelect.Store(old) }
-		}
-	}
-	panic("hostops: unknown masked implementation " + name)
-}
+func UseMaskedImpl(name string) (restore func()) { return maskedImpls.Use(name) }
 
 // maskedChunk is the fixed chunk of the vectorized reductions: partial float64 sums per chunk
 // are combined in chunk order, so the result depends only on the length, never on GOMAXPROCS.

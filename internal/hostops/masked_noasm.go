@@ -2,5 +2,7 @@
 
 package hostops
 
+import "github.com/mtrl-go/mtrl/internal/dispatch"
+
 // simdMaskedImpls returns no vector implementations: this build uses the pure-Go loops only.
-func simdMaskedImpls() []maskedImpl { return nil }
+func simdMaskedImpls() []dispatch.Impl[maskedSIMD] { return nil }
