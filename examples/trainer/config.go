@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/ppo"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
@@ -63,21 +65,18 @@ type TrainingConfig struct {
 	Progress           bool    `yaml:"progress" json:"progress"`
 }
 
-// OptimizationConfig is the token-perception part (tprl.Config) and the image perturbation.
+// OptimizationConfig is the token-perception part and the image perturbation. The
+// token-perception keys (enable_perception_filtering, top_p_perception_tokens,
+// enable_entropy_filtering, top_p_entropy_tokens, enable_trajectory_reweighting,
+// trajectory_scaling_min, trajectory_shaping_scope, shaping_requires_perception) are tprl.Config's
+// own, inlined, so the library's tags, defaults and validation apply unchanged.
 type OptimizationConfig struct {
-	EnablePerceptionFiltering   bool    `yaml:"enable_perception_filtering" json:"enable_perception_filtering"`
-	TopPPerceptionTokens        float64 `yaml:"top_p_perception_tokens" json:"top_p_perception_tokens"`
-	EnableEntropyFiltering      bool    `yaml:"enable_entropy_filtering" json:"enable_entropy_filtering"`
-	TopPEntropyTokens           float64 `yaml:"top_p_entropy_tokens" json:"top_p_entropy_tokens"`
-	EnableTrajectoryReweighting bool    `yaml:"enable_trajectory_reweighting" json:"enable_trajectory_reweighting"`
-	TrajectoryScalingMin        float64 `yaml:"trajectory_scaling_min" json:"trajectory_scaling_min"`
-	TrajectoryShapingScope      string  `yaml:"trajectory_shaping_scope" json:"trajectory_shaping_scope"`
-	ShapingRequiresPerception   bool    `yaml:"shaping_requires_perception" json:"shaping_requires_perception"`
-	Perturbation                string  `yaml:"perturbation" json:"perturbation"`
-	PatchSize                   int     `yaml:"patch_size" json:"patch_size"`
-	BlackProb                   float64 `yaml:"black_prob" json:"black_prob"`
-	NoiseStd                    float64 `yaml:"noise_std" json:"noise_std"`
-	BlurRadius                  float64 `yaml:"blur_radius" json:"blur_radius"`
+	tprl.Config  `yaml:",inline"`
+	Perturbation string  `yaml:"perturbation" json:"perturbation"`
+	PatchSize    int     `yaml:"patch_size" json:"patch_size"`
+	BlackProb    float64 `yaml:"black_prob" json:"black_prob"`
+	NoiseStd     float64 `yaml:"noise_std" json:"noise_std"`
+	BlurRadius   float64 `yaml:"blur_radius" json:"blur_radius"`
 }
 
 // WorkerConfig holds the actor (policy, optimizer, model) and the rollout settings.
@@ -226,22 +225,38 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, name string) error {
 	return nil
 }
 
-func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
+// yamlFields lists the keys of struct type t with their fields, descending into fields tagged
+// ",inline" (their Index is then the full path from t).
+func yamlFields(t reflect.Type) (keys []string, fields []reflect.StructField) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if strings.Split(f.Tag.Get("yaml"), ",")[0] == tag {
-			return f, true
+		key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" && f.Type.Kind() == reflect.Struct {
+			ik, ifs := yamlFields(f.Type)
+			for j := range ifs {
+				ifs[j].Index = append([]int{i}, ifs[j].Index...)
+			}
+			keys, fields = append(keys, ik...), append(fields, ifs...)
+			continue
+		}
+		keys, fields = append(keys, key), append(fields, f)
+	}
+	return keys, fields
+}
+
+func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
+	keys, fields := yamlFields(t)
+	for i, k := range keys {
+		if k == tag {
+			return fields[i], true
 		}
 	}
 	return reflect.StructField{}, false
 }
 
 func tagsOf(t reflect.Type) []string {
-	var s []string
-	for i := range t.NumField() {
-		s = append(s, strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0])
-	}
-	return s
+	keys, _ := yamlFields(t)
+	return keys
 }
 
 // Set applies one override "key.path=value"; the value is parsed as YAML into the key's type.
@@ -310,9 +325,6 @@ func (c Config) Validate() error {
 		nonneg("training.save_freq", t.SaveFreq),
 		nonneg("training.rollout_samples", t.RolloutSamples),
 		nonneg("training.rollout_log_freq", t.RolloutLogFreq),
-		finite("optimization.top_p_perception_tokens", o.TopPPerceptionTokens, 0, 1),
-		finite("optimization.top_p_entropy_tokens", o.TopPEntropyTokens, 0, 1),
-		finite("optimization.trajectory_scaling_min", o.TrajectoryScalingMin, 0, 1),
 		pos("optimization.patch_size", o.PatchSize),
 		finite("optimization.black_prob", o.BlackProb, 0, 1),
 		finite("optimization.noise_std", o.NoiseStd, 0, math.MaxFloat64),
@@ -376,8 +388,12 @@ func (c Config) Validate() error {
 	if _, err := advantage.ParseEstimator(t.AdvEstimator); err != nil {
 		return keyErr("training.adv_estimator", "%v", err)
 	}
-	if _, err := tprl.ParseShapingScope(o.TrajectoryShapingScope); err != nil {
-		return keyErr("optimization.trajectory_shaping_scope", "%v", err)
+	if err := o.Config.Validate(); err != nil {
+		var e *tensor.Error
+		if errors.As(err, &e) { // tprl names the YAML key of its own section
+			return keyErr("optimization."+e.Arg, "%s", e.Detail)
+		}
+		return err
 	}
 	if _, err := c.Perturbation(); err != nil {
 		return err
@@ -397,21 +413,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Tokens maps the optimization section onto tprl.Config.
-func (c Config) Tokens() tprl.Config {
-	o := c.Optimization
-	scope, _ := tprl.ParseShapingScope(o.TrajectoryShapingScope)
-	return tprl.Config{
-		EnableEntropyFiltering:      o.EnableEntropyFiltering,
-		TopPEntropyTokens:           o.TopPEntropyTokens,
-		EnablePerceptionFiltering:   o.EnablePerceptionFiltering,
-		TopPPerceptionTokens:        o.TopPPerceptionTokens,
-		EnableTrajectoryReweighting: o.EnableTrajectoryReweighting,
-		TrajectoryScalingMin:        o.TrajectoryScalingMin,
-		TrajectoryShapingScope:      scope,
-		ShapingRequiresPerception:   o.ShapingRequiresPerception,
-	}
-}
+// Tokens is the token-perception configuration (the optimization section's tprl keys).
+func (c Config) Tokens() tprl.Config { return c.Optimization.Config }
 
 // Update maps the actor section and the tokens onto tprl.UpdateConfig.
 func (c Config) Update() (tprl.UpdateConfig, error) {
