@@ -178,13 +178,14 @@ func (b *Backend) Sync() error {
 	})
 }
 
-// storage is device memory of one backend.
+// storage is device memory of one backend. freed is touched only on the backend's thread
+// (inside b.do closures): the check that a storage is live and its use by a copy or kernel run in
+// one closure, so a concurrent Release (itself a closure) can only come before or after both.
 type storage struct {
 	b   *Backend
 	ptr cu.DevicePtr
 	n   int
 
-	mu    sync.Mutex
 	freed bool
 }
 
@@ -192,20 +193,19 @@ func (s *storage) Backend() tensor.Backend { return s.b }
 func (s *storage) Len() int                { return s.n }
 
 // Release frees the device memory now (after the queued work that may use it has finished).
-// Releasing twice, or after the backend was closed, is a no-op.
+// Releasing twice, or after the backend was closed, is a no-op; operations on released storage
+// fail with tensor.ErrClosed.
 func (s *storage) Release() error {
 	const op = "cuda.Storage.Release"
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.freed {
-		return nil
-	}
-	s.freed = true
 	runtime.SetFinalizer(s, nil)
 	if s.ptr == 0 {
 		return nil
 	}
 	err := s.b.do(op, func() error {
+		if s.freed {
+			return nil
+		}
+		s.freed = true
 		if err := s.b.stream.Synchronize(); err != nil {
 			return devErr(op, "cuStreamSynchronize", "", err)
 		}
@@ -256,8 +256,9 @@ func (b *Backend) Alloc(bytes int) (tensor.Storage, error) {
 	return s, nil
 }
 
-// own checks that st is live storage of b and that [off, off+n) lies inside it.
-func (b *Backend) own(op, arg string, st tensor.Storage, off, n int) (*storage, error) {
+// owner checks that st is storage of b and that [off, off+n) lies inside it; it may run on
+// any goroutine.
+func (b *Backend) owner(op, arg string, st tensor.Storage, off, n int) (*storage, error) {
 	s, ok := st.(*storage)
 	if !ok || s.b != b {
 		return nil, tensor.Errorf(tensor.ErrBackend, op, arg, "storage belongs to %s, not %s", st.Backend().Name(), b.name)
@@ -265,10 +266,17 @@ func (b *Backend) own(op, arg string, st tensor.Storage, off, n int) (*storage, 
 	if off < 0 || n < 0 || off+n > s.n {
 		return nil, tensor.Errorf(tensor.ErrShape, op, arg, "byte range [%d, %d) outside storage of %d bytes", off, off+n, s.n)
 	}
-	s.mu.Lock()
-	freed := s.freed
-	s.mu.Unlock()
-	if freed {
+	return s, nil
+}
+
+// own is owner plus the check that the storage was not released. It must run on the backend's
+// thread, in the closure that then uses the storage.
+func (b *Backend) own(op, arg string, st tensor.Storage, off, n int) (*storage, error) {
+	s, err := b.owner(op, arg, st, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if s.freed {
 		return nil, tensor.Errorf(tensor.ErrClosed, op, arg, "storage was released")
 	}
 	return s, nil
@@ -278,11 +286,14 @@ func (b *Backend) own(op, arg string, st tensor.Storage, off, n int) (*storage, 
 // queued work).
 func (b *Backend) Upload(dst tensor.Storage, off int, src []byte) error {
 	const op = "cuda.Backend.Upload"
-	d, err := b.own(op, "dst", dst, off, len(src))
-	if err != nil || len(src) == 0 {
+	if _, err := b.owner(op, "dst", dst, off, len(src)); err != nil || len(src) == 0 {
 		return err
 	}
 	return b.do(op, func() error {
+		d, err := b.own(op, "dst", dst, off, len(src))
+		if err != nil {
+			return err
+		}
 		if err := cu.MemcpyHtoD(d.ptr+cu.DevicePtr(off), unsafe.Pointer(unsafe.SliceData(src)), int64(len(src))); err != nil {
 			return devErr(op, "cuMemcpyHtoD", "", err)
 		}
@@ -293,11 +304,14 @@ func (b *Backend) Upload(dst tensor.Storage, off int, src []byte) error {
 // Download copies len(dst) bytes at byte offset off into dst, after the queued work.
 func (b *Backend) Download(dst []byte, src tensor.Storage, off int) error {
 	const op = "cuda.Backend.Download"
-	s, err := b.own(op, "src", src, off, len(dst))
-	if err != nil || len(dst) == 0 {
+	if _, err := b.owner(op, "src", src, off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
 	return b.do(op, func() error {
+		s, err := b.own(op, "src", src, off, len(dst))
+		if err != nil {
+			return err
+		}
 		if err := cu.MemcpyDtoH(unsafe.Pointer(unsafe.SliceData(dst)), s.ptr+cu.DevicePtr(off), int64(len(dst))); err != nil {
 			return devErr(op, "cuMemcpyDtoH", "", err)
 		}
@@ -305,19 +319,42 @@ func (b *Backend) Download(dst []byte, src tensor.Storage, off int) error {
 	})
 }
 
-// Copy copies n bytes between two storages of this backend, queued on the stream.
+// Copy copies n bytes between two storages of this backend, queued on the stream. Overlapping
+// ranges of one storage behave as Go's copy (and the CPU backend): the result is the source as
+// it was before the copy. cuMemcpyDtoD leaves overlap undefined, so such a copy goes through
+// the backend's scratch memory.
 func (b *Backend) Copy(dst tensor.Storage, dstOff int, src tensor.Storage, srcOff, n int) error {
 	const op = "cuda.Backend.Copy"
-	d, err := b.own(op, "dst", dst, dstOff, n)
-	if err != nil {
+	if _, err := b.owner(op, "dst", dst, dstOff, n); err != nil {
 		return err
 	}
-	s, err := b.own(op, "src", src, srcOff, n)
-	if err != nil || n == 0 {
+	if _, err := b.owner(op, "src", src, srcOff, n); err != nil || n == 0 {
 		return err
 	}
 	return b.do(op, func() error {
-		if err := cu.MemcpyDtoDAsync(d.ptr+cu.DevicePtr(dstOff), s.ptr+cu.DevicePtr(srcOff), int64(n), b.stream); err != nil {
+		d, err := b.own(op, "dst", dst, dstOff, n)
+		if err != nil {
+			return err
+		}
+		s, err := b.own(op, "src", src, srcOff, n)
+		if err != nil {
+			return err
+		}
+		to, from := d.ptr+cu.DevicePtr(dstOff), s.ptr+cu.DevicePtr(srcOff)
+		switch {
+		case to == from:
+			return nil
+		case d == s && max(dstOff, srcOff) < min(dstOff, srcOff)+n:
+			tmp, err := b.scratchPtr(op, int64(n))
+			if err != nil {
+				return err
+			}
+			if err := cu.MemcpyDtoDAsync(tmp, from, int64(n), b.stream); err != nil {
+				return devErr(op, "cuMemcpyDtoDAsync", "", err)
+			}
+			from = tmp
+		}
+		if err := cu.MemcpyDtoDAsync(to, from, int64(n), b.stream); err != nil {
 			return devErr(op, "cuMemcpyDtoDAsync", "", err)
 		}
 		return nil

@@ -14,6 +14,10 @@
 // libcuda.so.1, so `go test -c -tags cuda` on a machine with the toolkit (for the libcuda stub)
 // produces a test binary that runs on a GPU machine with a driver but no Go (scripts/gpu-check).
 //
+// Without a GPU, scripts/cuda-emu runs this package and its tests unchanged on internal/cuemu,
+// a CPU emulation of the driver calls used here and of the CUDA execution model the kernels use
+// (README "CUDA" lists what that verifies and what it cannot).
+//
 // # Where it sits
 //
 // A VPPO step runs the policy forward, then tensor.LogProbEntropy on logits [B, T, V], the
@@ -53,10 +57,12 @@
 // perturbation kinds (noise, masking, blur).
 //
 // The loss and advantage kernels use ports of internal/hostops' float32 exp (hostexp.cuh) and
-// mirror the pure-Go kernels' float32 order; their float64 sums are block trees rather than
-// the host's index-order loops, so results agree with the CPU backend to float64 rounding
-// before the final float32 rounding (in practice bitwise or within an ulp), and the vector
-// (SIMD) host kernels differ from both by an ulp or two.
+// mirror the pure-Go kernels' float32 order; every sum is float64 on both sides (block trees
+// here, index order there), so results agree with the CPU backend's pure-Go kernels to float64
+// rounding before the final float32 rounding (in practice bitwise or within an ulp). The vector
+// (SIMD) host kernels differ from both by an ulp or two (their vector exp and float32 lane
+// sums), which the cross-checks avoid by comparing with the pure-Go kernels
+// (internal/dispatch.ForceGo).
 //
 // # Threads, streams, errors
 //

@@ -102,11 +102,7 @@ func lossOps(rows, cols int) []op {
 				}
 				cfg := ppo.PolicyConfig{LossType: lt, Agg: agg, GradOptions: v.opts}
 				// Per-token gradients are about 1/S: an absolute tolerance must be far below that.
-				// GSPO's d loss/d seq is a float64 block sum here, a float32 loop on the CPU.
 				rtol := 2e-5
-				if lt == ppo.GSPO {
-					rtol = 1e-4
-				}
 				ops = append(ops, op{fmt.Sprintf("PolicyLoss/%v/%v/%s", lt, mode, v.name), rtol, 1e-12, func(t *testing.T, be tensor.Backend) [][]float32 {
 					g := up(t, be, gradInit, rows, cols)
 					in := ppo.PolicyInputs{

@@ -482,7 +482,9 @@ func policyRowKernel[F hostops.Float](k *policyConsts[F], gr, old, lp, adv, m, l
 		rowCnt = c
 	}
 	gw := k.scale * w
-	var dseq F // d loss / d seq (GSPO)
+	// d loss / d seq (GSPO), accumulated in float64 like every other sum of the loss, so that
+	// backends agree to the float32 rounding of the total whatever order they add in.
+	var dseq float64
 	for t, mw := range m {
 		if mw == 0 {
 			if gr != nil && !k.acc {
@@ -518,7 +520,7 @@ func policyRowKernel[F hostops.Float](k *policyConsts[F], gr, old, lp, adv, m, l
 		}
 		g := gw * mw * lw * d
 		if k.typ == GSPO {
-			dseq += g * mw
+			dseq += float64(g * mw)
 			continue
 		}
 		if k.acc {
@@ -529,7 +531,7 @@ func policyRowKernel[F hostops.Float](k *policyConsts[F], gr, old, lp, adv, m, l
 	}
 	if gr != nil && k.typ == GSPO {
 		// d seq / d lp[s] = m[s] / (n + eps)
-		f := dseq / (F(rowCnt) + k.eps)
+		f := F(dseq) / (F(rowCnt) + k.eps)
 		for t, mw := range m {
 			if mw == 0 {
 				continue

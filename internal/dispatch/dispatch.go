@@ -41,7 +41,23 @@ func New[K any](simd ...Impl[K]) *Set[K] {
 }
 
 // Active returns the kernels of the selected implementation: nil means the pure-Go loops.
-func (s *Set[K]) Active() *K { return s.impls[s.sel.Load()].Kernels }
+func (s *Set[K]) Active() *K {
+	if forcedGo.Load() > 0 {
+		return nil
+	}
+	return s.impls[s.sel.Load()].Kernels
+}
+
+// forcedGo counts the ForceGo calls not yet restored.
+var forcedGo atomic.Int32
+
+// ForceGo makes every Set of the process run its pure-Go reference until restore is called.
+// The device kernels reproduce the pure-Go kernels' arithmetic, not the vector kernels' (whose
+// exp and lane sums differ in the last bits), so package cuda's cross-checks compare with it.
+func ForceGo() (restore func()) {
+	forcedGo.Add(1)
+	return func() { forcedGo.Add(-1) }
+}
 
 // Impls returns every implementation, best first, the pure-Go one last.
 func (s *Set[K]) Impls() []Impl[K] { return slices.Clone(s.impls) }

@@ -10,6 +10,7 @@
 package tensortest
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -124,6 +125,42 @@ func bitsEqual(a, b []float32) bool {
 	return true
 }
 
+// testOverlappingCopy checks Backend.Copy within one storage: overlapping ranges in either
+// direction, and a range onto itself, give what Go's copy gives (the source as it was).
+func testOverlappingCopy(t *testing.T, b tensor.Backend) {
+	const n = 4099
+	orig := make([]byte, n)
+	for i := range orig {
+		orig[i] = byte(i*131 + i/256)
+	}
+	for _, c := range []struct{ dst, src, len int }{
+		{1, 0, n - 1}, {0, 1, n - 1}, {1000, 37, 3000}, {37, 1000, 3000}, {5, 5, 100}, {0, 2048, 2048},
+	} {
+		st, err := b.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Upload(st, 0, orig); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Copy(st, c.dst, st, c.src, c.len); err != nil {
+			t.Fatalf("Copy(dst %d, src %d, %d bytes) within one storage: %v", c.dst, c.src, c.len, err)
+		}
+		got := make([]byte, n)
+		if err := b.Download(got, st, 0); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]byte(nil), orig...)
+		copy(want[c.dst:c.dst+c.len], want[c.src:c.src+c.len])
+		if !bytes.Equal(got, want) {
+			t.Errorf("Copy(dst %d, src %d, %d bytes) within one storage differs from Go's copy", c.dst, c.src, c.len)
+		}
+		if err := st.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func testMemory(t *testing.T, b tensor.Backend) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range edgeSizes {
@@ -161,6 +198,7 @@ func testMemory(t *testing.T, b tensor.Backend) {
 			}
 		}
 	}
+	testOverlappingCopy(t, b)
 	for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Int32, tensor.Uint8} {
 		d, err := tensor.New(b, dt, 3, 257)
 		if err != nil {

@@ -1,0 +1,111 @@
+// Kernels that exercise the emulator itself (internal/cuemu's tests): the execution model on
+// correct code, and each violation it must catch. They are compiled into the emulator next to
+// mtrl's kernels; no PTX exists for them (the tests load hand-written entry declarations).
+#include <stdint.h>
+
+extern "C" {
+
+// Block sums through every shuffle type, shared memory and barriers: out[b] for block b gets
+// sum(in[b*blockDim.x + t]) as float, double, int and unsigned (four slots).
+__global__ void __launch_bounds__(256) cuemu_selftest_reduce(double* out, const float* in) {
+    __shared__ double sd[8];
+    __shared__ float sf[8];
+    __shared__ int si[8];
+    __shared__ unsigned int su[8];
+    float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+    float f = v;
+    double d = v;
+    int i = (int)v;
+    unsigned int u = (unsigned int)v;
+    for (int o = 16; o > 0; o >>= 1) {
+        f += __shfl_xor_sync(0xffffffffu, f, o);
+        d += __shfl_xor_sync(0xffffffffu, d, o);
+        i += __shfl_xor_sync(0xffffffffu, i, o);
+        u += __shfl_xor_sync(0xffffffffu, u, o);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sd[warp] = d;
+        sf[warp] = f;
+        si[warp] = i;
+        su[warp] = u;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double rd = 0, rf = 0, ri = 0, ru = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+            rd += sd[w];
+            rf += sf[w];
+            ri += si[w];
+            ru += su[w];
+        }
+        double* o = out + 4 * blockIdx.x;
+        o[0] = rf;
+        o[1] = rd;
+        o[2] = ri;
+        o[3] = ru;
+    }
+}
+
+// Atomics: counts[0] += 1 per thread, counts[1] = min over threads of (1000 - tid).
+__global__ void cuemu_selftest_atomics(int* counts) {
+    atomicAdd(&counts[0], 1);
+    atomicMin(&counts[1], 1000 - (int)(blockIdx.x * blockDim.x + threadIdx.x));
+}
+
+// Every parameter size the backend passes: out = {f, (double)i, (double)l, (double)u8}.
+__global__ void cuemu_selftest_params(double* out, float f, int i, int64_t l, unsigned char u8) {
+    if (threadIdx.x == 0) {
+        out[0] = f;
+        out[1] = i;
+        out[2] = (double)l;
+        out[3] = u8;
+    }
+}
+
+// x*y+z rounded twice (as nvcc -fmad=false): with contraction it would round once.
+__global__ void cuemu_selftest_fma(float* out, float x, float y, float z) {
+    if (threadIdx.x == 0) out[0] = x * y + z;
+}
+
+// Reads shared memory nobody wrote: the emulator fills it with 0xff bytes (NaN).
+__global__ void cuemu_selftest_uninit(float* out) {
+    __shared__ float s[4];
+    if (threadIdx.x == 0) out[0] = s[threadIdx.x + 1];
+}
+
+// Order-dependent code: every thread writes its own index to one place without a barrier, so
+// the value left depends on which thread ran last.
+__global__ void cuemu_selftest_order(int* out) {
+    out[0] = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+// Threads 128 and up return before a barrier the others wait at.
+__global__ void cuemu_selftest_skip_barrier(int* out) {
+    if (threadIdx.x >= 128) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+// Lane 5 of warp 1 exits before a full-warp shuffle.
+__global__ void cuemu_selftest_missing_lane(int* out) {
+    if (threadIdx.x == 37) return;
+    int v = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+    out[threadIdx.x] = v;
+}
+
+// Half of warp 0 shuffles while the other half waits at a barrier: a deadlock.
+__global__ void cuemu_selftest_deadlock(int* out) {
+    if (threadIdx.x < 16) {
+        out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+    } else {
+        __syncthreads();
+    }
+}
+
+// Reads one element past the end of in (n elements): caught only under AddressSanitizer.
+__global__ void cuemu_selftest_oob(float* out, const float* in, int64_t n) {
+    if (threadIdx.x == 0) out[0] = in[n];
+}
+
+}  // extern "C"
