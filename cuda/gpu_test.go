@@ -274,7 +274,10 @@ func TestCrossCheck(t *testing.T) {
 	b := device(t)
 	defer dispatch.ForceGo()()
 	shapes := [][2]int{{3, 33}, {64, 1024}, {512, 2048}}
-	if !testing.Short() {
+	switch {
+	case os.Getenv("MTRL_CUDA_SMALL") == "1": // slow emulated runs (AddressSanitizer, reverse order)
+		shapes = shapes[:2]
+	case !testing.Short():
 		shapes = append(shapes, [2]int{2048, 2048}) // 4M tokens
 	}
 	for _, s := range shapes {

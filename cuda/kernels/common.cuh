@@ -74,8 +74,9 @@ __device__ __forceinline__ int block_sum_i32(int v, int* scratch) {
     return r;
 }
 
-// Records the lowest bad row in *flag (an int64 initialised to INT64_MAX by the host). Integer
-// atomicMin is order-independent, so the result is deterministic.
+// Records the lowest bad row in *flag, 8 bytes the host sets to all ones (UINT64_MAX: no bad
+// row) before the launch. Unsigned atomicMin is order-independent, so the result is
+// deterministic.
 __device__ __forceinline__ void flag_row(long long* flag, int64_t row) {
     atomicMin((unsigned long long*)flag, (unsigned long long)row);
 }

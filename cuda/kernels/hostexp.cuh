@@ -1,6 +1,9 @@
 // Ports of internal/hostops' float32 exp (Exp32, ExpNonPos) so that the device kernels of the
 // loss and advantage families round exactly like the pure-Go kernels they mirror. Compiled with
-// -fmad=false, every operation below rounds as Go's does (Go never fuses on amd64).
+// -fmad=false, every operation below rounds on its own, as Go's do at the default GOAMD64=v1.
+// From GOAMD64=v3 on, the Go compiler may fuse x*y+z into one FMA (the spec allows it wherever
+// no explicit conversion rounds the product), and the host results can then differ in the
+// last bit.
 #pragma once
 #include <stdint.h>
 
