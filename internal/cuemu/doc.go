@@ -41,6 +41,7 @@
 //	CUEMU_SMS       multiprocessor count each device reports (default 132, an H100 SXM)
 //	CUEMU_MEMORY    bytes of memory per device (default 8 GiB); beyond it cuMemAlloc fails
 //	CUEMU_ORDER     "reverse" runs blocks and threads in reverse order
+//	CUEMU_LAUNCH_LOG a file to which each kernel's name is appended at its first launch
 //
 // # What is not emulated
 //

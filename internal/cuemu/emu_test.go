@@ -30,7 +30,7 @@ const selftestPTX = `
 `
 
 // device opens a context current on the test's (locked) OS thread and loads the selftest module.
-func device(t *testing.T) Module {
+func device(t testing.TB) Module {
 	t.Helper()
 	runtime.LockOSThread()
 	dev, err := GetDevice(0)
@@ -54,7 +54,7 @@ func device(t *testing.T) Module {
 	return m
 }
 
-func getFunction(t *testing.T, m Module, name string) Function {
+func getFunction(t testing.TB, m Module, name string) Function {
 	t.Helper()
 	f, err := m.Function(name)
 	if err != nil {
@@ -63,7 +63,7 @@ func getFunction(t *testing.T, m Module, name string) Function {
 	return f
 }
 
-func alloc(t *testing.T, n int64) DevicePtr {
+func alloc(t testing.TB, n int64) DevicePtr {
 	t.Helper()
 	p, err := MemAlloc(n)
 	if err != nil {
@@ -72,7 +72,7 @@ func alloc(t *testing.T, n int64) DevicePtr {
 	return p
 }
 
-func upload[T any](t *testing.T, v []T) DevicePtr {
+func upload[T any](t testing.TB, v []T) DevicePtr {
 	t.Helper()
 	n := int64(len(v)) * int64(unsafe.Sizeof(v[0]))
 	p := alloc(t, n)
@@ -100,7 +100,7 @@ func args(vs ...uint64) []unsafe.Pointer {
 	return out
 }
 
-func launch(t *testing.T, f Function, grid, block int, a []unsafe.Pointer) {
+func launch(t testing.TB, f Function, grid, block int, a []unsafe.Pointer) {
 	t.Helper()
 	if err := f.Launch(grid, 1, 1, block, 1, 1, 0, Stream{}, a); err != nil {
 		t.Fatal(err)

@@ -4,10 +4,34 @@ package cu
 import "C"
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"strings"
+	"sync"
 	"unsafe"
 )
+
+// launched records the kernels this process has launched, for CUEMU_LAUNCH_LOG.
+var launched sync.Map
+
+// logLaunch appends the kernel's name to the file named by CUEMU_LAUNCH_LOG the first time the
+// process launches it, so that a test script can check that its tests ran every kernel.
+func logLaunch(name string) {
+	path := os.Getenv("CUEMU_LAUNCH_LOG")
+	if path == "" {
+		return
+	}
+	if _, seen := launched.LoadOrStore(name, true); seen {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		violation("CUEMU_LAUNCH_LOG: %v", err)
+	}
+	defer f.Close()
+	fmt.Fprintln(f, name)
+}
 
 // Launch runs the kernel on the emulated device: every block, to completion, before it returns.
 //
@@ -27,6 +51,7 @@ func (fn Function) Launch(gridDimX, gridDimY, gridDimZ int, blockDimX, blockDimY
 	if err != nil {
 		return err
 	}
+	logLaunch(name)
 	order := 0
 	if config.reverse {
 		order = 1
