@@ -40,7 +40,8 @@ func main() {
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nDefault configuration:\n\n%s", defaultYAML)
 	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	overrides, err := parseArgs(fs, os.Args[1:])
+	if err != nil {
 		os.Exit(2)
 	}
 	if *compare != "" {
@@ -50,7 +51,7 @@ func main() {
 		}
 		return
 	}
-	cfg, err := LoadConfig(*cfgPath, fs.Args())
+	cfg, err := LoadConfig(*cfgPath, overrides)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		os.Exit(2)
@@ -62,6 +63,22 @@ func main() {
 	if _, err := Run(cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		os.Exit(1)
+	}
+}
+
+// parseArgs parses flags and key=value overrides in any order (flag stops at the first
+// non-flag argument, so parsing resumes after each override).
+func parseArgs(fs *flag.FlagSet, args []string) (overrides []string, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return overrides, nil
+		}
+		overrides = append(overrides, rest[0])
+		args = rest[1:]
 	}
 }
 
@@ -101,6 +118,9 @@ func Run(cfg Config, stdout, stderr io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	cfg.Training.RunDir = dir
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	t, err := NewTrainer(cfg)
 	if err != nil {
 		return nil, err
@@ -137,7 +157,7 @@ func Run(cfg Config, stdout, stderr io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "run dir %s: %d train / %d val prompts, model %d parameters, %d RL steps\n",
-		dir, len(t.train), len(t.val), t.model.NumParams(), c.Steps)
+		dir, len(t.train), len(t.val), t.model.NumParams(), t.steps)
 
 	var sftSeconds float64
 	if !resumed {
@@ -175,16 +195,16 @@ func Run(cfg Config, stdout, stderr io.Writer) (*Summary, error) {
 
 	t0 := time.Now()
 	first := t.step
-	bar := NewProgress(stderr, "RL", c.Steps, c.Progress)
+	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
 	var tokens float64
-	for t.step < c.Steps {
+	for t.step < t.steps {
 		res, err := t.Step()
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", t.step+1, err)
 		}
 		m, s := res.Metrics, t.step
 		tokens += m["perf/tokens_per_s"] * m["perf/step_s"]
-		last := s == c.Steps
+		last := s == t.steps
 		if (c.ValFreq > 0 && s%c.ValFreq == 0) || last {
 			v, err := t.Validate()
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
@@ -124,6 +125,17 @@ func (t *Trainer) Step() (*StepResult, error) {
 		}
 	}
 
+	// 5b. The divergence in the reward (EasyR1's apply_kl_penalty): token rewards minus
+	// coef * penalty(old, ref), the coefficient from the fixed or adaptive controller.
+	if t.cfg.DivergenceInReward() {
+		kl, err := t.rewardPenalty(rewards, oldLogp, refLogp, b.mask)
+		if err != nil {
+			return nil, err
+		}
+		met["actor/reward_kl_penalty"], met["actor/reward_kl_penalty_coeff"] = kl, t.ctl.Coef()
+		t.ctl.Update(kl, B)
+	}
+
 	// 6. Advantages over each prompt's group of n responses.
 	index := make([]int32, B)
 	for i := range index {
@@ -148,7 +160,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	miniRows := act.GlobalBatchSize * n
 	micro := act.MicroBatchSizePerDeviceForUpdate
 	actor := map[string][]float64{}
-	var gradNorms []float64
+	var gradNorms, lrs []float64
 	shaped := f32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
 	tUpdate := time.Now()
 	for range act.PPOEpochs {
@@ -160,8 +172,12 @@ func (t *Trainer) Step() (*StepResult, error) {
 				}
 				return tensor.Must(x.Rows(mlo, mhi))
 			}
+			var lossRef *tensor.Tensor
+			if t.update.UseKLLoss {
+				lossRef = rows(refLogp)
+			}
 			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: rows(b.mask), OldLogProbs: rows(oldLogp),
-				AugLogProbs: rows(augLogp), RefLogProbs: rows(refLogp), Advantages: rows(adv)})
+				AugLogProbs: rows(augLogp), RefLogProbs: lossRef, Advantages: rows(adv)})
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
@@ -195,7 +211,9 @@ func (t *Trainer) Step() (*StepResult, error) {
 					return nil, err
 				}
 			}
-			norm, err := t.optimizerStep(t.opt, act.Optim.LR, act.MaxGradNorm)
+			lr := act.Optim.LRAt(t.opt.T, t.optimizerSteps())
+			lrs = append(lrs, lr)
+			norm, err := t.optimizerStep(t.opt, lr, act.MaxGradNorm)
 			if err != nil {
 				return nil, err
 			}
@@ -210,7 +228,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		met[k] = mean(v)
 	}
 	met["actor/grad_norm"] = mean(gradNorms)
-	met["actor/lr"] = act.Optim.LR
+	met["actor/lr"] = mean(lrs)
 	met["actor/skipped_steps"] = float64(t.skipped)
 
 	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
@@ -336,4 +354,38 @@ func firstValid(x, mask *tensor.Tensor, row int) float32 {
 		}
 	}
 	return 0
+}
+
+// rewardPenalty subtracts coef * penalty(logp, ref) from the token rewards in place and returns
+// the batch's divergence: the mean over rows of each row's masked token mean (the controller's
+// current_kl).
+func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
+	kind, err := divergence.ParseKind(t.cfg.Optimization.DivergencePenalty)
+	if err != nil {
+		return 0, err
+	}
+	pen := tensor.Must(tensor.NewLike(logp, tensor.Float32))
+	if err := divergence.Penalty(pen, logp, ref, kind); err != nil {
+		return 0, fmt.Errorf("reward divergence: %w", err)
+	}
+	p, _ := pen.Float32s()
+	r, _ := rewards.Float32s()
+	m, _ := mask.Float32s()
+	coef := float32(t.ctl.Coef())
+	B, T := logp.Dim(0), logp.Dim(1)
+	var total float64
+	for i := range B {
+		var s, n float64
+		for j := range T {
+			if m[i*T+j] != 0 {
+				r[i*T+j] -= coef * p[i*T+j]
+				s += float64(p[i*T+j])
+				n++
+			}
+		}
+		if n > 0 {
+			total += s / n
+		}
+	}
+	return total / float64(B), nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/perturb"
@@ -36,6 +37,7 @@ type Trainer struct {
 	model  *vlm.Model
 	ref    *vlm.Model // frozen copy of the warm-started policy; only with use_kl_loss
 	update tprl.UpdateConfig
+	ctl    divergence.Controller // the divergence coefficient in the reward
 	adv    advantage.Config
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
@@ -47,6 +49,7 @@ type Trainer struct {
 	pos     int
 	order   []int
 	step    int // RL steps done
+	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
 	skipped int // optimizer steps skipped on a non-finite gradient norm
 
 	maxPrompt int // longest encoded prompt (BOS included)
@@ -58,9 +61,12 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, tok: vqa.NewTokenizer(), reward: vqa.DefaultRewardWeights(), respLen: cfg.Worker.Rollout.MaxResponseLength}
+	t := &Trainer{cfg: cfg, tok: vqa.NewTokenizer(), reward: vqa.DefaultRewardWeights(), respLen: cfg.Dataset.MaxResponseLength}
 	var err error
 	if t.update, err = cfg.Update(); err != nil {
+		return nil, err
+	}
+	if t.ctl, err = cfg.Controller(); err != nil {
 		return nil, err
 	}
 	if t.adv, err = cfg.Advantage(); err != nil {
@@ -87,7 +93,17 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	t.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
 	t.rng = rand.NewPCG(cfg.Training.Seed, 0x726f6c6c6f7574) // "rollout"
 	t.order = t.permutation(0)
+	t.steps = cfg.Training.Steps
+	if t.steps == 0 { // the budget in epochs: whole batches of prompts per epoch, as a drop_last loader
+		t.steps = cfg.Training.TotalEpochs * max(1, len(t.train)/cfg.Dataset.RolloutBatchSize)
+	}
 	return t, nil
+}
+
+// optimizerSteps is the number of actor optimizer steps of the whole run (the LR schedule's length).
+func (t *Trainer) optimizerSteps() int {
+	a := t.cfg.Worker.Actor
+	return t.steps * (t.cfg.Dataset.RolloutBatchSize / a.GlobalBatchSize) * a.PPOEpochs
 }
 
 // loadData reads the dataset files, or generates the task, and encodes every example.
@@ -391,7 +407,7 @@ func mean(xs []float64) float64 {
 
 // FreezeReference copies the current policy into the frozen reference model (use_kl_loss).
 func (t *Trainer) FreezeReference() error {
-	if !t.cfg.Worker.Actor.UseKLLoss {
+	if t.cfg.Optimization.DisableDivergence {
 		return nil
 	}
 	ref, err := vlm.New(t.model.Config, 0)
@@ -455,6 +471,7 @@ type trainState struct {
 	RNG         string     `json:"rng_state"` // base64 of the rollout PCG's MarshalBinary
 	AdamT       int        `json:"optimizer_step"`
 	Skipped     int        `json:"skipped_steps"`
+	Coef        float64    `json:"divergence_coef"` // the reward's divergence coefficient (adaptive)
 	ModelConfig vlm.Config `json:"model_config"`
 	Time        string     `json:"saved_at"`
 }
@@ -482,7 +499,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 		return "", err
 	}
 	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
-		AdamT: t.opt.T, Skipped: t.skipped, ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		AdamT: t.opt.T, Skipped: t.skipped, Coef: t.ctl.Coef(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -547,7 +564,7 @@ func (t *Trainer) Load(dir string) error {
 		return nt.Data, nil
 	}
 	var refW [][]float32
-	if t.cfg.Worker.Actor.UseKLLoss {
+	if !t.cfg.Optimization.DisableDivergence {
 		rb, err := read(ckptRef)
 		if err != nil {
 			return err
@@ -607,6 +624,11 @@ func (t *Trainer) Load(dir string) error {
 			w, _ := p.W.Float32s()
 			copy(w, refW[i])
 		}
+	}
+	cc := t.cfg
+	cc.Optimization.DivergenceCoef = st.Coef
+	if t.ctl, err = cc.Controller(); err != nil {
+		return fmt.Errorf("checkpoint %s: divergence_coef %v: %w", dir, st.Coef, err)
 	}
 	t.opt.T, t.skipped, t.step, t.rng = st.AdamT, st.Skipped, st.Step, rng
 	t.epoch, t.pos = st.Epoch, st.Pos
