@@ -45,7 +45,7 @@ func Compare(w io.Writer, spec, out string) error {
 			if v := l.Metrics["perception/precision"]; v != nil {
 				prec = append(prec, *v)
 			}
-			if v := l.Metrics["perf/step_s"]; v != nil {
+			if v := l.Metrics["perf/time_per_step"]; v != nil {
 				stepS = append(stepS, *v)
 			}
 		}
@@ -69,5 +69,5 @@ func Compare(w io.Writer, spec, out string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(out, png, 0o644)
+	return os.WriteFile(out, png, fileMode)
 }

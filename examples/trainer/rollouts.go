@@ -22,7 +22,7 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 	fmt.Fprintf(&b, "\n## step %d\n\n", step)
 	fmt.Fprintf(&b, "Bold tokens: selected by the perception mask (top-p by image dependency); ᵛ: labelled visual by the task.\n\n")
 	imgDir := filepath.Join(runDir, "rollouts")
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+	if err := os.MkdirAll(imgDir, dirMode); err != nil {
 		return err
 	}
 	for k := 0; k < count && k*n < len(rs); k++ {
@@ -57,7 +57,7 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 		}
 		fmt.Fprintf(&b, "- perception score per token: %s\n\n", strings.Join(sc, " "))
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {
 		return err
 	}

@@ -249,11 +249,23 @@ func (t *Trainer) Step() (*StepResult, error) {
 	for i := range B {
 		tokens += float64(b.plen[i] + len(b.resp[i]))
 	}
-	met["perf/step_s"] = el.Seconds()
-	met["perf/rollout_s"] = tRollout.Seconds()
-	met["perf/update_s"] = time.Since(tUpdate).Seconds()
-	met["perf/tokens_per_s"] = tokens / el.Seconds()
-	met["perf/response_tokens_per_s"] = respTokens / el.Seconds()
+	// verl's and the seeds' names (perf/throughput is per device: one here).
+	met["perf/time_per_step"] = el.Seconds()
+	met["timing_s/gen"] = tRollout.Seconds()
+	met["timing_s/update_actor"] = time.Since(tUpdate).Seconds()
+	met["perf/tokens_per_second"] = tokens / el.Seconds()
+	met["perf/throughput"] = tokens / el.Seconds()
+	met["perf/samples_per_second"] = float64(B) / el.Seconds()
+	met["perf/response_tokens_per_second"] = respTokens / el.Seconds()
+	if v, ok := met["actor/ppo_kl"]; ok {
+		met["actor/approx_kl"] = v
+	}
+	if v, ok := met["actor/entropy_loss"]; ok {
+		met["actor/entropy"] = v
+	}
+	if hi, ok := met["actor/pg_clipfrac_higher"]; ok {
+		met["actor/clipfrac"] = hi + met["actor/pg_clipfrac_lower"] // disjoint: ratio above or below the range
+	}
 	return &StepResult{Metrics: met, Rollouts: res}, nil
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -51,6 +53,9 @@ type Trainer struct {
 	step    int // RL steps done
 	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
 	skipped int // optimizer steps skipped on a non-finite gradient norm
+
+	hasReferences bool // every training example has a reference response (the warm start needs them)
+	valOOV        int  // validation prompt words outside the training vocabulary
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
@@ -149,6 +154,7 @@ func (t *Trainer) loadData() error {
 	if t.val, err = load(d.ValFiles, d.ValSize, 1<<40, "val"); err != nil {
 		return err
 	}
+	t.hasReferences = true
 	if len(t.train) < d.RolloutBatchSize {
 		return fmt.Errorf("dataset.train_files: %d samples, fewer than dataset.rollout_batch_size %d", len(t.train), d.RolloutBatchSize)
 	}
@@ -326,13 +332,17 @@ func (t *Trainer) paramSlices() (ws, gs [][]float32) {
 // WarmStart is the supervised warm start: cross-entropy on the reference responses, through the
 // same two tensor ops as the RL update (log-probs forward, their backward to the logits). It
 // returns the mean loss of the last steps.
-func (t *Trainer) WarmStart(progress *Progress) (float64, error) {
+func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, error) {
 	c := t.cfg.Training
 	opt := NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
 	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
 	var recent []float64
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
 	for s := range c.SFTSteps {
+		if ctx.Err() != nil {
+			progress.Done()
+			return 0, ErrInterrupted
+		}
 		exs := make([]example, c.SFTBatchSize)
 		resp := make([][]int32, len(exs))
 		for i := range exs {
@@ -426,15 +436,27 @@ func (t *Trainer) FreezeReference() error {
 // Validation is greedy (or val_temperature) decoding on the held-out prompts.
 type Validation struct {
 	Accuracy, Format, Overall float64
+	OOVWords                  int // words of the validation prompts outside the training vocabulary
 }
 
-// Validate decodes every validation prompt and scores it.
+// put adds the validation metrics to m, under this trainer's and the seeds' (verl) names.
+func (v Validation) put(m Metrics) {
+	m["val/accuracy"], m["val/format"], m["val/reward"] = v.Accuracy, v.Format, v.Overall
+	m["val/reward_score"] = v.Overall
+	m["val/oov_words"] = float64(v.OOVWords)
+}
+
+// Validate decodes every validation prompt, val_batch_size at a time, and scores it.
 func (t *Trainer) Validate() (Validation, error) {
-	var v Validation
+	v := Validation{OOVWords: t.valOOV}
 	if len(t.val) == 0 {
-		return Validation{math.NaN(), math.NaN(), math.NaN()}, nil
+		v.Accuracy, v.Format, v.Overall = math.NaN(), math.NaN(), math.NaN()
+		return v, nil
 	}
-	const chunk = 64
+	chunk := t.cfg.Dataset.ValBatchSize
+	if chunk < 0 {
+		chunk = len(t.val)
+	}
 	temp := t.cfg.Worker.Rollout.ValTemperature
 	r := rand.New(rand.NewPCG(t.cfg.Training.Seed, 0x76616c)) // "val": never the training stream
 	for lo := 0; lo < len(t.val); lo += chunk {
@@ -461,6 +483,47 @@ func (t *Trainer) Validate() (Validation, error) {
 	n := float64(len(t.val))
 	v.Accuracy, v.Format, v.Overall = v.Accuracy/n, v.Format/n, v.Overall/n
 	return v, nil
+}
+
+// validateOnly is training.val_only: validate the loaded weights, print the result and write it
+// to dir/validation.json.
+func (t *Trainer) validateOnly(dir string, stdout io.Writer) error {
+	v, err := t.Validate()
+	if err != nil {
+		return err
+	}
+	m := Metrics{}
+	v.put(m)
+	fmt.Fprintf(stdout, "validation of step %d on %d prompts: accuracy %.3f, format %.3f, reward %.3f, %d out-of-vocabulary words\n",
+		t.step, len(t.val), v.Accuracy, v.Format, v.Overall, v.OOVWords)
+	return WriteFileAtomic(filepath.Join(dir, "validation.json"), MarshalLine(t.step, m))
+}
+
+// LoadWeights sets the policy's weights from the model.safetensors of a checkpoint directory
+// (training.load_checkpoint_path): a new run from them, with a fresh optimizer.
+func (t *Trainer) LoadWeights(dir string) error {
+	path := filepath.Join(dir, ckptModel)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w", err)
+	}
+	ts, err := DecodeSafetensors(data, path)
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w", err)
+	}
+	ws := make([][]float32, 0, len(t.model.Params()))
+	for _, p := range t.model.Params() {
+		nt, ok := ts[p.Name]
+		if !ok || len(nt.Data) != p.W.Len() {
+			return fmt.Errorf("training.load_checkpoint_path: %s: tensor %q missing or of another size (the model or the vocabulary differ)", path, p.Name)
+		}
+		ws = append(ws, nt.Data)
+	}
+	for i, p := range t.model.Params() {
+		w, _ := p.W.Float32s()
+		copy(w, ws[i])
+	}
+	return nil
 }
 
 // trainState is state.json of a checkpoint.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,7 +38,7 @@ func tinyConfig(t *testing.T, dir string, extra ...string) Config {
 func run(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	var out, errb bytes.Buffer
-	s, err := Run(cfg, &out, &errb)
+	s, err := Run(context.Background(), cfg, &out, &errb)
 	require.NoError(t, err, "stderr: %s", errb.String())
 	return s
 }
@@ -62,7 +64,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, l := range lines[1:] {
 		for _, k := range []string{"actor/pg_loss", "actor/pg_clipfrac_higher", "actor/ppo_kl", "actor/entropy_loss",
 			"actor/grad_norm", "actor/kl_loss", "reward/overall", "reward/accuracy", "reward/format",
-			"perf/tokens_per_s", "perf/step_s"} {
+			"perf/tokens_per_second", "perf/time_per_step", "actor/approx_kl", "actor/clipfrac", "actor/entropy"} {
 			v, ok := l.Metrics[k]
 			require.True(t, ok, "step %d: no %s", l.Step, k)
 			require.NotNil(t, v, "step %d: %s is not finite", l.Step, k)
@@ -80,13 +82,10 @@ func TestEndToEnd(t *testing.T) {
 	assert.Contains(t, string(md), "## step 1")
 }
 
-// TestResumeEquivalence: 4 steps in one go and 2 steps + a resumed 2 give identical metrics
-// (all but wall-time fields), and identical final weights.
-func TestResumeEquivalence(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	run(t, tinyConfig(t, a))
-	run(t, tinyConfig(t, b, "training.steps=2"))
-	run(t, tinyConfig(t, b, "training.find_last_checkpoint=true"))
+// sameRun asserts that run directories a and b have identical metrics (all but wall-time
+// fields) and identical final weights at step.
+func sameRun(t *testing.T, a, b string, step int) {
+	t.Helper()
 	la, err := ReadMetrics(filepath.Join(a, "metrics.jsonl"))
 	require.NoError(t, err)
 	lb, err := ReadMetrics(filepath.Join(b, "metrics.jsonl"))
@@ -111,15 +110,149 @@ func TestResumeEquivalence(t *testing.T) {
 			assert.True(t, ok || timingKey(k), "step %d: resumed run has extra %s", la[i].Step, k)
 		}
 	}
-	wa, _ := os.ReadFile(filepath.Join(a, "checkpoints/global_step_4/model.safetensors"))
-	wb, _ := os.ReadFile(filepath.Join(b, "checkpoints/global_step_4/model.safetensors"))
+	name := fmt.Sprintf("checkpoints/global_step_%d/model.safetensors", step)
+	wa, _ := os.ReadFile(filepath.Join(a, name))
+	wb, _ := os.ReadFile(filepath.Join(b, name))
+	require.NotEmpty(t, wa)
 	assert.True(t, bytes.Equal(wa, wb), "final weights differ")
+}
+
+// TestResumeEquivalence: 4 steps in one go and 2 steps + a resumed 2 give identical metrics
+// (all but wall-time fields), and identical final weights.
+func TestResumeEquivalence(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a))
+	run(t, tinyConfig(t, b, "training.steps=2"))
+	run(t, tinyConfig(t, b, "training.find_last_checkpoint=true"))
+	sameRun(t, a, b, 4)
+}
+
+// TestInterruptThenResume: a run whose context is cancelled (what SIGINT does) during step 3
+// finishes that step, checkpoints it, prints the resume command and returns ErrInterrupted;
+// running that command gives the uninterrupted run. The adaptive divergence controller and a
+// cosine LR schedule make the state to restore non-trivial.
+func TestInterruptThenResume(t *testing.T) {
+	extra := []string{"optimization.divergence_type=adaptive", "optimization.divergence_target=0.01",
+		"worker.actor.optim.lr_scheduler_type=cosine", "worker.actor.optim.warmup_steps=2", "training.save_freq=0",
+		"training.logger=[jsonl, tensorboard]"}
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a, extra...))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testAfterStep = func(step int) {
+		if step == 2 {
+			cancel() // arrives during step 2's bookkeeping: step 3 never starts
+		}
+	}
+	defer func() { testAfterStep = nil }()
+	var out, errb bytes.Buffer
+	s, err := Run(ctx, tinyConfig(t, b, extra...), &out, &errb)
+	require.ErrorIs(t, err, ErrInterrupted)
+	testAfterStep = nil
+	assert.Equal(t, 2, s.Steps, "the summary covers the steps done")
+	assert.Positive(t, s.WarmStartSeconds)
+	_, err = os.Stat(filepath.Join(b, "checkpoints/global_step_2/model.safetensors"))
+	require.NoError(t, err, "checkpoint of the last step")
+	cmd := "go run ./examples/trainer -config " + filepath.Join(b, "config.yaml") + " training.find_last_checkpoint=true"
+	require.Contains(t, errb.String(), cmd)
+
+	// The printed command, in process: the run dir's config.yaml and the one override.
+	cfg, err := LoadConfig(filepath.Join(b, "config.yaml"), []string{"training.find_last_checkpoint=true"})
+	require.NoError(t, err)
+	s2 := run(t, cfg)
+	assert.Equal(t, 4, s2.Steps)
+	assert.Positive(t, s2.WarmStartSeconds, "summary.json is not reset by the resumed segment")
+	sameRun(t, a, b, 4)
+	events, _ := filepath.Glob(filepath.Join(b, "events.out.tfevents.*"))
+	assert.NotEmpty(t, events)
+}
+
+// TestResumeRefusesTrajectoryChange: a changed worker.rollout.n is refused by name; a changed
+// budget with a constant LR is not.
+func TestResumeRefusesTrajectoryChange(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=1"))
+	_, err := Run(context.Background(), tinyConfig(t, dir, "training.find_last_checkpoint=true", "worker.rollout.n=4"), &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "worker.rollout.n: checkpoint 2, now 4")
+	run(t, tinyConfig(t, dir, "training.find_last_checkpoint=true", "training.steps=2"))
+}
+
+// TestMetricsWithoutCheckpointRefused: a run dir holding metrics but no checkpoint is not reused.
+func TestMetricsWithoutCheckpointRefused(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(`{"step":0,"sft/loss":1}`+"\n"), 0o644))
+	_, err := Run(context.Background(), tinyConfig(t, dir), &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no complete checkpoint")
+	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	assert.Equal(t, `{"step":0,"sft/loss":1}`+"\n", string(data), "left as it was")
+}
+
+// TestOrphanedMetricsKept: lines after the last checkpoint (a crash) move to
+// metrics.orphaned.jsonl when the run resumes; nothing is deleted.
+func TestOrphanedMetricsKept(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=2"))
+	p := filepath.Join(dir, "metrics.jsonl")
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"step":3,"reward/overall":0.5}` + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	run(t, tinyConfig(t, dir, "training.find_last_checkpoint=true", "training.steps=3"))
+	orphan, err := os.ReadFile(filepath.Join(dir, "metrics.orphaned.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"step":3,"reward/overall":0.5}`+"\n", string(orphan))
+	lines, err := ReadMetrics(p)
+	require.NoError(t, err)
+	assert.Len(t, lines, 4)
+}
+
+// TestOneFileMode: every file and directory of a run has the same mode.
+func TestOneFileMode(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=2", "training.logger=[console, tensorboard]"))
+	n := 0
+	require.NoError(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		require.NoError(t, err)
+		if p == dir {
+			return nil
+		}
+		want := fileMode
+		if info.IsDir() {
+			want = dirMode
+		}
+		assert.Equal(t, want, info.Mode().Perm(), p)
+		n++
+		return nil
+	}))
+	assert.Greater(t, n, 10)
+}
+
+// TestValOnly validates a checkpoint's weights without training.
+func TestValOnly(t *testing.T) {
+	a := t.TempDir()
+	run(t, tinyConfig(t, a, "training.steps=1"))
+	b := t.TempDir()
+	var out bytes.Buffer
+	_, err := Run(context.Background(), tinyConfig(t, b, "training.val_only=true", "training.load_checkpoint_path="+filepath.Join(a, "checkpoints/global_step_1")), &out, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "validation of step 0")
+	la, err := ReadMetrics(filepath.Join(a, "metrics.jsonl"))
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(b, "validation.json"))
+	require.NoError(t, err)
+	lv, err := parseMetrics(data, "validation.json")
+	require.NoError(t, err)
+	assert.Equal(t, *la[1].Metrics["val/accuracy"], *lv[0].Metrics["val/accuracy"], "the same weights validate the same")
 }
 
 func TestRunRefusesExistingCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	run(t, tinyConfig(t, dir, "training.steps=1"))
-	_, err := Run(tinyConfig(t, dir, "training.steps=1"), &bytes.Buffer{}, &bytes.Buffer{})
+	_, err := Run(context.Background(), tinyConfig(t, dir, "training.steps=1"), &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "find_last_checkpoint")
 }
