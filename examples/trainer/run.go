@@ -137,6 +137,24 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	fmt.Fprintf(stderr, "run dir %s: %d train / %d val prompts, vocabulary %d words, model %d parameters, %d RL steps\n",
 		dir, len(t.train), len(t.val), t.tok.VocabSize(), t.model.NumParams(), t.steps)
 
+	if t.droppedLong > 0 {
+		fmt.Fprintf(stderr, "dropped %d training prompts longer than dataset.max_prompt_length %d (filter_overlong_prompts)\n", t.droppedLong, cfg.Dataset.MaxPromptLength)
+	}
+	if t.valOOV > 0 {
+		uniq := map[string]bool{}
+		var ex []string
+		for _, w := range t.valOOVWords {
+			if !uniq[w] && len(ex) < 10 {
+				ex = append(ex, w)
+			}
+			uniq[w] = true
+		}
+		fmt.Fprintf(stderr, "validation prompts hold %d words (%d distinct) outside the vocabulary built from the training data, read as <unk> (metric val/oov_words): %s\n",
+			t.valOOV, len(uniq), strings.Join(ex, " "))
+	}
+	if !t.hasObjects {
+		fmt.Fprintln(stderr, "no visual-token diagnostics (perception/precision, recall): the data has no objects field")
+	}
 	lastSaved := -1
 	if resumed {
 		lastSaved = t.step

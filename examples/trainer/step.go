@@ -329,13 +329,16 @@ func (t *Trainer) diagnostics(b *batch, exs []example, oldLogp, augLogp, entropy
 		}
 		return a / b
 	}
+	meanScore, _ := tensor.MaskedMean(score, b.mask)
+	met["perception/score_mean"] = float64(meanScore)
+	if !t.hasObjects {
+		return out, nil // no scene, no labels: nothing to measure the masks against
+	}
 	met["perception/precision"] = ratio(pHit, pSel)
 	met["perception/recall"] = ratio(pHit, visual)
 	met["entropy_mask/precision"] = ratio(eHit, eSel)
 	met["entropy_mask/recall"] = ratio(eHit, visual)
 	met["perception/visual_token_fraction"] = ratio(visual, valid) // the precision of a random mask
-	meanScore, _ := tensor.MaskedMean(score, b.mask)
-	met["perception/score_mean"] = float64(meanScore)
 	return out, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
@@ -55,7 +56,10 @@ type Trainer struct {
 	skipped int // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
+	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
 	valOOV        int  // validation prompt words outside the training vocabulary
+	valOOVWords   []string
+	droppedLong   int // training prompts dropped by filter_overlong_prompts
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
@@ -66,7 +70,8 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, tok: vqa.NewTokenizer(), reward: vqa.DefaultRewardWeights(), respLen: cfg.Dataset.MaxResponseLength}
+	rw := cfg.Worker.Reward
+	t := &Trainer{cfg: cfg, reward: vqa.RewardWeights{Accuracy: rw.AccuracyWeight, Format: rw.FormatWeight}, respLen: cfg.Dataset.MaxResponseLength}
 	var err error
 	if t.update, err = cfg.Update(); err != nil {
 		return nil, err
@@ -111,7 +116,8 @@ func (t *Trainer) optimizerSteps() int {
 	return t.steps * (t.cfg.Dataset.RolloutBatchSize / a.GlobalBatchSize) * a.PPOEpochs
 }
 
-// loadData reads the dataset files, or generates the task, and encodes every example.
+// loadData reads the dataset files, or generates the task, builds the vocabulary from the
+// training data and encodes every example (images fitted to the model's input).
 func (t *Trainer) loadData() error {
 	d := t.cfg.Dataset
 	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options}
@@ -120,43 +126,82 @@ func (t *Trainer) loadData() error {
 			return fmt.Errorf("config: dataset: %w", err)
 		}
 	}
-	load := func(path string, n int, firstID uint64, split string) ([]example, error) {
+	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey, ImageDir: d.ImageDir}
+	load := func(files string, n int, firstID uint64, split string) ([]vqa.Sample, error) {
+		if files == "" {
+			return vqa.Generate(task, d.Seed, firstID, n), nil
+		}
 		var ss []vqa.Sample
-		if path != "" {
-			var err error
-			if ss, err = vqa.Load(path); err != nil {
+		for _, path := range strings.Split(files, ",") {
+			path = strings.TrimSpace(path)
+			if path == "" {
+				continue
+			}
+			part, err := vqa.LoadWith(path, opts)
+			if err != nil {
 				return nil, fmt.Errorf("dataset.%s_files: %w", split, err)
 			}
-			if len(ss) == 0 {
+			if len(part) == 0 {
 				return nil, fmt.Errorf("dataset.%s_files: %s has no samples", split, path)
 			}
-		} else {
-			ss = vqa.Generate(task, d.Seed, firstID, n)
+			ss = append(ss, part...)
 		}
-		out := make([]example, len(ss))
-		for i, s := range ss {
-			b := s.Image.Bounds()
-			if b.Dx() != d.ImageSize || b.Dy() != d.ImageSize {
-				return nil, fmt.Errorf("dataset.%s_files: sample %d (id %d) has a %dx%d image, want dataset.image_size %d", split, i, s.ID, b.Dx(), b.Dy(), d.ImageSize)
-			}
-			out[i] = example{s: s, img: vqa.Pixels(s.Image),
-				prompt: append([]int32{vqa.BOS}, t.tok.Encode(s.Prompt)...),
-				ref:    append(t.tok.Encode(s.Response), vqa.EOS)}
-			t.maxPrompt = max(t.maxPrompt, len(out[i].prompt))
-		}
-		return out, nil
+		return ss, nil
 	}
-	var err error
-	if t.train, err = load(d.TrainFiles, d.TrainSize, 0, "train"); err != nil {
+	train, err := load(d.TrainFiles, d.TrainSize, 0, "train")
+	if err != nil {
 		return err
 	}
 	// Generated validation prompts have ids after every training id: held out.
-	if t.val, err = load(d.ValFiles, d.ValSize, 1<<40, "val"); err != nil {
+	val, err := load(d.ValFiles, d.ValSize, 1<<40, "val")
+	if err != nil {
 		return err
 	}
-	t.hasReferences = true
+	texts := make([]string, 0, 2*len(train))
+	for _, s := range train {
+		texts = append(texts, s.Prompt, s.Response)
+	}
+	t.tok = vqa.NewTokenizerFrom(texts)
+	t.hasReferences, t.hasObjects = true, true
+	encode := func(ss []vqa.Sample, split string) ([]example, error) {
+		out := make([]example, 0, len(ss))
+		for i, s := range ss {
+			prompt := append([]int32{vqa.BOS}, t.tok.Encode(s.Prompt)...)
+			if len(prompt) > d.MaxPromptLength {
+				if !d.FilterOverlongPrompts {
+					return nil, fmt.Errorf("dataset.%s_files: sample %d (id %d): prompt of %d tokens (BOS included) exceeds dataset.max_prompt_length %d (set dataset.filter_overlong_prompts=true to drop such prompts)",
+						split, i, s.ID, len(prompt), d.MaxPromptLength)
+				}
+				if split == "train" {
+					t.droppedLong++
+				}
+				continue
+			}
+			if split == "val" {
+				u := t.tok.Unknown(s.Prompt)
+				t.valOOV += len(u)
+				t.valOOVWords = append(t.valOOVWords, u...)
+			}
+			if s.Response == "" {
+				t.hasReferences = false
+			}
+			if s.Objects == nil {
+				t.hasObjects = false
+			}
+			out = append(out, example{s: s, img: vqa.Pixels(vqa.Fit(s.Image, d.ImageSize)), prompt: prompt,
+				ref: append(t.tok.Encode(s.Response), vqa.EOS)})
+			t.maxPrompt = max(t.maxPrompt, len(prompt))
+		}
+		return out, nil
+	}
+	if t.train, err = encode(train, "train"); err != nil {
+		return err
+	}
+	if t.val, err = encode(val, "val"); err != nil {
+		return err
+	}
 	if len(t.train) < d.RolloutBatchSize {
-		return fmt.Errorf("dataset.train_files: %d samples, fewer than dataset.rollout_batch_size %d", len(t.train), d.RolloutBatchSize)
+		return fmt.Errorf("dataset.train_files: %d samples (%d overlong dropped), fewer than dataset.rollout_batch_size %d", len(t.train), t.droppedLong, d.RolloutBatchSize)
 	}
 	return nil
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+	xdraw "golang.org/x/image/draw"
 )
 
 // tinyConfig is a configuration that runs a few steps in about a second.
@@ -336,4 +340,75 @@ func TestFailedSaveKeepsCheckpoints(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model.safetensors")
 	assert.Equal(t, 0, tr2.step)
+}
+
+// TestSeedFormatTrains: a seed-format JSONL (renamed keys, one image path relative to image_dir,
+// images of arbitrary sizes, no response or objects fields) trains for a few steps: no warm
+// start (said so), no visual-token diagnostics, a vocabulary from the training prompts, and the
+// validation words outside it counted.
+func TestSeedFormatTrains(t *testing.T) {
+	data := t.TempDir()
+	imgDir := filepath.Join(data, "imgs")
+	require.NoError(t, os.MkdirAll(imgDir, 0o755))
+	samples := vqa.Generate(vqa.DefaultTaskConfig(), 3, 0, 40)
+	write := func(name string, ss []vqa.Sample, extraWord string) string {
+		var b strings.Builder
+		for i, s := range ss {
+			w, h := 20+7*i, 90-2*i // wide, tall, larger and smaller than the model's 32x32
+			img := image.NewRGBA(image.Rect(0, 0, w, h))
+			xdraw.NearestNeighbor.Scale(img, img.Bounds(), s.Image, s.Image.Bounds(), xdraw.Src, nil)
+			f := fmt.Sprintf("%s_%d.png", name, i)
+			fh, err := os.Create(filepath.Join(imgDir, f))
+			require.NoError(t, err)
+			require.NoError(t, png.Encode(fh, img))
+			require.NoError(t, fh.Close())
+			q := s.Prompt
+			if extraWord != "" {
+				q = extraWord + " " + q
+			}
+			row, _ := json.Marshal(map[string]any{"question": q, "label": s.Answer, "picture": []string{f}})
+			b.Write(row)
+			b.WriteByte('\n')
+		}
+		p := filepath.Join(data, name+".jsonl")
+		require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
+		return p
+	}
+	train, val := write("train", samples[:32], ""), write("val", samples[32:], "zebra")
+	dir := t.TempDir()
+	cfg := tinyConfig(t, dir, "training.steps=2", "dataset.train_files="+train, "dataset.val_files="+val,
+		"dataset.prompt_key=question", "dataset.answer_key=label", "dataset.image_key=picture", "dataset.image_dir="+imgDir)
+	var out, errb bytes.Buffer
+	s, err := Run(context.Background(), cfg, &out, &errb)
+	require.NoError(t, err, errb.String())
+	assert.Equal(t, 2, s.Steps)
+	assert.Contains(t, errb.String(), "no warm start: the training data has no reference responses")
+	assert.Contains(t, errb.String(), "8 words (1 distinct) outside the vocabulary")
+	assert.Contains(t, errb.String(), "no visual-token diagnostics")
+	lines, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 3)
+	assert.Equal(t, 8.0, *lines[2].Metrics["val/oov_words"])
+	_, ok := lines[1].Metrics["perception/precision"]
+	assert.False(t, ok)
+	_, ok = lines[0].Metrics["sft/loss"]
+	assert.False(t, ok, "no warm start")
+	for _, k := range []string{"reward/overall", "actor/pg_loss", "perception/score_mean"} {
+		require.NotNil(t, lines[2].Metrics[k], k)
+	}
+}
+
+// TestOverlongPrompts: prompts over max_prompt_length are dropped (and counted), or an error
+// naming the key when filter_overlong_prompts is off.
+func TestOverlongPrompts(t *testing.T) {
+	_, err := NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=5", "dataset.filter_overlong_prompts=false"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "dataset.max_prompt_length 5")
+	_, err = NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=5"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "overlong dropped")
+	tr, err := NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=16"))
+	require.NoError(t, err)
+	assert.Positive(t, tr.droppedLong)
+	assert.LessOrEqual(t, tr.maxPrompt, 16)
 }
