@@ -135,7 +135,8 @@ const (
 	ckptOptimizer = "optimizer.safetensors"
 	ckptState     = "state.json"
 	ckptConfig    = "config.yaml"
-	ckptRef       = "ref.safetensors" // the frozen reference policy, with use_kl_loss
+	ckptRef       = "ref.safetensors"    // the frozen reference policy, unless disable_divergence
+	ckptCritic    = "critic.safetensors" // the critic's weights and AdamW moments, with gae
 	ckptTracker   = "checkpoint_tracker.json"
 )
 

@@ -52,27 +52,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 		return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
 	}
 
-	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together.
-	prompts := t.nextPrompts(cfg.Dataset.RolloutBatchSize)
-	exs := make([]example, 0, len(prompts)*n)
-	for _, p := range prompts {
-		for range n {
-			exs = append(exs, p)
-		}
-	}
-	B, T := len(exs), t.respLen
-	pb, err := t.newBatch(exs, make([][]int32, B)) // images and prompts only
+	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together;
+	// with online filtering, only groups whose mean reward lies inside the band are kept, and
+	// more prompts are sampled until the step has its rollout_batch_size groups.
+	exs, responses, scores, err := t.rollout(met)
 	if err != nil {
 		return nil, err
 	}
-	promptIDs := make([][]int32, B)
-	for i, e := range exs {
-		promptIDs[i] = e.prompt
-	}
-	responses, err := t.model.Generate(pb.images, promptIDs, T, ro.Temperature, ro.TopP, rand.New(t.rng))
-	if err != nil {
-		return nil, fmt.Errorf("rollout: %w", err)
-	}
+	B, T := len(exs), t.respLen
 	b, err := t.newBatch(exs, responses)
 	if err != nil {
 		return nil, err
@@ -82,10 +69,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 	// 2. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
 	rewards := f32(B, T)
 	rw, _ := rewards.Float32s()
-	scores := make([]vqa.Reward, B)
 	var acc, format, overall, respTokens float64
-	for i, e := range exs {
-		scores[i] = vqa.Score(t.tok.Decode(b.resp[i]), e.s.Answer, t.reward)
+	for i := range exs {
 		if l := len(b.resp[i]); l > 0 {
 			rw[i*T+l-1] = float32(scores[i].Overall)
 		}
@@ -144,15 +129,32 @@ func (t *Trainer) Step() (*StepResult, error) {
 	in := advantage.Inputs{Rewards: rewards, Mask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
 	switch t.adv.Estimator {
 	case advantage.EstimatorGAE:
-		in.Values = f32(B, T) // no critic in this example: a zero value baseline
+		in.Values = f32(B, T)
+		if err := t.values(in.Values, b, xmicro); err != nil {
+			return nil, fmt.Errorf("critic values: %w", err)
+		}
 	case advantage.EstimatorReMax:
 		if in.Baselines, err = t.greedyBaselines(b, exs); err != nil {
 			return nil, err
 		}
 	}
-	adv := f32(B, T)
-	if err := advantage.Compute(adv, nil, in, t.adv); err != nil {
+	adv, returns := f32(B, T), f32(B, T)
+	if err := advantage.Compute(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
+	}
+	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
+	// same batch).
+	if t.critic != nil {
+		cm, err := t.updateCritic(b, in.Values, returns)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range cm {
+			met[k] = v
+		}
+		vm, _ := tensor.MaskedMean(in.Values, b.mask)
+		rm, _ := tensor.MaskedMean(returns, b.mask)
+		met["critic/values/mean"], met["critic/returns/mean"] = float64(vm), float64(rm)
 	}
 
 	// 7–8. The PPO update: mini-batches of global_batch_size prompts (all their rows), each split
@@ -213,7 +215,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 			}
 			lr := act.Optim.LRAt(t.opt.T, t.optimizerSteps())
 			lrs = append(lrs, lr)
-			norm, err := t.optimizerStep(t.opt, lr, act.MaxGradNorm)
+			norm, err := t.optimizerStep(t.model, t.opt, t.decay, lr, act.MaxGradNorm)
 			if err != nil {
 				return nil, err
 			}
@@ -403,4 +405,88 @@ func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float6
 		}
 	}
 	return total / float64(B), nil
+}
+
+// maxFilterRounds bounds the sampling rounds of online filtering in one step; after them the
+// batch is completed with the rejected groups (counted in filter/filled_groups) rather than
+// stalling the run.
+const maxFilterRounds = 8
+
+// rollout samples n responses for rollout_batch_size prompts and scores them. With
+// optimization.online_filtering it keeps only the groups whose mean filter_key reward lies in
+// (filter_low, filter_high) — groups where every response scores the same carry no GRPO signal
+// — sampling further prompts until it has rollout_batch_size groups.
+func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, error) {
+	o, ro := t.cfg.Optimization, t.cfg.Worker.Rollout
+	want, n := t.cfg.Dataset.RolloutBatchSize, ro.N
+	var exs, rejExs []example
+	var resp, rejResp [][]int32
+	var scores, rejScores []vqa.Reward
+	generated, accepted, rounds := 0, 0, 0
+	for len(exs) < want*n && rounds < max(1, maxFilterRounds*boolInt(o.OnlineFiltering)) {
+		rounds++
+		prompts := t.nextPrompts(want)
+		rows := make([]example, 0, len(prompts)*n)
+		for _, p := range prompts {
+			for range n {
+				rows = append(rows, p)
+			}
+		}
+		pb, err := t.newBatch(rows, make([][]int32, len(rows))) // images and prompts only
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ids := make([][]int32, len(rows))
+		for i, e := range rows {
+			ids[i] = e.prompt
+		}
+		out, err := t.model.GenerateTopK(pb.images, ids, t.respLen, ro.Temperature, ro.TopP, ro.TopK, rand.New(t.rng))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("rollout: %w", err)
+		}
+		sc := make([]vqa.Reward, len(rows))
+		for i, e := range rows {
+			sc[i] = vqa.Score(t.tok.Decode(out[i]), e.s.Answer, t.reward)
+		}
+		for g := range prompts {
+			lo, hi := g*n, (g+1)*n
+			generated++
+			keep := true
+			if o.OnlineFiltering {
+				var m float64
+				for _, r := range sc[lo:hi] {
+					m += r.Part(o.FilterKey)
+				}
+				m /= float64(n)
+				keep = m > o.FilterLow && m < o.FilterHigh
+			}
+			if keep {
+				accepted++
+			}
+			if keep && len(exs) < want*n {
+				exs, resp, scores = append(exs, rows[lo:hi]...), append(resp, out[lo:hi]...), append(scores, sc[lo:hi]...)
+			} else if !keep {
+				rejExs, rejResp, rejScores = append(rejExs, rows[lo:hi]...), append(rejResp, out[lo:hi]...), append(rejScores, sc[lo:hi]...)
+			}
+		}
+	}
+	if o.OnlineFiltering {
+		filled := 0
+		for len(exs) < want*n {
+			exs, resp, scores = append(exs, rejExs[:n]...), append(resp, rejResp[:n]...), append(scores, rejScores[:n]...)
+			rejExs, rejResp, rejScores = rejExs[n:], rejResp[n:], rejScores[n:]
+			filled++
+		}
+		met["filter/kept_fraction"] = float64(accepted) / float64(generated)
+		met["filter/rounds"] = float64(rounds)
+		met["filter/filled_groups"] = float64(filled)
+	}
+	return exs, resp, scores, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

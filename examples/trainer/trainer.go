@@ -38,7 +38,8 @@ type Trainer struct {
 	train  []example
 	val    []example
 	model  *vlm.Model
-	ref    *vlm.Model // frozen copy of the warm-started policy; only with use_kl_loss
+	ref    *vlm.Model // frozen copy of the warm-started policy; unless disable_divergence
+	critic *Critic    // the value model; only with advantage_estimator=gae
 	update tprl.UpdateConfig
 	ctl    divergence.Controller // the divergence coefficient in the reward
 	adv    advantage.Config
@@ -102,6 +103,11 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	o := cfg.Worker.Actor.Optim
 	t.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
 	t.rng = rand.NewPCG(cfg.Training.Seed, 0x726f6c6c6f7574) // "rollout"
+	if t.adv.Estimator == advantage.EstimatorGAE {
+		if t.critic, err = newCritic(mc, a.Seed, cfg.Worker.Critic.Optim); err != nil {
+			return nil, fmt.Errorf("config: worker.critic: %w", err)
+		}
+	}
 	t.order = t.permutation(0)
 	t.steps = cfg.Training.Steps
 	if t.steps == 0 { // the budget in epochs: whole batches of prompts per epoch, as a drop_last loader
@@ -350,23 +356,23 @@ func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, 
 	return nil
 }
 
-// optimizerStep clips the accumulated gradients, and takes an AdamW step unless the norm is
+// optimizerStep clips m's accumulated gradients, and takes an AdamW step unless the norm is
 // not finite (then the step is skipped and counted). It returns the pre-clip norm.
-func (t *Trainer) optimizerStep(opt *AdamW, lr, maxNorm float64) (float64, error) {
-	ws, gs := t.paramSlices()
+func (t *Trainer) optimizerStep(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
+	ws, gs := paramSlices(m)
 	norm := ClipGradNorm(gs, maxNorm)
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		t.skipped++
-		t.model.ZeroGrad()
+		m.ZeroGrad()
 		return norm, nil
 	}
-	err := opt.Step(ws, gs, t.decay, lr)
-	t.model.ZeroGrad()
+	err := opt.Step(ws, gs, decay, lr)
+	m.ZeroGrad()
 	return norm, err
 }
 
-func (t *Trainer) paramSlices() (ws, gs [][]float32) {
-	for _, p := range t.model.Params() {
+func paramSlices(m *vlm.Model) (ws, gs [][]float32) {
+	for _, p := range m.Params() {
 		w, _ := p.W.Float32s()
 		g, _ := p.G.Float32s()
 		ws, gs = append(ws, w), append(gs, g)
@@ -428,7 +434,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 				return 0, err
 			}
 		}
-		if _, err := t.optimizerStep(opt, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
+		if _, err := t.optimizerStep(t.model, opt, t.decay, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
 			return 0, err
 		}
 		recent = append(recent, loss)
@@ -514,7 +520,7 @@ func (t *Trainer) Validate() (Validation, error) {
 		for i, e := range exs {
 			prompts[i] = e.prompt
 		}
-		out, err := t.model.Generate(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, r)
+		out, err := t.model.GenerateTopK(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, t.cfg.Worker.Rollout.TopK, r)
 		if err != nil {
 			return v, err
 		}
@@ -580,6 +586,7 @@ type trainState struct {
 	AdamT       int        `json:"optimizer_step"`
 	Skipped     int        `json:"skipped_steps"`
 	Coef        float64    `json:"divergence_coef"` // the reward's divergence coefficient (adaptive)
+	CriticAdamT int        `json:"critic_optimizer_step,omitempty"`
 	ModelConfig vlm.Config `json:"model_config"`
 	Time        string     `json:"saved_at"`
 }
@@ -607,7 +614,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 		return "", err
 	}
 	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
-		AdamT: t.opt.T, Skipped: t.skipped, Coef: t.ctl.Coef(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		AdamT: t.opt.T, Skipped: t.skipped, Coef: t.ctl.Coef(), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -619,6 +626,19 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			ref = append(ref, NamedTensor{Name: p.Name, Shape: []int(p.W.Shape()), Data: w})
 		}
 		if files[ckptRef], err = EncodeSafetensors(ref, map[string]string{"format": "mtrl-example-vlm", "role": "reference"}); err != nil {
+			return "", err
+		}
+	}
+	if t.critic != nil {
+		var cr []NamedTensor
+		for i, p := range t.critic.model.Params() {
+			w, _ := p.W.Float32s()
+			shape := []int(p.W.Shape())
+			cr = append(cr, NamedTensor{Name: p.Name, Shape: shape, Data: w},
+				NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.critic.opt.M[i]},
+				NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.critic.opt.V[i]})
+		}
+		if files[ckptCritic], err = EncodeSafetensors(cr, map[string]string{"format": "mtrl-example-vlm", "role": "critic"}); err != nil {
 			return "", err
 		}
 	}
@@ -689,6 +709,26 @@ func (t *Trainer) Load(dir string) error {
 			refW = append(refW, w)
 		}
 	}
+	var criticW [][3][]float32 // weights, exp_avg, exp_avg_sq
+	if t.critic != nil {
+		cb, err := read(ckptCritic)
+		if err != nil {
+			return err
+		}
+		cr, err := DecodeSafetensors(cb, filepath.Join(dir, ckptCritic))
+		if err != nil {
+			return err
+		}
+		for _, p := range t.critic.model.Params() {
+			var e [3][]float32
+			for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
+				if e[j], err = get(cr, ckptCritic, prefix+p.Name, p.W.Len()); err != nil {
+					return err
+				}
+			}
+			criticW = append(criticW, e)
+		}
+	}
 	// Validate everything before changing anything.
 	ws := make([][]float32, 0, len(t.model.Params()))
 	ms, vs := make([][]float32, 0, len(ws)), make([][]float32, 0, len(ws))
@@ -733,6 +773,15 @@ func (t *Trainer) Load(dir string) error {
 			copy(w, refW[i])
 		}
 	}
+	for i, p := range t.critic.modelParams() {
+		w, _ := p.W.Float32s()
+		copy(w, criticW[i][0])
+		copy(t.critic.opt.M[i], criticW[i][1])
+		copy(t.critic.opt.V[i], criticW[i][2])
+	}
+	if t.critic != nil {
+		t.critic.opt.T = st.CriticAdamT
+	}
 	cc := t.cfg
 	cc.Optimization.DivergenceCoef = st.Coef
 	if t.ctl, err = cc.Controller(); err != nil {
@@ -742,4 +791,11 @@ func (t *Trainer) Load(dir string) error {
 	t.epoch, t.pos = st.Epoch, st.Pos
 	t.order = t.permutation(t.epoch)
 	return nil
+}
+
+func (t *Trainer) criticT() int {
+	if t.critic == nil {
+		return 0
+	}
+	return t.critic.opt.T
 }
