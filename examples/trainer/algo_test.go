@@ -157,3 +157,18 @@ func TestScorePart(t *testing.T) {
 	assert.Equal(t, 1.0, r.Part("accuracy"))
 	assert.True(t, math.IsNaN(r.Part("speed")))
 }
+
+func TestMDIReward(t *testing.T) {
+	assert.Equal(t, 1.0, mdiBalance(1, 2))
+	assert.Equal(t, 0.0, mdiBalance(2, 2))
+	assert.Equal(t, 0.0, mdiBalance(0.25, 2))
+	assert.InDelta(t, 0.5, mdiBalance(math.Sqrt2, 2), 1e-12)
+	assert.InDelta(t, 0.5, mdiBalance(1/math.Sqrt2, 2), 1e-12)
+	assert.Equal(t, 0.0, mdiBalance(math.NaN(), 2))
+	tr := &Trainer{reward: vqa.RewardWeights{Accuracy: 4, Format: 1}}
+	tr.cfg.Worker.Reward.MDIWeight = 1
+	// 4:1:1 as in TRL-MDI, over 6: right answer, no format, balance 0.75 → (4 + 0 + 0.5) / 6.
+	got := tr.withMDI(vqa.Score("Answer: B", "B", tr.reward), 0.75)
+	assert.InDelta(t, 4.5/6, got.Overall, 1e-12)
+	assert.Equal(t, 1.0, got.Accuracy)
+}

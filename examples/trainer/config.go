@@ -184,6 +184,9 @@ type RewardConfig struct {
 	RewardType     string  `yaml:"reward_type" json:"reward_type"`
 	AccuracyWeight float64 `yaml:"accuracy_weight" json:"accuracy_weight"`
 	FormatWeight   float64 `yaml:"format_weight" json:"format_weight"`
+	// The MDI reward of TRL-MDI (mdi.go); weight 0 turns it off.
+	MDIWeight       float64 `yaml:"mdi_weight" json:"mdi_weight"`
+	MDIBalanceRatio float64 `yaml:"mdi_balance_ratio" json:"mdi_balance_ratio"`
 }
 
 // StringList is a YAML list of strings that also accepts one string ("console") or a
@@ -744,6 +747,8 @@ func (c Config) Validate() error {
 		finite("worker.rollout.val_temperature", r.ValTemperature, 0, 100),
 		finite("worker.reward.accuracy_weight", c.Worker.Reward.AccuracyWeight, 0, math.MaxFloat64),
 		finite("worker.reward.format_weight", c.Worker.Reward.FormatWeight, 0, math.MaxFloat64),
+		finite("worker.reward.mdi_weight", c.Worker.Reward.MDIWeight, 0, math.MaxFloat64),
+		finite("worker.reward.mdi_balance_ratio", c.Worker.Reward.MDIBalanceRatio, 1+1e-9, math.MaxFloat64),
 	}
 	for _, err := range checks {
 		if err != nil {
@@ -757,6 +762,9 @@ func (c Config) Validate() error {
 		if err := sec.o.validate(sec.key); err != nil {
 			return err
 		}
+	}
+	if rw := c.Worker.Reward; rw.AccuracyWeight+rw.FormatWeight <= 0 {
+		return keyErr("worker.reward.accuracy_weight", "and format_weight are both 0: no answer reward")
 	}
 	if d.ValBatchSize == 0 || d.ValBatchSize < -1 {
 		return keyErr("dataset.val_batch_size", "is %d, want > 0 or -1 (the whole set)", d.ValBatchSize)

@@ -70,9 +70,9 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 
 var stepHeader = regexp.MustCompile(`(?m)^## step (\d+)$`)
 
-// truncateRollouts drops the sections of steps after keep (a resumed run writes them again).
-func truncateRollouts(runDir string, keep int) error {
-	path := filepath.Join(runDir, "rollouts.md")
+// truncateRollouts drops the sections of steps after keep from the step log at path
+// (rollouts.md, attention_diagnostics.md): a resumed run writes them again, identical.
+func truncateRollouts(path string, keep int) error {
 	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil

@@ -100,8 +100,10 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	keep := -1
 	if resumed {
 		keep = t.step
-		if err := truncateRollouts(dir, keep); err != nil {
-			return nil, err
+		for _, name := range []string{"rollouts.md", "attention_diagnostics.md"} {
+			if err := truncateRollouts(filepath.Join(dir, name), keep); err != nil {
+				return nil, err
+			}
 		}
 	}
 	mlog, err := OpenMetricsLog(metricsPath, keep)
@@ -236,6 +238,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		if c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
 			if err := writeRollouts(dir, s, cfg.Worker.Rollout.N, c.RolloutSamples, res.Rollouts); err != nil {
 				return nil, err
+			}
+			if res.MDI != nil {
+				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, res.MDI, m); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if (c.SaveFreq > 0 && s%c.SaveFreq == 0) || last {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
@@ -17,6 +18,7 @@ import (
 type StepResult struct {
 	Metrics  Metrics
 	Rollouts []Rollout
+	MDI      []mdiStats // per row, with the MDI reward
 }
 
 // Rollout is one sampled response with what the step computed about its tokens.
@@ -33,12 +35,15 @@ type Rollout struct {
 
 // Step runs one VPPO step; it is the whole algorithm, top to bottom:
 //
-//  1. rollout: n responses per prompt, sampled with the current policy;
-//  2. rewards: accuracy of the chosen letter and think-format, at each response's last token;
-//  3. old log-probs (and entropies) of the sampled tokens;
+//  1. rollout: n responses per prompt, sampled with the current policy (online filtering keeps
+//     the groups whose mean reward is inside the band, sampling more until the batch is full);
+//  2. old log-probs (and entropies) of the sampled tokens, and the attention of the MDI reward;
+//  3. rewards: accuracy of the chosen letter, think-format and MDI balance, at each response's
+//     last token;
 //  4. log-probs with perturbed images (random patch blackening, seeded per row);
-//  5. reference log-probs, when the KL loss is on (the frozen warm-started policy);
-//  6. advantages (GRPO by default; the groups are the prompts);
+//  5. reference log-probs (the frozen warm-started policy), and the divergence in the reward;
+//  6. advantages (GRPO by default; the groups are the prompts; gae with the critic's values,
+//     which is then updated toward the returns);
 //  7. per mini-batch: tprl token masks and trajectory shaping, the PPO loss per micro-batch with
 //     global token scaling, d loss / d log-probs → d loss / d logits → the model's backward;
 //  8. per mini-batch: gradient clipping and an AdamW step (skipped on a non-finite norm).
@@ -66,11 +71,32 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	tRollout := time.Since(start)
 
-	// 2. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
+	// 2. Old log-probs and entropies of the sampled tokens under the rollout policy.
+	xmicro := act.MicroBatchSizePerDeviceForExperience
+	oldLogp, entropy := f32(B, T), f32(B, T)
+	// The same pass gives the attention of the MDI reward (TRL-MDI), when it has a weight.
+	var mdi []mdiStats
+	var onAct func(*vlm.Activations, int, int)
+	if t.cfg.Worker.Reward.MDIWeight > 0 {
+		mdi = make([]mdiStats, B)
+		onAct = func(a *vlm.Activations, lo, hi int) {
+			for r := lo; r < hi; r++ {
+				mdi[r] = t.attentionStats(a, r-lo, b.plen[r], len(b.resp[r]))
+			}
+		}
+	}
+	if err := t.logProbsWith(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
+		return nil, fmt.Errorf("old log-probs: %w", err)
+	}
+
+	// 3. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
 	rewards := f32(B, T)
 	rw, _ := rewards.Float32s()
 	var acc, format, overall, respTokens float64
 	for i := range exs {
+		if mdi != nil {
+			scores[i] = t.withMDI(scores[i], mdi[i].Balance)
+		}
 		if l := len(b.resp[i]); l > 0 {
 			rw[i*T+l-1] = float32(scores[i].Overall)
 		}
@@ -79,12 +105,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	met["reward/overall"], met["reward/accuracy"], met["reward/format"] = overall/float64(B), acc/float64(B), format/float64(B)
 	met["response_length/mean"] = respTokens / float64(B)
-
-	// 3. Old log-probs and entropies of the sampled tokens under the rollout policy.
-	xmicro := act.MicroBatchSizePerDeviceForExperience
-	oldLogp, entropy := f32(B, T), f32(B, T)
-	if err := t.logProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp); err != nil {
-		return nil, fmt.Errorf("old log-probs: %w", err)
+	if mdi != nil {
+		putMDIMetrics(met, mdi)
 	}
 
 	// 4. Log-probs with perturbed images: every row's image perturbed with its own sample id.
@@ -268,7 +290,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	if hi, ok := met["actor/pg_clipfrac_higher"]; ok {
 		met["actor/clipfrac"] = hi + met["actor/pg_clipfrac_lower"] // disjoint: ratio above or below the range
 	}
-	return &StepResult{Metrics: met, Rollouts: res}, nil
+	return &StepResult{Metrics: met, Rollouts: res, MDI: mdi}, nil
 }
 
 // diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
@@ -415,7 +437,8 @@ const maxFilterRounds = 8
 // rollout samples n responses for rollout_batch_size prompts and scores them. With
 // optimization.online_filtering it keeps only the groups whose mean filter_key reward lies in
 // (filter_low, filter_high) — groups where every response scores the same carry no GRPO signal
-// — sampling further prompts until it has rollout_batch_size groups.
+// — sampling further prompts until it has rollout_batch_size groups. The scores here are the
+// answer and format parts: the MDI part needs the attention pass that follows the rollout.
 func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, error) {
 	o, ro := t.cfg.Optimization, t.cfg.Worker.Rollout
 	want, n := t.cfg.Dataset.RolloutBatchSize, ro.N

@@ -339,11 +339,19 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 // logProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response tokens
 // under m, in chunks of micro rows, without keeping activations.
 func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32) error {
+	return t.logProbsWith(m, b, images, logp, ent, micro, temp, nil)
+}
+
+// logProbsWith is logProbs that also hands each micro-batch's activations to onAct.
+func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
 	for lo := 0; lo < b.rows; lo += micro {
 		hi := min(lo+micro, b.rows)
-		g, _, err := t.forwardResponse(m, b, images, lo, hi)
+		g, act, err := t.forwardResponse(m, b, images, lo, hi)
 		if err != nil {
 			return err
+		}
+		if onAct != nil {
+			onAct(act, lo, hi)
 		}
 		var e *tensor.Tensor
 		if ent != nil {

@@ -84,6 +84,13 @@ func TestEndToEnd(t *testing.T) {
 	assert.True(t, ok, "validation at step 2 (val_freq 2)")
 	md, _ := os.ReadFile(filepath.Join(dir, "rollouts.md"))
 	assert.Contains(t, string(md), "## step 1")
+	ad, _ := os.ReadFile(filepath.Join(dir, "attention_diagnostics.md"))
+	assert.Contains(t, string(ad), "## step 2")
+	assert.Contains(t, string(ad), "| early |")
+	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/early_mdi"} {
+		v := lines[1].Metrics[k]
+		require.NotNil(t, v, k)
+	}
 }
 
 // sameRun asserts that run directories a and b have identical metrics (all but wall-time
