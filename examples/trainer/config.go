@@ -32,8 +32,9 @@ type Config struct {
 	Optimization OptimizationConfig `yaml:"optimization" json:"optimization"`
 	Worker       WorkerConfig       `yaml:"worker" json:"worker"`
 
-	set      map[string]bool // keys given by a file or an override (not only the defaults)
-	warnings []string        // accepted keys that do nothing here, one line each
+	set      map[string]int // keys given by a file or an override, with the order they came in
+	setCount int
+	warnings []string // accepted keys that do nothing here, one line each
 }
 
 // DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
@@ -301,7 +302,7 @@ func DefaultConfig() Config {
 	if err := c.decodeYAML(defaultYAML, "default.yaml"); err != nil {
 		panic("trainer: embedded default.yaml: " + err.Error()) // a build defect, caught by the tests
 	}
-	c.set, c.warnings = map[string]bool{}, nil
+	c.set, c.setCount, c.warnings = map[string]int{}, 0, nil
 	return c
 }
 
@@ -335,14 +336,22 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 func (c Config) Warnings() []string { return c.warnings }
 
 // IsSet reports whether key was given by a file or an override.
-func (c Config) IsSet(key string) bool { return c.set[key] }
+func (c Config) IsSet(key string) bool { return c.set[key] > 0 }
 
-// resolve applies the rules between keys: the budget in epochs when only total_epochs is given.
+// resolve applies the rules between keys: the budget is training.steps or total_epochs, the one
+// given last (a file's total_epochs, then steps on the command line: steps).
 func (c *Config) resolve() error {
-	if c.set["training.total_epochs"] && c.set["training.steps"] && c.Training.TotalEpochs > 0 && c.Training.Steps > 0 {
-		return keyErr("training.steps", "and training.total_epochs are both set: give the budget one way")
-	}
-	if c.set["training.total_epochs"] && !c.set["training.steps"] && c.Training.TotalEpochs > 0 {
+	se, ss := c.set["training.total_epochs"], c.set["training.steps"]
+	switch {
+	case se > 0 && ss > 0 && c.Training.TotalEpochs > 0 && c.Training.Steps > 0:
+		if ss > se {
+			c.warnings = append(c.warnings, fmt.Sprintf("config: training.steps=%d given after training.total_epochs=%d: the budget is %d steps", c.Training.Steps, c.Training.TotalEpochs, c.Training.Steps))
+			c.Training.TotalEpochs = 0
+		} else {
+			c.warnings = append(c.warnings, fmt.Sprintf("config: training.total_epochs=%d given after training.steps=%d: the budget is %d epochs", c.Training.TotalEpochs, c.Training.Steps, c.Training.TotalEpochs))
+			c.Training.Steps = 0
+		}
+	case se > 0 && ss == 0 && c.Training.TotalEpochs > 0:
 		c.Training.Steps = 0 // derived from the data size (Trainer.steps)
 	}
 	return nil
@@ -488,9 +497,10 @@ func (c *Config) setLeaf(canon string, v *yaml.Node, key, loc string) error {
 
 func (c *Config) mark(canon string) {
 	if c.set == nil {
-		c.set = map[string]bool{}
+		c.set = map[string]int{}
 	}
-	c.set[canon] = true
+	c.setCount++
+	c.set[canon] = c.setCount
 }
 
 func kindName(t reflect.Type) string {

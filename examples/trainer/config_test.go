@@ -187,8 +187,16 @@ func TestAliasesAndWarnings(t *testing.T) {
 	assert.Equal(t, StringList{"console", "tensorboard"}, c.Training.Logger)
 	assert.Len(t, c.Warnings(), 2, "one warning per key: %v", c.Warnings())
 
-	_, err = LoadConfig("", []string{"training.total_epochs=2", "training.steps=5"})
-	assert.ErrorContains(t, err, "both set")
+	// The budget given last wins, with a warning.
+	c, err = LoadConfig("testdata/mtrl-config.yaml", []string{"training.steps=5"})
+	require.NoError(t, err)
+	assert.Equal(t, 5, c.Training.Steps)
+	assert.Equal(t, 0, c.Training.TotalEpochs)
+	assert.Contains(t, strings.Join(c.Warnings(), "\n"), "the budget is 5 steps")
+	c, err = LoadConfig("", []string{"training.steps=5", "training.total_epochs=3"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.Training.Steps)
+	assert.Equal(t, 3, c.Training.TotalEpochs)
 	c, err = LoadConfig("", []string{"training.steps=7.0"})
 	require.NoError(t, err)
 	assert.Equal(t, 7, c.Training.Steps)

@@ -5,6 +5,10 @@
 //	go run ./examples/trainer optimization.enable_perception_filtering=false   # plain GRPO
 //	go run ./examples/trainer -config my.yaml training.steps=20 worker.rollout.n=4
 //	go run ./examples/trainer training.run_dir=runs/a training.find_last_checkpoint=true   # resume
+//	go run ./examples/trainer -config mtrl-config.yaml training.steps=50     # the seeds' config
+//
+// Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and prints the
+// command that resumes.
 //
 // A supervised warm start on the reference answers comes first, then RL steps (step.go has the
 // whole algorithm in one function). Outputs go to the run directory: metrics.jsonl (one line per
@@ -60,6 +64,9 @@ func main() {
 		os.Exit(2)
 	}
 	if *printCfg {
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintln(os.Stderr, "warning:", w)
+		}
 		os.Stdout.Write(cfg.YAML())
 		return
 	}
