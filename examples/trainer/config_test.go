@@ -106,6 +106,16 @@ func TestConfigFile(t *testing.T) {
 	_, err = LoadConfig(typ, nil)
 	assert.ErrorContains(t, err, "steps")
 
+	frac := filepath.Join(dir, "frac.yaml")
+	require.NoError(t, os.WriteFile(frac, []byte("worker:\n  rollout:\n    n: 2.5\n"), 0o644))
+	_, err = LoadConfig(frac, nil)
+	require.ErrorContains(t, err, "worker.rollout.n")
+	assert.ErrorContains(t, err, "not an integer")
+	empty := filepath.Join(dir, "empty.yaml")
+	require.NoError(t, os.WriteFile(empty, []byte("training:\n  save_freq:\n"), 0o644))
+	_, err = LoadConfig(empty, nil)
+	assert.ErrorContains(t, err, "training.save_freq: "+empty+" line 2: empty value")
+
 	_, err = LoadConfig(filepath.Join(dir, "missing.yaml"), nil)
 	assert.ErrorContains(t, err, "missing.yaml")
 }

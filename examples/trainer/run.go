@@ -56,6 +56,9 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 			fmt.Fprintln(stderr, "warning: config: training.logger file: metrics.jsonl is always written (logger jsonl)")
 		}
 	}
+	if n := max(1, c.Nnodes) * max(1, c.NGPUsPerNode); n > 1 {
+		fmt.Fprintf(stderr, "note: training.nnodes x n_gpus_per_node = %d devices: this trainer is one CPU process; the update is the same as on %d devices (global batch sizes, token-scaled losses), only slower\n", n, n)
+	}
 	t, err := NewTrainer(cfg)
 	if err != nil {
 		return nil, err
