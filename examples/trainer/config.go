@@ -262,6 +262,14 @@ var aliases = map[string]string{
 // "." covers a whole section), with the reason printed in their one warning.
 var ignored = map[string]string{
 	"dataset.video_key":                                "this example's model reads images only",
+	"dataset.video_fps":                                "this example's model reads images only",
+	"worker.actor.ulysses_size":                        "no sequence parallelism",
+	"worker.actor.model.peft_type":                     "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_rank":                     "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_alpha":                    "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_dropout":                  "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_target_modules":           "no LoRA: the small model is trained in full",
+	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
 	"dataset.format_prompt":                            "prompts are used as written (no Jinja templates in Go)",
 	"worker.hybrid_engine":                             "one process does rollout and update",
 	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
@@ -353,6 +361,13 @@ func (c *Config) resolve() error {
 		}
 	case se > 0 && ss == 0 && c.Training.TotalEpochs > 0:
 		c.Training.Steps = 0 // derived from the data size (Trainer.steps)
+	}
+	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
+	// pixel bounds (Qwen2-VL's processor settings) can only check.
+	d := c.Dataset
+	if px := d.ImageSize * d.ImageSize; (d.MinPixels > 0 && px < d.MinPixels) || (d.MaxPixels > 0 && px > d.MaxPixels) {
+		c.warnings = append(c.warnings, fmt.Sprintf("config: dataset.min_pixels/max_pixels [%d, %d]: the model's input is dataset.image_size^2 = %d pixels, outside them; images are fitted to it all the same (set dataset.image_size to change it)",
+			d.MinPixels, d.MaxPixels, px))
 	}
 	return nil
 }
@@ -782,10 +797,6 @@ func (c Config) Validate() error {
 	if d.Options < 2 || d.Options > 10 {
 		return keyErr("dataset.options", "is %d, want 2..10 (letters A..J)", d.Options)
 	}
-	if px := d.ImageSize * d.ImageSize; (d.MinPixels > 0 && px < d.MinPixels) || (d.MaxPixels > 0 && px > d.MaxPixels) {
-		return keyErr("dataset.image_size", "is %d (%d pixels, the model's input), outside [dataset.min_pixels %d, dataset.max_pixels %d]",
-			d.ImageSize, px, d.MinPixels, d.MaxPixels)
-	}
 	if d.TrainFiles == "" && d.TrainSize == 0 {
 		return keyErr("dataset.train_size", "is 0 and dataset.train_files is empty: no training data")
 	}
@@ -807,8 +818,8 @@ func (c Config) Validate() error {
 	if d.ImageSize%a.Model.PatchSize != 0 {
 		return keyErr("worker.actor.model.patch_size", "is %d, want a divisor of dataset.image_size (%d)", a.Model.PatchSize, d.ImageSize)
 	}
-	if t.FindLastCheckpoint && t.RunDir == "" {
-		return keyErr("training.find_last_checkpoint", "is true but training.run_dir is empty: name the run directory to resume")
+	if t.FindLastCheckpoint && t.RunDir == "" && t.ExperimentName == "" && t.LoadCheckpointPath == "" {
+		return keyErr("training.find_last_checkpoint", "is true but training.run_dir, experiment_name and load_checkpoint_path are empty: name the run directory to resume")
 	}
 	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint {
 		return keyErr("training.val_only", "is true but neither training.load_checkpoint_path nor training.find_last_checkpoint names the weights to validate")

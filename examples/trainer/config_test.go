@@ -222,3 +222,17 @@ func TestFlagsAfterOverrides(t *testing.T) {
 	assert.Equal(t, "x.yaml", *cfg)
 	assert.True(t, *pc)
 }
+
+// TestSeedREADMESnippets: keys from the MTRL README's other examples (LoRA, video, vLLM prefix
+// caching, Ulysses) are accepted with a warning; the seeds' config=FILE form names the file.
+func TestSeedREADMESnippets(t *testing.T) {
+	c, err := LoadConfig("", []string{"dataset.video_fps=2.0", "worker.actor.model.peft_type=lora", "worker.actor.model.lora_rank=8",
+		"worker.rollout.enable_prefix_caching=true", "worker.actor.ulysses_size=2", "dataset.min_pixels=262144"})
+	require.NoError(t, err)
+	ws := strings.Join(c.Warnings(), "\n")
+	assert.Len(t, c.Warnings(), 6, ws)
+	assert.Contains(t, ws, "no LoRA")
+	assert.Contains(t, ws, "dataset.image_size^2 = 1024 pixels")
+	_, err = LoadConfig("", []string{"training.find_last_checkpoint=true", "training.load_checkpoint_path=ck/step_1000"})
+	require.NoError(t, err)
+}

@@ -58,7 +58,16 @@ func main() {
 		}
 		return
 	}
-	cfg, err := LoadConfig(*cfgPath, overrides)
+	// The seeds' command lines name the file as an override: config=config.yaml.
+	var rest []string
+	for _, o := range overrides {
+		if v, ok := strings.CutPrefix(o, "config="); ok && *cfgPath == "" {
+			*cfgPath = v
+			continue
+		}
+		rest = append(rest, o)
+	}
+	cfg, err := LoadConfig(*cfgPath, rest)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		os.Exit(2)

@@ -34,12 +34,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	wall := time.Now()
 	c := cfg.Training
 	dir := c.RunDir
-	if dir == "" {
-		name := time.Now().Format("20060102-150405")
-		if c.ExperimentName != "" {
-			name = c.ExperimentName + "-" + name
-		}
-		dir = filepath.Join("runs", name)
+	switch {
+	case dir == "" && c.ExperimentName != "":
+		// A stable place, as EasyR1's checkpoints/<project>/<experiment>: find_last_checkpoint
+		// finds it again, and a second fresh run there is refused.
+		dir = filepath.Join("runs", c.ProjectName, c.ExperimentName)
+	case dir == "":
+		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, err
@@ -83,7 +84,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		}
 		resumed = true
 		fmt.Fprintf(stderr, "resuming from %s (step %d)\n", ckDir, ckStep)
-	case c.FindLastCheckpoint && c.ValOnly:
+	case c.FindLastCheckpoint && c.ValOnly && c.LoadCheckpointPath == "":
 		return nil, fmt.Errorf("training.val_only with find_last_checkpoint: %s holds no complete checkpoint", ck.Root)
 	default:
 		if st, err := os.Stat(metricsPath); err == nil && st.Size() > 0 {

@@ -593,7 +593,7 @@ type trainState struct {
 	RNG         string     `json:"rng_state"` // base64 of the rollout PCG's MarshalBinary
 	AdamT       int        `json:"optimizer_step"`
 	Skipped     int        `json:"skipped_steps"`
-	Coef        float64    `json:"divergence_coef"` // the reward's divergence coefficient (adaptive)
+	Coef        *float64   `json:"divergence_coef"` // the reward's divergence coefficient (adaptive); nil in older checkpoints
 	CriticAdamT int        `json:"critic_optimizer_step,omitempty"`
 	ModelConfig vlm.Config `json:"model_config"`
 	Time        string     `json:"saved_at"`
@@ -622,7 +622,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 		return "", err
 	}
 	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
-		AdamT: t.opt.T, Skipped: t.skipped, Coef: t.ctl.Coef(), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		AdamT: t.opt.T, Skipped: t.skipped, Coef: ptr(t.ctl.Coef()), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -790,10 +790,12 @@ func (t *Trainer) Load(dir string) error {
 	if t.critic != nil {
 		t.critic.opt.T = st.CriticAdamT
 	}
-	cc := t.cfg
-	cc.Optimization.DivergenceCoef = st.Coef
-	if t.ctl, err = cc.Controller(); err != nil {
-		return fmt.Errorf("checkpoint %s: divergence_coef %v: %w", dir, st.Coef, err)
+	if st.Coef != nil { // older checkpoints start from the configured coefficient
+		cc := t.cfg
+		cc.Optimization.DivergenceCoef = *st.Coef
+		if t.ctl, err = cc.Controller(); err != nil {
+			return fmt.Errorf("checkpoint %s: divergence_coef %v: %w", dir, *st.Coef, err)
+		}
 	}
 	t.opt.T, t.skipped, t.step, t.rng = st.AdamT, st.Skipped, st.Step, rng
 	t.epoch, t.pos = st.Epoch, st.Pos
@@ -807,3 +809,5 @@ func (t *Trainer) criticT() int {
 	}
 	return t.critic.opt.T
 }
+
+func ptr[T any](v T) *T { return &v }
