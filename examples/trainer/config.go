@@ -252,6 +252,11 @@ var aliases = map[string]string{
 	"optimization.kl_type":                "optimization.divergence_type",
 	"optimization.kl_target":              "optimization.divergence_target",
 	"optimization.kl_horizon":             "optimization.divergence_horizon",
+	// verl's names of the same settings.
+	"training.test_freq":            "training.val_freq",
+	"training.total_training_steps": "training.steps",
+	"training.default_local_dir":    "training.run_dir",
+	"dataset.train_batch_size":      "dataset.rollout_batch_size",
 	// EasyR1's section names.
 	"data.":      "dataset.",
 	"trainer.":   "training.",
@@ -342,9 +347,6 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 
 // Warnings lists the accepted keys that have no effect here, one line each.
 func (c Config) Warnings() []string { return c.warnings }
-
-// IsSet reports whether key was given by a file or an override.
-func (c Config) IsSet(key string) bool { return c.set[key] > 0 }
 
 // resolve applies the rules between keys: the budget is training.steps or total_epochs, the one
 // given last (a file's total_epochs, then steps on the command line: steps).

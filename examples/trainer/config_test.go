@@ -195,6 +195,10 @@ func TestAliasesAndWarnings(t *testing.T) {
 	assert.Equal(t, 8, c.Dataset.RolloutBatchSize)
 	assert.Equal(t, 16, c.Dataset.MaxResponseLength)
 	assert.Equal(t, StringList{"console", "tensorboard"}, c.Training.Logger)
+	c2, err := LoadConfig("", []string{"trainer.test_freq=7", "data.train_batch_size=8"})
+	require.NoError(t, err)
+	assert.Equal(t, 7, c2.Training.ValFreq)
+	assert.Equal(t, 8, c2.Dataset.RolloutBatchSize)
 	assert.Len(t, c.Warnings(), 2, "one warning per key: %v", c.Warnings())
 
 	// The budget given last wins, with a warning.

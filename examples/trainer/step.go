@@ -446,7 +446,11 @@ func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, erro
 	var resp, rejResp [][]int32
 	var scores, rejScores []vqa.Reward
 	generated, accepted, rounds := 0, 0, 0
-	for len(exs) < want*n && rounds < max(1, maxFilterRounds*boolInt(o.OnlineFiltering)) {
+	maxRounds := 1
+	if o.OnlineFiltering {
+		maxRounds = maxFilterRounds
+	}
+	for len(exs) < want*n && rounds < maxRounds {
 		rounds++
 		prompts := t.nextPrompts(want)
 		rows := make([]example, 0, len(prompts)*n)
@@ -505,11 +509,4 @@ func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, erro
 		met["filter/filled_groups"] = float64(filled)
 	}
 	return exs, resp, scores, nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
