@@ -79,21 +79,26 @@ func main() {
 		os.Stdout.Write(cfg.YAML())
 		return
 	}
-	// The first SIGINT/SIGTERM ends the run after the current step, with a checkpoint; the
-	// handler is then removed, so a second one stops the process at once.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop()
-		fmt.Fprintln(os.Stderr, "\ntrainer: stopping after the current step (again to quit at once, losing it)")
-	}()
-	if _, err := Run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+	if _, err := Run(signalContext(os.Stderr), cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		if errors.Is(err, ErrInterrupted) {
 			os.Exit(130)
 		}
 		os.Exit(1)
 	}
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which then ends the run after the
+// current step, with a checkpoint; the handler is removed at that point, so a second signal
+// stops the process at once.
+func signalContext(stderr io.Writer) context.Context {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+		fmt.Fprintln(stderr, "\ntrainer: stopping after the current step (again to quit at once, losing it)")
+	}()
+	return ctx
 }
 
 // parseArgs parses flags and key=value overrides in any order (flag stops at the first

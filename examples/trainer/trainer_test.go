@@ -11,8 +11,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -418,4 +421,41 @@ func TestOverlongPrompts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, tr.droppedLong)
 	assert.LessOrEqual(t, tr.maxPrompt, 16)
+}
+
+// TestSignalContext: a real SIGINT to the process cancels the run's context (what Run watches
+// between steps), and the handler is gone afterwards.
+func TestSignalContext(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to send on Windows")
+	}
+	var errb syncBuffer
+	ctx := signalContext(&errb)
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, self.Signal(os.Interrupt))
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGINT did not cancel the context")
+	}
+	require.Eventually(t, func() bool { return strings.Contains(errb.String(), "stopping after the current step") }, 5*time.Second, 10*time.Millisecond)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
