@@ -47,6 +47,8 @@ func Compare(w io.Writer, spec, out string) error {
 			}
 			if v := l.Metrics["perf/time_per_step"]; v != nil {
 				stepS = append(stepS, *v)
+			} else if v := l.Metrics["perf/step_s"]; v != nil { // runs of earlier versions
+				stepS = append(stepS, *v)
 			}
 		}
 		series = append(series, val, train)
