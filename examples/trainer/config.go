@@ -253,10 +253,14 @@ var aliases = map[string]string{
 	"optimization.kl_target":              "optimization.divergence_target",
 	"optimization.kl_horizon":             "optimization.divergence_horizon",
 	// verl's names of the same settings.
-	"training.test_freq":            "training.val_freq",
-	"training.total_training_steps": "training.steps",
-	"training.default_local_dir":    "training.run_dir",
-	"dataset.train_batch_size":      "dataset.rollout_batch_size",
+	"training.test_freq":             "training.val_freq",
+	"training.total_training_steps":  "training.steps",
+	"training.default_local_dir":     "training.run_dir",
+	"dataset.train_batch_size":       "dataset.rollout_batch_size",
+	"optimization.kl_ctrl.type":      "optimization.divergence_type",
+	"optimization.kl_ctrl.kl_coef":   "optimization.divergence_coef",
+	"optimization.kl_ctrl.horizon":   "optimization.divergence_horizon",
+	"optimization.kl_ctrl.target_kl": "optimization.divergence_target",
 	// EasyR1's section names.
 	"data.":      "dataset.",
 	"trainer.":   "training.",
@@ -268,6 +272,8 @@ var aliases = map[string]string{
 var ignored = map[string]string{
 	"dataset.video_key":                                "this example's model reads images only",
 	"dataset.video_fps":                                "this example's model reads images only",
+	"worker.actor.optim.strategy":                      "AdamW in float32",
+	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
 	"worker.actor.ulysses_size":                        "no sequence parallelism",
 	"worker.actor.model.peft_type":                     "no LoRA: the small model is trained in full",
 	"worker.actor.model.lora_rank":                     "no LoRA: the small model is trained in full",
@@ -403,7 +409,7 @@ func (c *Config) applyMapping(n *yaml.Node, prefix, where string) error {
 		canon := canonical(key)
 		f, ok := fieldAt(canon)
 		if !ok {
-			if isSection(canon) && v.Kind == yaml.MappingNode {
+			if aliasSection(canon) && v.Kind == yaml.MappingNode {
 				if err := c.applyMapping(v, key+".", where); err != nil {
 					return err
 				}
@@ -581,9 +587,15 @@ func fieldAt(key string) (reflect.Type, bool) {
 	return t, true
 }
 
-func isSection(key string) bool {
-	t, ok := fieldAt(key)
-	return ok && t.Kind() == reflect.Struct
+// aliasSection reports whether key is a mapping of other names only (EasyR1's "algorithm",
+// verl's "algorithm.kl_ctrl"): its keys are resolved one by one.
+func aliasSection(key string) bool {
+	for from := range aliases {
+		if strings.HasPrefix(from, key+".") {
+			return true
+		}
+	}
+	return false
 }
 
 func fieldValue(v reflect.Value, key string) reflect.Value {

@@ -195,10 +195,14 @@ func TestAliasesAndWarnings(t *testing.T) {
 	assert.Equal(t, 8, c.Dataset.RolloutBatchSize)
 	assert.Equal(t, 16, c.Dataset.MaxResponseLength)
 	assert.Equal(t, StringList{"console", "tensorboard"}, c.Training.Logger)
-	c2, err := LoadConfig("", []string{"trainer.test_freq=7", "data.train_batch_size=8"})
+	c2, err := LoadConfig("", []string{"trainer.test_freq=7", "data.train_batch_size=8", "algorithm.kl_ctrl.type=adaptive",
+		"algorithm.kl_ctrl.target_kl=0.2", "trainer.save_limit=3"})
 	require.NoError(t, err)
 	assert.Equal(t, 7, c2.Training.ValFreq)
 	assert.Equal(t, 8, c2.Dataset.RolloutBatchSize)
+	assert.Equal(t, "adaptive", c2.Optimization.DivergenceType)
+	assert.Equal(t, 0.2, c2.Optimization.DivergenceTarget)
+	assert.Len(t, c2.Warnings(), 1)
 	assert.Len(t, c.Warnings(), 2, "one warning per key: %v", c.Warnings())
 
 	// The budget given last wins, with a warning.
@@ -239,4 +243,28 @@ func TestSeedREADMESnippets(t *testing.T) {
 	assert.Contains(t, ws, "dataset.image_size^2 = 1024 pixels")
 	_, err = LoadConfig("", []string{"training.find_last_checkpoint=true", "training.load_checkpoint_path=ck/step_1000"})
 	require.NoError(t, err)
+}
+
+// TestEasyR1Layout: a file with EasyR1's section names and verl's nested kl_ctrl loads.
+func TestEasyR1Layout(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "easyr1.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(`data:
+  rollout_batch_size: 8
+algorithm:
+  adv_estimator: rloo
+  kl_coef: 0.02
+  kl_ctrl:
+    target_kl: 0.3
+trainer:
+  total_epochs: 2
+  test_freq: 5
+`), 0o644))
+	c, err := LoadConfig(p, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 8, c.Dataset.RolloutBatchSize)
+	assert.Equal(t, "rloo", c.Optimization.AdvantageEstimator)
+	assert.Equal(t, 0.02, c.Optimization.DivergenceCoef)
+	assert.Equal(t, 0.3, c.Optimization.DivergenceTarget)
+	assert.Equal(t, 2, c.Training.TotalEpochs)
+	assert.Equal(t, 5, c.Training.ValFreq)
 }
