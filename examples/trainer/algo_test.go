@@ -172,3 +172,25 @@ func TestMDIReward(t *testing.T) {
 	assert.InDelta(t, 4.5/6, got.Overall, 1e-12)
 	assert.Equal(t, 1.0, got.Accuracy)
 }
+
+// TestOnlineFilteringFillsWhenNothingPasses: a band no group can reach still gives a full
+// batch, after maxFilterRounds rounds, filled with rejected groups and counted as such.
+func TestOnlineFilteringFillsWhenNothingPasses(t *testing.T) {
+	cfg := tinyConfig(t, t.TempDir(), "optimization.online_filtering=true", "optimization.filter_key=accuracy",
+		"optimization.filter_low=2", "optimization.filter_high=3", "worker.reward.mdi_weight=0")
+	tr, err := NewTrainer(cfg)
+	require.NoError(t, err)
+	require.NoError(t, tr.FreezeReference())
+	res, err := tr.Step()
+	require.NoError(t, err)
+	want := cfg.Dataset.RolloutBatchSize
+	require.Len(t, res.Rollouts, want*cfg.Worker.Rollout.N)
+	assert.Equal(t, 0.0, res.Metrics["filter/kept_fraction"])
+	assert.Equal(t, float64(maxFilterRounds), res.Metrics["filter/rounds"])
+	assert.Equal(t, float64(want), res.Metrics["filter/filled_groups"])
+	_, ok := res.Metrics["mdi/balance_mean"]
+	assert.False(t, ok, "mdi_weight 0: no MDI pass")
+	require.Less(t, maxFilterRounds*want, len(tr.train))
+	assert.Equal(t, 0, tr.epoch)
+	assert.Equal(t, maxFilterRounds*want, tr.pos, "every round drew new prompts")
+}
