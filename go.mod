@@ -8,6 +8,7 @@ require (
 	golang.org/x/image v0.36.0
 	golang.org/x/sys v0.30.0
 	gonum.org/v1/gonum v0.16.0
+	google.golang.org/protobuf v1.34.2
 	gopkg.in/yaml.v3 v3.0.1
 	gorgonia.org/cu v0.9.6
 	gorgonia.org/gorgonia v0.9.18
@@ -33,7 +34,6 @@ require (
 	github.com/xtgo/set v1.0.0 // indirect
 	go4.org/unsafe/assume-no-moving-gc v0.0.0-20231121144256-b99613f794b6 // indirect
 	golang.org/x/xerrors v0.0.0-20200804184101-5ec99f83aff1 // indirect
-	google.golang.org/protobuf v1.34.2 // indirect
 	gorgonia.org/dawson v1.2.0 // indirect
 	gorgonia.org/vecf32 v0.9.0 // indirect
 	gorgonia.org/vecf64 v0.9.0 // indirect

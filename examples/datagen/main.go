@@ -1,10 +1,14 @@
 // Command datagen writes a dataset of the example trainer's visual
-// question-answering task (package examples/internal/vqa) to disk:
+// question-answering task (package examples/internal/vqa) to disk, in the seeds' format:
 //
-//	go run ./examples/datagen -out data -n-train 2000 -n-val 200 -seed 1 -format both
+//	go run ./examples/datagen DIR                     # DIR/train.jsonl, DIR/val.jsonl, DIR/images/
+//	go run ./examples/datagen -n-train 2000 -n-val 200 -seed 1 -format both DIR
 //
-// writes data/train.{jsonl,parquet}, data/val.{jsonl,parquet} and the PNGs
-// under data/images/. Training samples have ids 0..n-train-1 and validation
+// Each row has prompt, answer (the option letter) and images (one PNG path relative to
+// DIR/images, the seeds' image_dir), plus the task's optional fields response (the reference
+// chain, for the warm start), objects (the scene, for the visual-token diagnostics) and id.
+// Parquet files embed the PNG bytes. The output directory must be named: nothing is written into
+// the current directory unless asked. Training samples have ids 0..n-train-1 and validation
 // samples ids n-train..n-train+n-val-1 of the same seed, so the splits never
 // share a sample. The trainer reads the files with dataset.train_files /
 // dataset.val_files (or generates the same samples in memory).
@@ -15,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 )
@@ -30,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("datagen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := vqa.DefaultTaskConfig()
-	out := fs.String("out", "data", "output directory (created if needed)")
+	out := fs.String("out", "", "output directory (created if needed); the same as the DIR argument")
 	nTrain := fs.Int("n-train", 2000, "number of training samples (>= 0)")
 	nVal := fs.Int("n-val", 200, "number of validation samples (>= 0)")
 	seed := fs.Uint64("seed", 1, "generator seed")
@@ -41,11 +46,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	switch {
+	case fs.NArg() == 1 && *out == "":
+		*out = fs.Arg(0)
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected arguments %q (want one output directory)", fs.Args())
 	}
 	if *out == "" {
-		return fmt.Errorf("-out must not be empty")
+		return fmt.Errorf("name the output directory: datagen DIR (or -out DIR)")
 	}
 	if *nTrain < 0 || *nVal < 0 {
 		return fmt.Errorf("-n-train and -n-val must be >= 0, got %d and %d", *nTrain, *nVal)
@@ -87,5 +95,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 				path, sp.n, sp.first, sp.first+uint64(sp.n)-1, *seed, cfg.ImageSize, cfg.ImageSize, cfg.MaxShapes, cfg.Options)
 		}
 	}
+	fmt.Fprintf(stdout, "train with: go run ./examples/trainer dataset.train_files=%s dataset.val_files=%s dataset.image_dir=%s\n",
+		filepath.Join(*out, "train."+firstExt(*format)), filepath.Join(*out, "val."+firstExt(*format)), filepath.Join(*out, "images"))
 	return nil
+}
+
+func firstExt(format string) string {
+	if format == "parquet" {
+		return "parquet"
+	}
+	return "jsonl"
 }

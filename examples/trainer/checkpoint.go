@@ -135,7 +135,8 @@ const (
 	ckptOptimizer = "optimizer.safetensors"
 	ckptState     = "state.json"
 	ckptConfig    = "config.yaml"
-	ckptRef       = "ref.safetensors" // the frozen reference policy, with use_kl_loss
+	ckptRef       = "ref.safetensors"    // the frozen reference policy, unless disable_divergence
+	ckptCritic    = "critic.safetensors" // the critic's weights and AdamW moments, with gae
 	ckptTracker   = "checkpoint_tracker.json"
 )
 
@@ -154,11 +155,15 @@ func stepDirName(step int) string { return fmt.Sprintf("global_step_%d", step) }
 
 // Save writes one checkpoint: files maps file names to contents.
 func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err error) {
-	if err := os.MkdirAll(c.Root, 0o755); err != nil {
+	if err := os.MkdirAll(c.Root, dirMode); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+stepDirName(step)+"-")
 	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Chmod(tmp, dirMode); err != nil { // MkdirTemp makes it 0700
+		os.RemoveAll(tmp)
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	defer func() {
@@ -271,6 +276,9 @@ func WriteFileAtomic(path string, data []byte) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
+	if err = f.Chmod(fileMode); err != nil { // CreateTemp makes it 0600
+		return err
+	}
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
@@ -287,7 +295,7 @@ func WriteFileAtomic(path string, data []byte) (err error) {
 }
 
 func writeSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
 	if err != nil {
 		return err
 	}

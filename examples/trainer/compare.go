@@ -45,7 +45,9 @@ func Compare(w io.Writer, spec, out string) error {
 			if v := l.Metrics["perception/precision"]; v != nil {
 				prec = append(prec, *v)
 			}
-			if v := l.Metrics["perf/step_s"]; v != nil {
+			if v := l.Metrics["perf/time_per_step"]; v != nil {
+				stepS = append(stepS, *v)
+			} else if v := l.Metrics["perf/step_s"]; v != nil { // runs of earlier versions
 				stepS = append(stepS, *v)
 			}
 		}
@@ -69,5 +71,5 @@ func Compare(w io.Writer, spec, out string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(out, png, 0o644)
+	return os.WriteFile(out, png, fileMode)
 }

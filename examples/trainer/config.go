@@ -1,13 +1,15 @@
 package main
 
 import (
-	"bytes"
 	_ "embed"
+	"encoding"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -23,54 +25,91 @@ import (
 //go:embed default.yaml
 var defaultYAML []byte
 
-// Config is the trainer's configuration, with the seeds' section and key names.
+// Config is the trainer's configuration, with the seeds' (MTRL / EasyR1) section and key names.
 type Config struct {
 	Dataset      DatasetConfig      `yaml:"dataset" json:"dataset"`
 	Training     TrainingConfig     `yaml:"training" json:"training"`
 	Optimization OptimizationConfig `yaml:"optimization" json:"optimization"`
 	Worker       WorkerConfig       `yaml:"worker" json:"worker"`
+
+	set      map[string]int // keys given by a file or an override, with the order they came in
+	setCount int
+	warnings []string // accepted keys that do nothing here, one line each
 }
 
-// DatasetConfig selects the data: files, or a task generated in memory.
+// DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
 type DatasetConfig struct {
-	TrainFiles       string `yaml:"train_files" json:"train_files"`
-	ValFiles         string `yaml:"val_files" json:"val_files"`
-	TrainSize        int    `yaml:"train_size" json:"train_size"`
-	ValSize          int    `yaml:"val_size" json:"val_size"`
-	Seed             uint64 `yaml:"seed" json:"seed"`
-	ImageSize        int    `yaml:"image_size" json:"image_size"`
-	MaxShapes        int    `yaml:"max_shapes" json:"max_shapes"`
-	Options          int    `yaml:"options" json:"options"`
-	RolloutBatchSize int    `yaml:"rollout_batch_size" json:"rollout_batch_size"`
-	Shuffle          bool   `yaml:"shuffle" json:"shuffle"`
+	TrainFiles            string `yaml:"train_files" json:"train_files"` // comma-separated
+	ValFiles              string `yaml:"val_files" json:"val_files"`
+	PromptKey             string `yaml:"prompt_key" json:"prompt_key"`
+	AnswerKey             string `yaml:"answer_key" json:"answer_key"`
+	ImageKey              string `yaml:"image_key" json:"image_key"`
+	ImageDir              string `yaml:"image_dir" json:"image_dir"`
+	MaxPromptLength       int    `yaml:"max_prompt_length" json:"max_prompt_length"`
+	MaxResponseLength     int    `yaml:"max_response_length" json:"max_response_length"`
+	RolloutBatchSize      int    `yaml:"rollout_batch_size" json:"rollout_batch_size"`
+	ValBatchSize          int    `yaml:"val_batch_size" json:"val_batch_size"` // -1: the whole set at once
+	Shuffle               bool   `yaml:"shuffle" json:"shuffle"`
+	Seed                  uint64 `yaml:"seed" json:"seed"`
+	FilterOverlongPrompts bool   `yaml:"filter_overlong_prompts" json:"filter_overlong_prompts"`
+	MinPixels             int    `yaml:"min_pixels" json:"min_pixels"`
+	MaxPixels             int    `yaml:"max_pixels" json:"max_pixels"`
+	// The generated task (used when the files are empty) and the model's input image side.
+	TrainSize int `yaml:"train_size" json:"train_size"`
+	ValSize   int `yaml:"val_size" json:"val_size"`
+	ImageSize int `yaml:"image_size" json:"image_size"`
+	MaxShapes int `yaml:"max_shapes" json:"max_shapes"`
+	Options   int `yaml:"options" json:"options"`
 }
 
-// TrainingConfig is the loop: steps, warm start, validation, checkpoints, outputs.
+// TrainingConfig is the loop: budget, warm start, validation, checkpoints, outputs.
 type TrainingConfig struct {
-	Seed               uint64  `yaml:"seed" json:"seed"`
-	Steps              int     `yaml:"steps" json:"steps"`
-	SFTSteps           int     `yaml:"sft_steps" json:"sft_steps"`
-	SFTBatchSize       int     `yaml:"sft_batch_size" json:"sft_batch_size"`
-	SFTLR              float64 `yaml:"sft_lr" json:"sft_lr"`
-	AdvEstimator       string  `yaml:"adv_estimator" json:"adv_estimator"`
-	Gamma              float64 `yaml:"gamma" json:"gamma"`
-	Lam                float64 `yaml:"lam" json:"lam"`
-	ValFreq            int     `yaml:"val_freq" json:"val_freq"`
-	ValBeforeTrain     bool    `yaml:"val_before_train" json:"val_before_train"`
-	SaveFreq           int     `yaml:"save_freq" json:"save_freq"`
-	RunDir             string  `yaml:"run_dir" json:"run_dir"`
-	FindLastCheckpoint bool    `yaml:"find_last_checkpoint" json:"find_last_checkpoint"`
-	RolloutSamples     int     `yaml:"rollout_samples" json:"rollout_samples"`
-	RolloutLogFreq     int     `yaml:"rollout_log_freq" json:"rollout_log_freq"`
-	Progress           bool    `yaml:"progress" json:"progress"`
+	TotalEpochs        int        `yaml:"total_epochs" json:"total_epochs"`
+	Steps              int        `yaml:"steps" json:"steps"`
+	SFTSteps           int        `yaml:"sft_steps" json:"sft_steps"`
+	SFTBatchSize       int        `yaml:"sft_batch_size" json:"sft_batch_size"`
+	SFTLR              float64    `yaml:"sft_lr" json:"sft_lr"`
+	ProjectName        string     `yaml:"project_name" json:"project_name"`
+	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
+	Logger             StringList `yaml:"logger" json:"logger"`
+	Nnodes             int        `yaml:"nnodes" json:"nnodes"`
+	NGPUsPerNode       int        `yaml:"n_gpus_per_node" json:"n_gpus_per_node"`
+	SaveFreq           int        `yaml:"save_freq" json:"save_freq"`
+	ValFreq            int        `yaml:"val_freq" json:"val_freq"`
+	ValBeforeTrain     bool       `yaml:"val_before_train" json:"val_before_train"`
+	ValOnly            bool       `yaml:"val_only" json:"val_only"`
+	LoadCheckpointPath string     `yaml:"load_checkpoint_path" json:"load_checkpoint_path"`
+	FindLastCheckpoint bool       `yaml:"find_last_checkpoint" json:"find_last_checkpoint"`
+	RunDir             string     `yaml:"run_dir" json:"run_dir"`
+	Seed               uint64     `yaml:"seed" json:"seed"`
+	RolloutSamples     int        `yaml:"rollout_samples" json:"rollout_samples"`
+	RolloutLogFreq     int        `yaml:"rollout_log_freq" json:"rollout_log_freq"`
+	Progress           bool       `yaml:"progress" json:"progress"`
 }
 
-// OptimizationConfig is the token-perception part and the image perturbation. The
-// token-perception keys (enable_perception_filtering, top_p_perception_tokens,
-// enable_entropy_filtering, top_p_entropy_tokens, enable_trajectory_reweighting,
-// trajectory_scaling_min, trajectory_shaping_scope, shaping_requires_perception) are tprl.Config's
+// OptimizationConfig is the algorithm: advantages, divergence (KL) control, online filtering,
+// entropy penalty, and the token-perception part. The token-perception keys are tprl.Config's
 // own, inlined, so the library's tags, defaults and validation apply unchanged.
 type OptimizationConfig struct {
+	AdvantageEstimator string  `yaml:"advantage_estimator" json:"advantage_estimator"`
+	Gamma              float64 `yaml:"gamma" json:"gamma"`
+	Lam                float64 `yaml:"lam" json:"lam"`
+	// disable_divergence: no reference model at all. Otherwise the divergence to the frozen
+	// warm-started policy enters the loss (use_divergence_loss) or the reward (the default).
+	DisableDivergence  bool    `yaml:"disable_divergence" json:"disable_divergence"`
+	UseDivergenceLoss  bool    `yaml:"use_divergence_loss" json:"use_divergence_loss"`
+	DivergencePenalty  string  `yaml:"divergence_penalty" json:"divergence_penalty"`
+	DivergenceCoef     float64 `yaml:"divergence_coef" json:"divergence_coef"`
+	DivergenceType     string  `yaml:"divergence_type" json:"divergence_type"`
+	DivergenceTarget   float64 `yaml:"divergence_target" json:"divergence_target"`
+	DivergenceHorizon  float64 `yaml:"divergence_horizon" json:"divergence_horizon"`
+	OnlineFiltering    bool    `yaml:"online_filtering" json:"online_filtering"`
+	FilterKey          string  `yaml:"filter_key" json:"filter_key"`
+	FilterLow          float64 `yaml:"filter_low" json:"filter_low"`
+	FilterHigh         float64 `yaml:"filter_high" json:"filter_high"`
+	UseEntropyPenalty  bool    `yaml:"use_entropy_penalty" json:"use_entropy_penalty"`
+	EntropyPenaltyCoef float64 `yaml:"entropy_penalty_coef" json:"entropy_penalty_coef"`
+
 	tprl.Config  `yaml:",inline"`
 	Perturbation string  `yaml:"perturbation" json:"perturbation"`
 	PatchSize    int     `yaml:"patch_size" json:"patch_size"`
@@ -79,10 +118,12 @@ type OptimizationConfig struct {
 	BlurRadius   float64 `yaml:"blur_radius" json:"blur_radius"`
 }
 
-// WorkerConfig holds the actor (policy, optimizer, model) and the rollout settings.
+// WorkerConfig holds the actor (policy, optimizer, model), the critic, rollout and reward.
 type WorkerConfig struct {
 	Actor   ActorConfig   `yaml:"actor" json:"actor"`
+	Critic  CriticConfig  `yaml:"critic" json:"critic"`
 	Rollout RolloutConfig `yaml:"rollout" json:"rollout"`
+	Reward  RewardConfig  `yaml:"reward" json:"reward"`
 }
 
 // ActorConfig is the PPO update and its optimizer.
@@ -97,21 +138,27 @@ type ActorConfig struct {
 	ClipRatioHigh                        float64     `yaml:"clip_ratio_high" json:"clip_ratio_high"`
 	ClipRatioDual                        float64     `yaml:"clip_ratio_dual" json:"clip_ratio_dual"`
 	MaxGradNorm                          float64     `yaml:"max_grad_norm" json:"max_grad_norm"`
-	UseKLLoss                            bool        `yaml:"use_kl_loss" json:"use_kl_loss"`
-	KLPenalty                            string      `yaml:"kl_penalty" json:"kl_penalty"`
-	KLCoef                               float64     `yaml:"kl_coef" json:"kl_coef"`
-	UseEntropyPenalty                    bool        `yaml:"use_entropy_penalty" json:"use_entropy_penalty"`
-	EntropyPenaltyCoef                   float64     `yaml:"entropy_penalty_coef" json:"entropy_penalty_coef"`
 	Optim                                OptimConfig `yaml:"optim" json:"optim"`
 	Model                                ModelConfig `yaml:"model" json:"model"`
 }
 
-// OptimConfig is AdamW.
+// CriticConfig is the value model of gae: a separate small model of the actor's shape (see
+// critic.go), trained with the clipped value loss.
+type CriticConfig struct {
+	CliprangeValue float64     `yaml:"cliprange_value" json:"cliprange_value"`
+	Optim          OptimConfig `yaml:"optim" json:"optim"`
+}
+
+// OptimConfig is AdamW with a learning-rate schedule.
 type OptimConfig struct {
-	LR          float64   `yaml:"lr" json:"lr"`
-	Betas       []float64 `yaml:"betas" json:"betas"`
-	Eps         float64   `yaml:"eps" json:"eps"`
-	WeightDecay float64   `yaml:"weight_decay" json:"weight_decay"`
+	LR              float64   `yaml:"lr" json:"lr"`
+	Betas           []float64 `yaml:"betas" json:"betas"`
+	Eps             float64   `yaml:"eps" json:"eps"`
+	WeightDecay     float64   `yaml:"weight_decay" json:"weight_decay"`
+	WarmupSteps     int       `yaml:"warmup_steps" json:"warmup_steps"`
+	LRWarmupRatio   float64   `yaml:"lr_warmup_ratio" json:"lr_warmup_ratio"` // used when warmup_steps is 0
+	LRSchedulerType string    `yaml:"lr_scheduler_type" json:"lr_scheduler_type"`
+	MinLRRatio      float64   `yaml:"min_lr_ratio" json:"min_lr_ratio"` // cosine / linear floor
 }
 
 // ModelConfig sizes the policy (a small vision-language transformer).
@@ -126,11 +173,47 @@ type ModelConfig struct {
 
 // RolloutConfig is sampling.
 type RolloutConfig struct {
-	N                 int     `yaml:"n" json:"n"`
-	Temperature       float64 `yaml:"temperature" json:"temperature"`
-	TopP              float64 `yaml:"top_p" json:"top_p"`
-	MaxResponseLength int     `yaml:"max_response_length" json:"max_response_length"`
-	ValTemperature    float64 `yaml:"val_temperature" json:"val_temperature"`
+	N              int     `yaml:"n" json:"n"`
+	Temperature    float64 `yaml:"temperature" json:"temperature"`
+	TopP           float64 `yaml:"top_p" json:"top_p"`
+	TopK           int     `yaml:"top_k" json:"top_k"` // <= 0: off (vLLM's -1)
+	ValTemperature float64 `yaml:"val_temperature" json:"val_temperature"`
+}
+
+// RewardConfig is the rule-based reward of the task.
+type RewardConfig struct {
+	RewardType     string  `yaml:"reward_type" json:"reward_type"`
+	AccuracyWeight float64 `yaml:"accuracy_weight" json:"accuracy_weight"`
+	FormatWeight   float64 `yaml:"format_weight" json:"format_weight"`
+	// The MDI reward of TRL-MDI (mdi.go); weight 0 turns it off.
+	MDIWeight       float64 `yaml:"mdi_weight" json:"mdi_weight"`
+	MDIBalanceRatio float64 `yaml:"mdi_balance_ratio" json:"mdi_balance_ratio"`
+}
+
+// StringList is a YAML list of strings that also accepts one string ("console") or a
+// comma-separated one ("console,jsonl").
+type StringList []string
+
+// UnmarshalYAML accepts a scalar or a sequence.
+func (s *StringList) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*s = nil
+		for _, f := range strings.Split(n.Value, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				*s = append(*s, f)
+			}
+		}
+		return nil
+	case yaml.SequenceNode:
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		*s = l
+		return nil
+	}
+	return fmt.Errorf("want a string or a list of strings")
 }
 
 // ConfigError is an invalid or unknown configuration key.
@@ -145,18 +228,107 @@ func keyErr(key, format string, args ...any) error {
 	return &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
+// aliases maps other names of a key (this trainer's earlier names, EasyR1's kl_* names and
+// section names) to its place here. A prefix ending in "." renames a whole section.
+var aliases = map[string]string{
+	"training.adv_estimator":              "optimization.advantage_estimator",
+	"training.gamma":                      "optimization.gamma",
+	"training.lam":                        "optimization.lam",
+	"training.save_checkpoint_path":       "training.run_dir",
+	"worker.actor.use_kl_loss":            "optimization.use_divergence_loss",
+	"worker.actor.kl_penalty":             "optimization.divergence_penalty",
+	"worker.actor.kl_coef":                "optimization.divergence_coef",
+	"worker.actor.use_entropy_penalty":    "optimization.use_entropy_penalty",
+	"worker.actor.entropy_penalty_coef":   "optimization.entropy_penalty_coef",
+	"worker.rollout.max_response_length":  "dataset.max_response_length",
+	"worker.rollout.max_new_tokens":       "dataset.max_response_length",
+	"optimization.adv_estimator":          "optimization.advantage_estimator",
+	"worker.actor.optim.lr_warmup_steps":  "worker.actor.optim.warmup_steps",
+	"worker.critic.optim.lr_warmup_steps": "worker.critic.optim.warmup_steps",
+	"optimization.disable_kl":             "optimization.disable_divergence",
+	"optimization.use_kl_loss":            "optimization.use_divergence_loss",
+	"optimization.kl_penalty":             "optimization.divergence_penalty",
+	"optimization.kl_coef":                "optimization.divergence_coef",
+	"optimization.kl_type":                "optimization.divergence_type",
+	"optimization.kl_target":              "optimization.divergence_target",
+	"optimization.kl_horizon":             "optimization.divergence_horizon",
+	// verl's names of the same settings.
+	"training.test_freq":             "training.val_freq",
+	"training.total_training_steps":  "training.steps",
+	"training.default_local_dir":     "training.run_dir",
+	"dataset.train_batch_size":       "dataset.rollout_batch_size",
+	"optimization.kl_ctrl.type":      "optimization.divergence_type",
+	"optimization.kl_ctrl.kl_coef":   "optimization.divergence_coef",
+	"optimization.kl_ctrl.horizon":   "optimization.divergence_horizon",
+	"optimization.kl_ctrl.target_kl": "optimization.divergence_target",
+	// EasyR1's section names.
+	"data.":      "dataset.",
+	"trainer.":   "training.",
+	"algorithm.": "optimization.",
+}
+
+// ignored are keys of the seeds that only make sense for PyTorch / vLLM / Ray (a prefix ending in
+// "." covers a whole section), with the reason printed in their one warning.
+var ignored = map[string]string{
+	"dataset.video_key":                                "this example's model reads images only",
+	"dataset.video_fps":                                "this example's model reads images only",
+	"worker.actor.optim.strategy":                      "AdamW in float32",
+	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
+	"worker.actor.ulysses_size":                        "no sequence parallelism",
+	"worker.actor.model.peft_type":                     "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_rank":                     "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_alpha":                    "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_dropout":                  "no LoRA: the small model is trained in full",
+	"worker.actor.model.lora_target_modules":           "no LoRA: the small model is trained in full",
+	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
+	"dataset.format_prompt":                            "prompts are used as written (no Jinja templates in Go)",
+	"worker.hybrid_engine":                             "one process does rollout and update",
+	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
+	"worker.actor.fsdp.":                               "no FSDP: one process",
+	"worker.actor.offload.":                            "no CPU offload: everything is on the CPU already",
+	"worker.ref.":                                      "the reference is the frozen warm-started policy, in process",
+	"worker.actor.padding_free":                        "rows are right-padded; the model masks the padding",
+	"worker.actor.dynamic_batching":                    "micro-batches have a fixed number of rows",
+	"worker.actor.use_torch_compile":                   "no PyTorch",
+	"worker.actor.ulysses_sequence_parallel_size":      "no sequence parallelism",
+	"worker.actor.model.model_path":                    "the policy is built from worker.actor.model's sizes (no Hugging Face weights)",
+	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data",
+	"worker.actor.model.enable_gradient_checkpointing": "activations are kept; the model is small",
+	"worker.actor.model.trust_remote_code":             "no remote code",
+	"worker.actor.model.freeze_vision_tower":           "the whole model trains",
+	"worker.rollout.name":                              "sampling is the model's own KV-cached decoder (no vLLM)",
+	"worker.rollout.gpu_memory_utilization":            "no vLLM memory pool",
+	"worker.rollout.tensor_parallel_size":              "no tensor parallelism",
+	"worker.rollout.enforce_eager":                     "no CUDA graphs",
+	"worker.rollout.enable_chunked_prefill":            "no vLLM scheduler",
+	"worker.rollout.max_num_batched_tokens":            "no vLLM scheduler",
+	"worker.rollout.dtype":                             "the model runs in float32",
+	"worker.rollout.limit_images":                      "one image per prompt",
+	"worker.rollout.disable_tqdm":                      "see training.progress",
+	"worker.reward.reward_fn_path":                     "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
+	"worker.reward.reward_function":                    "no Python reward functions: the built-in Go reward scores the answer and the think format",
+	"worker.reward.reward_function_kwargs":             "no Python reward functions",
+	"worker.reward.skip_special_tokens":                "special tokens are never decoded into the response text",
+	"worker.reward.num_cpus":                           "no Ray",
+	"worker.critic.model.":                             "the critic has the actor's sizes (worker.actor.model)",
+	"worker.critic.fsdp.":                              "no FSDP: one process",
+	"worker.critic.offload.":                           "no CPU offload",
+}
+
 // DefaultConfig returns the embedded default configuration.
 func DefaultConfig() Config {
-	var c Config
-	if err := decodeYAML(&c, defaultYAML, "default.yaml"); err != nil {
+	c := Config{}
+	if err := c.decodeYAML(defaultYAML, "default.yaml"); err != nil {
 		panic("trainer: embedded default.yaml: " + err.Error()) // a build defect, caught by the tests
 	}
+	c.set, c.setCount, c.warnings = map[string]int{}, 0, nil
 	return c
 }
 
 // LoadConfig builds a configuration: the embedded defaults, then the YAML file at path (when
 // not empty; keys it sets replace the defaults), then the dotted overrides key.path=value in
-// order. Unknown keys and invalid values are errors naming the key.
+// order. Unknown keys and invalid values are errors naming the key; PyTorch/vLLM-only keys are
+// accepted with one warning each (Warnings).
 func LoadConfig(path string, overrides []string) (Config, error) {
 	c := DefaultConfig()
 	if path != "" {
@@ -164,7 +336,7 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("config: %w", err)
 		}
-		if err := decodeYAML(&c, data, path); err != nil {
+		if err := c.decodeYAML(data, path); err != nil {
 			return c, err
 		}
 	}
@@ -173,11 +345,43 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 			return c, err
 		}
 	}
+	if err := c.resolve(); err != nil {
+		return c, err
+	}
 	return c, c.Validate()
 }
 
-// decodeYAML checks every key of data against Config's fields, then decodes data over c.
-func decodeYAML(c *Config, data []byte, name string) error {
+// Warnings lists the accepted keys that have no effect here, one line each.
+func (c Config) Warnings() []string { return c.warnings }
+
+// resolve applies the rules between keys: the budget is training.steps or total_epochs, the one
+// given last (a file's total_epochs, then steps on the command line: steps).
+func (c *Config) resolve() error {
+	se, ss := c.set["training.total_epochs"], c.set["training.steps"]
+	switch {
+	case se > 0 && ss > 0 && c.Training.TotalEpochs > 0 && c.Training.Steps > 0:
+		if ss > se {
+			c.warnings = append(c.warnings, fmt.Sprintf("config: training.steps=%d given after training.total_epochs=%d: the budget is %d steps", c.Training.Steps, c.Training.TotalEpochs, c.Training.Steps))
+			c.Training.TotalEpochs = 0
+		} else {
+			c.warnings = append(c.warnings, fmt.Sprintf("config: training.total_epochs=%d given after training.steps=%d: the budget is %d epochs", c.Training.TotalEpochs, c.Training.Steps, c.Training.TotalEpochs))
+			c.Training.Steps = 0
+		}
+	case se > 0 && ss == 0 && c.Training.TotalEpochs > 0:
+		c.Training.Steps = 0 // derived from the data size (Trainer.steps)
+	}
+	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
+	// pixel bounds (Qwen2-VL's processor settings) can only check.
+	d := c.Dataset
+	if px := d.ImageSize * d.ImageSize; (d.MinPixels > 0 && px < d.MinPixels) || (d.MaxPixels > 0 && px > d.MaxPixels) {
+		c.warnings = append(c.warnings, fmt.Sprintf("config: dataset.min_pixels/max_pixels [%d, %d]: the model's input is dataset.image_size^2 = %d pixels, outside them; images are fitted to it all the same (set dataset.image_size to change it)",
+			d.MinPixels, d.MaxPixels, px))
+	}
+	return nil
+}
+
+// decodeYAML applies every key of the YAML document data over c.
+func (c *Config) decodeYAML(data []byte, name string) error {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return fmt.Errorf("config: %s: %w", name, err)
@@ -185,51 +389,302 @@ func decodeYAML(c *Config, data []byte, name string) error {
 	if len(root.Content) == 0 {
 		return nil // empty document
 	}
-	if err := checkKeys(root.Content[0], reflect.TypeOf(*c), "", name); err != nil {
-		return err
+	n := root.Content[0]
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("config: %s line %d: want a mapping of sections", name, n.Line)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		return fmt.Errorf("config: %s: %w", name, err)
-	}
-	return nil
+	return c.applyMapping(n, "", fmt.Sprintf("%s line %%d", name))
 }
 
-// checkKeys walks a mapping node alongside a struct type and reports the first key that has
-// no field, by its dotted path and line.
-func checkKeys(n *yaml.Node, t reflect.Type, prefix, name string) error {
-	if t.Kind() != reflect.Struct {
-		// A leaf: decode it alone so that a type error names its key.
-		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return keyErr(strings.TrimSuffix(prefix, "."), "%s line %d: %v", name, n.Line, err)
-		}
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-			return nil
-		}
-		return keyErr(strings.TrimSuffix(prefix, "."), "%s line %d: want a mapping of keys", name, n.Line)
-	}
+// applyMapping sets every leaf under the mapping n whose keys start at prefix; where names the
+// source ("file line %d").
+func (c *Config) applyMapping(n *yaml.Node, prefix, where string) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		f, ok := fieldByTag(t, k.Value)
-		if !ok {
-			return keyErr(prefix+k.Value, "%s line %d: unknown key (known keys: %s)", name, k.Line, strings.Join(tagsOf(t), ", "))
+		key := prefix + k.Value
+		loc := fmt.Sprintf(where, k.Line)
+		if c.ignore(key, loc) {
+			continue
 		}
-		if err := checkKeys(v, f.Type, prefix+k.Value+".", name); err != nil {
+		canon := canonical(key)
+		f, ok := fieldAt(canon)
+		if !ok {
+			if aliasSection(canon) && v.Kind == yaml.MappingNode {
+				if err := c.applyMapping(v, key+".", where); err != nil {
+					return err
+				}
+				continue
+			}
+			return unknownKey(key, loc)
+		}
+		if f.Kind() == reflect.Struct {
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+				continue
+			}
+			if v.Kind != yaml.MappingNode {
+				return keyErr(key, "%s: is a section, want a mapping of keys", loc)
+			}
+			if err := c.applyMapping(v, key+".", where); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.setLeaf(canon, v, key, loc); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// Set applies one override "key.path=value"; the value is parsed as YAML into the key's type.
+func (c *Config) Set(override string) error {
+	key, val, ok := strings.Cut(override, "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return fmt.Errorf("config: override %q: want key.path=value", override)
+	}
+	loc := "override " + override
+	if c.ignore(key, loc) {
+		return nil
+	}
+	canon := canonical(key)
+	f, ok := fieldAt(canon)
+	if !ok {
+		return unknownKey(key, loc)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(val), &doc); err != nil {
+		return keyErr(key, "value %q: %v", val, err)
+	}
+	v := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+	if len(doc.Content) > 0 {
+		v = doc.Content[0]
+	}
+	if f.Kind() == reflect.Struct {
+		if v.Kind != yaml.MappingNode {
+			return keyErr(key, "is a section; set one of its keys (%s)", strings.Join(tagsOf(f), ", "))
+		}
+		return c.applyMapping(v, key+".", loc+" (line %d)")
+	}
+	return c.setLeaf(canon, v, key, loc)
+}
+
+// setLeaf decodes v into the field at canon. Integer keys take integral numbers only, and no key
+// but a string one takes an empty value: yaml.v3 would truncate 2.5 to 2 and 5e-7 to 0.
+func (c *Config) setLeaf(canon string, v *yaml.Node, key, loc string) error {
+	dst := fieldValue(reflect.ValueOf(c).Elem(), canon)
+	kind := dst.Kind()
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		if kind != reflect.String {
+			return keyErr(key, "%s: empty value, want a %s", loc, kindName(dst.Type()))
+		}
+		dst.SetString("")
+		c.mark(canon)
+		return nil
+	}
+	// Named types parse themselves.
+	_, custom := dst.Addr().Interface().(yaml.Unmarshaler)
+	if _, ok := dst.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		custom = true
+	}
+	switch {
+	case !custom && (kind == reflect.Int || kind == reflect.Int64 || kind == reflect.Uint64):
+		if v.Kind != yaml.ScalarNode {
+			return keyErr(key, "%s: want an integer", loc)
+		}
+		f, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64)
+		if err != nil || (v.Tag != "!!int" && v.Tag != "!!float") {
+			return keyErr(key, "%s: value %q is not an integer", loc, v.Value)
+		}
+		if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return keyErr(key, "%s: value %q is not an integer (no truncation)", loc, v.Value)
+		}
+		if kind == reflect.Uint64 {
+			if f < 0 {
+				return keyErr(key, "%s: value %q is negative, want >= 0", loc, v.Value)
+			}
+			dst.SetUint(uint64(f))
+		} else {
+			dst.SetInt(int64(f))
+		}
+	default:
+		p := reflect.New(dst.Type())
+		if err := v.Decode(p.Interface()); err != nil {
+			return keyErr(key, "%s: value %q: %v", loc, v.Value, err)
+		}
+		dst.Set(p.Elem())
+	}
+	c.mark(canon)
+	return nil
+}
+
+func (c *Config) mark(canon string) {
+	if c.set == nil {
+		c.set = map[string]int{}
+	}
+	c.setCount++
+	c.set[canon] = c.setCount
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		return "integer"
+	case reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice:
+		return "list"
+	}
+	return t.Kind().String()
+}
+
+// ignore reports whether key is a PyTorch/vLLM-only key and records its warning once.
+func (c *Config) ignore(key, loc string) bool {
+	canon := canonical(key)
+	for k, why := range ignored {
+		if canon == strings.TrimSuffix(k, ".") || (strings.HasSuffix(k, ".") && strings.HasPrefix(canon, k)) {
+			msg := fmt.Sprintf("config: %s (%s): accepted and ignored: %s", key, loc, why)
+			for _, w := range c.warnings {
+				if strings.HasPrefix(w, "config: "+key+" ") {
+					return true
+				}
+			}
+			c.warnings = append(c.warnings, msg)
+			return true
+		}
+	}
+	return false
+}
+
+// canonical maps an alias to its key here.
+func canonical(key string) string {
+	if to, ok := aliases[key]; ok {
+		return to
+	}
+	for from, to := range aliases {
+		if strings.HasSuffix(from, ".") && strings.HasPrefix(key, from) {
+			return canonical(to + strings.TrimPrefix(key, from))
+		}
+	}
+	return key
+}
+
+// fieldAt returns the type of the field at the dotted path key.
+func fieldAt(key string) (reflect.Type, bool) {
+	t := reflect.TypeOf(Config{})
+	for _, part := range strings.Split(key, ".") {
+		if t.Kind() != reflect.Struct {
+			return nil, false
+		}
+		f, ok := fieldByTag(t, part)
+		if !ok {
+			return nil, false
+		}
+		t = f.Type
+	}
+	return t, true
+}
+
+// aliasSection reports whether key is a mapping of other names only (EasyR1's "algorithm",
+// verl's "algorithm.kl_ctrl"): its keys are resolved one by one.
+func aliasSection(key string) bool {
+	for from := range aliases {
+		if strings.HasPrefix(from, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+func fieldValue(v reflect.Value, key string) reflect.Value {
+	for _, part := range strings.Split(key, ".") {
+		f, _ := fieldByTag(v.Type(), part)
+		v = v.FieldByIndex(f.Index)
+	}
+	return v
+}
+
+// knownKeys lists every leaf key path, the aliases and the ignored keys (for suggestions).
+func knownKeys() []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		keys, fields := yamlFields(t)
+		for i, k := range keys {
+			if fields[i].Type.Kind() == reflect.Struct {
+				walk(fields[i].Type, prefix+k+".")
+				continue
+			}
+			out = append(out, prefix+k)
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	for k := range aliases {
+		if !strings.HasSuffix(k, ".") {
+			out = append(out, k)
+		}
+	}
+	for k := range ignored {
+		out = append(out, strings.TrimSuffix(k, "."))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unknownKey is the error of a key that is nowhere, with the nearest known key.
+func unknownKey(key, loc string) error {
+	best, bestD := "", math.MaxInt
+	last := key[strings.LastIndex(key, ".")+1:]
+	for _, k := range knownKeys() {
+		// The whole path counts, and the last part alone (a key put in the wrong section).
+		d := levenshtein(key, k)
+		if kl := k[strings.LastIndex(k, ".")+1:]; kl == last {
+			d = min(d, 1)
+		} else {
+			d = min(d, levenshtein(last, kl)+2)
+		}
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	msg := fmt.Sprintf("%s: unknown key", loc)
+	if best != "" && bestD <= max(3, len(last)/2) {
+		msg += fmt.Sprintf(`; did you mean "%s"?`, best)
+	}
+	return keyErr(key, "%s", msg)
+}
+
+// levenshtein is the edit distance of a and b (bytes); hand-written as it is ten lines.
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // yamlFields lists the keys of struct type t with their fields, descending into fields tagged
-// ",inline" (their Index is then the full path from t).
+// ",inline" (their Index is then the full path from t); unexported fields are skipped.
 func yamlFields(t reflect.Type) (keys []string, fields []reflect.StructField) {
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
 		key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if opts == "inline" && f.Type.Kind() == reflect.Struct {
 			ik, ifs := yamlFields(f.Type)
@@ -259,35 +714,6 @@ func tagsOf(t reflect.Type) []string {
 	return keys
 }
 
-// Set applies one override "key.path=value"; the value is parsed as YAML into the key's type.
-func (c *Config) Set(override string) error {
-	key, val, ok := strings.Cut(override, "=")
-	key = strings.TrimSpace(key)
-	if !ok || key == "" {
-		return fmt.Errorf("config: override %q: want key.path=value", override)
-	}
-	v := reflect.ValueOf(c).Elem()
-	for i, part := range strings.Split(key, ".") {
-		if v.Kind() != reflect.Struct {
-			return keyErr(key, "unknown key: %s is not a section", strings.Join(strings.Split(key, ".")[:i], "."))
-		}
-		f, ok := fieldByTag(v.Type(), part)
-		if !ok {
-			return keyErr(key, "unknown key (known keys of this section: %s)", strings.Join(tagsOf(v.Type()), ", "))
-		}
-		v = v.FieldByIndex(f.Index)
-	}
-	if v.Kind() == reflect.Struct {
-		return keyErr(key, "is a section; set one of its keys (%s)", strings.Join(tagsOf(v.Type()), ", "))
-	}
-	ptr := reflect.New(v.Type())
-	if err := yaml.Unmarshal([]byte(val), ptr.Interface()); err != nil {
-		return keyErr(key, "value %q: %v", val, err)
-	}
-	v.Set(ptr.Elem())
-	return nil
-}
-
 // Validate checks every value and names the first bad key.
 func (c Config) Validate() error {
 	d, t, o, a, r := c.Dataset, c.Training, c.Optimization, c.Worker.Actor, c.Worker.Rollout
@@ -315,16 +741,27 @@ func (c Config) Validate() error {
 		pos("dataset.image_size", d.ImageSize),
 		pos("dataset.max_shapes", d.MaxShapes),
 		pos("dataset.rollout_batch_size", d.RolloutBatchSize),
+		pos("dataset.max_prompt_length", d.MaxPromptLength),
+		pos("dataset.max_response_length", d.MaxResponseLength),
+		nonneg("dataset.min_pixels", d.MinPixels),
+		nonneg("dataset.max_pixels", d.MaxPixels),
 		nonneg("training.steps", t.Steps),
+		nonneg("training.total_epochs", t.TotalEpochs),
 		nonneg("training.sft_steps", t.SFTSteps),
 		pos("training.sft_batch_size", t.SFTBatchSize),
 		finite("training.sft_lr", t.SFTLR, 0, 10),
-		finite("training.gamma", t.Gamma, 0, 1),
-		finite("training.lam", t.Lam, 0, 1),
+		nonneg("training.nnodes", t.Nnodes),
+		nonneg("training.n_gpus_per_node", t.NGPUsPerNode),
+		finite("optimization.gamma", o.Gamma, 0, 1),
+		finite("optimization.lam", o.Lam, 0, 1),
 		nonneg("training.val_freq", t.ValFreq),
 		nonneg("training.save_freq", t.SaveFreq),
 		nonneg("training.rollout_samples", t.RolloutSamples),
 		nonneg("training.rollout_log_freq", t.RolloutLogFreq),
+		finite("optimization.divergence_coef", o.DivergenceCoef, 0, math.MaxFloat64),
+		finite("optimization.entropy_penalty_coef", o.EntropyPenaltyCoef, -math.MaxFloat64, math.MaxFloat64),
+		finite("optimization.filter_low", o.FilterLow, -math.MaxFloat64, math.MaxFloat64),
+		finite("optimization.filter_high", o.FilterHigh, o.FilterLow, math.MaxFloat64),
 		pos("optimization.patch_size", o.PatchSize),
 		finite("optimization.black_prob", o.BlackProb, 0, 1),
 		finite("optimization.noise_std", o.NoiseStd, 0, math.MaxFloat64),
@@ -337,26 +774,39 @@ func (c Config) Validate() error {
 		finite("worker.actor.clip_ratio_high", a.ClipRatioHigh, 1e-12, math.Inf(1)),
 		finite("worker.actor.clip_ratio_dual", a.ClipRatioDual, 1+1e-12, math.Inf(1)),
 		finite("worker.actor.max_grad_norm", a.MaxGradNorm, 0, math.Inf(1)),
-		finite("worker.actor.kl_coef", a.KLCoef, 0, math.MaxFloat64),
-		finite("worker.actor.entropy_penalty_coef", a.EntropyPenaltyCoef, -math.MaxFloat64, math.MaxFloat64),
-		finite("worker.actor.optim.lr", a.Optim.LR, 0, 10),
-		finite("worker.actor.optim.eps", a.Optim.Eps, 0, 1),
-		finite("worker.actor.optim.weight_decay", a.Optim.WeightDecay, 0, 10),
 		pos("worker.actor.model.patch_size", a.Model.PatchSize),
 		pos("worker.actor.model.dim", a.Model.Dim),
 		pos("worker.actor.model.layers", a.Model.Layers),
 		pos("worker.actor.model.heads", a.Model.Heads),
 		pos("worker.actor.model.mlp_dim", a.Model.MLPDim),
+		finite("worker.critic.cliprange_value", c.Worker.Critic.CliprangeValue, 0, math.Inf(1)),
 		pos("worker.rollout.n", r.N),
 		finite("worker.rollout.temperature", r.Temperature, 1e-6, 100),
 		finite("worker.rollout.top_p", r.TopP, 1e-6, 1),
-		pos("worker.rollout.max_response_length", r.MaxResponseLength),
 		finite("worker.rollout.val_temperature", r.ValTemperature, 0, 100),
+		finite("worker.reward.accuracy_weight", c.Worker.Reward.AccuracyWeight, 0, math.MaxFloat64),
+		finite("worker.reward.format_weight", c.Worker.Reward.FormatWeight, 0, math.MaxFloat64),
+		finite("worker.reward.mdi_weight", c.Worker.Reward.MDIWeight, 0, math.MaxFloat64),
+		finite("worker.reward.mdi_balance_ratio", c.Worker.Reward.MDIBalanceRatio, 1+1e-9, math.MaxFloat64),
 	}
 	for _, err := range checks {
 		if err != nil {
 			return err
 		}
+	}
+	for _, sec := range []struct {
+		key string
+		o   OptimConfig
+	}{{"worker.actor.optim", a.Optim}, {"worker.critic.optim", c.Worker.Critic.Optim}} {
+		if err := sec.o.validate(sec.key); err != nil {
+			return err
+		}
+	}
+	if rw := c.Worker.Reward; rw.AccuracyWeight+rw.FormatWeight <= 0 {
+		return keyErr("worker.reward.accuracy_weight", "and format_weight are both 0: no answer reward")
+	}
+	if d.ValBatchSize == 0 || d.ValBatchSize < -1 {
+		return keyErr("dataset.val_batch_size", "is %d, want > 0 or -1 (the whole set)", d.ValBatchSize)
 	}
 	if d.Options < 2 || d.Options > 10 {
 		return keyErr("dataset.options", "is %d, want 2..10 (letters A..J)", d.Options)
@@ -367,14 +817,14 @@ func (c Config) Validate() error {
 	if d.TrainFiles == "" && d.TrainSize < d.RolloutBatchSize {
 		return keyErr("dataset.train_size", "is %d, want >= dataset.rollout_batch_size (%d)", d.TrainSize, d.RolloutBatchSize)
 	}
+	if t.Steps == 0 && t.TotalEpochs == 0 && !t.ValOnly {
+		return keyErr("training.steps", "and training.total_epochs are 0: no budget (set one, or training.val_only=true)")
+	}
 	if d.RolloutBatchSize%a.GlobalBatchSize != 0 {
 		return keyErr("worker.actor.global_batch_size", "is %d, want a divisor of dataset.rollout_batch_size (%d)", a.GlobalBatchSize, d.RolloutBatchSize)
 	}
 	if rows := a.GlobalBatchSize * r.N; rows%a.MicroBatchSizePerDeviceForUpdate != 0 {
 		return keyErr("worker.actor.micro_batch_size_per_device_for_update", "is %d, want a divisor of the mini-batch rows global_batch_size*rollout.n = %d", a.MicroBatchSizePerDeviceForUpdate, rows)
-	}
-	if len(a.Optim.Betas) != 2 || !(a.Optim.Betas[0] >= 0 && a.Optim.Betas[0] < 1) || !(a.Optim.Betas[1] >= 0 && a.Optim.Betas[1] < 1) {
-		return keyErr("worker.actor.optim.betas", "is %v, want two values in [0, 1)", a.Optim.Betas)
 	}
 	if a.Model.Dim%a.Model.Heads != 0 {
 		return keyErr("worker.actor.model.heads", "is %d, want a divisor of worker.actor.model.dim (%d)", a.Model.Heads, a.Model.Dim)
@@ -382,11 +832,39 @@ func (c Config) Validate() error {
 	if d.ImageSize%a.Model.PatchSize != 0 {
 		return keyErr("worker.actor.model.patch_size", "is %d, want a divisor of dataset.image_size (%d)", a.Model.PatchSize, d.ImageSize)
 	}
-	if t.FindLastCheckpoint && t.RunDir == "" {
-		return keyErr("training.find_last_checkpoint", "is true but training.run_dir is empty: name the run directory to resume")
+	if t.FindLastCheckpoint && t.RunDir == "" && t.ExperimentName == "" && t.LoadCheckpointPath == "" {
+		return keyErr("training.find_last_checkpoint", "is true but training.run_dir, experiment_name and load_checkpoint_path are empty: name the run directory to resume")
 	}
-	if _, err := advantage.ParseEstimator(t.AdvEstimator); err != nil {
-		return keyErr("training.adv_estimator", "%v", err)
+	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint {
+		return keyErr("training.val_only", "is true but neither training.load_checkpoint_path nor training.find_last_checkpoint names the weights to validate")
+	}
+	for _, l := range t.Logger {
+		switch l {
+		case "console", "jsonl", "tensorboard":
+		case "wandb", "swanlab", "mlflow", "file":
+			// Warned about in Run (the remote services are not reachable from Go here).
+		default:
+			return keyErr("training.logger", "unknown logger %q (want console, jsonl, tensorboard or a list of them)", l)
+		}
+	}
+	if _, err := advantage.ParseEstimator(o.AdvantageEstimator); err != nil {
+		return keyErr("optimization.advantage_estimator", "%v", err)
+	}
+	if _, err := divergence.ParseKind(o.DivergencePenalty); err != nil {
+		return keyErr("optimization.divergence_penalty", "%v", err)
+	}
+	if _, err := c.Controller(); err != nil {
+		return err
+	}
+	switch o.FilterKey {
+	case "overall", "accuracy", "format":
+	default:
+		return keyErr("optimization.filter_key", "is %q, want overall, accuracy or format (the reward's parts)", o.FilterKey)
+	}
+	switch c.Worker.Reward.RewardType {
+	case "function", "":
+	default:
+		return keyErr("worker.reward.reward_type", "is %q, want function (the built-in rule reward)", c.Worker.Reward.RewardType)
 	}
 	if err := o.Config.Validate(); err != nil {
 		var e *tensor.Error
@@ -404,11 +882,36 @@ func (c Config) Validate() error {
 	if _, err := ppo.ParseAggMode(a.LossAvgMode); err != nil {
 		return keyErr("worker.actor.loss_avg_mode", "%v", err)
 	}
-	if _, err := divergence.ParseKind(a.KLPenalty); err != nil {
-		return keyErr("worker.actor.kl_penalty", "%v", err)
-	}
 	if _, err := c.Update(); err != nil {
 		return err
+	}
+	return nil
+}
+
+func (o OptimConfig) validate(key string) error {
+	if math.IsNaN(o.LR) || o.LR < 0 || o.LR > 10 {
+		return keyErr(key+".lr", "is %v, want a value in [0, 10]", o.LR)
+	}
+	if math.IsNaN(o.Eps) || o.Eps < 0 || o.Eps > 1 {
+		return keyErr(key+".eps", "is %v, want a value in [0, 1]", o.Eps)
+	}
+	if math.IsNaN(o.WeightDecay) || o.WeightDecay < 0 || o.WeightDecay > 10 {
+		return keyErr(key+".weight_decay", "is %v, want a value in [0, 10]", o.WeightDecay)
+	}
+	if o.WarmupSteps < 0 {
+		return keyErr(key+".warmup_steps", "is %d, want >= 0", o.WarmupSteps)
+	}
+	if math.IsNaN(o.LRWarmupRatio) || o.LRWarmupRatio < 0 || o.LRWarmupRatio > 1 {
+		return keyErr(key+".lr_warmup_ratio", "is %v, want a value in [0, 1]", o.LRWarmupRatio)
+	}
+	if math.IsNaN(o.MinLRRatio) || o.MinLRRatio < 0 || o.MinLRRatio > 1 {
+		return keyErr(key+".min_lr_ratio", "is %v, want a value in [0, 1]", o.MinLRRatio)
+	}
+	if _, err := ParseSchedule(o.LRSchedulerType); err != nil {
+		return keyErr(key+".lr_scheduler_type", "%v", err)
+	}
+	if len(o.Betas) != 2 || !(o.Betas[0] >= 0 && o.Betas[0] < 1) || !(o.Betas[1] >= 0 && o.Betas[1] < 1) {
+		return keyErr(key+".betas", "is %v, want two values in [0, 1)", o.Betas)
 	}
 	return nil
 }
@@ -416,9 +919,32 @@ func (c Config) Validate() error {
 // Tokens is the token-perception configuration (the optimization section's tprl keys).
 func (c Config) Tokens() tprl.Config { return c.Optimization.Config }
 
-// Update maps the actor section and the tokens onto tprl.UpdateConfig.
+// DivergenceInLoss and DivergenceInReward say where the divergence to the reference goes.
+func (c Config) DivergenceInLoss() bool {
+	return !c.Optimization.DisableDivergence && c.Optimization.UseDivergenceLoss
+}
+
+func (c Config) DivergenceInReward() bool {
+	return !c.Optimization.DisableDivergence && !c.Optimization.UseDivergenceLoss
+}
+
+// Controller builds the divergence coefficient controller of the reward (fixed or adaptive).
+func (c Config) Controller() (divergence.Controller, error) {
+	o := c.Optimization
+	typ, err := divergence.ParseControllerType(o.DivergenceType)
+	if err != nil {
+		return nil, keyErr("optimization.divergence_type", "%v", err)
+	}
+	ctl, err := divergence.NewController(divergence.ControllerConfig{Type: typ, Coef: o.DivergenceCoef, Target: o.DivergenceTarget, Horizon: o.DivergenceHorizon})
+	if err != nil {
+		return nil, keyErr("optimization.divergence_type", "%s with divergence_target %v, divergence_horizon %v: %v", o.DivergenceType, o.DivergenceTarget, o.DivergenceHorizon, err)
+	}
+	return ctl, nil
+}
+
+// Update maps the actor and optimization sections onto tprl.UpdateConfig.
 func (c Config) Update() (tprl.UpdateConfig, error) {
-	a := c.Worker.Actor
+	a, o := c.Worker.Actor, c.Optimization
 	lt, err := ppo.ParseLossType(a.LossType)
 	if err != nil {
 		return tprl.UpdateConfig{}, keyErr("worker.actor.loss_type", "%v", err)
@@ -427,17 +953,17 @@ func (c Config) Update() (tprl.UpdateConfig, error) {
 	if err != nil {
 		return tprl.UpdateConfig{}, keyErr("worker.actor.loss_avg_mode", "%v", err)
 	}
-	kl, err := divergence.ParseKind(a.KLPenalty)
+	kl, err := divergence.ParseKind(o.DivergencePenalty)
 	if err != nil {
-		return tprl.UpdateConfig{}, keyErr("worker.actor.kl_penalty", "%v", err)
+		return tprl.UpdateConfig{}, keyErr("optimization.divergence_penalty", "%v", err)
 	}
 	pol := ppo.DefaultPolicyConfig(lt)
 	pol.ClipLow, pol.ClipHigh, pol.ClipDual = a.ClipRatioLow, a.ClipRatioHigh, a.ClipRatioDual
-	pol.Agg = ppo.Agg{Mode: mode, Horizon: c.Worker.Rollout.MaxResponseLength}
+	pol.Agg = ppo.Agg{Mode: mode, Horizon: c.Dataset.MaxResponseLength}
 	u := tprl.UpdateConfig{
 		Tokens: c.Tokens(), Policy: pol,
-		UseKLLoss: a.UseKLLoss, KLPenalty: kl, KLCoef: a.KLCoef,
-		UseEntropyPenalty: a.UseEntropyPenalty, EntropyPenaltyCoef: a.EntropyPenaltyCoef,
+		UseKLLoss: c.DivergenceInLoss(), KLPenalty: kl, KLCoef: o.DivergenceCoef,
+		UseEntropyPenalty: o.UseEntropyPenalty, EntropyPenaltyCoef: o.EntropyPenaltyCoef,
 	}
 	if err := u.Validate(); err != nil {
 		return u, fmt.Errorf("config: worker.actor / optimization: %w", err)
@@ -445,14 +971,14 @@ func (c Config) Update() (tprl.UpdateConfig, error) {
 	return u, nil
 }
 
-// Advantage maps training.adv_estimator, gamma and lam onto advantage.Config.
+// Advantage maps optimization.advantage_estimator, gamma and lam onto advantage.Config.
 func (c Config) Advantage() (advantage.Config, error) {
-	est, err := advantage.ParseEstimator(c.Training.AdvEstimator)
+	est, err := advantage.ParseEstimator(c.Optimization.AdvantageEstimator)
 	if err != nil {
-		return advantage.Config{}, keyErr("training.adv_estimator", "%v", err)
+		return advantage.Config{}, keyErr("optimization.advantage_estimator", "%v", err)
 	}
 	ac := advantage.DefaultConfig()
-	ac.Estimator, ac.Gamma, ac.Lambda = est, c.Training.Gamma, c.Training.Lam
+	ac.Estimator, ac.Gamma, ac.Lambda = est, c.Optimization.Gamma, c.Optimization.Lam
 	return ac, ac.Validate()
 }
 
@@ -490,4 +1016,23 @@ func (c Config) YAML() []byte {
 		return []byte("# " + err.Error() + "\n")
 	}
 	return b
+}
+
+// leaves lists every leaf key with its value, for comparing two configurations.
+func (c Config) leaves() map[string]any {
+	out := map[string]any{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		keys, fields := yamlFields(v.Type())
+		for i, k := range keys {
+			fv := v.FieldByIndex(fields[i].Index)
+			if fv.Kind() == reflect.Struct {
+				walk(fv, prefix+k+".")
+				continue
+			}
+			out[prefix+k] = fv.Interface()
+		}
+	}
+	walk(reflect.ValueOf(c), "")
+	return out
 }

@@ -5,6 +5,10 @@
 //	go run ./examples/trainer optimization.enable_perception_filtering=false   # plain GRPO
 //	go run ./examples/trainer -config my.yaml training.steps=20 worker.rollout.n=4
 //	go run ./examples/trainer training.run_dir=runs/a training.find_last_checkpoint=true   # resume
+//	go run ./examples/trainer -config mtrl-config.yaml training.steps=50     # the seeds' config
+//
+// Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and prints the
+// command that resumes.
 //
 // A supervised warm start on the reference answers comes first, then RL steps (step.go has the
 // whole algorithm in one function). Outputs go to the run directory: metrics.jsonl (one line per
@@ -15,18 +19,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"text/tabwriter"
-	"time"
 )
 
 func main() {
@@ -40,7 +47,8 @@ func main() {
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nDefault configuration:\n\n%s", defaultYAML)
 	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	overrides, err := parseArgs(fs, os.Args[1:])
+	if err != nil {
 		os.Exit(2)
 	}
 	if *compare != "" {
@@ -50,18 +58,62 @@ func main() {
 		}
 		return
 	}
-	cfg, err := LoadConfig(*cfgPath, fs.Args())
+	// The seeds' command lines name the file as an override: config=config.yaml.
+	var rest []string
+	for _, o := range overrides {
+		if v, ok := strings.CutPrefix(o, "config="); ok && *cfgPath == "" {
+			*cfgPath = v
+			continue
+		}
+		rest = append(rest, o)
+	}
+	cfg, err := LoadConfig(*cfgPath, rest)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		os.Exit(2)
 	}
 	if *printCfg {
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintln(os.Stderr, "warning:", w)
+		}
 		os.Stdout.Write(cfg.YAML())
 		return
 	}
-	if _, err := Run(cfg, os.Stdout, os.Stderr); err != nil {
+	if _, err := Run(signalContext(os.Stderr), cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
+		if errors.Is(err, ErrInterrupted) {
+			os.Exit(130)
+		}
 		os.Exit(1)
+	}
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which then ends the run after the
+// current step, with a checkpoint; the handler is removed at that point, so a second signal
+// stops the process at once.
+func signalContext(stderr io.Writer) context.Context {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+		fmt.Fprintln(stderr, "\ntrainer: stopping after the current step (again to quit at once, losing it)")
+	}()
+	return ctx
+}
+
+// parseArgs parses flags and key=value overrides in any order (flag stops at the first
+// non-flag argument, so parsing resumes after each override).
+func parseArgs(fs *flag.FlagSet, args []string) (overrides []string, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return overrides, nil
+		}
+		overrides = append(overrides, rest[0])
+		args = rest[1:]
 	}
 }
 
@@ -86,156 +138,6 @@ type Summary struct {
 	WarmStartSeconds float64 `json:"warm_start_s"`
 	RLSeconds        float64 `json:"rl_s"`
 	WallSeconds      float64 `json:"wall_s"`
-}
-
-// Run trains with cfg and writes every output into the run directory. stdout gets the summary
-// table, stderr the progress bars.
-func Run(cfg Config, stdout, stderr io.Writer) (*Summary, error) {
-	wall := time.Now()
-	c := cfg.Training
-	dir := c.RunDir
-	if dir == "" {
-		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	cfg.Training.RunDir = dir
-	t, err := NewTrainer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
-	ckDir, ckStep, err := ck.Last()
-	if err != nil {
-		return nil, err
-	}
-	resumed := false
-	if ckDir != "" {
-		if !c.FindLastCheckpoint {
-			return nil, fmt.Errorf("training.run_dir %s already holds checkpoints (newest: step %d): set training.find_last_checkpoint=true to resume, or choose another run_dir", dir, ckStep)
-		}
-		if err := t.Load(ckDir); err != nil {
-			return nil, err
-		}
-		resumed = true
-		fmt.Fprintf(stderr, "resuming from %s (step %d)\n", ckDir, ckStep)
-	}
-	keep := -1
-	if resumed {
-		keep = t.step
-		if err := truncateRollouts(dir, keep); err != nil {
-			return nil, err
-		}
-	}
-	mlog, err := OpenMetricsLog(filepath.Join(dir, "metrics.jsonl"), keep)
-	if err != nil {
-		return nil, err
-	}
-	defer mlog.Close()
-	if err := WriteFileAtomic(filepath.Join(dir, "config.yaml"), cfg.YAML()); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stderr, "run dir %s: %d train / %d val prompts, model %d parameters, %d RL steps\n",
-		dir, len(t.train), len(t.val), t.model.NumParams(), c.Steps)
-
-	var sftSeconds float64
-	if !resumed {
-		// Warm start, with validation before and after it (the step-0 line).
-		line := Metrics{}
-		if c.ValBeforeTrain {
-			v, err := t.Validate()
-			if err != nil {
-				return nil, err
-			}
-			line["sft/val_accuracy_before"] = v.Accuracy
-		}
-		t0 := time.Now()
-		loss, err := t.WarmStart(NewProgress(stderr, "warm start", c.SFTSteps, c.Progress))
-		if err != nil {
-			return nil, fmt.Errorf("warm start: %w", err)
-		}
-		sftSeconds = time.Since(t0).Seconds()
-		line["sft/loss"] = loss
-		line["perf/sft_s"] = sftSeconds
-		if err := t.FreezeReference(); err != nil {
-			return nil, err
-		}
-		if c.ValBeforeTrain {
-			v, err := t.Validate()
-			if err != nil {
-				return nil, err
-			}
-			line["val/accuracy"], line["val/format"], line["val/reward"] = v.Accuracy, v.Format, v.Overall
-		}
-		if err := mlog.Write(0, line); err != nil {
-			return nil, err
-		}
-	}
-
-	t0 := time.Now()
-	first := t.step
-	bar := NewProgress(stderr, "RL", c.Steps, c.Progress)
-	var tokens float64
-	for t.step < c.Steps {
-		res, err := t.Step()
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", t.step+1, err)
-		}
-		m, s := res.Metrics, t.step
-		tokens += m["perf/tokens_per_s"] * m["perf/step_s"]
-		last := s == c.Steps
-		if (c.ValFreq > 0 && s%c.ValFreq == 0) || last {
-			v, err := t.Validate()
-			if err != nil {
-				return nil, err
-			}
-			m["val/accuracy"], m["val/format"], m["val/reward"] = v.Accuracy, v.Format, v.Overall
-		}
-		if err := mlog.Write(s, m); err != nil {
-			return nil, err
-		}
-		if c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
-			if err := writeRollouts(dir, s, cfg.Worker.Rollout.N, c.RolloutSamples, res.Rollouts); err != nil {
-				return nil, err
-			}
-		}
-		if (c.SaveFreq > 0 && s%c.SaveFreq == 0) || last {
-			if _, err := t.Save(ck); err != nil {
-				return nil, err
-			}
-		}
-		status := fmt.Sprintf("reward %.3f acc %.3f", m["reward/overall"], m["reward/accuracy"])
-		if v, ok := m["val/accuracy"]; ok {
-			status += fmt.Sprintf(" val %.3f", v)
-		}
-		bar.Update(s, status)
-	}
-	bar.Done()
-	rlSeconds := time.Since(t0).Seconds()
-
-	lines, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	if err := writePlot(dir, lines); err != nil {
-		return nil, err
-	}
-	sum := summarize(dir, lines)
-	sum.WarmStartSeconds, sum.RLSeconds, sum.WallSeconds = sftSeconds, rlSeconds, time.Since(wall).Seconds()
-	if n := t.step - first; n > 0 {
-		sum.StepsPerSecond = float64(n) / rlSeconds
-		sum.TokensPerSecond = tokens / rlSeconds
-	}
-	js, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n')); err != nil {
-		return nil, err
-	}
-	printSummary(stdout, sum)
-	return &sum, nil
 }
 
 func writePlot(dir string, lines []MetricsLine) error {
@@ -266,49 +168,6 @@ func smooth(s Series, k int) Series {
 		out.Y[i] = mean(s.Y[max(0, i-k+1) : i+1])
 	}
 	return out
-}
-
-func summarize(dir string, lines []MetricsLine) Summary {
-	s := Summary{RunDir: dir, ValAccInit: math.NaN(), ValAccStart: math.NaN(), ValAccEnd: math.NaN(),
-		ValFormatStart: math.NaN(), ValFormatEnd: math.NaN()}
-	val := func(l MetricsLine, k string) (float64, bool) {
-		v, ok := l.Metrics[k]
-		if !ok || v == nil {
-			return math.NaN(), false
-		}
-		return *v, true
-	}
-	var rewards, accs, prec, vis []float64
-	for _, l := range lines {
-		if l.Step == 0 {
-			s.ValAccInit, _ = val(l, "sft/val_accuracy_before")
-			s.ValAccStart, _ = val(l, "val/accuracy")
-			s.ValFormatStart, _ = val(l, "val/format")
-			continue
-		}
-		s.Steps = l.Step
-		if v, ok := val(l, "val/accuracy"); ok {
-			s.ValAccEnd = v
-			s.ValFormatEnd, _ = val(l, "val/format")
-		}
-		r, _ := val(l, "reward/overall")
-		a, _ := val(l, "reward/accuracy")
-		rewards, accs = append(rewards, r), append(accs, a)
-		if v, ok := val(l, "perception/precision"); ok {
-			prec = append(prec, v)
-		}
-		if v, ok := val(l, "perception/visual_token_fraction"); ok {
-			vis = append(vis, v)
-		}
-		if v, ok := val(l, "actor/skipped_steps"); ok {
-			s.SkippedSteps = v
-		}
-	}
-	k := min(5, len(rewards))
-	s.RewardStart, s.RewardEnd = mean(rewards[:k]), mean(rewards[len(rewards)-k:])
-	s.TrainAccStart, s.TrainAccEnd = mean(accs[:k]), mean(accs[len(accs)-k:])
-	s.PerceptionPrec, s.VisualFraction = mean(prec), mean(vis)
-	return s
 }
 
 func printSummary(w io.Writer, s Summary) {

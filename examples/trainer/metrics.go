@@ -90,50 +90,69 @@ type MetricsLog struct {
 }
 
 // OpenMetricsLog opens path for appending. With keepUpTo >= 0 (a resumed run), lines of steps
-// after keepUpTo are dropped first (written by the interrupted run after its last checkpoint), by
-// an atomic rewrite; with keepUpTo < 0 the file is truncated.
+// after keepUpTo (written by an interrupted run after its last checkpoint, which the resumed run
+// writes again) are moved, not dropped, to metrics.orphaned.jsonl beside it; with keepUpTo < 0
+// a new file is started (Run refuses a run directory that holds metrics without checkpoints).
 func OpenMetricsLog(path string, keepUpTo int) (*MetricsLog, error) {
-	if keepUpTo >= 0 {
-		data, err := os.ReadFile(path)
-		if err != nil && !os.IsNotExist(err) {
-			return nil, err
-		}
-		var kept bytes.Buffer
-		lines, err := parseMetrics(data, path)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range lines {
-			if l.Step <= keepUpTo {
-				m := Metrics{}
-				for k, v := range l.Metrics {
-					if v == nil {
-						m[k] = math.NaN()
-					} else {
-						m[k] = *v
-					}
-				}
-				kept.Write(MarshalLine(l.Step, m))
-			}
-		}
-		if err := WriteFileAtomic(path, kept.Bytes()); err != nil {
-			return nil, err
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if keepUpTo < 0 {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
 		if err != nil {
 			return nil, err
 		}
 		return &MetricsLog{f: f}, nil
 	}
-	f, err := os.Create(path)
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var kept, orphaned bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<16), 1<<24)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var head struct{ Step *int }
+		if err := json.Unmarshal(line, &head); err != nil || head.Step == nil {
+			return nil, fmt.Errorf("%s line %d: not a metrics line (%v)", path, n, err)
+		}
+		dst := &kept
+		if *head.Step > keepUpTo {
+			dst = &orphaned
+		}
+		dst.Write(line)
+		dst.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if orphaned.Len() > 0 {
+		op := strings.TrimSuffix(path, ".jsonl") + ".orphaned.jsonl"
+		f, err := os.OpenFile(op, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
+		if err != nil {
+			return nil, err
+		}
+		_, err = f.Write(orphaned.Bytes())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteFileAtomic(path, kept.Bytes()); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {
 		return nil, err
 	}
 	return &MetricsLog{f: f}, nil
 }
 
-// Write appends one line.
-func (l *MetricsLog) Write(step int, m Metrics) error {
+// Log appends one line.
+func (l *MetricsLog) Log(step int, m Metrics) error {
 	if _, err := l.f.Write(MarshalLine(step, m)); err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 	fmt.Fprintf(&b, "\n## step %d\n\n", step)
 	fmt.Fprintf(&b, "Bold tokens: selected by the perception mask (top-p by image dependency); ᵛ: labelled visual by the task.\n\n")
 	imgDir := filepath.Join(runDir, "rollouts")
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+	if err := os.MkdirAll(imgDir, dirMode); err != nil {
 		return err
 	}
 	for k := 0; k < count && k*n < len(rs); k++ {
@@ -57,7 +57,7 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 		}
 		fmt.Fprintf(&b, "- perception score per token: %s\n\n", strings.Join(sc, " "))
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {
 		return err
 	}
@@ -70,9 +70,9 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 
 var stepHeader = regexp.MustCompile(`(?m)^## step (\d+)$`)
 
-// truncateRollouts drops the sections of steps after keep (a resumed run writes them again).
-func truncateRollouts(runDir string, keep int) error {
-	path := filepath.Join(runDir, "rollouts.md")
+// truncateRollouts drops the sections of steps after keep from the step log at path
+// (rollouts.md, attention_diagnostics.md): a resumed run writes them again, identical.
+func truncateRollouts(path string, keep int) error {
 	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil

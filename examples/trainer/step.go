@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
@@ -16,6 +18,7 @@ import (
 type StepResult struct {
 	Metrics  Metrics
 	Rollouts []Rollout
+	MDI      []mdiStats // per row, with the MDI reward
 }
 
 // Rollout is one sampled response with what the step computed about its tokens.
@@ -32,12 +35,15 @@ type Rollout struct {
 
 // Step runs one VPPO step; it is the whole algorithm, top to bottom:
 //
-//  1. rollout: n responses per prompt, sampled with the current policy;
-//  2. rewards: accuracy of the chosen letter and think-format, at each response's last token;
-//  3. old log-probs (and entropies) of the sampled tokens;
+//  1. rollout: n responses per prompt, sampled with the current policy (online filtering keeps
+//     the groups whose mean reward is inside the band, sampling more until the batch is full);
+//  2. old log-probs (and entropies) of the sampled tokens, and the attention of the MDI reward;
+//  3. rewards: accuracy of the chosen letter, think-format and MDI balance, at each response's
+//     last token;
 //  4. log-probs with perturbed images (random patch blackening, seeded per row);
-//  5. reference log-probs, when the KL loss is on (the frozen warm-started policy);
-//  6. advantages (GRPO by default; the groups are the prompts);
+//  5. reference log-probs (the frozen warm-started policy), and the divergence in the reward;
+//  6. advantages (GRPO by default; the groups are the prompts; gae with the critic's values,
+//     which is then updated toward the returns);
 //  7. per mini-batch: tprl token masks and trajectory shaping, the PPO loss per micro-batch with
 //     global token scaling, d loss / d log-probs → d loss / d logits → the model's backward;
 //  8. per mini-batch: gradient clipping and an AdamW step (skipped on a non-finite norm).
@@ -51,40 +57,46 @@ func (t *Trainer) Step() (*StepResult, error) {
 		return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
 	}
 
-	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together.
-	prompts := t.nextPrompts(cfg.Dataset.RolloutBatchSize)
-	exs := make([]example, 0, len(prompts)*n)
-	for _, p := range prompts {
-		for range n {
-			exs = append(exs, p)
-		}
-	}
-	B, T := len(exs), t.respLen
-	pb, err := t.newBatch(exs, make([][]int32, B)) // images and prompts only
+	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together;
+	// with online filtering, only groups whose mean reward lies inside the band are kept, and
+	// more prompts are sampled until the step has its rollout_batch_size groups.
+	exs, responses, scores, err := t.rollout(met)
 	if err != nil {
 		return nil, err
 	}
-	promptIDs := make([][]int32, B)
-	for i, e := range exs {
-		promptIDs[i] = e.prompt
-	}
-	responses, err := t.model.Generate(pb.images, promptIDs, T, ro.Temperature, ro.TopP, rand.New(t.rng))
-	if err != nil {
-		return nil, fmt.Errorf("rollout: %w", err)
-	}
+	B, T := len(exs), t.respLen
 	b, err := t.newBatch(exs, responses)
 	if err != nil {
 		return nil, err
 	}
 	tRollout := time.Since(start)
 
-	// 2. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
+	// 2. Old log-probs and entropies of the sampled tokens under the rollout policy.
+	xmicro := act.MicroBatchSizePerDeviceForExperience
+	oldLogp, entropy := f32(B, T), f32(B, T)
+	// The same pass gives the attention of the MDI reward (TRL-MDI), when it has a weight.
+	var mdi []mdiStats
+	var onAct func(*vlm.Activations, int, int)
+	if t.cfg.Worker.Reward.MDIWeight > 0 {
+		mdi = make([]mdiStats, B)
+		onAct = func(a *vlm.Activations, lo, hi int) {
+			for r := lo; r < hi; r++ {
+				mdi[r] = t.attentionStats(a, r-lo, b.plen[r], len(b.resp[r]))
+			}
+		}
+	}
+	if err := t.logProbsWith(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
+		return nil, fmt.Errorf("old log-probs: %w", err)
+	}
+
+	// 3. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
 	rewards := f32(B, T)
 	rw, _ := rewards.Float32s()
-	scores := make([]vqa.Reward, B)
 	var acc, format, overall, respTokens float64
-	for i, e := range exs {
-		scores[i] = vqa.Score(t.tok.Decode(b.resp[i]), e.s.Answer, t.reward)
+	for i := range exs {
+		if mdi != nil {
+			scores[i] = t.withMDI(scores[i], mdi[i].Balance)
+		}
 		if l := len(b.resp[i]); l > 0 {
 			rw[i*T+l-1] = float32(scores[i].Overall)
 		}
@@ -93,12 +105,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	met["reward/overall"], met["reward/accuracy"], met["reward/format"] = overall/float64(B), acc/float64(B), format/float64(B)
 	met["response_length/mean"] = respTokens / float64(B)
-
-	// 3. Old log-probs and entropies of the sampled tokens under the rollout policy.
-	xmicro := act.MicroBatchSizePerDeviceForExperience
-	oldLogp, entropy := f32(B, T), f32(B, T)
-	if err := t.logProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp); err != nil {
-		return nil, fmt.Errorf("old log-probs: %w", err)
+	if mdi != nil {
+		putMDIMetrics(met, mdi)
 	}
 
 	// 4. Log-probs with perturbed images: every row's image perturbed with its own sample id.
@@ -124,6 +132,17 @@ func (t *Trainer) Step() (*StepResult, error) {
 		}
 	}
 
+	// 5b. The divergence in the reward (EasyR1's apply_kl_penalty): token rewards minus
+	// coef * penalty(old, ref), the coefficient from the fixed or adaptive controller.
+	if t.cfg.DivergenceInReward() {
+		kl, err := t.rewardPenalty(rewards, oldLogp, refLogp, b.mask)
+		if err != nil {
+			return nil, err
+		}
+		met["actor/reward_kl_penalty"], met["actor/reward_kl_penalty_coeff"] = kl, t.ctl.Coef()
+		t.ctl.Update(kl, B)
+	}
+
 	// 6. Advantages over each prompt's group of n responses.
 	index := make([]int32, B)
 	for i := range index {
@@ -132,15 +151,32 @@ func (t *Trainer) Step() (*StepResult, error) {
 	in := advantage.Inputs{Rewards: rewards, Mask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
 	switch t.adv.Estimator {
 	case advantage.EstimatorGAE:
-		in.Values = f32(B, T) // no critic in this example: a zero value baseline
+		in.Values = f32(B, T)
+		if err := t.values(in.Values, b, xmicro); err != nil {
+			return nil, fmt.Errorf("critic values: %w", err)
+		}
 	case advantage.EstimatorReMax:
 		if in.Baselines, err = t.greedyBaselines(b, exs); err != nil {
 			return nil, err
 		}
 	}
-	adv := f32(B, T)
-	if err := advantage.Compute(adv, nil, in, t.adv); err != nil {
+	adv, returns := f32(B, T), f32(B, T)
+	if err := advantage.Compute(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
+	}
+	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
+	// same batch).
+	if t.critic != nil {
+		cm, err := t.updateCritic(b, in.Values, returns)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range cm {
+			met[k] = v
+		}
+		vm, _ := tensor.MaskedMean(in.Values, b.mask)
+		rm, _ := tensor.MaskedMean(returns, b.mask)
+		met["critic/values/mean"], met["critic/returns/mean"] = float64(vm), float64(rm)
 	}
 
 	// 7–8. The PPO update: mini-batches of global_batch_size prompts (all their rows), each split
@@ -148,7 +184,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	miniRows := act.GlobalBatchSize * n
 	micro := act.MicroBatchSizePerDeviceForUpdate
 	actor := map[string][]float64{}
-	var gradNorms []float64
+	var gradNorms, lrs []float64
 	shaped := f32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
 	tUpdate := time.Now()
 	for range act.PPOEpochs {
@@ -160,8 +196,12 @@ func (t *Trainer) Step() (*StepResult, error) {
 				}
 				return tensor.Must(x.Rows(mlo, mhi))
 			}
+			var lossRef *tensor.Tensor
+			if t.update.UseKLLoss {
+				lossRef = rows(refLogp)
+			}
 			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: rows(b.mask), OldLogProbs: rows(oldLogp),
-				AugLogProbs: rows(augLogp), RefLogProbs: rows(refLogp), Advantages: rows(adv)})
+				AugLogProbs: rows(augLogp), RefLogProbs: lossRef, Advantages: rows(adv)})
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
@@ -195,7 +235,9 @@ func (t *Trainer) Step() (*StepResult, error) {
 					return nil, err
 				}
 			}
-			norm, err := t.optimizerStep(t.opt, act.Optim.LR, act.MaxGradNorm)
+			lr := act.Optim.LRAt(t.opt.T, t.optimizerSteps())
+			lrs = append(lrs, lr)
+			norm, err := t.optimizerStep(t.model, t.opt, t.decay, lr, act.MaxGradNorm)
 			if err != nil {
 				return nil, err
 			}
@@ -210,7 +252,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		met[k] = mean(v)
 	}
 	met["actor/grad_norm"] = mean(gradNorms)
-	met["actor/lr"] = act.Optim.LR
+	met["actor/lr"] = mean(lrs)
 	met["actor/skipped_steps"] = float64(t.skipped)
 
 	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
@@ -231,12 +273,24 @@ func (t *Trainer) Step() (*StepResult, error) {
 	for i := range B {
 		tokens += float64(b.plen[i] + len(b.resp[i]))
 	}
-	met["perf/step_s"] = el.Seconds()
-	met["perf/rollout_s"] = tRollout.Seconds()
-	met["perf/update_s"] = time.Since(tUpdate).Seconds()
-	met["perf/tokens_per_s"] = tokens / el.Seconds()
-	met["perf/response_tokens_per_s"] = respTokens / el.Seconds()
-	return &StepResult{Metrics: met, Rollouts: res}, nil
+	// verl's and the seeds' names (perf/throughput is per device: one here).
+	met["perf/time_per_step"] = el.Seconds()
+	met["timing_s/gen"] = tRollout.Seconds()
+	met["timing_s/update_actor"] = time.Since(tUpdate).Seconds()
+	met["perf/tokens_per_second"] = tokens / el.Seconds()
+	met["perf/throughput"] = tokens / el.Seconds()
+	met["perf/samples_per_second"] = float64(B) / el.Seconds()
+	met["perf/response_tokens_per_second"] = respTokens / el.Seconds()
+	if v, ok := met["actor/ppo_kl"]; ok {
+		met["actor/approx_kl"] = v
+	}
+	if v, ok := met["actor/entropy_loss"]; ok {
+		met["actor/entropy"] = v
+	}
+	if hi, ok := met["actor/pg_clipfrac_higher"]; ok {
+		met["actor/clipfrac"] = hi + met["actor/pg_clipfrac_lower"] // disjoint: ratio above or below the range
+	}
+	return &StepResult{Metrics: met, Rollouts: res, MDI: mdi}, nil
 }
 
 // diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
@@ -299,13 +353,16 @@ func (t *Trainer) diagnostics(b *batch, exs []example, oldLogp, augLogp, entropy
 		}
 		return a / b
 	}
+	meanScore, _ := tensor.MaskedMean(score, b.mask)
+	met["perception/score_mean"] = float64(meanScore)
+	if !t.hasObjects {
+		return out, nil // no scene, no labels: nothing to measure the masks against
+	}
 	met["perception/precision"] = ratio(pHit, pSel)
 	met["perception/recall"] = ratio(pHit, visual)
 	met["entropy_mask/precision"] = ratio(eHit, eSel)
 	met["entropy_mask/recall"] = ratio(eHit, visual)
 	met["perception/visual_token_fraction"] = ratio(visual, valid) // the precision of a random mask
-	meanScore, _ := tensor.MaskedMean(score, b.mask)
-	met["perception/score_mean"] = float64(meanScore)
 	return out, nil
 }
 
@@ -336,4 +393,120 @@ func firstValid(x, mask *tensor.Tensor, row int) float32 {
 		}
 	}
 	return 0
+}
+
+// rewardPenalty subtracts coef * penalty(logp, ref) from the token rewards in place and returns
+// the batch's divergence: the mean over rows of each row's masked token mean (the controller's
+// current_kl).
+func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
+	kind, err := divergence.ParseKind(t.cfg.Optimization.DivergencePenalty)
+	if err != nil {
+		return 0, err
+	}
+	pen := tensor.Must(tensor.NewLike(logp, tensor.Float32))
+	if err := divergence.Penalty(pen, logp, ref, kind); err != nil {
+		return 0, fmt.Errorf("reward divergence: %w", err)
+	}
+	p, _ := pen.Float32s()
+	r, _ := rewards.Float32s()
+	m, _ := mask.Float32s()
+	coef := float32(t.ctl.Coef())
+	B, T := logp.Dim(0), logp.Dim(1)
+	var total float64
+	for i := range B {
+		var s, n float64
+		for j := range T {
+			if m[i*T+j] != 0 {
+				r[i*T+j] -= coef * p[i*T+j]
+				s += float64(p[i*T+j])
+				n++
+			}
+		}
+		if n > 0 {
+			total += s / n
+		}
+	}
+	return total / float64(B), nil
+}
+
+// maxFilterRounds bounds the sampling rounds of online filtering in one step; after them the
+// batch is completed with the rejected groups (counted in filter/filled_groups) rather than
+// stalling the run.
+const maxFilterRounds = 8
+
+// rollout samples n responses for rollout_batch_size prompts and scores them. With
+// optimization.online_filtering it keeps only the groups whose mean filter_key reward lies in
+// (filter_low, filter_high) — groups where every response scores the same carry no GRPO signal
+// — sampling further prompts until it has rollout_batch_size groups. The scores here are the
+// answer and format parts: the MDI part needs the attention pass that follows the rollout.
+func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, error) {
+	o, ro := t.cfg.Optimization, t.cfg.Worker.Rollout
+	want, n := t.cfg.Dataset.RolloutBatchSize, ro.N
+	var exs, rejExs []example
+	var resp, rejResp [][]int32
+	var scores, rejScores []vqa.Reward
+	generated, accepted, rounds := 0, 0, 0
+	maxRounds := 1
+	if o.OnlineFiltering {
+		maxRounds = maxFilterRounds
+	}
+	for len(exs) < want*n && rounds < maxRounds {
+		rounds++
+		prompts := t.nextPrompts(want)
+		rows := make([]example, 0, len(prompts)*n)
+		for _, p := range prompts {
+			for range n {
+				rows = append(rows, p)
+			}
+		}
+		pb, err := t.newBatch(rows, make([][]int32, len(rows))) // images and prompts only
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ids := make([][]int32, len(rows))
+		for i, e := range rows {
+			ids[i] = e.prompt
+		}
+		out, err := t.model.GenerateTopK(pb.images, ids, t.respLen, ro.Temperature, ro.TopP, ro.TopK, rand.New(t.rng))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("rollout: %w", err)
+		}
+		sc := make([]vqa.Reward, len(rows))
+		for i, e := range rows {
+			sc[i] = vqa.Score(t.tok.Decode(out[i]), e.s.Answer, t.reward)
+		}
+		for g := range prompts {
+			lo, hi := g*n, (g+1)*n
+			generated++
+			keep := true
+			if o.OnlineFiltering {
+				var m float64
+				for _, r := range sc[lo:hi] {
+					m += r.Part(o.FilterKey)
+				}
+				m /= float64(n)
+				keep = m > o.FilterLow && m < o.FilterHigh
+			}
+			if keep {
+				accepted++
+			}
+			if keep && len(exs) < want*n {
+				exs, resp, scores = append(exs, rows[lo:hi]...), append(resp, out[lo:hi]...), append(scores, sc[lo:hi]...)
+			} else if !keep {
+				rejExs, rejResp, rejScores = append(rejExs, rows[lo:hi]...), append(rejResp, out[lo:hi]...), append(rejScores, sc[lo:hi]...)
+			}
+		}
+	}
+	if o.OnlineFiltering {
+		filled := 0
+		for len(exs) < want*n {
+			exs, resp, scores = append(exs, rejExs[:n]...), append(resp, rejResp[:n]...), append(scores, rejScores[:n]...)
+			rejExs, rejResp, rejScores = rejExs[n:], rejResp[n:], rejScores[n:]
+			filled++
+		}
+		met["filter/kept_fraction"] = float64(accepted) / float64(generated)
+		met["filter/rounds"] = float64(rounds)
+		met["filter/filled_groups"] = float64(filled)
+	}
+	return exs, resp, scores, nil
 }

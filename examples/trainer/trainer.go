@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/perturb"
@@ -34,8 +38,10 @@ type Trainer struct {
 	train  []example
 	val    []example
 	model  *vlm.Model
-	ref    *vlm.Model // frozen copy of the warm-started policy; only with use_kl_loss
+	ref    *vlm.Model // frozen copy of the warm-started policy; unless disable_divergence
+	critic *Critic    // the value model; only with advantage_estimator=gae
 	update tprl.UpdateConfig
+	ctl    divergence.Controller // the divergence coefficient in the reward
 	adv    advantage.Config
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
@@ -47,7 +53,14 @@ type Trainer struct {
 	pos     int
 	order   []int
 	step    int // RL steps done
+	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
 	skipped int // optimizer steps skipped on a non-finite gradient norm
+
+	hasReferences bool // every training example has a reference response (the warm start needs them)
+	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
+	valOOV        int  // validation prompt words outside the training vocabulary
+	valOOVWords   []string
+	droppedLong   int // training prompts dropped by filter_overlong_prompts
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
@@ -58,9 +71,13 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg, tok: vqa.NewTokenizer(), reward: vqa.DefaultRewardWeights(), respLen: cfg.Worker.Rollout.MaxResponseLength}
+	rw := cfg.Worker.Reward
+	t := &Trainer{cfg: cfg, reward: vqa.RewardWeights{Accuracy: rw.AccuracyWeight, Format: rw.FormatWeight}, respLen: cfg.Dataset.MaxResponseLength}
 	var err error
 	if t.update, err = cfg.Update(); err != nil {
+		return nil, err
+	}
+	if t.ctl, err = cfg.Controller(); err != nil {
 		return nil, err
 	}
 	if t.adv, err = cfg.Advantage(); err != nil {
@@ -86,11 +103,27 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	o := cfg.Worker.Actor.Optim
 	t.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
 	t.rng = rand.NewPCG(cfg.Training.Seed, 0x726f6c6c6f7574) // "rollout"
+	if t.adv.Estimator == advantage.EstimatorGAE {
+		if t.critic, err = newCritic(mc, a.Seed, cfg.Worker.Critic.Optim); err != nil {
+			return nil, fmt.Errorf("config: worker.critic: %w", err)
+		}
+	}
 	t.order = t.permutation(0)
+	t.steps = cfg.Training.Steps
+	if t.steps == 0 { // the budget in epochs: whole batches of prompts per epoch, as a drop_last loader
+		t.steps = cfg.Training.TotalEpochs * max(1, len(t.train)/cfg.Dataset.RolloutBatchSize)
+	}
 	return t, nil
 }
 
-// loadData reads the dataset files, or generates the task, and encodes every example.
+// optimizerSteps is the number of actor optimizer steps of the whole run (the LR schedule's length).
+func (t *Trainer) optimizerSteps() int {
+	a := t.cfg.Worker.Actor
+	return t.steps * (t.cfg.Dataset.RolloutBatchSize / a.GlobalBatchSize) * a.PPOEpochs
+}
+
+// loadData reads the dataset files, or generates the task, builds the vocabulary from the
+// training data and encodes every example (images fitted to the model's input).
 func (t *Trainer) loadData() error {
 	d := t.cfg.Dataset
 	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options}
@@ -99,42 +132,82 @@ func (t *Trainer) loadData() error {
 			return fmt.Errorf("config: dataset: %w", err)
 		}
 	}
-	load := func(path string, n int, firstID uint64, split string) ([]example, error) {
+	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey, ImageDir: d.ImageDir}
+	load := func(files string, n int, firstID uint64, split string) ([]vqa.Sample, error) {
+		if files == "" {
+			return vqa.Generate(task, d.Seed, firstID, n), nil
+		}
 		var ss []vqa.Sample
-		if path != "" {
-			var err error
-			if ss, err = vqa.Load(path); err != nil {
+		for _, path := range strings.Split(files, ",") {
+			path = strings.TrimSpace(path)
+			if path == "" {
+				continue
+			}
+			part, err := vqa.LoadWith(path, opts)
+			if err != nil {
 				return nil, fmt.Errorf("dataset.%s_files: %w", split, err)
 			}
-			if len(ss) == 0 {
+			if len(part) == 0 {
 				return nil, fmt.Errorf("dataset.%s_files: %s has no samples", split, path)
 			}
-		} else {
-			ss = vqa.Generate(task, d.Seed, firstID, n)
+			ss = append(ss, part...)
 		}
-		out := make([]example, len(ss))
-		for i, s := range ss {
-			b := s.Image.Bounds()
-			if b.Dx() != d.ImageSize || b.Dy() != d.ImageSize {
-				return nil, fmt.Errorf("dataset.%s_files: sample %d (id %d) has a %dx%d image, want dataset.image_size %d", split, i, s.ID, b.Dx(), b.Dy(), d.ImageSize)
-			}
-			out[i] = example{s: s, img: vqa.Pixels(s.Image),
-				prompt: append([]int32{vqa.BOS}, t.tok.Encode(s.Prompt)...),
-				ref:    append(t.tok.Encode(s.Response), vqa.EOS)}
-			t.maxPrompt = max(t.maxPrompt, len(out[i].prompt))
-		}
-		return out, nil
+		return ss, nil
 	}
-	var err error
-	if t.train, err = load(d.TrainFiles, d.TrainSize, 0, "train"); err != nil {
+	train, err := load(d.TrainFiles, d.TrainSize, 0, "train")
+	if err != nil {
 		return err
 	}
 	// Generated validation prompts have ids after every training id: held out.
-	if t.val, err = load(d.ValFiles, d.ValSize, 1<<40, "val"); err != nil {
+	val, err := load(d.ValFiles, d.ValSize, 1<<40, "val")
+	if err != nil {
+		return err
+	}
+	texts := make([]string, 0, 2*len(train))
+	for _, s := range train {
+		texts = append(texts, s.Prompt, s.Response)
+	}
+	t.tok = vqa.NewTokenizerFrom(texts)
+	t.hasReferences, t.hasObjects = true, true
+	encode := func(ss []vqa.Sample, split string) ([]example, error) {
+		out := make([]example, 0, len(ss))
+		for i, s := range ss {
+			prompt := append([]int32{vqa.BOS}, t.tok.Encode(s.Prompt)...)
+			if len(prompt) > d.MaxPromptLength {
+				if !d.FilterOverlongPrompts {
+					return nil, fmt.Errorf("dataset.%s_files: sample %d (id %d): prompt of %d tokens (BOS included) exceeds dataset.max_prompt_length %d (set dataset.filter_overlong_prompts=true to drop such prompts)",
+						split, i, s.ID, len(prompt), d.MaxPromptLength)
+				}
+				if split == "train" {
+					t.droppedLong++
+				}
+				continue
+			}
+			if split == "val" {
+				u := t.tok.Unknown(s.Prompt)
+				t.valOOV += len(u)
+				t.valOOVWords = append(t.valOOVWords, u...)
+			}
+			if s.Response == "" {
+				t.hasReferences = false
+			}
+			if s.Objects == nil {
+				t.hasObjects = false
+			}
+			out = append(out, example{s: s, img: vqa.Pixels(vqa.Fit(s.Image, d.ImageSize)), prompt: prompt,
+				ref: append(t.tok.Encode(s.Response), vqa.EOS)})
+			t.maxPrompt = max(t.maxPrompt, len(prompt))
+		}
+		return out, nil
+	}
+	if t.train, err = encode(train, "train"); err != nil {
+		return err
+	}
+	if t.val, err = encode(val, "val"); err != nil {
 		return err
 	}
 	if len(t.train) < d.RolloutBatchSize {
-		return fmt.Errorf("dataset.train_files: %d samples, fewer than dataset.rollout_batch_size %d", len(t.train), d.RolloutBatchSize)
+		return fmt.Errorf("dataset.train_files: %d samples (%d overlong dropped), fewer than dataset.rollout_batch_size %d", len(t.train), t.droppedLong, d.RolloutBatchSize)
 	}
 	return nil
 }
@@ -266,11 +339,19 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 // logProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response tokens
 // under m, in chunks of micro rows, without keeping activations.
 func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32) error {
+	return t.logProbsWith(m, b, images, logp, ent, micro, temp, nil)
+}
+
+// logProbsWith is logProbs that also hands each micro-batch's activations to onAct.
+func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
 	for lo := 0; lo < b.rows; lo += micro {
 		hi := min(lo+micro, b.rows)
-		g, _, err := t.forwardResponse(m, b, images, lo, hi)
+		g, act, err := t.forwardResponse(m, b, images, lo, hi)
 		if err != nil {
 			return err
+		}
+		if onAct != nil {
+			onAct(act, lo, hi)
 		}
 		var e *tensor.Tensor
 		if ent != nil {
@@ -283,23 +364,23 @@ func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, 
 	return nil
 }
 
-// optimizerStep clips the accumulated gradients, and takes an AdamW step unless the norm is
+// optimizerStep clips m's accumulated gradients, and takes an AdamW step unless the norm is
 // not finite (then the step is skipped and counted). It returns the pre-clip norm.
-func (t *Trainer) optimizerStep(opt *AdamW, lr, maxNorm float64) (float64, error) {
-	ws, gs := t.paramSlices()
+func (t *Trainer) optimizerStep(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
+	ws, gs := paramSlices(m)
 	norm := ClipGradNorm(gs, maxNorm)
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		t.skipped++
-		t.model.ZeroGrad()
+		m.ZeroGrad()
 		return norm, nil
 	}
-	err := opt.Step(ws, gs, t.decay, lr)
-	t.model.ZeroGrad()
+	err := opt.Step(ws, gs, decay, lr)
+	m.ZeroGrad()
 	return norm, err
 }
 
-func (t *Trainer) paramSlices() (ws, gs [][]float32) {
-	for _, p := range t.model.Params() {
+func paramSlices(m *vlm.Model) (ws, gs [][]float32) {
+	for _, p := range m.Params() {
 		w, _ := p.W.Float32s()
 		g, _ := p.G.Float32s()
 		ws, gs = append(ws, w), append(gs, g)
@@ -310,13 +391,17 @@ func (t *Trainer) paramSlices() (ws, gs [][]float32) {
 // WarmStart is the supervised warm start: cross-entropy on the reference responses, through the
 // same two tensor ops as the RL update (log-probs forward, their backward to the logits). It
 // returns the mean loss of the last steps.
-func (t *Trainer) WarmStart(progress *Progress) (float64, error) {
+func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, error) {
 	c := t.cfg.Training
 	opt := NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
 	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
 	var recent []float64
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
 	for s := range c.SFTSteps {
+		if ctx.Err() != nil {
+			progress.Done()
+			return 0, ErrInterrupted
+		}
 		exs := make([]example, c.SFTBatchSize)
 		resp := make([][]int32, len(exs))
 		for i := range exs {
@@ -357,7 +442,7 @@ func (t *Trainer) WarmStart(progress *Progress) (float64, error) {
 				return 0, err
 			}
 		}
-		if _, err := t.optimizerStep(opt, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
+		if _, err := t.optimizerStep(t.model, opt, t.decay, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
 			return 0, err
 		}
 		recent = append(recent, loss)
@@ -391,7 +476,7 @@ func mean(xs []float64) float64 {
 
 // FreezeReference copies the current policy into the frozen reference model (use_kl_loss).
 func (t *Trainer) FreezeReference() error {
-	if !t.cfg.Worker.Actor.UseKLLoss {
+	if t.cfg.Optimization.DisableDivergence {
 		return nil
 	}
 	ref, err := vlm.New(t.model.Config, 0)
@@ -410,15 +495,27 @@ func (t *Trainer) FreezeReference() error {
 // Validation is greedy (or val_temperature) decoding on the held-out prompts.
 type Validation struct {
 	Accuracy, Format, Overall float64
+	OOVWords                  int // words of the validation prompts outside the training vocabulary
 }
 
-// Validate decodes every validation prompt and scores it.
+// put adds the validation metrics to m, under this trainer's and the seeds' (verl) names.
+func (v Validation) put(m Metrics) {
+	m["val/accuracy"], m["val/format"], m["val/reward"] = v.Accuracy, v.Format, v.Overall
+	m["val/reward_score"] = v.Overall
+	m["val/oov_words"] = float64(v.OOVWords)
+}
+
+// Validate decodes every validation prompt, val_batch_size at a time, and scores it.
 func (t *Trainer) Validate() (Validation, error) {
-	var v Validation
+	v := Validation{OOVWords: t.valOOV}
 	if len(t.val) == 0 {
-		return Validation{math.NaN(), math.NaN(), math.NaN()}, nil
+		v.Accuracy, v.Format, v.Overall = math.NaN(), math.NaN(), math.NaN()
+		return v, nil
 	}
-	const chunk = 64
+	chunk := t.cfg.Dataset.ValBatchSize
+	if chunk < 0 {
+		chunk = len(t.val)
+	}
 	temp := t.cfg.Worker.Rollout.ValTemperature
 	r := rand.New(rand.NewPCG(t.cfg.Training.Seed, 0x76616c)) // "val": never the training stream
 	for lo := 0; lo < len(t.val); lo += chunk {
@@ -431,7 +528,7 @@ func (t *Trainer) Validate() (Validation, error) {
 		for i, e := range exs {
 			prompts[i] = e.prompt
 		}
-		out, err := t.model.Generate(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, r)
+		out, err := t.model.GenerateTopK(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, t.cfg.Worker.Rollout.TopK, r)
 		if err != nil {
 			return v, err
 		}
@@ -447,6 +544,47 @@ func (t *Trainer) Validate() (Validation, error) {
 	return v, nil
 }
 
+// validateOnly is training.val_only: validate the loaded weights, print the result and write it
+// to dir/validation.json.
+func (t *Trainer) validateOnly(dir string, stdout io.Writer) error {
+	v, err := t.Validate()
+	if err != nil {
+		return err
+	}
+	m := Metrics{}
+	v.put(m)
+	fmt.Fprintf(stdout, "validation of step %d on %d prompts: accuracy %.3f, format %.3f, reward %.3f, %d out-of-vocabulary words\n",
+		t.step, len(t.val), v.Accuracy, v.Format, v.Overall, v.OOVWords)
+	return WriteFileAtomic(filepath.Join(dir, "validation.json"), MarshalLine(t.step, m))
+}
+
+// LoadWeights sets the policy's weights from the model.safetensors of a checkpoint directory
+// (training.load_checkpoint_path): a new run from them, with a fresh optimizer.
+func (t *Trainer) LoadWeights(dir string) error {
+	path := filepath.Join(dir, ckptModel)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w", err)
+	}
+	ts, err := DecodeSafetensors(data, path)
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w", err)
+	}
+	ws := make([][]float32, 0, len(t.model.Params()))
+	for _, p := range t.model.Params() {
+		nt, ok := ts[p.Name]
+		if !ok || len(nt.Data) != p.W.Len() {
+			return fmt.Errorf("training.load_checkpoint_path: %s: tensor %q missing or of another size (the model or the vocabulary differ)", path, p.Name)
+		}
+		ws = append(ws, nt.Data)
+	}
+	for i, p := range t.model.Params() {
+		w, _ := p.W.Float32s()
+		copy(w, ws[i])
+	}
+	return nil
+}
+
 // trainState is state.json of a checkpoint.
 type trainState struct {
 	Step        int        `json:"global_step"`
@@ -455,6 +593,8 @@ type trainState struct {
 	RNG         string     `json:"rng_state"` // base64 of the rollout PCG's MarshalBinary
 	AdamT       int        `json:"optimizer_step"`
 	Skipped     int        `json:"skipped_steps"`
+	Coef        *float64   `json:"divergence_coef"` // the reward's divergence coefficient (adaptive); nil in older checkpoints
+	CriticAdamT int        `json:"critic_optimizer_step,omitempty"`
 	ModelConfig vlm.Config `json:"model_config"`
 	Time        string     `json:"saved_at"`
 }
@@ -482,7 +622,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 		return "", err
 	}
 	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
-		AdamT: t.opt.T, Skipped: t.skipped, ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+		AdamT: t.opt.T, Skipped: t.skipped, Coef: ptr(t.ctl.Coef()), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -494,6 +634,19 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			ref = append(ref, NamedTensor{Name: p.Name, Shape: []int(p.W.Shape()), Data: w})
 		}
 		if files[ckptRef], err = EncodeSafetensors(ref, map[string]string{"format": "mtrl-example-vlm", "role": "reference"}); err != nil {
+			return "", err
+		}
+	}
+	if t.critic != nil {
+		var cr []NamedTensor
+		for i, p := range t.critic.model.Params() {
+			w, _ := p.W.Float32s()
+			shape := []int(p.W.Shape())
+			cr = append(cr, NamedTensor{Name: p.Name, Shape: shape, Data: w},
+				NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.critic.opt.M[i]},
+				NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.critic.opt.V[i]})
+		}
+		if files[ckptCritic], err = EncodeSafetensors(cr, map[string]string{"format": "mtrl-example-vlm", "role": "critic"}); err != nil {
 			return "", err
 		}
 	}
@@ -547,7 +700,7 @@ func (t *Trainer) Load(dir string) error {
 		return nt.Data, nil
 	}
 	var refW [][]float32
-	if t.cfg.Worker.Actor.UseKLLoss {
+	if !t.cfg.Optimization.DisableDivergence {
 		rb, err := read(ckptRef)
 		if err != nil {
 			return err
@@ -562,6 +715,26 @@ func (t *Trainer) Load(dir string) error {
 				return err
 			}
 			refW = append(refW, w)
+		}
+	}
+	var criticW [][3][]float32 // weights, exp_avg, exp_avg_sq
+	if t.critic != nil {
+		cb, err := read(ckptCritic)
+		if err != nil {
+			return err
+		}
+		cr, err := DecodeSafetensors(cb, filepath.Join(dir, ckptCritic))
+		if err != nil {
+			return err
+		}
+		for _, p := range t.critic.model.Params() {
+			var e [3][]float32
+			for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
+				if e[j], err = get(cr, ckptCritic, prefix+p.Name, p.W.Len()); err != nil {
+					return err
+				}
+			}
+			criticW = append(criticW, e)
 		}
 	}
 	// Validate everything before changing anything.
@@ -608,8 +781,33 @@ func (t *Trainer) Load(dir string) error {
 			copy(w, refW[i])
 		}
 	}
+	for i, p := range t.critic.modelParams() {
+		w, _ := p.W.Float32s()
+		copy(w, criticW[i][0])
+		copy(t.critic.opt.M[i], criticW[i][1])
+		copy(t.critic.opt.V[i], criticW[i][2])
+	}
+	if t.critic != nil {
+		t.critic.opt.T = st.CriticAdamT
+	}
+	if st.Coef != nil { // older checkpoints start from the configured coefficient
+		cc := t.cfg
+		cc.Optimization.DivergenceCoef = *st.Coef
+		if t.ctl, err = cc.Controller(); err != nil {
+			return fmt.Errorf("checkpoint %s: divergence_coef %v: %w", dir, *st.Coef, err)
+		}
+	}
 	t.opt.T, t.skipped, t.step, t.rng = st.AdamT, st.Skipped, st.Step, rng
 	t.epoch, t.pos = st.Epoch, st.Pos
 	t.order = t.permutation(t.epoch)
 	return nil
 }
+
+func (t *Trainer) criticT() int {
+	if t.critic == nil {
+		return 0
+	}
+	return t.critic.opt.T
+}
+
+func ptr[T any](v T) *T { return &v }

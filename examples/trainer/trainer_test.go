@@ -2,17 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"image"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+	xdraw "golang.org/x/image/draw"
 )
 
 // tinyConfig is a configuration that runs a few steps in about a second.
@@ -36,7 +45,7 @@ func tinyConfig(t *testing.T, dir string, extra ...string) Config {
 func run(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	var out, errb bytes.Buffer
-	s, err := Run(cfg, &out, &errb)
+	s, err := Run(context.Background(), cfg, &out, &errb)
 	require.NoError(t, err, "stderr: %s", errb.String())
 	return s
 }
@@ -62,7 +71,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, l := range lines[1:] {
 		for _, k := range []string{"actor/pg_loss", "actor/pg_clipfrac_higher", "actor/ppo_kl", "actor/entropy_loss",
 			"actor/grad_norm", "actor/kl_loss", "reward/overall", "reward/accuracy", "reward/format",
-			"perf/tokens_per_s", "perf/step_s"} {
+			"perf/tokens_per_second", "perf/time_per_step", "actor/approx_kl", "actor/clipfrac", "actor/entropy"} {
 			v, ok := l.Metrics[k]
 			require.True(t, ok, "step %d: no %s", l.Step, k)
 			require.NotNil(t, v, "step %d: %s is not finite", l.Step, k)
@@ -78,15 +87,19 @@ func TestEndToEnd(t *testing.T) {
 	assert.True(t, ok, "validation at step 2 (val_freq 2)")
 	md, _ := os.ReadFile(filepath.Join(dir, "rollouts.md"))
 	assert.Contains(t, string(md), "## step 1")
+	ad, _ := os.ReadFile(filepath.Join(dir, "attention_diagnostics.md"))
+	assert.Contains(t, string(ad), "## step 2")
+	assert.Contains(t, string(ad), "| early |")
+	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/early_mdi"} {
+		v := lines[1].Metrics[k]
+		require.NotNil(t, v, k)
+	}
 }
 
-// TestResumeEquivalence: 4 steps in one go and 2 steps + a resumed 2 give identical metrics
-// (all but wall-time fields), and identical final weights.
-func TestResumeEquivalence(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	run(t, tinyConfig(t, a))
-	run(t, tinyConfig(t, b, "training.steps=2"))
-	run(t, tinyConfig(t, b, "training.find_last_checkpoint=true"))
+// sameRun asserts that run directories a and b have identical metrics (all but wall-time
+// fields) and identical final weights at step.
+func sameRun(t *testing.T, a, b string, step int) {
+	t.Helper()
 	la, err := ReadMetrics(filepath.Join(a, "metrics.jsonl"))
 	require.NoError(t, err)
 	lb, err := ReadMetrics(filepath.Join(b, "metrics.jsonl"))
@@ -111,15 +124,149 @@ func TestResumeEquivalence(t *testing.T) {
 			assert.True(t, ok || timingKey(k), "step %d: resumed run has extra %s", la[i].Step, k)
 		}
 	}
-	wa, _ := os.ReadFile(filepath.Join(a, "checkpoints/global_step_4/model.safetensors"))
-	wb, _ := os.ReadFile(filepath.Join(b, "checkpoints/global_step_4/model.safetensors"))
+	name := fmt.Sprintf("checkpoints/global_step_%d/model.safetensors", step)
+	wa, _ := os.ReadFile(filepath.Join(a, name))
+	wb, _ := os.ReadFile(filepath.Join(b, name))
+	require.NotEmpty(t, wa)
 	assert.True(t, bytes.Equal(wa, wb), "final weights differ")
+}
+
+// TestResumeEquivalence: 4 steps in one go and 2 steps + a resumed 2 give identical metrics
+// (all but wall-time fields), and identical final weights.
+func TestResumeEquivalence(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a))
+	run(t, tinyConfig(t, b, "training.steps=2"))
+	run(t, tinyConfig(t, b, "training.find_last_checkpoint=true"))
+	sameRun(t, a, b, 4)
+}
+
+// TestInterruptThenResume: a run whose context is cancelled (what SIGINT does) during step 3
+// finishes that step, checkpoints it, prints the resume command and returns ErrInterrupted;
+// running that command gives the uninterrupted run. The adaptive divergence controller and a
+// cosine LR schedule make the state to restore non-trivial.
+func TestInterruptThenResume(t *testing.T) {
+	extra := []string{"optimization.divergence_type=adaptive", "optimization.divergence_target=0.01",
+		"worker.actor.optim.lr_scheduler_type=cosine", "worker.actor.optim.warmup_steps=2", "training.save_freq=0",
+		"training.logger=[jsonl, tensorboard]"}
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a, extra...))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testAfterStep = func(step int) {
+		if step == 2 {
+			cancel() // arrives during step 2's bookkeeping: step 3 never starts
+		}
+	}
+	defer func() { testAfterStep = nil }()
+	var out, errb bytes.Buffer
+	s, err := Run(ctx, tinyConfig(t, b, extra...), &out, &errb)
+	require.ErrorIs(t, err, ErrInterrupted)
+	testAfterStep = nil
+	assert.Equal(t, 2, s.Steps, "the summary covers the steps done")
+	assert.Positive(t, s.WarmStartSeconds)
+	_, err = os.Stat(filepath.Join(b, "checkpoints/global_step_2/model.safetensors"))
+	require.NoError(t, err, "checkpoint of the last step")
+	cmd := "go run ./examples/trainer -config " + filepath.Join(b, "config.yaml") + " training.find_last_checkpoint=true"
+	require.Contains(t, errb.String(), cmd)
+
+	// The printed command, in process: the run dir's config.yaml and the one override.
+	cfg, err := LoadConfig(filepath.Join(b, "config.yaml"), []string{"training.find_last_checkpoint=true"})
+	require.NoError(t, err)
+	s2 := run(t, cfg)
+	assert.Equal(t, 4, s2.Steps)
+	assert.Positive(t, s2.WarmStartSeconds, "summary.json is not reset by the resumed segment")
+	sameRun(t, a, b, 4)
+	events, _ := filepath.Glob(filepath.Join(b, "events.out.tfevents.*"))
+	assert.NotEmpty(t, events)
+}
+
+// TestResumeRefusesTrajectoryChange: a changed worker.rollout.n is refused by name; a changed
+// budget with a constant LR is not.
+func TestResumeRefusesTrajectoryChange(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=1"))
+	_, err := Run(context.Background(), tinyConfig(t, dir, "training.find_last_checkpoint=true", "worker.rollout.n=4"), &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "worker.rollout.n: checkpoint 2, now 4")
+	run(t, tinyConfig(t, dir, "training.find_last_checkpoint=true", "training.steps=2"))
+}
+
+// TestMetricsWithoutCheckpointRefused: a run dir holding metrics but no checkpoint is not reused.
+func TestMetricsWithoutCheckpointRefused(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(`{"step":0,"sft/loss":1}`+"\n"), 0o644))
+	_, err := Run(context.Background(), tinyConfig(t, dir), &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no complete checkpoint")
+	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	assert.Equal(t, `{"step":0,"sft/loss":1}`+"\n", string(data), "left as it was")
+}
+
+// TestOrphanedMetricsKept: lines after the last checkpoint (a crash) move to
+// metrics.orphaned.jsonl when the run resumes; nothing is deleted.
+func TestOrphanedMetricsKept(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=2"))
+	p := filepath.Join(dir, "metrics.jsonl")
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"step":3,"reward/overall":0.5}` + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	run(t, tinyConfig(t, dir, "training.find_last_checkpoint=true", "training.steps=3"))
+	orphan, err := os.ReadFile(filepath.Join(dir, "metrics.orphaned.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, `{"step":3,"reward/overall":0.5}`+"\n", string(orphan))
+	lines, err := ReadMetrics(p)
+	require.NoError(t, err)
+	assert.Len(t, lines, 4)
+}
+
+// TestOneFileMode: every file and directory of a run has the same mode.
+func TestOneFileMode(t *testing.T) {
+	dir := t.TempDir()
+	run(t, tinyConfig(t, dir, "training.steps=2", "training.logger=[console, tensorboard]"))
+	n := 0
+	require.NoError(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		require.NoError(t, err)
+		if p == dir {
+			return nil
+		}
+		want := fileMode
+		if info.IsDir() {
+			want = dirMode
+		}
+		assert.Equal(t, want, info.Mode().Perm(), p)
+		n++
+		return nil
+	}))
+	assert.Greater(t, n, 10)
+}
+
+// TestValOnly validates a checkpoint's weights without training.
+func TestValOnly(t *testing.T) {
+	a := t.TempDir()
+	run(t, tinyConfig(t, a, "training.steps=1"))
+	b := t.TempDir()
+	var out bytes.Buffer
+	_, err := Run(context.Background(), tinyConfig(t, b, "training.val_only=true", "training.load_checkpoint_path="+filepath.Join(a, "checkpoints/global_step_1")), &out, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "validation of step 0")
+	la, err := ReadMetrics(filepath.Join(a, "metrics.jsonl"))
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(b, "validation.json"))
+	require.NoError(t, err)
+	lv, err := parseMetrics(data, "validation.json")
+	require.NoError(t, err)
+	assert.Equal(t, *la[1].Metrics["val/accuracy"], *lv[0].Metrics["val/accuracy"], "the same weights validate the same")
 }
 
 func TestRunRefusesExistingCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	run(t, tinyConfig(t, dir, "training.steps=1"))
-	_, err := Run(tinyConfig(t, dir, "training.steps=1"), &bytes.Buffer{}, &bytes.Buffer{})
+	_, err := Run(context.Background(), tinyConfig(t, dir, "training.steps=1"), &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "find_last_checkpoint")
 }
@@ -203,4 +350,112 @@ func TestFailedSaveKeepsCheckpoints(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model.safetensors")
 	assert.Equal(t, 0, tr2.step)
+}
+
+// TestSeedFormatTrains: a seed-format JSONL (renamed keys, one image path relative to image_dir,
+// images of arbitrary sizes, no response or objects fields) trains for a few steps: no warm
+// start (said so), no visual-token diagnostics, a vocabulary from the training prompts, and the
+// validation words outside it counted.
+func TestSeedFormatTrains(t *testing.T) {
+	data := t.TempDir()
+	imgDir := filepath.Join(data, "imgs")
+	require.NoError(t, os.MkdirAll(imgDir, 0o755))
+	samples := vqa.Generate(vqa.DefaultTaskConfig(), 3, 0, 40)
+	write := func(name string, ss []vqa.Sample, extraWord string) string {
+		var b strings.Builder
+		for i, s := range ss {
+			w, h := 20+7*i, 90-2*i // wide, tall, larger and smaller than the model's 32x32
+			img := image.NewRGBA(image.Rect(0, 0, w, h))
+			xdraw.NearestNeighbor.Scale(img, img.Bounds(), s.Image, s.Image.Bounds(), xdraw.Src, nil)
+			f := fmt.Sprintf("%s_%d.png", name, i)
+			fh, err := os.Create(filepath.Join(imgDir, f))
+			require.NoError(t, err)
+			require.NoError(t, png.Encode(fh, img))
+			require.NoError(t, fh.Close())
+			q := s.Prompt
+			if extraWord != "" {
+				q = extraWord + " " + q
+			}
+			row, _ := json.Marshal(map[string]any{"question": q, "label": s.Answer, "picture": []string{f}})
+			b.Write(row)
+			b.WriteByte('\n')
+		}
+		p := filepath.Join(data, name+".jsonl")
+		require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
+		return p
+	}
+	train, val := write("train", samples[:32], ""), write("val", samples[32:], "zebra")
+	dir := t.TempDir()
+	cfg := tinyConfig(t, dir, "training.steps=2", "dataset.train_files="+train, "dataset.val_files="+val,
+		"dataset.prompt_key=question", "dataset.answer_key=label", "dataset.image_key=picture", "dataset.image_dir="+imgDir)
+	var out, errb bytes.Buffer
+	s, err := Run(context.Background(), cfg, &out, &errb)
+	require.NoError(t, err, errb.String())
+	assert.Equal(t, 2, s.Steps)
+	assert.Contains(t, errb.String(), "no warm start: the training data has no reference responses")
+	assert.Contains(t, errb.String(), "8 words (1 distinct) outside the vocabulary")
+	assert.Contains(t, errb.String(), "no visual-token diagnostics")
+	lines, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 3)
+	assert.Equal(t, 8.0, *lines[2].Metrics["val/oov_words"])
+	_, ok := lines[1].Metrics["perception/precision"]
+	assert.False(t, ok)
+	_, ok = lines[0].Metrics["sft/loss"]
+	assert.False(t, ok, "no warm start")
+	for _, k := range []string{"reward/overall", "actor/pg_loss", "perception/score_mean"} {
+		require.NotNil(t, lines[2].Metrics[k], k)
+	}
+}
+
+// TestOverlongPrompts: prompts over max_prompt_length are dropped (and counted), or an error
+// naming the key when filter_overlong_prompts is off.
+func TestOverlongPrompts(t *testing.T) {
+	_, err := NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=5", "dataset.filter_overlong_prompts=false"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "dataset.max_prompt_length 5")
+	_, err = NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=5"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "overlong dropped")
+	tr, err := NewTrainer(tinyConfig(t, t.TempDir(), "dataset.max_prompt_length=16"))
+	require.NoError(t, err)
+	assert.Positive(t, tr.droppedLong)
+	assert.LessOrEqual(t, tr.maxPrompt, 16)
+}
+
+// TestSignalContext: a real SIGINT to the process cancels the run's context (what Run watches
+// between steps), and the handler is gone afterwards.
+func TestSignalContext(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to send on Windows")
+	}
+	var errb syncBuffer
+	ctx := signalContext(&errb)
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, self.Signal(os.Interrupt))
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGINT did not cancel the context")
+	}
+	require.Eventually(t, func() bool { return strings.Contains(errb.String(), "stopping after the current step") }, 5*time.Second, 10*time.Millisecond)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

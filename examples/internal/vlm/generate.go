@@ -107,7 +107,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 
 // generate is Generate on host values. record, when non-nil, sees each row's logits before
 // each sample (step k of row r predicts the k-th new token).
-func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, rng *rand.Rand, record func(r int, logits []F)) [][]int32 {
+func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand, record func(r int, logits []F)) [][]int32 {
 	b := len(prompts)
 	d, np := c.Dim, c.Patches()
 	kv := &kvCache[F]{stride: np + c.MaxLen, k: make([][]F, c.Layers), v: make([][]F, c.Layers)}
@@ -148,7 +148,7 @@ func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNe
 			if record != nil {
 				record(r, lg)
 			}
-			tok := sample(lg, temperature, topP, rng, probs, order)
+			tok := sample(lg, temperature, topP, topK, rng, probs, order)
 			out[r] = append(out[r], tok)
 			textLen[r]++
 			if tok != EOS && len(out[r]) < maxNew && textLen[r] < c.MaxLen {
@@ -172,9 +172,10 @@ func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNe
 }
 
 // sample draws a token from logits: greedy when temperature is 0, otherwise from
-// softmax(logits/temperature) restricted to the smallest set of most likely tokens whose
-// probability reaches topP (ties broken by lower id).
-func sample[F Float](logits []F, temperature, topP float64, rng *rand.Rand, probs []float64, order []int) int32 {
+// softmax(logits/temperature) restricted to the topK most likely tokens (when 0 < topK < vocab),
+// then to the smallest set of those whose probability reaches topP of theirs (vLLM's order;
+// ties broken by lower id).
+func sample[F Float](logits []F, temperature, topP float64, topK int, rng *rand.Rand, probs []float64, order []int) int32 {
 	if temperature == 0 {
 		best := 0
 		for i, v := range logits {
@@ -194,7 +195,7 @@ func sample[F Float](logits []F, temperature, topP float64, rng *rand.Rand, prob
 		sum += probs[i]
 	}
 	n := len(logits)
-	if topP < 1 {
+	if topP < 1 || (topK > 0 && topK < n) {
 		for i := range order {
 			order[i] = i
 		}
@@ -207,6 +208,12 @@ func sample[F Float](logits []F, temperature, topP float64, rng *rand.Rand, prob
 			}
 			return 0
 		})
+		if topK > 0 && topK < n {
+			n, sum = topK, 0
+			for _, i := range order[:n] {
+				sum += probs[i]
+			}
+		}
 		kept, acc := 0, 0.0
 		for kept < n {
 			acc += probs[order[kept]]
@@ -243,10 +250,16 @@ func sample[F Float](logits []F, temperature, topP float64, rng *rand.Rand, prob
 // each new token reuses their cached keys and values. Draws from rng happen in row order at
 // each step, so the result is deterministic given rng (and does not depend on GOMAXPROCS).
 func (m *Model) Generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, rng *rand.Rand) ([][]int32, error) {
-	return m.generate(images, prompts, maxNew, temperature, topP, rng, nil)
+	return m.generate(images, prompts, maxNew, temperature, topP, 0, rng, nil)
 }
 
-func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, rng *rand.Rand, record func(int, []float32)) ([][]int32, error) {
+// GenerateTopK is Generate with top-k sampling too: only the topK most likely tokens are drawn
+// from (topK <= 0 or >= Vocab: no cut, exactly Generate), the nucleus topP taken among them.
+func (m *Model) GenerateTopK(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand) ([][]int32, error) {
+	return m.generate(images, prompts, maxNew, temperature, topP, topK, rng, nil)
+}
+
+func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand, record func(int, []float32)) ([][]int32, error) {
 	const op = "vlm.Model.Generate"
 	c := m.Config
 	if len(prompts) == 0 {
@@ -279,5 +292,5 @@ func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, t
 		return nil, err
 	}
 	pv := patchVectors[float32](c, px, len(prompts))
-	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, rng, record), nil
+	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, topK, rng, record), nil
 }

@@ -21,7 +21,7 @@ func TestGenerateCacheMatchesForward(t *testing.T) {
 	b := len(prompts)
 	img := randImages(rng, c, b)
 	seen := make([][][]float32, b)
-	out, err := m.generate(img, prompts, 8, 1.5, 1, rand.New(rand.NewPCG(1, 1)), func(r int, lg []float32) {
+	out, err := m.generate(img, prompts, 8, 1.5, 1, 0, rand.New(rand.NewPCG(1, 1)), func(r int, lg []float32) {
 		seen[r] = append(seen[r], append([]float32(nil), lg...))
 	})
 	require.NoError(t, err)
@@ -67,5 +67,36 @@ func TestGenerateDeterministic(t *testing.T) {
 	require.Equal(t, a, b)
 	for r := range a {
 		require.LessOrEqual(t, len(a[r]), 6)
+	}
+}
+
+// TestSampleTopK: with top_k the draws stay among the k most likely tokens, in the frequencies
+// of their renormalised probabilities; top_k off or >= vocab leaves the draw unchanged.
+func TestSampleTopK(t *testing.T) {
+	logits := []float32{0, 3, 1, 2.5, -1, 2}
+	probs, order := make([]float64, 6), make([]int, 6)
+	rng := rand.New(rand.NewPCG(1, 2))
+	counts := map[int32]int{}
+	const n = 20000
+	for range n {
+		counts[sample(logits, 1, 1, 2, rng, probs, order)]++
+	}
+	require.Len(t, counts, 2, "only tokens 1 and 3: %v", counts)
+	p1 := 1 / (1 + math.Exp(2.5-3)) // renormalised over the top 2
+	require.InDelta(t, p1, float64(counts[1])/n, 0.015)
+
+	// top_k with top_p: the nucleus among the top 3 (probabilities ∝ e^3, e^2.5, e^2).
+	counts = map[int32]int{}
+	for range n {
+		counts[sample(logits, 1, 0.5, 3, rng, probs, order)]++
+	}
+	require.Equal(t, map[int32]int{1: n}, counts, "e^3/(e^3+e^2.5+e^2) > 0.5: the nucleus is token 1 alone")
+
+	// Off (0) and >= vocab draw exactly as without top_k.
+	for _, k := range []int{0, 6, 10} {
+		a, b := rand.New(rand.NewPCG(7, 7)), rand.New(rand.NewPCG(7, 7))
+		for range 100 {
+			require.Equal(t, sample(logits, 1, 1, 0, a, probs, order), sample(logits, 1, 1, k, b, probs, order))
+		}
 	}
 }

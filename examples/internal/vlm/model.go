@@ -172,3 +172,27 @@ func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 	backward(m.Config, &m.w, &m.g, act.a, dl)
 	return nil
 }
+
+// Layers is the number of decoder blocks recorded.
+func (a *Activations) Layers() int { return len(a.a.layers) }
+
+// Attention returns, in block layer of the recorded pass, the attention mass of row's text
+// position t (the query) on the image tokens and on the text tokens, averaged over heads, with
+// the number of keys of each kind it may attend (the image tokens, and text 0..t). The masses
+// sum to 1.
+func (a *Activations) Attention(layer, row, t int) (image, text float64, nImage, nText int) {
+	c := a.m.Config
+	s, np := a.a.s, c.Patches()
+	p := a.a.layers[layer].p
+	q := np + t
+	for h := range c.Heads {
+		base := ((row*c.Heads+h)*s + q) * s
+		for k := range np {
+			image += float64(p[base+k])
+		}
+		for k := np; k <= q; k++ {
+			text += float64(p[base+k])
+		}
+	}
+	return image / float64(c.Heads), text / float64(c.Heads), np, t + 1
+}

@@ -175,3 +175,28 @@ func TestDeterministicAcrossProcs(t *testing.T) {
 	require.Equal(t, l1, l4)
 	require.Equal(t, g1, g4)
 }
+
+// TestAttentionSplit: the recorded attention of a text query splits into image and text mass
+// that sum to 1, and a query attends text 0..t only.
+func TestAttentionSplit(t *testing.T) {
+	c := tinyConfig()
+	m, err := New(c, 3)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 1))
+	img := randImages(rng, c, 2)
+	toks := tensor.Must(tensor.FromInt32([]int32{BOS, 4, 5, 6, BOS, 7, 8, 9}, 2, 4))
+	_, act, err := m.Forward(img, toks)
+	require.NoError(t, err)
+	require.Equal(t, c.Layers, act.Layers())
+	for l := range c.Layers {
+		for r := range 2 {
+			for q := range 4 {
+				im, tx, ni, nt := act.Attention(l, r, q)
+				require.InDelta(t, 1, im+tx, 1e-5)
+				require.Equal(t, c.Patches(), ni)
+				require.Equal(t, q+1, nt)
+				require.Positive(t, im)
+			}
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	_ "image/gif" // registered for image.Decode
+	_ "image/jpeg"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -44,10 +46,9 @@ type jsonRecord struct {
 	Objects  *[]Object `json:"objects"`
 }
 
-// imageName is the PNG path of sample i of dataset name, relative to the dataset directory.
-func imageName(name string, i int) string {
-	return filepath.ToSlash(filepath.Join("images", fmt.Sprintf("%s_%06d.png", name, i)))
-}
+// imageName is the PNG file of sample i of dataset name, relative to the images directory
+// (<dir>/images, the seeds' image_dir).
+func imageName(name string, i int) string { return fmt.Sprintf("%s_%06d.png", name, i) }
 
 func encodePNG(img image.Image) ([]byte, error) {
 	var buf bytes.Buffer
@@ -61,6 +62,11 @@ func encodePNG(img image.Image) ([]byte, error) {
 func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
+		tmp.Close()
+		os.Remove(tmp.Name())
 		return err
 	}
 	if _, err := tmp.Write(data); err != nil {
@@ -102,7 +108,7 @@ func writeImages(dir, name string, samples []Sample) ([]string, error) {
 			return nil, fmt.Errorf("vqa: sample %d (id %d): encode PNG: %w", i, s.ID, err)
 		}
 		paths[i] = imageName(name, i)
-		if err := writeAtomic(filepath.Join(dir, filepath.FromSlash(paths[i])), data); err != nil {
+		if err := writeAtomic(filepath.Join(dir, "images", paths[i]), data); err != nil {
 			return nil, fmt.Errorf("vqa: %w", err)
 		}
 	}
@@ -111,7 +117,7 @@ func writeImages(dir, name string, samples []Sample) ([]string, error) {
 
 // WriteJSONL writes <dir>/<name>.jsonl, one JSON object per line with the
 // fields "id", "prompt", "answer", "response", "images" (a list with the one
-// PNG path, relative to dir) and "objects" (the scene, for VisualLabels), and
+// PNG path, relative to dir/images: the seeds' image_dir) and "objects" (the scene, for VisualLabels), and
 // the PNGs as <dir>/images/<name>_NNNNNN.png. dir is created if needed; files
 // are written through a temporary file and a rename. It returns the path of
 // the .jsonl file.
@@ -144,35 +150,49 @@ func WriteJSONL(dir, name string, samples []Sample) (string, error) {
 	return path, nil
 }
 
-// Load reads a dataset written by WriteJSONL (".jsonl") or WriteParquet
-// (".parquet"), chosen by the extension of path, and returns its samples in
-// file order with their images decoded. Image paths are relative to the
-// directory of path. Errors name the file, the line (JSONL, 1-based) or row
-// (Parquet, 1-based) and the field: a corrupt JSON line, a missing field, an
-// answer that is not an option letter of the prompt, an unknown object word,
-// a missing image file (naming its path), an undecodable PNG, or images of
-// different sizes in one file.
-func Load(path string) ([]Sample, error) {
+// LoadOptions names the columns of a dataset (the seeds' *_key options) and where its image
+// paths are relative to.
+type LoadOptions struct {
+	PromptKey, AnswerKey, ImageKey string
+	// ImageDir is the directory image paths are relative to; empty: the data file's directory,
+	// then its images/ subdirectory.
+	ImageDir string
+}
+
+// DefaultLoadOptions are the seeds' column names: prompt, answer, images.
+func DefaultLoadOptions() LoadOptions {
+	return LoadOptions{PromptKey: "prompt", AnswerKey: "answer", ImageKey: "images"}
+}
+
+// Load reads a dataset with the default options (see LoadWith).
+func Load(path string) ([]Sample, error) { return LoadWith(path, DefaultLoadOptions()) }
+
+// LoadWith reads a JSONL (".jsonl") or Parquet (".parquet") dataset, chosen by the extension
+// of path, and returns its samples in file order with their images decoded (PNG, JPEG or GIF,
+// any size). A row needs a prompt, an answer (an option letter A..J) and one image (a path, or
+// in Parquet a {bytes, path} struct); the task's own fields response (the reference chain, for
+// the warm start) and objects (the scene, for the visual-token diagnostics) are optional: nil
+// Objects and an empty Response mean absent. Errors name the file, the line (JSONL, 1-based) or
+// row (Parquet, 1-based) and the field.
+func LoadWith(path string, o LoadOptions) ([]Sample, error) {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl":
-		return loadJSONL(path)
+		return loadJSONL(path, o)
 	case ".parquet":
-		return loadParquet(path)
+		return loadParquet(path, o)
 	}
 	return nil, fmt.Errorf("vqa: %s: unknown dataset extension %q (want .jsonl or .parquet)", path, filepath.Ext(path))
 }
 
-func loadJSONL(path string) ([]Sample, error) {
+func loadJSONL(path string, o LoadOptions) ([]Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("vqa: %w", err)
 	}
 	defer f.Close()
-	dir := filepath.Dir(path)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var out []Sample
-	var size image.Point
 	line := 0
 	for sc.Scan() {
 		line++
@@ -180,37 +200,53 @@ func loadJSONL(path string) ([]Sample, error) {
 		if len(text) == 0 {
 			continue
 		}
-		var rec jsonRecord
+		loc := lineLoc(path, line)
+		var rec map[string]json.RawMessage
 		dec := json.NewDecoder(bytes.NewReader(text))
 		if err := dec.Decode(&rec); err != nil {
-			return nil, fileError(lineLoc(path, line), "", "corrupt JSON: %v", err)
+			return nil, fileError(loc, "", "corrupt JSON: %v", err)
 		}
 		if dec.More() {
-			return nil, fileError(lineLoc(path, line), "", "corrupt JSON: trailing data after the object")
+			return nil, fileError(loc, "", "corrupt JSON: trailing data after the object")
 		}
-		for _, m := range []struct {
-			name    string
-			missing bool
-		}{{"prompt", rec.Prompt == nil}, {"answer", rec.Answer == nil}, {"response", rec.Response == nil},
-			{"images", rec.Images == nil}, {"objects", rec.Objects == nil}} {
-			if m.missing {
-				return nil, fileError(lineLoc(path, line), m.name, "missing")
+		s := Sample{ID: uint64(line - 1)}
+		var images []string
+		for _, fd := range []struct {
+			key      string
+			dst      any
+			required bool
+		}{{o.PromptKey, &s.Prompt, true}, {o.AnswerKey, &s.Answer, true}, {o.ImageKey, &images, true},
+			{"response", &s.Response, false}, {"objects", &s.Objects, false}, {"id", &s.ID, false}} {
+			raw, ok := rec[fd.key]
+			if !ok || string(raw) == "null" {
+				if fd.required {
+					return nil, fileError(loc, fd.key, "missing")
+				}
+				continue
+			}
+			if fd.key == o.ImageKey {
+				var one string // a single path is accepted as well as a list
+				if json.Unmarshal(raw, &one) == nil {
+					images = []string{one}
+					continue
+				}
+			}
+			if err := json.Unmarshal(raw, fd.dst); err != nil {
+				return nil, fileError(loc, fd.key, "corrupt JSON: %v", err)
 			}
 		}
-		id := uint64(line - 1)
-		if rec.ID != nil {
-			id = *rec.ID
+		if fd := rec["objects"]; fd != nil && string(fd) != "null" && s.Objects == nil {
+			s.Objects = []Object{} // present and empty: a scene without objects
 		}
-		s := Sample{ID: id, Prompt: *rec.Prompt, Answer: *rec.Answer, Response: *rec.Response, Objects: *rec.Objects}
-		if len(*rec.Images) != 1 {
-			return nil, fileError(lineLoc(path, line), "images", "want exactly 1 image path, got %d", len(*rec.Images))
+		if len(images) != 1 {
+			return nil, fileError(loc, o.ImageKey, "want exactly 1 image path, got %d (the model reads one image per prompt)", len(images))
 		}
-		s.Image, err = readImage(dir, (*rec.Images)[0])
+		s.Image, err = readImage(imageDirs(path, o), images[0])
 		if err != nil {
-			return nil, fileError(lineLoc(path, line), "images", "%v", err)
+			return nil, fileError(loc, o.ImageKey, "%v", err)
 		}
-		if err := checkSample(&s, &size); err != nil {
-			return nil, fileError(lineLoc(path, line), err.field, "%s", err.msg)
+		if err := checkSample(&s, o); err != nil {
+			return nil, fileError(loc, err.field, "%s", err.msg)
 		}
 		out = append(out, s)
 	}
@@ -220,66 +256,83 @@ func loadJSONL(path string) ([]Sample, error) {
 	return out, nil
 }
 
-// readImage decodes the PNG at rel (relative to dir unless absolute).
-func readImage(dir, rel string) (image.Image, error) {
+// imageDirs are the directories a relative image path is looked up in, in order.
+func imageDirs(dataPath string, o LoadOptions) []string {
+	if o.ImageDir != "" {
+		return []string{o.ImageDir}
+	}
+	d := filepath.Dir(dataPath)
+	return []string{d, filepath.Join(d, "images")}
+}
+
+// readImage decodes the image at rel: absolute, or relative to the first of dirs holding it.
+func readImage(dirs []string, rel string) (image.Image, error) {
 	if rel == "" {
 		return nil, errors.New("empty image path")
 	}
 	p := filepath.FromSlash(rel)
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dir, p)
-	}
-	data, err := os.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("missing image file %s", p)
+	var tried []string
+	if filepath.IsAbs(p) {
+		tried = []string{p}
+	} else {
+		for _, d := range dirs {
+			tried = append(tried, filepath.Join(d, p))
 		}
-		return nil, fmt.Errorf("image file %s: %v", p, err)
 	}
-	img, err := decodePNG(data)
-	if err != nil {
-		return nil, fmt.Errorf("image file %s: %v", p, err)
+	for _, q := range tried {
+		data, err := os.ReadFile(q)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("image file %s: %v", q, err)
+		}
+		img, err := decodeImage(data)
+		if err != nil {
+			return nil, fmt.Errorf("image file %s: %v", q, err)
+		}
+		return img, nil
 	}
-	return img, nil
+	return nil, fmt.Errorf("missing image file %s", strings.Join(tried, " or "))
 }
 
-func decodePNG(data []byte) (image.Image, error) {
-	img, err := png.Decode(bytes.NewReader(data))
+// decodeImage decodes PNG, JPEG or GIF bytes.
+func decodeImage(data []byte) (image.Image, error) {
+	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("undecodable PNG: %v", err)
+		return nil, fmt.Errorf("undecodable image (want PNG, JPEG or GIF): %v", err)
+	}
+	if b := img.Bounds(); b.Empty() {
+		return nil, errors.New("empty image")
 	}
 	return img, nil
 }
 
 type fieldErr struct{ field, msg string }
 
-// checkSample validates the fields of a loaded sample; size is the image size
-// of the file's first sample (zero before it).
-func checkSample(s *Sample, size *image.Point) *fieldErr {
+// checkSample validates the fields of a loaded sample.
+func checkSample(s *Sample, o LoadOptions) *fieldErr {
 	if strings.TrimSpace(s.Prompt) == "" {
-		return &fieldErr{"prompt", "empty"}
+		return &fieldErr{o.PromptKey, "empty"}
 	}
-	a := normLetter(strings.TrimSpace(s.Answer))
+	a := normLetter(strings.Trim(strings.TrimSpace(s.Answer), "()."))
 	if indexOf(letters, a) < 0 {
-		return &fieldErr{"answer", fmt.Sprintf("unknown answer letter %q (want one of A..J)", s.Answer)}
+		return &fieldErr{o.AnswerKey, fmt.Sprintf("unknown answer letter %q (want one of A..J: the reward scores multiple-choice answers)", s.Answer)}
 	}
-	if indexOf(strings.Fields(s.Prompt), a) < 0 {
-		return &fieldErr{"answer", fmt.Sprintf("answer letter %q is not an option of the prompt", s.Answer)}
-	}
-	s.Answer = a
-	for j, o := range s.Objects {
-		if indexOf(shapes, o.Shape) < 0 || indexOf(colours, o.Colour) < 0 || indexOf(positions, o.Position) < 0 {
-			return &fieldErr{"objects", fmt.Sprintf("object %d %+v has an unknown shape, colour or position", j, o)}
+	isOption := false
+	for _, w := range strings.Fields(s.Prompt) {
+		if normLetter(strings.Trim(w, "().:")) == a {
+			isOption = true
 		}
 	}
-	b := s.Image.Bounds().Size()
-	if b.X != b.Y || b.X == 0 {
-		return &fieldErr{"images", fmt.Sprintf("image is %dx%d, want a non-empty square", b.X, b.Y)}
+	if !isOption {
+		return &fieldErr{o.AnswerKey, fmt.Sprintf("answer letter %q is not an option of the prompt", s.Answer)}
 	}
-	if *size == (image.Point{}) {
-		*size = b
-	} else if b != *size {
-		return &fieldErr{"images", fmt.Sprintf("image is %dx%d but earlier images are %dx%d", b.X, b.Y, size.X, size.Y)}
+	s.Answer = a
+	for j, ob := range s.Objects {
+		if indexOf(shapes, ob.Shape) < 0 || indexOf(colours, ob.Colour) < 0 || indexOf(positions, ob.Position) < 0 {
+			return &fieldErr{"objects", fmt.Sprintf("object %d %+v has an unknown shape, colour or position", j, ob)}
+		}
 	}
 	return nil
 }

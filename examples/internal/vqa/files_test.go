@@ -2,6 +2,7 @@ package vqa
 
 import (
 	"image"
+	"image/jpeg"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,7 +116,7 @@ func jsonlFixture(t *testing.T) (string, []string) {
 }
 
 func TestLoadJSONLErrors(t *testing.T) {
-	good := `{"id":1,"prompt":"what colour is the circle ? A red B blue","answer":"B","response":"r","images":["images/d_000000.png"],"objects":[]}`
+	good := `{"id":1,"prompt":"what colour is the circle ? A red B blue","answer":"B","response":"r","images":["d_000000.png"],"objects":[]}`
 	cases := []struct {
 		name  string
 		line  string // replaces line 2
@@ -128,29 +129,19 @@ func TestLoadJSONLErrors(t *testing.T) {
 		{"wrong type", strings.Replace(good, `"answer":"B"`, `"answer":7`, 1), nil, []string{"d.jsonl:2", "corrupt JSON"}},
 		{"missing prompt", strings.Replace(good, `"prompt":"what colour is the circle ? A red B blue",`, "", 1), nil, []string{"d.jsonl:2", `field "prompt"`, "missing"}},
 		{"missing answer", strings.Replace(good, `"answer":"B",`, "", 1), nil, []string{"d.jsonl:2", `field "answer"`, "missing"}},
-		{"missing response", strings.Replace(good, `"response":"r",`, "", 1), nil, []string{"d.jsonl:2", `field "response"`, "missing"}},
-		{"missing images", strings.Replace(good, `"images":["images/d_000000.png"],`, "", 1), nil, []string{"d.jsonl:2", `field "images"`, "missing"}},
-		{"missing objects", strings.Replace(good, `,"objects":[]`, "", 1), nil, []string{"d.jsonl:2", `field "objects"`, "missing"}},
+		{"missing images", strings.Replace(good, `"images":["d_000000.png"],`, "", 1), nil, []string{"d.jsonl:2", `field "images"`, "missing"}},
 		{"empty prompt", strings.Replace(good, `"what colour is the circle ? A red B blue"`, `" "`, 1), nil, []string{"d.jsonl:2", `field "prompt"`, "empty"}},
 		{"unknown letter", strings.Replace(good, `"answer":"B"`, `"answer":"K"`, 1), nil, []string{"d.jsonl:2", `field "answer"`, `unknown answer letter "K"`}},
 		{"lower-case letter", strings.Replace(good, `"answer":"B"`, `"answer":"b"`, 1), nil, []string{"d.jsonl:2", `field "answer"`, "unknown answer letter"}},
 		{"letter not an option", strings.Replace(good, `"answer":"B"`, `"answer":"C"`, 1), nil, []string{"d.jsonl:2", `field "answer"`, "not an option"}},
-		{"two images", strings.Replace(good, `["images/d_000000.png"]`, `["images/d_000000.png","images/d_000001.png"]`, 1), nil, []string{"d.jsonl:2", `field "images"`, "exactly 1"}},
-		{"empty image path", strings.Replace(good, `"images/d_000000.png"`, `""`, 1), nil, []string{"d.jsonl:2", `field "images"`, "empty image path"}},
+		{"two images", strings.Replace(good, `["d_000000.png"]`, `["d_000000.png","d_000001.png"]`, 1), nil, []string{"d.jsonl:2", `field "images"`, "exactly 1"}},
+		{"empty image path", strings.Replace(good, `"d_000000.png"`, `""`, 1), nil, []string{"d.jsonl:2", `field "images"`, "empty image path"}},
 		{"missing image", strings.Replace(good, "d_000000.png", "nope.png", 1), nil, []string{"d.jsonl:2", `field "images"`, "missing image file", filepath.Join("images", "nope.png")}},
+		{"fractional id", strings.Replace(good, `"id":1`, `"id":1.5`, 1), nil, []string{"d.jsonl:2", `field "id"`}},
 		{"undecodable png", strings.Replace(good, "d_000000.png", "bad.png", 1), func(dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "images", "bad.png"), []byte("not a png"), 0o644))
-		}, []string{"d.jsonl:2", `field "images"`, "undecodable PNG", "bad.png"}},
+		}, []string{"d.jsonl:2", `field "images"`, "undecodable image", "bad.png"}},
 		{"unknown object", strings.Replace(good, `"objects":[]`, `"objects":[{"shape":"star","colour":"red","position":"top left"}]`, 1), nil, []string{"d.jsonl:2", `field "objects"`, "unknown"}},
-		{"other image size", strings.Replace(good, "d_000000.png", "small.png", 1), func(dir string) {
-			f, err := os.Create(filepath.Join(dir, "images", "small.png"))
-			require.NoError(t, err)
-			defer f.Close()
-			data, err := encodePNG(Render(16, nil))
-			require.NoError(t, err)
-			_, err = f.Write(data)
-			require.NoError(t, err)
-		}, []string{"d.jsonl:2", `field "images"`, "16x16", "32x32"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -224,7 +215,7 @@ func TestLoadParquetErrors(t *testing.T) {
 		want   []string
 	}{
 		{"unknown letter", func(r *parquetRow) { r.Answer = "Z" }, []string{"row 2", `field "answer"`, `unknown answer letter "Z"`}},
-		{"undecodable png", func(r *parquetRow) { r.Images[0].Bytes = []byte("garbage") }, []string{"row 2", `field "images"`, "undecodable PNG"}},
+		{"undecodable png", func(r *parquetRow) { r.Images[0].Bytes = []byte("garbage") }, []string{"row 2", `field "images"`, "undecodable image"}},
 		{"no image", func(r *parquetRow) { r.Images = nil }, []string{"row 2", `field "images"`, "exactly 1"}},
 		{"missing image path", func(r *parquetRow) { r.Images[0].Path = "images/gone.png"; r.Images[0].Bytes = nil }, []string{"row 2", `field "images"`, "missing image file", "gone.png"}},
 		{"unknown object", func(r *parquetRow) { r.Objects = []Object{{"blob", "red", "top left"}} }, []string{"row 2", `field "objects"`}},
@@ -256,4 +247,58 @@ func TestLoadParquetErrors(t *testing.T) {
 	_, err = Load(p)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `field "answer": missing column`)
+}
+
+// TestSeedFormat reads the seeds' rows: renamed keys, a single image path, images of any size
+// and format under image_dir, no response and no objects (both optional).
+func TestSeedFormat(t *testing.T) {
+	dir := t.TempDir()
+	imgDir := filepath.Join(dir, "pics")
+	require.NoError(t, os.MkdirAll(imgDir, 0o755))
+	big := image.NewRGBA(image.Rect(0, 0, 70, 45))
+	f, err := os.Create(filepath.Join(imgDir, "a.jpg"))
+	require.NoError(t, err)
+	require.NoError(t, jpeg.Encode(f, big, nil))
+	require.NoError(t, f.Close())
+	rows := `{"question":"which is it ? (A) cat (B) dog","label":"(B)","img":"a.jpg"}` + "\n" +
+		`{"question":"what ? A. x B. y","label":"A","img":["a.jpg"],"response":"<think> x </think> Answer: A"}` + "\n"
+	p := filepath.Join(dir, "train.jsonl")
+	require.NoError(t, os.WriteFile(p, []byte(rows), 0o644))
+	o := LoadOptions{PromptKey: "question", AnswerKey: "label", ImageKey: "img", ImageDir: imgDir}
+	got, err := LoadWith(p, o)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, "B", got[0].Answer)
+	assert.Equal(t, "", got[0].Response)
+	assert.Nil(t, got[0].Objects)
+	assert.Equal(t, image.Pt(70, 45), got[0].Image.Bounds().Size())
+	assert.Equal(t, "<think> x </think> Answer: A", got[1].Response)
+
+	_, err = Load(p) // the default keys are not there
+	assert.ErrorContains(t, err, `field "prompt": missing`)
+	o.ImageDir = dir
+	_, err = LoadWith(p, o)
+	assert.ErrorContains(t, err, "missing image file "+filepath.Join(dir, "a.jpg"))
+}
+
+// TestSeedFormatParquet: renamed columns and no response/objects columns.
+func TestSeedFormatParquet(t *testing.T) {
+	s := Generate(DefaultTaskConfig(), 3, 0, 2)
+	png0, err := encodePNG(s[0].Image)
+	require.NoError(t, err)
+	type seedRow struct {
+		Q   string         `parquet:"question"`
+		L   string         `parquet:"label"`
+		Img []parquetImage `parquet:"img,list"`
+	}
+	p := filepath.Join(t.TempDir(), "seed.parquet")
+	require.NoError(t, parquet.WriteFile(p, []seedRow{{s[0].Prompt, s[0].Answer, []parquetImage{{Bytes: png0}}}, {s[1].Prompt, s[1].Answer, []parquetImage{{Bytes: png0}}}}))
+	got, err := LoadWith(p, LoadOptions{PromptKey: "question", AnswerKey: "label", ImageKey: "img"})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, s[1].Prompt, got[1].Prompt)
+	assert.Equal(t, s[1].Answer, got[1].Answer)
+	assert.Nil(t, got[1].Objects)
+	assert.Equal(t, uint64(1), got[1].ID)
+	samePixels(t, s[0].Image, got[1].Image)
 }

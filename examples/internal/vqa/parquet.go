@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"image"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -37,9 +38,6 @@ type parquetRow struct {
 	Objects     []Object           `parquet:"objects,list"`
 	RewardModel parquetRewardModel `parquet:"reward_model"`
 }
-
-// parquetRequired are the columns Load needs (the others are informative).
-var parquetRequired = []string{"prompt", "answer", "response", "images", "objects"}
 
 // DataSource is the value of the "data_source" column of Parquet datasets.
 const DataSource = "mtrl-vqa"
@@ -94,7 +92,7 @@ func WriteParquet(dir, name string, samples []Sample) (string, error) {
 	return path, nil
 }
 
-func loadParquet(path string) (out []Sample, err error) {
+func loadParquet(path string, o LoadOptions) (out []Sample, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("vqa: %w", err)
@@ -113,48 +111,70 @@ func loadParquet(path string) (out []Sample, err error) {
 	for _, fl := range f.Schema().Fields() {
 		have[fl.Name()] = true
 	}
-	for _, c := range parquetRequired {
+	for _, c := range []string{o.PromptKey, o.AnswerKey, o.ImageKey} {
 		if !have[c] {
 			return nil, fileError(path, c, "missing column")
 		}
 	}
-	r := parquet.NewGenericReader[parquetRow](f)
-	defer r.Close()
-	dir := filepath.Dir(path)
-	var size image.Point
-	batch := make([]parquetRow, 64)
-	row := 0
-	for {
-		n, rerr := r.Read(batch)
-		for _, pr := range batch[:n] {
-			row++
-			s := Sample{ID: pr.ID, Prompt: pr.Prompt, Answer: pr.Answer, Response: pr.Response, Objects: pr.Objects}
-			if len(pr.Images) != 1 {
-				return nil, fileError(rowLoc(path, row), "images", "want exactly 1 image, got %d", len(pr.Images))
-			}
-			im := pr.Images[0]
-			if len(im.Bytes) > 0 {
-				s.Image, err = decodePNG(im.Bytes)
-			} else {
-				s.Image, err = readImage(dir, im.Path)
-			}
-			if err != nil {
-				return nil, fileError(rowLoc(path, row), "images", "%v", err)
-			}
-			if ferr := checkSample(&s, &size); ferr != nil {
-				return nil, fileError(rowLoc(path, row), ferr.field, "%s", ferr.msg)
-			}
-			out = append(out, s)
+	// The row type is built at run time: its parquet tags are the configured column names, and
+	// it has the optional columns only when the file does.
+	fields := []reflect.StructField{
+		{Name: "Prompt", Type: reflect.TypeOf(""), Tag: reflect.StructTag(`parquet:"` + o.PromptKey + `"`)},
+		{Name: "Answer", Type: reflect.TypeOf(""), Tag: reflect.StructTag(`parquet:"` + o.AnswerKey + `"`)},
+		{Name: "Images", Type: reflect.TypeOf([]parquetImage{}), Tag: reflect.StructTag(`parquet:"` + o.ImageKey + `,list"`)},
+	}
+	optional := []reflect.StructField{
+		{Name: "ID", Type: reflect.TypeOf(uint64(0)), Tag: `parquet:"id"`},
+		{Name: "Response", Type: reflect.TypeOf(""), Tag: `parquet:"response"`},
+		{Name: "Objects", Type: reflect.TypeOf([]Object{}), Tag: `parquet:"objects,list"`},
+	}
+	for _, fl := range optional {
+		name, _, _ := strings.Cut(fl.Tag.Get("parquet"), ",")
+		if have[name] {
+			fields = append(fields, fl)
 		}
+	}
+	rowType := reflect.StructOf(fields)
+	r := parquet.NewReader(f, parquet.SchemaOf(reflect.New(rowType).Interface()))
+	defer r.Close()
+	dirs := imageDirs(path, o)
+	for row := 1; ; row++ {
+		rv := reflect.New(rowType)
+		rerr := r.Read(rv.Interface())
 		if errors.Is(rerr, io.EOF) {
 			break
 		}
 		if rerr != nil {
-			return nil, fileError(rowLoc(path, row+1), "", "corrupt Parquet row: %v", rerr)
+			return nil, fileError(rowLoc(path, row), "", "corrupt Parquet row: %v", rerr)
 		}
-		if n == 0 {
-			break
+		v := rv.Elem()
+		s := Sample{ID: uint64(row - 1), Prompt: v.FieldByName("Prompt").String(), Answer: v.FieldByName("Answer").String()}
+		if fv := v.FieldByName("ID"); fv.IsValid() {
+			s.ID = fv.Uint()
 		}
+		if fv := v.FieldByName("Response"); fv.IsValid() {
+			s.Response = fv.String()
+		}
+		if fv := v.FieldByName("Objects"); fv.IsValid() {
+			s.Objects = append([]Object{}, fv.Interface().([]Object)...)
+		}
+		images := v.FieldByName("Images").Interface().([]parquetImage)
+		if len(images) != 1 {
+			return nil, fileError(rowLoc(path, row), o.ImageKey, "want exactly 1 image, got %d (the model reads one image per prompt)", len(images))
+		}
+		im := images[0]
+		if len(im.Bytes) > 0 {
+			s.Image, err = decodeImage(im.Bytes)
+		} else {
+			s.Image, err = readImage(dirs, im.Path)
+		}
+		if err != nil {
+			return nil, fileError(rowLoc(path, row), o.ImageKey, "%v", err)
+		}
+		if ferr := checkSample(&s, o); ferr != nil {
+			return nil, fileError(rowLoc(path, row), ferr.field, "%s", ferr.msg)
+		}
+		out = append(out, s)
 	}
 	return out, nil
 }

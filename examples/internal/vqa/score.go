@@ -115,3 +115,17 @@ func Score(response, answer string, w RewardWeights) Reward {
 	}
 	return r
 }
+
+// Part returns the reward part named key: "overall", "accuracy" or "format" (online filtering's
+// filter_key); NaN for another name.
+func (r Reward) Part(key string) float64 {
+	switch key {
+	case "overall":
+		return r.Overall
+	case "accuracy":
+		return r.Accuracy
+	case "format":
+		return r.Format
+	}
+	return math.NaN()
+}

@@ -120,3 +120,30 @@ func (t *Tokenizer) Decode(ids []int32) string {
 	}
 	return b.String()
 }
+
+// NewTokenizerFrom returns the task's vocabulary extended by every other word of texts, in order
+// of first appearance (deterministic for the same texts): a tokenizer built from the training
+// data, so that no word the data contains becomes <unk>.
+func NewTokenizerFrom(texts []string) *Tokenizer {
+	t := NewTokenizer()
+	for _, text := range texts {
+		for _, w := range strings.Fields(text) {
+			if _, ok := t.ids[w]; !ok {
+				t.ids[w] = int32(len(t.words))
+				t.words = append(t.words, w)
+			}
+		}
+	}
+	return t
+}
+
+// Unknown returns the words of text outside the vocabulary, in order (repeats included).
+func (t *Tokenizer) Unknown(text string) []string {
+	var out []string
+	for _, w := range strings.Fields(text) {
+		if id, ok := t.ids[w]; !ok || id < 3 {
+			out = append(out, w)
+		}
+	}
+	return out
+}

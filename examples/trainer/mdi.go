@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
+	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+)
+
+// The MDI reward of TRL-MDI: from the policy's attention while it produced the response,
+//
+//	MDI     = (attention on text / text tokens) / (attention on vision / vision tokens)
+//	balance = clip(1 − |log MDI| / log R, 0, 1),   R = worker.reward.mdi_balance_ratio
+//	reward  = w · (2·balance − 1),                  w = worker.reward.mdi_weight
+//
+// The attention is that of each response token's query (the position that predicts it), over
+// the image tokens and the text tokens it may attend (prompt and response so far), averaged over
+// heads, layers and the response's tokens. The combined reward keeps this trainer's normalised
+// scale: overall = (a·accuracy + f·format + w·(2·balance − 1)) / (a + f + w), the seeds' 4:1:1
+// sum divided by a constant.
+
+// layerRanges are the diagnostics' early / middle / late thirds of the blocks.
+var layerRanges = []string{"early", "middle", "late"}
+
+// mdiStats is one response's attention split.
+type mdiStats struct {
+	MDI, Balance float64
+	// Per-token attention (mass / keys) on text and on vision, overall and per layer range
+	// (NaN for a range without layers).
+	Text, Vision           float64
+	RangeText, RangeVision [3]float64
+}
+
+// attentionStats computes the MDI of row (of the recorded micro-batch) whose prompt has plen
+// tokens (BOS included) and whose response has n tokens.
+func (t *Trainer) attentionStats(a *vlm.Activations, row, plen, n int) mdiStats {
+	L := a.Layers()
+	var text, vis float64
+	var rt, rv [3]float64
+	var rn [3]int
+	for l := range L {
+		g := l * 3 / L
+		for j := range n {
+			im, tx, ni, nt := a.Attention(l, row, plen-1+j)
+			pt, pv := tx/float64(nt), im/float64(ni)
+			text, vis = text+pt, vis+pv
+			rt[g], rv[g] = rt[g]+pt, rv[g]+pv
+			rn[g]++
+		}
+	}
+	s := mdiStats{MDI: math.NaN(), Balance: 0}
+	if n == 0 {
+		s.Text, s.Vision = math.NaN(), math.NaN()
+		for g := range 3 {
+			s.RangeText[g], s.RangeVision[g] = math.NaN(), math.NaN()
+		}
+		return s
+	}
+	s.Text, s.Vision = text/float64(L*n), vis/float64(L*n)
+	for g := range 3 {
+		s.RangeText[g], s.RangeVision[g] = rt[g]/float64(rn[g]), rv[g]/float64(rn[g]) // NaN when empty
+	}
+	s.MDI = s.Text / s.Vision
+	s.Balance = mdiBalance(s.MDI, t.cfg.Worker.Reward.MDIBalanceRatio)
+	return s
+}
+
+// mdiBalance is clip(1 − |log mdi| / log r, 0, 1); 0 for a non-finite or non-positive mdi.
+func mdiBalance(mdi, r float64) float64 {
+	if !(mdi > 0) || math.IsInf(mdi, 0) {
+		return 0
+	}
+	return math.Max(0, math.Min(1, 1-math.Abs(math.Log(mdi))/math.Log(r)))
+}
+
+// withMDI adds the MDI reward to a response's answer and format score.
+func (t *Trainer) withMDI(s vqa.Reward, balance float64) vqa.Reward {
+	a, f, w := t.reward.Accuracy, t.reward.Format, t.cfg.Worker.Reward.MDIWeight
+	s.Overall = (s.Overall*(a+f) + w*(2*balance-1)) / (a + f + w)
+	return s
+}
+
+func putMDIMetrics(met Metrics, rows []mdiStats) {
+	var bal, logm, text, vis []float64
+	var rt, rv [3][]float64
+	for _, s := range rows {
+		bal = append(bal, s.Balance)
+		if s.MDI > 0 && !math.IsInf(s.MDI, 0) {
+			logm = append(logm, math.Log(s.MDI))
+		}
+		text, vis = append(text, s.Text), append(vis, s.Vision)
+		for g := range 3 {
+			rt[g], rv[g] = append(rt[g], s.RangeText[g]), append(rv[g], s.RangeVision[g])
+		}
+	}
+	met["mdi/balance_mean"] = mean(bal)
+	met["mdi/mdi_geomean"] = math.Exp(mean(logm)) // MDI is a ratio: its geometric mean
+	met["mdi/text_attention_per_token"] = mean(text)
+	met["mdi/vision_attention_per_token"] = mean(vis)
+	for g, name := range layerRanges {
+		met["mdi/"+name+"_mdi"] = mean(rt[g]) / mean(rv[g])
+	}
+	var r []float64
+	for _, b := range bal {
+		r = append(r, 2*b-1)
+	}
+	met["mdi/reward_mean"] = mean(r)
+}
+
+// writeAttentionDiagnostics appends the step's attention diagnostics to
+// attention_diagnostics.md beside rollouts.md: per layer range, the per-token attention on text
+// and on vision and their MDI, then the first count responses.
+func writeAttentionDiagnostics(runDir string, step, count int, rows []mdiStats, met Metrics) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "## step %d\n\nbalance mean %.3f, MDI (geometric mean) %.3f, MDI reward mean %.3f\n\n",
+		step, met["mdi/balance_mean"], met["mdi/mdi_geomean"], met["mdi/reward_mean"])
+	b.WriteString("| layers | text attention / token | vision attention / token | MDI |\n|---|---|---|---|\n")
+	for g, name := range layerRanges {
+		var tx, vs []float64
+		for _, s := range rows {
+			tx, vs = append(tx, s.RangeText[g]), append(vs, s.RangeVision[g])
+		}
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.3f |\n", name, mean(tx), mean(vs), mean(tx)/mean(vs))
+	}
+	b.WriteString("\n| response | MDI | balance |\n|---|---|---|\n")
+	for i, s := range rows[:min(count, len(rows))] {
+		fmt.Fprintf(&b, "| %d | %.3f | %.3f |\n", i, s.MDI, s.Balance)
+	}
+	b.WriteString("\n")
+	f, err := os.OpenFile(filepath.Join(runDir, "attention_diagnostics.md"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b.Bytes()); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

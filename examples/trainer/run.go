@@ -1,0 +1,457 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// File modes of everything a run writes.
+const (
+	fileMode os.FileMode = 0o644
+	dirMode  os.FileMode = 0o755
+)
+
+// ErrInterrupted is returned by Run when its context was cancelled (SIGINT / SIGTERM): the run
+// stopped between steps with a checkpoint of the last one.
+var ErrInterrupted = errors.New("interrupted")
+
+// testAfterStep, when set (tests), runs after every RL step's outputs are written.
+var testAfterStep func(step int)
+
+// Run trains with cfg and writes every output into the run directory. stdout gets the summary
+// table, stderr the progress and warnings. When ctx is cancelled the run finishes the current
+// step, checkpoints it, prints the command that resumes, and returns ErrInterrupted.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, error) {
+	wall := time.Now()
+	c := cfg.Training
+	dir := c.RunDir
+	switch {
+	case dir == "" && c.ExperimentName != "":
+		// A stable place, as EasyR1's checkpoints/<project>/<experiment>: find_last_checkpoint
+		// finds it again, and a second fresh run there is refused.
+		dir = filepath.Join("runs", c.ProjectName, c.ExperimentName)
+	case dir == "":
+		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return nil, err
+	}
+	cfg.Training.RunDir = dir
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	for _, l := range c.Logger {
+		switch l {
+		case "wandb", "swanlab", "mlflow":
+			fmt.Fprintf(stderr, "warning: config: training.logger %s: accepted and ignored: no %s client in Go here; metrics go to metrics.jsonl (and TensorBoard with logger tensorboard)\n", l, l)
+		case "file":
+			fmt.Fprintln(stderr, "warning: config: training.logger file: metrics.jsonl is always written (logger jsonl)")
+		}
+	}
+	if n := max(1, c.Nnodes) * max(1, c.NGPUsPerNode); n > 1 {
+		fmt.Fprintf(stderr, "note: training.nnodes x n_gpus_per_node = %d devices: this trainer is one CPU process; the update is the same as on %d devices (global batch sizes, token-scaled losses), only slower\n", n, n)
+	}
+	t, err := NewTrainer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
+	ckDir, ckStep, err := ck.Last()
+	if err != nil {
+		return nil, err
+	}
+	metricsPath := filepath.Join(dir, "metrics.jsonl")
+	resumed := false
+	switch {
+	case ckDir != "":
+		if !c.FindLastCheckpoint {
+			return nil, fmt.Errorf("training.run_dir %s already holds checkpoints (newest: step %d): set training.find_last_checkpoint=true to resume, or choose another run_dir", dir, ckStep)
+		}
+		if err := checkResumable(cfg, ckDir); err != nil {
+			return nil, err
+		}
+		if err := t.Load(ckDir); err != nil {
+			return nil, err
+		}
+		resumed = true
+		fmt.Fprintf(stderr, "resuming from %s (step %d)\n", ckDir, ckStep)
+	case c.FindLastCheckpoint && c.ValOnly && c.LoadCheckpointPath == "":
+		return nil, fmt.Errorf("training.val_only with find_last_checkpoint: %s holds no complete checkpoint", ck.Root)
+	default:
+		if st, err := os.Stat(metricsPath); err == nil && st.Size() > 0 {
+			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl but no complete checkpoint (a run stopped before its first one): choose another run_dir, or remove that directory", dir)
+		}
+	}
+	if c.LoadCheckpointPath != "" && !resumed {
+		if err := t.LoadWeights(c.LoadCheckpointPath); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", c.LoadCheckpointPath)
+	}
+	if c.ValOnly {
+		return nil, t.validateOnly(dir, stdout)
+	}
+
+	keep := -1
+	if resumed {
+		keep = t.step
+		for _, name := range []string{"rollouts.md", "attention_diagnostics.md"} {
+			if err := truncateRollouts(filepath.Join(dir, name), keep); err != nil {
+				return nil, err
+			}
+		}
+	}
+	mlog, err := OpenMetricsLog(metricsPath, keep)
+	if err != nil {
+		return nil, err
+	}
+	defer mlog.Close()
+	loggers := []stepLogger{mlog}
+	for _, l := range c.Logger {
+		switch l {
+		case "console":
+			loggers = append(loggers, consoleLog{stdout})
+		case "tensorboard":
+			tb, err := OpenTensorBoard(dir)
+			if err != nil {
+				return nil, err
+			}
+			defer tb.Close()
+			loggers = append(loggers, tb)
+		}
+	}
+	logStep := func(step int, m Metrics) error {
+		for _, l := range loggers {
+			if err := l.Log(step, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "config.yaml"), cfg.YAML()); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "run dir %s: %d train / %d val prompts, vocabulary %d words, model %d parameters, %d RL steps\n",
+		dir, len(t.train), len(t.val), t.tok.VocabSize(), t.model.NumParams(), t.steps)
+
+	if t.droppedLong > 0 {
+		fmt.Fprintf(stderr, "dropped %d training prompts longer than dataset.max_prompt_length %d (filter_overlong_prompts)\n", t.droppedLong, cfg.Dataset.MaxPromptLength)
+	}
+	if t.valOOV > 0 {
+		uniq := map[string]bool{}
+		var ex []string
+		for _, w := range t.valOOVWords {
+			if !uniq[w] && len(ex) < 10 {
+				ex = append(ex, w)
+			}
+			uniq[w] = true
+		}
+		fmt.Fprintf(stderr, "validation prompts hold %d words (%d distinct) outside the vocabulary built from the training data, read as <unk> (metric val/oov_words): %s\n",
+			t.valOOV, len(uniq), strings.Join(ex, " "))
+	}
+	if !t.hasObjects {
+		fmt.Fprintln(stderr, "no visual-token diagnostics (perception/precision, recall): the data has no objects field")
+	}
+	lastSaved := -1
+	if resumed {
+		lastSaved = t.step
+	} else {
+		// Warm start, with validation before and after it (the step-0 line), then a checkpoint.
+		line := Metrics{}
+		if c.ValBeforeTrain {
+			v, err := t.Validate()
+			if err != nil {
+				return nil, err
+			}
+			line["sft/val_accuracy_before"] = v.Accuracy
+		}
+		switch {
+		case c.LoadCheckpointPath != "":
+			fmt.Fprintln(stderr, "no warm start: the weights come from training.load_checkpoint_path")
+		case !t.hasReferences:
+			fmt.Fprintln(stderr, "no warm start: the training data has no reference responses (the optional response field); RL starts from the random policy")
+		case c.SFTSteps > 0:
+			t0 := time.Now()
+			loss, err := t.WarmStart(ctx, NewProgress(stderr, "warm start", c.SFTSteps, c.Progress))
+			if errors.Is(err, ErrInterrupted) {
+				fmt.Fprintf(stderr, "interrupted during the warm start, which is not checkpointed part-way: nothing to resume; run again (or remove %s)\n", dir)
+				return nil, err
+			}
+			if err != nil {
+				return nil, fmt.Errorf("warm start: %w", err)
+			}
+			line["sft/loss"] = loss
+			line["timing_s/sft"] = time.Since(t0).Seconds()
+		}
+		if err := t.FreezeReference(); err != nil {
+			return nil, err
+		}
+		if c.ValBeforeTrain {
+			t0 := time.Now()
+			v, err := t.Validate()
+			if err != nil {
+				return nil, err
+			}
+			v.put(line)
+			line["timing_s/testing"] = time.Since(t0).Seconds()
+		}
+		if err := logStep(0, line); err != nil {
+			return nil, err
+		}
+		if _, err := t.Save(ck); err != nil {
+			return nil, err
+		}
+		lastSaved = 0
+	}
+
+	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
+	interrupted := false
+	for t.step < t.steps {
+		if ctx.Err() != nil {
+			interrupted = true
+			break
+		}
+		// A step is not interruptible: it takes seconds, and finishing it loses nothing.
+		res, err := t.Step()
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", t.step+1, err)
+		}
+		m, s := res.Metrics, t.step
+		last := s == t.steps
+		if (c.ValFreq > 0 && s%c.ValFreq == 0) || last {
+			t0 := time.Now()
+			v, err := t.Validate()
+			if err != nil {
+				return nil, err
+			}
+			v.put(m)
+			m["timing_s/testing"] = time.Since(t0).Seconds()
+		}
+		if err := logStep(s, m); err != nil {
+			return nil, err
+		}
+		if c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
+			if err := writeRollouts(dir, s, cfg.Worker.Rollout.N, c.RolloutSamples, res.Rollouts); err != nil {
+				return nil, err
+			}
+			if res.MDI != nil {
+				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, res.MDI, m); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if (c.SaveFreq > 0 && s%c.SaveFreq == 0) || last {
+			if _, err := t.Save(ck); err != nil {
+				return nil, err
+			}
+			lastSaved = s
+		}
+		status := fmt.Sprintf("reward %.3f acc %.3f", m["reward/overall"], m["reward/accuracy"])
+		if v, ok := m["val/accuracy"]; ok {
+			status += fmt.Sprintf(" val %.3f", v)
+		}
+		bar.Update(s, status)
+		if testAfterStep != nil {
+			testAfterStep(s)
+		}
+	}
+	bar.Done()
+	if interrupted && lastSaved != t.step {
+		if _, err := t.Save(ck); err != nil {
+			return nil, fmt.Errorf("interrupted, and the checkpoint of step %d failed: %w", t.step, err)
+		}
+	}
+
+	lines, err := ReadMetrics(metricsPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePlot(dir, lines); err != nil {
+		return nil, err
+	}
+	sum := summarize(dir, lines)
+	sum.WallSeconds = time.Since(wall).Seconds()
+	if resumed { // the wall time of the earlier segments
+		if old, err := readSummary(filepath.Join(dir, "summary.json")); err == nil {
+			sum.WallSeconds += old.WallSeconds
+		}
+	}
+	js, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n')); err != nil {
+		return nil, err
+	}
+	printSummary(stdout, sum)
+	if interrupted {
+		fmt.Fprintf(stderr, "interrupted after step %d of %d; checkpoint %s\nresume with:\n  go run ./examples/trainer -config %s training.find_last_checkpoint=true\n",
+			t.step, t.steps, filepath.Join(ck.Root, stepDirName(t.step)), shellQuote(filepath.Join(dir, "config.yaml")))
+		return &sum, ErrInterrupted
+	}
+	return &sum, nil
+}
+
+// stepLogger receives every metrics line.
+type stepLogger interface {
+	Log(step int, m Metrics) error
+}
+
+// consoleLog prints each step's metrics on one line, keys sorted.
+type consoleLog struct{ w io.Writer }
+
+func (l consoleLog) Log(step int, m Metrics) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d:", step)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%.4g", k, m[k])
+	}
+	_, err := fmt.Fprintln(l.w, b.String())
+	return err
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// resumeSafeKeys may differ between a checkpoint's configuration and the run that resumes it:
+// they do not change the training trajectory (outputs, budget, validation).
+var resumeSafeKeys = map[string]bool{
+	"training.steps": true, "training.total_epochs": true, "training.save_freq": true, "training.val_freq": true,
+	"training.val_before_train": true, "training.val_only": true, "training.load_checkpoint_path": true,
+	"training.find_last_checkpoint": true, "training.run_dir": true, "training.logger": true,
+	"training.project_name": true, "training.experiment_name": true, "training.rollout_samples": true,
+	"training.rollout_log_freq": true, "training.progress": true, "training.nnodes": true, "training.n_gpus_per_node": true,
+	"dataset.val_files": true, "dataset.val_size": true, "dataset.val_batch_size": true, "worker.rollout.val_temperature": true,
+}
+
+// checkResumable refuses to resume the checkpoint in ckDir with a configuration that would
+// change the trajectory (anything but resumeSafeKeys, and the budget when the LR schedule
+// depends on it), naming every such key with both values.
+func checkResumable(cfg Config, ckDir string) error {
+	old, err := LoadConfig(filepath.Join(ckDir, ckptConfig), nil)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ckDir, err)
+	}
+	scheduled := func(o OptimConfig) bool {
+		s, _ := ParseSchedule(o.LRSchedulerType)
+		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
+	}
+	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == "gae" && scheduled(cfg.Worker.Critic.Optim))
+	a, b := old.leaves(), cfg.leaves()
+	var diffs []string
+	for k, va := range a {
+		vb := b[k]
+		if fmt.Sprint(va) == fmt.Sprint(vb) {
+			continue
+		}
+		if resumeSafeKeys[k] && !(budgetMatters && (k == "training.steps" || k == "training.total_epochs")) {
+			continue
+		}
+		diffs = append(diffs, fmt.Sprintf("%s: checkpoint %v, now %v", k, va, vb))
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	sort.Strings(diffs)
+	return fmt.Errorf("resume from %s refused: these settings change the training trajectory:\n  %s\nset them back to resume; or start a new run from these weights with training.load_checkpoint_path=%s in another run_dir",
+		ckDir, strings.Join(diffs, "\n  "), ckDir)
+}
+
+func readSummary(path string) (Summary, error) {
+	var s struct {
+		Wall *float64 `json:"wall_s"`
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Summary{}, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil || s.Wall == nil {
+		return Summary{}, fmt.Errorf("%s: no wall_s", path)
+	}
+	return Summary{WallSeconds: *s.Wall}, nil
+}
+
+// summarize derives the summary from the whole metrics.jsonl, so a resumed or interrupted run
+// reports every step, not only its own segment.
+func summarize(dir string, lines []MetricsLine) Summary {
+	s := Summary{RunDir: dir, ValAccInit: math.NaN(), ValAccStart: math.NaN(), ValAccEnd: math.NaN(),
+		ValFormatStart: math.NaN(), ValFormatEnd: math.NaN()}
+	val := func(l MetricsLine, k string) (float64, bool) {
+		v, ok := l.Metrics[k]
+		if !ok || v == nil {
+			return math.NaN(), false
+		}
+		return *v, true
+	}
+	var rewards, accs, prec, vis []float64
+	var stepSeconds, tokens float64
+	for _, l := range lines {
+		if v, ok := val(l, "timing_s/testing"); ok {
+			s.RLSeconds += v
+		}
+		if l.Step == 0 {
+			s.ValAccInit, _ = val(l, "sft/val_accuracy_before")
+			s.ValAccStart, _ = val(l, "val/accuracy")
+			s.ValFormatStart, _ = val(l, "val/format")
+			if v, ok := val(l, "timing_s/sft"); ok {
+				s.WarmStartSeconds = v
+			}
+			s.RLSeconds = 0 // validation before RL is not RL time
+			continue
+		}
+		s.Steps = l.Step
+		if v, ok := val(l, "val/accuracy"); ok {
+			s.ValAccEnd = v
+			s.ValFormatEnd, _ = val(l, "val/format")
+		}
+		r, _ := val(l, "reward/overall")
+		a, _ := val(l, "reward/accuracy")
+		rewards, accs = append(rewards, r), append(accs, a)
+		if v, ok := val(l, "perception/precision"); ok {
+			prec = append(prec, v)
+		}
+		if v, ok := val(l, "perception/visual_token_fraction"); ok {
+			vis = append(vis, v)
+		}
+		if v, ok := val(l, "actor/skipped_steps"); ok {
+			s.SkippedSteps = v
+		}
+		st, _ := val(l, "perf/time_per_step")
+		tps, _ := val(l, "perf/tokens_per_second")
+		if !math.IsNaN(st) {
+			stepSeconds += st
+			if !math.IsNaN(tps) {
+				tokens += tps * st
+			}
+		}
+	}
+	s.RLSeconds += stepSeconds
+	if s.Steps > 0 && stepSeconds > 0 {
+		s.StepsPerSecond = float64(len(rewards)) / s.RLSeconds
+		s.TokensPerSecond = tokens / stepSeconds
+	}
+	k := min(5, len(rewards))
+	s.RewardStart, s.RewardEnd = mean(rewards[:k]), mean(rewards[len(rewards)-k:])
+	s.TrainAccStart, s.TrainAccEnd = mean(accs[:k]), mean(accs[len(accs)-k:])
+	s.PerceptionPrec, s.VisualFraction = mean(prec), mean(vis)
+	return s
+}
