@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mtrl-go/mtrl/cuda/kernels"
@@ -22,8 +23,11 @@ type Backend struct {
 
 	mu     sync.RWMutex // held for reading by each call, for writing by Close
 	closed bool
+
 	calls  chan func()
 	exited chan struct{}
+
+	liveBytes, liveCount atomic.Int64 // storages allocated and not yet released (Allocated)
 
 	// Owned by the backend's goroutine (touched only inside b.do closures).
 	ctx      cu.CUContext
@@ -212,6 +216,8 @@ func (s *storage) Release() error {
 		if err := cu.MemFree(s.ptr); err != nil {
 			return devErr(op, "cuMemFree", "", err)
 		}
+		s.b.liveBytes.Add(-int64(s.n))
+		s.b.liveCount.Add(-1)
 		return nil
 	})
 	if isClosed(err) {
@@ -247,6 +253,8 @@ func (b *Backend) Alloc(bytes int) (tensor.Storage, error) {
 			return devErr(op, "cuMemsetD8Async", "", err)
 		}
 		s.ptr = p
+		b.liveBytes.Add(int64(bytes))
+		b.liveCount.Add(1)
 		return nil
 	})
 	if err != nil {
@@ -254,6 +262,13 @@ func (b *Backend) Alloc(bytes int) (tensor.Storage, error) {
 	}
 	runtime.SetFinalizer(s, func(s *storage) { _ = s.Release() })
 	return s, nil
+}
+
+// Allocated returns the device memory held by this backend's live storages (allocated and
+// neither released nor collected) in bytes, and their number; the backend's own scratch
+// buffers are not counted. Like torch.cuda.memory_allocated, for finding leaks.
+func (b *Backend) Allocated() (bytes int64, storages int) {
+	return b.liveBytes.Load(), int(b.liveCount.Load())
 }
 
 // owner checks that st is storage of b and that [off, off+n) lies inside it; it may run on

@@ -4,12 +4,17 @@ package cuda_test
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
 )
 
 // TestReleaseWhileQueued releases storage while other goroutines queue kernels and copies that
@@ -66,5 +71,58 @@ func TestReleaseWhileQueued(t *testing.T) {
 	y := up(t, b, []float32{1, 2, 3}, 3)
 	if got := host(t, y); got[2] != 3 {
 		t.Fatalf("after the releases: %v", got)
+	}
+}
+
+// TestNoLeakedTemporaries runs the token-perception update (Prepare, MicroBatch, Config.Apply)
+// on the device and checks that once the caller has released what it owns, the backend holds
+// exactly the storages it held before: no temporary is left for the garbage collector.
+func TestNoLeakedTemporaries(t *testing.T) {
+	b := device(t)
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a finalizer would hide a leak
+	const rows, cols, micro = 8, 96, 4
+	r := rand.New(rand.NewPCG(5, 6))
+	old, aug, logp := randn(r, rows*cols, 1), randn(r, rows*cols, 1), randn(r, rows*cols, 1)
+	for i := range old {
+		old[i] = -float32(math.Abs(float64(old[i])))
+		aug[i] = old[i] - float32(math.Abs(float64(aug[i])))*0.1
+		logp[i] = old[i] + logp[i]*0.01
+	}
+	adv, ent := randn(r, rows*cols, 1), randn(r, rows*cols, 1)
+	m := mask01(r, rows*cols, 0.9)
+	mask, oldT, augT, advT := up(t, b, m, rows, cols), up(t, b, old, rows, cols), up(t, b, aug, rows, cols), up(t, b, adv, rows, cols)
+	logpT, entT := up(t, b, logp, rows, cols), up(t, b, ent, rows, cols)
+	grad := tensor.Must(tensor.New(b, tensor.Float32, rows, cols))
+	_, before := b.Allocated()
+	cfg := tprl.UpdateConfig{
+		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
+			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
+		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+	}
+	rowsOf := func(x *tensor.Tensor, lo, hi int) *tensor.Tensor { return tensor.Must(x.Rows(lo, hi)) }
+	for range 3 {
+		upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: mask, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for lo := 0; lo < rows; lo += micro {
+			res, err := upd.MicroBatch(rowsOf(grad, lo, lo+micro), rowsOf(logpT, lo, lo+micro), rowsOf(entT, lo, lo+micro), lo, lo+micro)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := res.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := cfg.Tokens.Apply(tprl.Batch{Mask: mask, Entropy: entT, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT, MicroBatchSize: micro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, after := b.Allocated(); after != before {
+		t.Fatalf("%d device storages live before the updates, %d after", before, after)
 	}
 }

@@ -33,3 +33,6 @@ func (*Backend) Sync() error { return ErrNotCompiled }
 
 // Close returns nil.
 func (*Backend) Close() error { return nil }
+
+// Allocated returns 0, 0.
+func (*Backend) Allocated() (bytes int64, storages int) { return 0, 0 }

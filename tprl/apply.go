@@ -27,8 +27,9 @@ type Batch struct {
 	Stats *ShapingStats
 }
 
-// Result is what Config.Apply produces. Tensors are newly allocated on the mask's backend,
-// except Advantages when shaping is off.
+// Result is what Config.Apply produces. Its tensors are newly allocated on the mask's backend
+// and owned by the caller (Release frees them), except Advantages when shaping is off, which is
+// the caller's Batch.Advantages.
 type Result struct {
 	// LossTokenMask is the token mask of the loss (float32 0/1 [B, T]): the entropy mask, the
 	// perception mask or their union; nil when no filter is enabled.
@@ -47,6 +48,25 @@ type Result struct {
 	// Metrics holds the reference's metrics, one entry appended per micro-batch as the
 	// reference appends them (keys missing where the reference logs nothing).
 	Metrics map[string][]float64
+
+	owned []*tensor.Tensor // what Apply allocated, each once
+}
+
+// Release frees the tensors Apply allocated (device memory; host tensors are left to the
+// garbage collector). The Result's tensors must not be used afterwards. Releasing twice, or a
+// nil Result, is a no-op.
+func (r *Result) Release() error {
+	if r == nil {
+		return nil
+	}
+	var first error
+	for _, t := range r.owned {
+		if err := t.Release(); err != nil && first == nil {
+			first = err
+		}
+	}
+	r.owned = nil
+	return first
 }
 
 // Apply runs the token filters and trajectory shaping of c on one mini-batch, per
@@ -59,7 +79,7 @@ type Result struct {
 // the perception score itself if the perception filter is off; set ShapingRequiresPerception
 // to reproduce the reference, where shaping without perception filtering silently does
 // nothing.
-func (c Config) Apply(b Batch) (*Result, error) {
+func (c Config) Apply(b Batch) (res *Result, err error) {
 	const op = "tprl.Config.Apply"
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -103,12 +123,21 @@ func (c Config) Apply(b Batch) (*Result, error) {
 		}
 	}
 
-	res := &Result{Advantages: b.Advantages, Metrics: map[string][]float64{}}
+	res = &Result{Advantages: b.Advantages, Metrics: map[string][]float64{}}
+	partial := res // the return statements below set res to nil
+	defer func() {
+		if err != nil {
+			_ = partial.Release()
+		}
+	}()
 	alloc := func(shape ...int) (*tensor.Tensor, error) {
-		return tensor.New(b.Mask.Backend(), tensor.Float32, shape...)
+		t, err := tensor.New(b.Mask.Backend(), tensor.Float32, shape...)
+		if err == nil {
+			res.owned = append(res.owned, t)
+		}
+		return t, err
 	}
 	rows, cols := b.Mask.Dim(0), b.Mask.Dim(1)
-	var err error
 	if c.EnableEntropyFiltering {
 		if res.EntropyMask, err = alloc(rows, cols); err != nil {
 			return nil, err

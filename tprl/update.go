@@ -130,10 +130,12 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 		if err != nil {
 			return nil, err
 		}
+		defer score.Release()
 		sens, err := tensor.New(b, tensor.Float32, rows)
 		if err != nil {
 			return nil, err
 		}
+		defer sens.Release()
 		if err := divergence.PerceptionScore(score, mb.OldLogProbs, mb.AugLogProbs); err != nil {
 			return nil, err
 		}
@@ -157,9 +159,16 @@ type MicroResult struct {
 	// PGLoss is the unscaled policy loss (the reference's actor/pg_loss).
 	PGLoss float32
 	// LossTokenMask is the TPRL token mask of these rows (nil when no filter is on) and
-	// Advantages the advantages the loss used (shaped when shaping is on).
+	// Advantages the advantages the loss used (shaped when shaping is on). Both are owned by the
+	// caller until Release.
 	LossTokenMask, Advantages *tensor.Tensor
+
+	tokens *Result // the micro-batch's Config.Apply result, which allocated them
 }
+
+// Release frees the tensors the micro-batch allocated (LossTokenMask, shaped Advantages and the
+// filters' intermediates). Releasing twice is a no-op.
+func (r *MicroResult) Release() error { return r.tokens.Release() }
 
 // MicroBatch computes the loss of rows [lo, hi) of the mini-batch and writes d Loss / d logp
 // into grad ([hi-lo, T], float32, overwritten). logp and entropy are the current policy's
@@ -192,6 +201,12 @@ func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (Mic
 	if err != nil {
 		return MicroResult{}, err
 	}
+	done := false
+	defer func() {
+		if !done {
+			_ = tok.Release()
+		}
+	}()
 	for k, vs := range tok.Metrics {
 		u.Metrics[k] = append(u.Metrics[k], vs...)
 	}
@@ -230,5 +245,6 @@ func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (Mic
 		total += pen
 		u.Metrics["actor/entropy_penalty_coef"] = []float64{u.cfg.EntropyPenaltyCoef}
 	}
-	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages}, nil
+	done = true
+	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages, tokens: tok}, nil
 }
