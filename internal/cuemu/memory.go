@@ -5,6 +5,7 @@ package cu
 import "C"
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -29,6 +30,8 @@ var (
 
 const keepFreed = 256
 
+func byBase(a *allocation, p DevicePtr) int { return cmp.Compare(a.base, p) }
+
 // MemAlloc allocates bytesize bytes of device memory filled with 0xff bytes.
 func MemAlloc(bytesize int64) (DevicePtr, error) {
 	mu.Lock()
@@ -45,20 +48,10 @@ func MemAlloc(bytesize int64) (DevicePtr, error) {
 		return 0, errorf(OutOfMemory, "the host allocator refused %d bytes", bytesize)
 	}
 	a := &allocation{base: DevicePtr(uintptr(p)), ptr: p, size: bytesize, ctx: c}
-	i, _ := slices.BinarySearchFunc(live, a.base, func(x *allocation, p DevicePtr) int { return cmpPtr(x.base, p) })
+	i, _ := slices.BinarySearchFunc(live, a.base, byBase)
 	live = slices.Insert(live, i, a)
 	used[c.device] += bytesize
 	return a.base, nil
-}
-
-func cmpPtr(a, b DevicePtr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // MemFree frees an allocation; freeing anything but the base of a live allocation of the current
@@ -67,7 +60,7 @@ func MemFree(dptr DevicePtr) error {
 	mu.Lock()
 	defer mu.Unlock()
 	c := currentLocked("cuMemFree")
-	i, ok := slices.BinarySearchFunc(live, dptr, func(x *allocation, p DevicePtr) int { return cmpPtr(x.base, p) })
+	i, ok := slices.BinarySearchFunc(live, dptr, byBase)
 	if !ok {
 		violation("cuMemFree(%#x): %s", uintptr(dptr), describeLocked(dptr))
 	}
@@ -101,7 +94,7 @@ func freeContextLocked(c *context) {
 
 // findLocked returns the live allocation holding [p, p+n) (n may be 0: p may then be its end).
 func findLocked(p DevicePtr, n int64) *allocation {
-	i, _ := slices.BinarySearchFunc(live, p, func(x *allocation, p DevicePtr) int { return cmpPtr(x.base, p) })
+	i, _ := slices.BinarySearchFunc(live, p, byBase)
 	// live[i-1] is the last allocation starting at or below p (or live[i] starts at p).
 	for _, j := range []int{i, i - 1} {
 		if j < 0 || j >= len(live) {
