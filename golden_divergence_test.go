@@ -19,7 +19,7 @@ func divergenceGolden() map[string]goldenHandler {
 			if kind == divergence.Full && len(shape) > 0 {
 				shape = shape[:len(shape)-1]
 			}
-			dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
+			dst := c.New(tensor.Float32, shape...)
 			err = divergence.Penalty(dst, lp, ref, kind)
 			c.Check("kl", dst)
 			return err

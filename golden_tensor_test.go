@@ -18,7 +18,7 @@ func tensorGolden() map[string]goldenHandler {
 			if d := c.Int("dim"); d != -1 {
 				c.T.Fatalf("unsupported dim %d", d) // FORMAT.md §5.11 defines null and -1 only
 			}
-			dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, v.Dim(0)))
+			dst := c.New(tensor.Float32, v.Dim(0))
 			err := tensor.MaskedMeanRows(dst, v, m)
 			c.Check("mean", dst)
 			return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/golden"
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // goldenHandler runs one case: it reads inputs and params from c, calls mtrl, and compares every
@@ -46,7 +47,11 @@ func goldenDirs(t *testing.T) []string {
 	return dirs
 }
 
-func TestGolden(t *testing.T) {
+func TestGolden(t *testing.T) { runGolden(t, tensor.CPU()) }
+
+// runGolden runs every case of every golden file with its inputs on backend be (ops without a
+// kernel there stage through host memory, as any caller's would).
+func runGolden(t *testing.T, be tensor.Backend) {
 	handlers := goldenHandlers()
 	for _, dir := range goldenDirs(t) {
 		files, err := golden.Load(dir)
@@ -63,6 +68,7 @@ func TestGolden(t *testing.T) {
 					t.Fatalf("%s: no handler for op %q", f.Path, f.Op)
 				}
 				for _, c := range f.Cases {
+					c.Backend = be
 					t.Run(c.Name, func(t *testing.T) { runGoldenCase(t, h, c) })
 				}
 			})

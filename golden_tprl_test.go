@@ -34,8 +34,8 @@ func tprlNewF32Like(t *tensor.Tensor) *tensor.Tensor {
 }
 
 // tprlRowCounts returns the number of selected tokens per row of a [B, T] 0/1 mask.
-func tprlRowCounts(m *tensor.Tensor) []int {
-	v, _ := m.Float32s()
+func tprlRowCounts(c *golden.Case, m *tensor.Tensor) []int {
+	v := c.Host(m)
 	cols := m.Dim(1)
 	out := make([]int, m.Dim(0))
 	for i := range out {
@@ -54,7 +54,7 @@ func tprlRowCounts(m *tensor.Tensor) []int {
 func tprlCheckSelection(c *golden.Case, dst, k *tensor.Tensor, s tprl.SelectionStats) {
 	c.Check("k", k)
 	if c.HasOut("selected_count") {
-		c.Check("selected_count", tprlRowCounts(dst))
+		c.Check("selected_count", tprlRowCounts(c, dst))
 	}
 	if c.HasOut("loss_token_mask") {
 		c.Check("loss_token_mask", dst)
@@ -75,7 +75,7 @@ func tprlLists(m map[string]float64) map[string][]float64 {
 func goldenEntropyMask(c *golden.Case) error {
 	entropy, mask := c.F32("entropy"), c.F32("response_mask")
 	dst := tprlNewF32Like(entropy)
-	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, entropy.Dim(0)))
+	k := c.New(tensor.Int32, entropy.Dim(0))
 	s, err := tprl.EntropyMask(dst, k, entropy, mask, float32(c.Float("top_p")))
 	if err != nil {
 		return err
@@ -87,7 +87,7 @@ func goldenEntropyMask(c *golden.Case) error {
 func goldenPerceptionMask(c *golden.Case) error {
 	old, aug, mask := c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask")
 	score, dst := tprlNewF32Like(old), tprlNewF32Like(old)
-	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, old.Dim(0)))
+	k := c.New(tensor.Int32, old.Dim(0))
 	s, err := tprl.PerceptionMask(score, dst, k, old, aug, mask, float32(c.Float("top_p")))
 	if err != nil {
 		return err
@@ -134,8 +134,8 @@ func goldenAdvantageShaping(c *golden.Case) error {
 	if _, err := tprl.PerceptionMask(score, sel, nil, old, aug, mask, float32(c.Float("top_p_perception"))); err != nil {
 		return err
 	}
-	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, rows))
-	factors := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, rows))
+	sens := c.New(tensor.Float32, rows)
+	factors := c.New(tensor.Float32, rows)
 	micro, err := tprl.ShapeBatch(shaped, factors, sens, adv, score, mask, tprl.ShapingOptions{
 		ScalingMin:     c.Float("advantage_scaling_min"),
 		Scope:          tprl.PerMicroBatchScope,

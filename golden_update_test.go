@@ -67,8 +67,7 @@ func goldenUpdatePolicy(c *golden.Case) error {
 		pairs = append(pairs, [2]*tensor.Tensor{ourEnt, entropy})
 	}
 	for _, pair := range pairs {
-		a, _ := pair[0].Float32s()
-		b, _ := pair[1].Float32s()
+		a, b := c.Host(pair[0]), c.Host(pair[1])
 		for i := range a {
 			if math.Abs(float64(a[i]-b[i])) > 1e-5+1e-5*math.Abs(float64(b[i])) {
 				c.T.Errorf("LogProbEntropy[%d] = %v, the reference computed %v", i, a[i], b[i])
@@ -86,9 +85,9 @@ func goldenUpdatePolicy(c *golden.Case) error {
 
 	n, cols := mask.Dim(0), mask.Dim(1)
 	mini, micro := c.Int("mini_batch_size"), c.Int("micro_batch_size")
-	grad := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, n, cols))
-	ltm := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, n, cols))
-	shaped := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, n, cols))
+	grad := c.New(tensor.Float32, n, cols)
+	ltm := c.New(tensor.Float32, n, cols)
+	shaped := c.New(tensor.Float32, n, cols)
 	var pgLoss, loss []float32
 	metrics := map[string][]float64{}
 	haveMask := false
@@ -130,12 +129,12 @@ func goldenUpdatePolicy(c *golden.Case) error {
 			}
 		}
 		// actor/grad_norm: the L2 norm of d(sum of micro losses)/d(raw logits) of this mini-batch.
-		dlogits := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, mhi-mlo, cols, logits.Dim(2)))
+		dlogits := c.New(tensor.Float32, mhi-mlo, cols, logits.Dim(2))
 		if err := tensor.LogProbEntropyBackward(dlogits, rows(logits, mlo, mhi), rows(responses, mlo, mhi),
 			rows(logp, mlo, mhi), nil, rows(grad, mlo, mhi), nil, temperature); err != nil {
 			return err
 		}
-		d, _ := dlogits.Float32s()
+		d := c.Host(dlogits)
 		var ss float64
 		for _, x := range d {
 			ss += float64(x) * float64(x)

@@ -39,7 +39,10 @@ type Case struct {
 	Note  string `json:"note"`
 	Error string `json:"error"`
 
-	T       *testing.T      `json:"-"`
+	T *testing.T `json:"-"`
+	// Backend is where F32, I32, U8 and New put tensors (nil: the CPU backend), so one handler
+	// checks any backend; Check copies device results back to the host.
+	Backend tensor.Backend `json:"-"`
 	checked map[string]bool // outputs compared so far
 }
 
@@ -197,14 +200,56 @@ func (c *Case) In(name string) *Array {
 // HasIn reports whether an input is present.
 func (c *Case) HasIn(name string) bool { _, ok := c.Inputs[name]; return ok }
 
-// F32 returns input name as a float32 CPU tensor (masks and ids are converted to float32).
-func (c *Case) F32(name string) *tensor.Tensor { return c.In(name).F32Tensor() }
+// F32 returns input name as a float32 tensor on the case's backend (masks and ids are
+// converted to float32).
+func (c *Case) F32(name string) *tensor.Tensor { return c.on(c.In(name).F32Tensor()) }
 
-// I32 returns input name as an int32 CPU tensor.
-func (c *Case) I32(name string) *tensor.Tensor { return c.In(name).I32Tensor() }
+// I32 returns input name as an int32 tensor on the case's backend.
+func (c *Case) I32(name string) *tensor.Tensor { return c.on(c.In(name).I32Tensor()) }
 
-// U8 returns input name as a uint8 CPU tensor.
-func (c *Case) U8(name string) *tensor.Tensor { return c.In(name).U8Tensor() }
+// U8 returns input name as a uint8 tensor on the case's backend.
+func (c *Case) U8(name string) *tensor.Tensor { return c.on(c.In(name).U8Tensor()) }
+
+// New returns a zero tensor on the case's backend.
+func (c *Case) New(dtype tensor.DType, shape ...int) *tensor.Tensor {
+	t, err := tensor.New(c.backend(), dtype, shape...)
+	if err != nil {
+		c.T.Fatalf("%s: %v", c.Name, err)
+	}
+	return t
+}
+
+// Host returns the values of float32 tensor t in host memory (for handlers that post-process
+// results).
+func (c *Case) Host(t *tensor.Tensor) []float32 {
+	h, err := tensor.To(tensor.CPU(), t)
+	if err != nil {
+		c.T.Fatalf("%s: %v", c.Name, err)
+	}
+	v, err := h.Float32s()
+	if err != nil {
+		c.T.Fatalf("%s: %v", c.Name, err)
+	}
+	return v
+}
+
+func (c *Case) backend() tensor.Backend {
+	if c.Backend == nil {
+		return tensor.CPU()
+	}
+	return c.Backend
+}
+
+func (c *Case) on(h *tensor.Tensor) *tensor.Tensor {
+	if c.Backend == nil || c.Backend == tensor.CPU() {
+		return h
+	}
+	d, err := tensor.To(c.Backend, h)
+	if err != nil {
+		c.T.Fatalf("%s: copy to %s: %v", c.Name, c.Backend.Name(), err)
+	}
+	return d
+}
 
 // Float32s converts the data to float32.
 func (a *Array) Float32s() []float32 {
@@ -243,7 +288,7 @@ func (a *Array) U8Tensor() *tensor.Tensor {
 // HasOut reports whether the case expects output name.
 func (c *Case) HasOut(name string) bool { _, ok := c.Outputs[name]; return ok }
 
-// Check compares got (float32/float64/int slices, a scalar, or a CPU *tensor.Tensor) with
+// Check compares got (float32/float64/int slices, a scalar, or a *tensor.Tensor on any backend) with
 // output name under the case's tolerance (exact for int64, bool and uint8 outputs).
 func (c *Case) Check(name string, got any) {
 	c.T.Helper()
