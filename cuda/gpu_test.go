@@ -314,14 +314,16 @@ func TestLogProbCrossCheck(t *testing.T) {
 	if !testing.Short() {
 		shapes = append(shapes, [2]int{512, 151936})
 	}
-	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+	type dtypes struct{ logits, grad tensor.DType }
+	for _, dt := range []dtypes{{tensor.Float32, tensor.Float32}, {tensor.BFloat16, tensor.BFloat16},
+		{tensor.BFloat16, tensor.Float32}, {tensor.Float32, tensor.BFloat16}} {
 		for _, s := range shapes {
-			t.Run(fmt.Sprintf("dtype=%v/shape=%dx%d", dt, s[0], s[1]), func(t *testing.T) {
+			t.Run(fmt.Sprintf("dtype=%v/grad=%v/shape=%dx%d", dt.logits, dt.grad, s[0], s[1]), func(t *testing.T) {
 				n, v := s[0], s[1]
 				r := rand.New(rand.NewPCG(7, uint64(n)))
 				x := randn(r, n*v, 3)
 				var h *tensor.Tensor
-				if dt == tensor.BFloat16 {
+				if dt.logits == tensor.BFloat16 {
 					bf := make([]tensor.BF16, len(x))
 					for i := range x {
 						bf[i] = tensor.BF16FromFloat32(x[i])
@@ -345,7 +347,7 @@ func TestLogProbCrossCheck(t *testing.T) {
 					if err := tensor.LogProbEntropy(l, e, logits, y, 0.9); err != nil {
 						t.Fatal(err)
 					}
-					d := tensor.Must(tensor.New(be, dt, n, v))
+					d := tensor.Must(tensor.New(be, dt.grad, n, v))
 					if err := tensor.LogProbEntropyBackward(d, logits, y, l, e, up(t, be, gl, n), up(t, be, ge, n), 0.9); err != nil {
 						t.Fatal(err)
 					}
@@ -356,7 +358,7 @@ func TestLogProbCrossCheck(t *testing.T) {
 				near(t, "logp", glp, lp, 1e-5, 1e-4)
 				near(t, "entropy", gent, ent, 1e-5, 1e-4)
 				rtol, atol := 1e-4, 1e-7
-				if dt == tensor.BFloat16 {
+				if dt.grad == tensor.BFloat16 {
 					rtol, atol = 8e-3, 1e-7
 				}
 				near(t, "dlogits", gdl, dl, rtol, atol)

@@ -42,7 +42,7 @@ type Case struct {
 	T *testing.T `json:"-"`
 	// Backend is where F32, I32, U8 and New put tensors (nil: the CPU backend), so one handler
 	// checks any backend; Check copies device results back to the host.
-	Backend tensor.Backend `json:"-"`
+	Backend tensor.Backend  `json:"-"`
 	checked map[string]bool // outputs compared so far
 }
 
