@@ -76,7 +76,7 @@ func cudaGolden(be tensor.Backend) map[string]goldenHandler {
 				return err
 			}
 			if d := c.Int("dim"); d != -1 {
-				c.T.Fatalf("unsupported dim %d", d) // FORMAT.md §5.11 defines null and -1 only
+				c.T.Fatalf("unsupported dim %d", d) // the vectors' format (../shared/golden/FORMAT.md §5.11) defines null and -1 only
 			}
 			dst := tensor.Must(tensor.New(be, tensor.Float32, v.Dim(0)))
 			err := tensor.MaskedMeanRows(dst, v, m)
