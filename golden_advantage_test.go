@@ -6,7 +6,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// advantageGolden returns the handlers for the advantage op family (FORMAT.md §5.4–§5.9).
+// advantageGolden returns the handlers for the advantage op family (semantics:
+// docs/semantics.md#advantage-estimators).
 func advantageGolden() map[string]goldenHandler {
 	// outs allocates advantages and returns shaped like the rewards.
 	outs := func(c *golden.Case) (adv, ret, rewards, mask *tensor.Tensor) {

@@ -6,7 +6,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// divergenceGolden returns the handlers for the divergence op family (FORMAT.md §5.1–§5.3).
+// divergenceGolden returns the handlers for the divergence op family (semantics:
+// docs/semantics.md#kl-controllers, docs/semantics.md#kl-penalty, docs/semantics.md#kl-rewards).
 func divergenceGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"compute_kl": func(c *golden.Case) error {

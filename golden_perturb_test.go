@@ -8,7 +8,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// perturbGolden returns the handlers for the perturb op family (FORMAT.md §5.22–§5.25).
+// perturbGolden returns the handlers for the perturb op family (semantics:
+// docs/semantics.md#image-perturbations).
 func perturbGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"patch_blackening": func(c *golden.Case) error {
@@ -67,7 +68,8 @@ func perturbGolden() map[string]goldenHandler {
 		},
 		"gaussian_blur": func(c *golden.Case) error {
 			// The reference never imports PIL.ImageFilter, so every call raises NameError
-			// (FORMAT.md §5.25); mtrl implements a real blur instead (perturb.Blur).
+			// (docs/semantics.md#gaussian-blur-never-runs); mtrl implements a real blur instead
+			// (perturb.Blur).
 			img := c.U8("image")
 			dst := tensor.Must(tensor.NewLike(img, tensor.Uint8))
 			if err := (perturb.Blur{Radius: c.Float("radius")}).Apply(dst, img, 0, 0); err != nil {

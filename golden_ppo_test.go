@@ -6,7 +6,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// ppoGolden returns the handlers for the ppo op family (FORMAT.md §5).
+// ppoGolden returns the handlers for the ppo op family (semantics:
+// docs/semantics.md#loss-aggregation, docs/semantics.md#policy-loss, docs/semantics.md#value-loss).
 func ppoGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"average_loss": goldenAverageLoss,
@@ -24,8 +25,8 @@ func goldenAgg(c *golden.Case, key string) (ppo.Agg, error) {
 	return ppo.Agg{Mode: mode, Eps: c.FloatOr("eps", 0)}, nil
 }
 
-// goldenAverageLoss runs average_loss (§5.10) and also checks that the gradient variant returns
-// the same loss.
+// goldenAverageLoss runs average_loss (docs/semantics.md#loss-aggregation) and also checks that the
+// gradient variant returns the same loss.
 func goldenAverageLoss(c *golden.Case) error {
 	agg, err := goldenAgg(c, "mode")
 	if err != nil {

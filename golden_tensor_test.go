@@ -5,7 +5,9 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// tensorGolden returns the handlers for the tensor op family (FORMAT.md §5.11–§5.14).
+// tensorGolden returns the handlers for the tensor op family (semantics:
+// docs/semantics.md#masked-statistics, docs/semantics.md#response-mask,
+// docs/semantics.md#log-probs-and-entropy).
 func tensorGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"masked_mean": func(c *golden.Case) error {
@@ -16,7 +18,7 @@ func tensorGolden() map[string]goldenHandler {
 				return err
 			}
 			if d := c.Int("dim"); d != -1 {
-				c.T.Fatalf("unsupported dim %d", d) // FORMAT.md §5.11 defines null and -1 only
+				c.T.Fatalf("unsupported dim %d", d) // the vectors' format (../shared/golden/FORMAT.md §5.11) defines null and -1 only
 			}
 			dst := c.New(tensor.Float32, v.Dim(0))
 			err := tensor.MaskedMeanRows(dst, v, m)

@@ -8,7 +8,8 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// tprlGolden returns the handlers for the tprl op family (FORMAT.md §5).
+// tprlGolden returns the handlers for the tprl op family (semantics: docs/semantics.md#entropy-mask
+// to docs/semantics.md#policy-update).
 func tprlGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"entropy_top_p_mask":    goldenEntropyMask,
@@ -50,7 +51,7 @@ func tprlRowCounts(c *golden.Case, m *tensor.Tensor) []int {
 
 // tprlCheckSelection compares mask, k and the metrics of a top-p selection case. In the
 // ties_count_only cases the reference's choice among ties is unspecified, so those cases record
-// only k and the per-row selected count (FORMAT.md §5.15).
+// only k and the per-row selected count (the vectors' format, ../shared/golden/FORMAT.md §5.15).
 func tprlCheckSelection(c *golden.Case, dst, k *tensor.Tensor, s tprl.SelectionStats) {
 	c.Check("k", k)
 	if c.HasOut("selected_count") {

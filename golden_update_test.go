@@ -10,10 +10,10 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// goldenUpdatePolicy runs the reference's update_policy end to end (FORMAT.md §5.19) through
-// tprl.UpdateConfig.Prepare / Update.MicroBatch, in the reference's shaping scope, and derives
-// actor/grad_norm by carrying the log-prob gradients back to the raw logits with
-// tensor.LogProbEntropyBackward.
+// goldenUpdatePolicy runs the reference's update_policy end to end
+// (docs/semantics.md#policy-update) through tprl.UpdateConfig.Prepare / Update.MicroBatch, in the
+// reference's shaping scope, and derives actor/grad_norm by carrying the log-prob gradients back to
+// the raw logits with tensor.LogProbEntropyBackward.
 func goldenUpdatePolicy(c *golden.Case) error {
 	lossType, err := ppo.ParseLossType(c.String("loss_type"))
 	if err != nil {

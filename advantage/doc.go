@@ -1,7 +1,7 @@
 // Package advantage computes the advantage estimators of RL fine-tuning for language and
 // vision-language models: GAE, GRPO, GRPO pass@k, RLOO, REINFORCE++ and ReMax, with the
 // semantics and float32 numerics of the VPPO / EasyR1 reference (core_algos.py;
-// shared/golden/FORMAT.md §5.4–§5.9).
+// docs/semantics.md#advantage-estimators).
 //
 // # Where it sits in a VPPO step
 //
@@ -46,10 +46,12 @@
 //     so results agree to an ulp or two; a group of equal scores gets exactly 0, never NaN.
 //   - Whitening (GAE, REINFORCE++) is the reference's masked_whiten with one mean and unbiased
 //     variance over the whole batch; padded positions are whitened too and not re-masked.
-//   - GAE is the per-row masked recurrence the vectors encode (FORMAT §6.1 item 4): the fork
-//     itself only runs for B = 1 with the last token valid.
-//   - GRPOPassK follows upstream EasyR1 (non-max rows 0), not the fork (§6.1 item 1).
-//   - ReMax broadcasts the per-response score along rows (§6.1 item 3), not along T.
+//   - GAE is the per-row masked recurrence the vectors encode (docs/semantics.md#batched-gae): the
+//     fork itself only runs for B = 1 with the last token valid.
+//   - GRPOPassK follows upstream EasyR1 (non-max rows 0), not the fork
+//     (docs/semantics.md#passk-in-place-write).
+//   - ReMax broadcasts the per-response score along rows (docs/semantics.md#remax-score-broadcast),
+//     not along T.
 //   - Extensions, off by default: GRPOOptions.StdFloor (std = max(std, floor)) and
 //     GRPOOptions.NoStdNorm (Dr.GRPO: no division by the std).
 //

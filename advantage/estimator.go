@@ -12,12 +12,12 @@ import (
 type Estimator int
 
 const (
-	EstimatorGRPO              Estimator = iota // "grpo": group-normalised outcome reward (§5.5)
-	EstimatorGAE                                // "gae": generalised advantage estimation with a critic (§5.4)
-	EstimatorGRPOPassK                          // "grpo_passk": pass@k outcome advantage (§5.6, upstream semantics)
-	EstimatorRLOO                               // "rloo": leave-one-out baseline (§5.7)
-	EstimatorReinforcePlusPlus                  // "reinforce_plus_plus": discounted return, whitened (§5.8)
-	EstimatorReMax                              // "remax": greedy-rollout baseline per response (§5.9)
+	EstimatorGRPO              Estimator = iota // "grpo": group-normalised outcome reward (docs/semantics.md#grpo)
+	EstimatorGAE                                // "gae": generalised advantage estimation with a critic (docs/semantics.md#gae)
+	EstimatorGRPOPassK                          // "grpo_passk": pass@k outcome advantage (upstream semantics, docs/semantics.md#grpo-passk)
+	EstimatorRLOO                               // "rloo": leave-one-out baseline (docs/semantics.md#rloo)
+	EstimatorReinforcePlusPlus                  // "reinforce_plus_plus": discounted return, whitened (docs/semantics.md#reinforce)
+	EstimatorReMax                              // "remax": greedy-rollout baseline per response (docs/semantics.md#remax)
 	numEstimators
 )
 

@@ -12,8 +12,8 @@ type GAEKernel interface {
 	GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error
 }
 
-// GAE computes generalised advantage estimation (compute_gae_advantage_return, FORMAT §5.4) for
-// [B, T] float32 rewards, values and 0/1 mask.
+// GAE computes generalised advantage estimation (compute_gae_advantage_return,
+// docs/semantics.md#gae) for [B, T] float32 rewards, values and 0/1 mask.
 //
 // Each row runs its own masked recurrence from t = T-1 down to 0, starting from nv = lg = 0:
 //

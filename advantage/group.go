@@ -15,7 +15,8 @@ type GroupKernel interface {
 	GroupAdvantage(adv, returns, rewards, mask, index *tensor.Tensor, est Estimator, opts GRPOOptions) error
 }
 
-// GRPO computes the GRPO outcome advantage (compute_grpo_outcome_advantage, FORMAT §5.5).
+// GRPO computes the GRPO outcome advantage (compute_grpo_outcome_advantage,
+// docs/semantics.md#grpo).
 //
 // rewards and mask are float32 [B, T], index is int32 [B]: rows with equal ids form a group (any
 // int32 values, in any order; groups need not be contiguous). With score_i = sum_t rewards[i,t]
@@ -40,19 +41,22 @@ func GRPO(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) e
 }
 
 // GRPOPassK computes the pass@k outcome advantage with upstream EasyR1's semantics
-// (compute_grpo_passk_outcome_advantage, FORMAT §5.6): in each group only the arg-max row of the
-// scores gets a non-zero advantage, (r_max - r_2nd)/(std + eps), where r_max and r_2nd are the
-// group's two largest scores and std its unbiased standard deviation; every other row is 0. Ties at
-// the maximum give r_max - r_2nd = 0, so the whole group is 0 (of tied rows the lowest index is the
-// arg-max; the reference's choice is unspecified but irrelevant). NaN counts as the largest value,
-// as in torch.topk. Inputs, outputs, options, group rules and numerics are those of GRPO.
+// (compute_grpo_passk_outcome_advantage, docs/semantics.md#grpo-passk): in each group only the
+// arg-max row of the scores gets a non-zero advantage, (r_max - r_2nd)/(std + eps), where r_max and
+// r_2nd are the group's two largest scores and std its unbiased standard deviation; every other row
+// is 0. Ties at the maximum give r_max - r_2nd = 0, so the whole group is 0 (of tied rows the
+// lowest index is the arg-max; the reference's choice is unspecified but irrelevant). NaN counts as
+// the largest value, as in torch.topk. Inputs, outputs, options, group rules and numerics are those
+// of GRPO.
 //
-// The VPPO fork instead leaves non-max rows at their raw score (a bug fixed upstream, FORMAT §6.1).
+// The VPPO fork instead leaves non-max rows at their raw score (a bug fixed upstream,
+// docs/semantics.md#passk-in-place-write).
 func GRPOPassK(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) error {
 	return groupAdvantage("advantage.GRPOPassK", adv, returns, rewards, mask, index, EstimatorGRPOPassK, opts)
 }
 
-// RLOO computes the leave-one-out advantage (compute_rloo_outcome_advantage, FORMAT §5.7):
+// RLOO computes the leave-one-out advantage (compute_rloo_outcome_advantage,
+// docs/semantics.md#rloo):
 //
 //	adv[i,t] = (score_i - (sum_group - score_i)/(n_group - 1)) * mask[i,t]
 //

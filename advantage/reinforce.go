@@ -13,8 +13,8 @@ type ReinforcePlusPlusKernel interface {
 }
 
 // ReinforcePlusPlus computes the REINFORCE++ advantage
-// (compute_reinforce_plus_plus_outcome_advantage, FORMAT §5.8) for float32 [B, T] rewards and
-// 0/1 mask. Per row, from t = T-1 down to 0:
+// (compute_reinforce_plus_plus_outcome_advantage, docs/semantics.md#reinforce) for float32 [B, T]
+// rewards and 0/1 mask. Per row, from t = T-1 down to 0:
 //
 //	run = r[t] + gamma*run;  returns[t] = run;  run = run * m[t]
 //

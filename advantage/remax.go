@@ -11,17 +11,18 @@ type ReMaxKernel interface {
 	ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error
 }
 
-// ReMax computes the ReMax advantage (compute_remax_outcome_advantage, FORMAT §5.9) for float32
-// [B, T] rewards and 0/1 mask and float32 [B] reward baselines (the greedy rollout's reward):
+// ReMax computes the ReMax advantage (compute_remax_outcome_advantage, docs/semantics.md#remax) for
+// float32 [B, T] rewards and 0/1 mask and float32 [B] reward baselines (the greedy rollout's
+// reward):
 //
 //	adv[i,t]     = (score_i - baselines[i]) * m[i,t],  score_i = sum_t r[i,t] over all positions
 //	returns[i,t] = sum_{s >= t} r[i,s]*m[i,s]
 //
-// The advantage is per row: the reference broadcasts the [B] vector along the wrong axis for
-// B > 1 (FORMAT §6.1 item 3); this is the corrected form the vectors encode. The score and the
-// reverse cumulative sum are accumulated in float64 (as torch's CPU cumsum does) and rounded to
-// float32. returns may be nil. Outputs must not alias the inputs. An empty batch is valid and
-// writes nothing.
+// The advantage is per row: the reference broadcasts the [B] vector along the wrong axis for B > 1
+// (docs/semantics.md#remax-score-broadcast); this is the corrected form the vectors encode. The
+// score and the reverse cumulative sum are accumulated in float64 (as torch's CPU cumsum does) and
+// rounded to float32. returns may be nil. Outputs must not alias the inputs. An empty batch is
+// valid and writes nothing.
 func ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
 	const op = "advantage.ReMax"
 	if err := checkTokens(op, adv, returns, rewards, mask); err != nil {

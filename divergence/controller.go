@@ -7,7 +7,7 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// Controller adapts the KL coefficient between steps (FORMAT.md §5.1).
+// Controller adapts the KL coefficient between steps (docs/semantics.md#kl-controllers).
 type Controller interface {
 	// Coef returns the current KL coefficient.
 	Coef() float64

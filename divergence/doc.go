@@ -20,7 +20,7 @@
 // RewardsKernel interfaces; otherwise the pure-Go kernels run on host memory (zero-copy on the CPU
 // backend), parallel over elements with a chunking that does not depend on GOMAXPROCS.
 //
-// Numerics: values are computed in float32 like the reference (FORMAT.md §4, §5.1–§5.3, §5.16).
+// Numerics: values are computed in float32 like the reference (docs/semantics.md#numerics).
 // exp uses a fast float32 exp accurate to about 2 ulp, so low_var_kl and the perception score
 // agree with torch to about 1e-7 absolute. Full sums over V in float64 and rounds once, which is
 // at least as accurate as torch's float32 sum. Clamps pass NaN through (torch.clamp does) and

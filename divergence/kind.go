@@ -7,7 +7,7 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// Kind selects the per-token KL estimator of compute_kl (FORMAT.md §5.2).
+// Kind selects the per-token KL estimator of compute_kl (docs/semantics.md#kl-penalty).
 type Kind int
 
 const (

@@ -6,7 +6,7 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// Clamp bounds of the reference (FORMAT.md §5.2, §5.16).
+// Clamp bounds of the reference (docs/semantics.md#kl-penalty, docs/semantics.md#perception-mask).
 const (
 	diffClamp     = 20 // |ref - lp| and |aug - old| are clamped to [-20, 20]
 	lowVarKLClamp = 10 // compute_kl's low_var_kl is clamped to [-10, 10]
@@ -67,7 +67,7 @@ func checkPenalty(op string, dst, logp, ref *tensor.Tensor, kind Kind, grad bool
 	return tensor.CheckSameShape(op, "logp", logp, "dst", dst)
 }
 
-// Penalty writes the per-token KL penalty of compute_kl (FORMAT.md §5.2) into dst.
+// Penalty writes the per-token KL penalty of compute_kl (docs/semantics.md#kl-penalty) into dst.
 //
 // For KL, Abs, MSE and LowVarKL, logp and ref are token log-probs of any shape (usually [B, T])
 // and dst has the same shape. For Full, logp and ref are full log-distributions [B, T, V] (any
@@ -172,7 +172,8 @@ func fullKL[F hostops.Float](dst, lp, ref []F, v int) {
 //	mse:        lp - ref
 //	low_var_kl: 1 - exp(x), x = ref - lp, and 0 where either clamp is active
 //
-// A clamp passes the gradient when its input lies inside the bounds, ends inclusive (FORMAT §4).
+// A clamp passes the gradient when its input lies inside the bounds, ends inclusive
+// (docs/semantics.md#clamps).
 func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
 	const op = "divergence.PenaltyGrad"
 	if err := checkPenalty(op, dst, logp, ref, kind, true); err != nil {
@@ -242,11 +243,12 @@ func penaltyGradKernel[F hostops.Float](dst, lp, ref []F, kind Kind) {
 	}
 }
 
-// PerceptionScore writes the token perception score of the VPPO perception mask (FORMAT.md
-// §5.16) into dst: d = clamp(aug - old, -20, 20), dst = clamp(exp(d) - d - 1, 0, 10), at every
-// position (padding included). old holds the log-probs with the original image, aug those with
-// the perturbed image; all three are float32 of one shape (usually [B, T]) on one backend. Note
-// the lower clamp 0, where compute_kl's low_var_kl uses -10.
+// PerceptionScore writes the token perception score of the VPPO perception mask
+// (docs/semantics.md#perception-mask) into dst: d = clamp(aug - old, -20, 20),
+// dst = clamp(exp(d) - d - 1, 0, 10), at every position (padding included). old holds the
+// log-probs with the original image, aug those with the perturbed image; all three are float32 of
+// one shape (usually [B, T]) on one backend. Note the lower clamp 0, where compute_kl's low_var_kl
+// uses -10.
 func PerceptionScore(dst, old, aug *tensor.Tensor) error {
 	const op = "divergence.PerceptionScore"
 	if err := tensor.CheckSameShape(op, "old", old, "aug", aug); err != nil {

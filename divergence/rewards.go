@@ -12,10 +12,10 @@ type RewardsKernel interface {
 	Rewards(dst, scores, logp, ref *tensor.Tensor, klRatio float32) error
 }
 
-// Rewards writes the KL-penalised token rewards of compute_rewards (FORMAT.md §5.3) into dst:
-// dst = scores - (logp - ref) * klRatio, in float32 (the reference rounds kl_ratio to float32 when
-// it meets the tensors). All four tensors are float32 of one shape (usually [B, T]) on one
-// backend; dst may alias any input. klRatio must be finite.
+// Rewards writes the KL-penalised token rewards of compute_rewards (docs/semantics.md#kl-rewards)
+// into dst: dst = scores - (logp - ref) * klRatio, in float32 (the reference rounds kl_ratio to
+// float32 when it meets the tensors). All four tensors are float32 of one shape (usually [B, T]) on
+// one backend; dst may alias any input. klRatio must be finite.
 func Rewards(dst, scores, logp, ref *tensor.Tensor, klRatio float32) error {
 	const op = "divergence.Rewards"
 	if err := tensor.CheckSameShape(op, "scores", scores, "logp", logp); err != nil {

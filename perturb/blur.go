@@ -13,7 +13,8 @@ const DefaultBlurRadius = 6
 
 // Blur is a Gaussian blur with standard deviation Radius pixels, like PIL's
 // ImageFilter.GaussianBlur(radius). It is an mtrl extension: the reference's gaussian_blur always
-// raises NameError because perc_utils never imports PIL.ImageFilter (FORMAT.md §5.25, §6.2).
+// raises NameError because perc_utils never imports PIL.ImageFilter
+// (docs/semantics.md#gaussian-blur).
 //
 // The blur is separable and exact rather than PIL's three box passes: a normalised Gaussian
 // kernel truncated at ceil(3*Radius) taps each side, edge pixels clamped (replicated), computed

@@ -17,7 +17,7 @@
 // The deterministic cores PatchGrid + BlackenPatches and AddNoise replay recorded draws, which is
 // how the golden vectors (numpy's legacy global RandomState) are matched exactly.
 //
-// Semantics (FORMAT.md §5.22–§5.25):
+// Semantics (docs/semantics.md#image-perturbations):
 //   - Patch blackening walks patches row-major (patch row outer, column inner), one uniform draw
 //     per patch, and zeroes all channels of the patch when draw < prob; edge patches are
 //     partial. Defaults: 14-pixel patches, probability 0.5.

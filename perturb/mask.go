@@ -5,10 +5,11 @@ import (
 )
 
 // Fill sets every element of the uint8 tensor dst from values with numpy's broadcasting rule for
-// np.full_like(img, values) (FORMAT.md §5.24): one value fills everything; a list is aligned with
-// the last axis and must have that axis's length. That axis is the channel axis of [H, W, C]
-// images but the width of a grayscale [H, W] image, whose every row then gets the list. Any other
-// length is an ErrShape error (numpy raises ValueError); values outside [0, 255] are ErrParam.
+// np.full_like(img, values) (docs/semantics.md#complete-masking): one value fills everything; a
+// list is aligned with the last axis and must have that axis's length. That axis is the channel
+// axis of [H, W, C] images but the width of a grayscale [H, W] image, whose every row then gets the
+// list. Any other length is an ErrShape error (numpy raises ValueError); values outside [0, 255]
+// are ErrParam.
 func Fill(dst *tensor.Tensor, values ...int) error {
 	const op = "perturb.Fill"
 	if dst == nil {

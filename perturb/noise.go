@@ -21,10 +21,10 @@ func noiseChannels(g geom) int {
 	return g.c
 }
 
-// AddNoise is the deterministic core of Gaussian noise (FORMAT.md §5.23): for one image src
-// ([H, W] or [H, W, C], uint8) it writes dst = trunc(clip(float64(src) + noise, 0, 255)).
-// noise is row-major with H*W*Cn values, where Cn = C except for RGBA, whose alpha channel gets
-// no noise (Cn = 3). dst may be src. NaN noise gives 0.
+// AddNoise is the deterministic core of Gaussian noise (docs/semantics.md#gaussian-noise): for one
+// image src ([H, W] or [H, W, C], uint8) it writes dst = trunc(clip(float64(src) + noise, 0, 255)).
+// noise is row-major with H*W*Cn values, where Cn = C except for RGBA, whose alpha channel gets no
+// noise (Cn = 3). dst may be src. NaN noise gives 0.
 func AddNoise(dst, src *tensor.Tensor, noise []float64) error {
 	const op = "perturb.AddNoise"
 	_, g, err := checkImages(op, dst, src, false)

@@ -10,8 +10,8 @@ import (
 )
 
 // AggMode selects how a per-token loss [B, T] is reduced to a scalar (the reference's
-// loss_avg_mode, FORMAT.md §5.10, plus verl's loss_agg_mode names). With n_i = sum_t m[i,t],
-// S = sum_i n_i and eps = 1e-8:
+// loss_avg_mode, docs/semantics.md#loss-aggregation, plus verl's loss_agg_mode names). With
+// n_i = sum_t m[i,t], S = sum_i n_i and eps = 1e-8:
 //
 //	Token               sum(v*m) / (S + eps)                            "token", alias "token-mean"
 //	Seq                 mean_i( sum_t(v*m)[i] / (n_i + eps) )           "seq", alias "seq-mean-token-mean"
@@ -112,9 +112,9 @@ type AverageLossKernel interface {
 	AverageLoss(dst, values, mask *tensor.Tensor, agg Agg) (float32, error)
 }
 
-// AverageLoss reduces values [B, T] under mask [B, T] (float32 0/1 or fractional weights) with
-// mode and the default eps (FORMAT.md §5.10). SeqMeanTokenSumNorm needs a horizon: use
-// Agg{Mode: SeqMeanTokenSumNorm, Horizon: h}.Loss instead (here it is an ErrParam error).
+// AverageLoss reduces values [B, T] under mask [B, T] (float32 0/1 or fractional weights) with mode
+// and the default eps (docs/semantics.md#loss-aggregation). SeqMeanTokenSumNorm needs a horizon:
+// use Agg{Mode: SeqMeanTokenSumNorm, Horizon: h}.Loss instead (here it is an ErrParam error).
 func AverageLoss(values, mask *tensor.Tensor, mode AggMode) (float32, error) {
 	return averageLoss("ppo.AverageLoss", nil, values, mask, Agg{Mode: mode})
 }

@@ -11,7 +11,7 @@
 // entropy selection) and shapes the advantages. For each micro-batch the trainer runs the policy
 // forward to get log-probs lp [B, T], then
 //
-//	s, _ := ppo.TokenScale(mask, globalTokens, worldSize)          // §5.19 step 5
+//	s, _ := ppo.TokenScale(mask, globalTokens, worldSize)          // docs/semantics.md#token-scaling
 //	opt := ppo.GradOptions{Scale: s, Accumulate: true}              // grad zeroed beforehand
 //	pg, _ := ppo.PolicyLoss(grad, ppo.PolicyInputs{...}, cfg)       // cfg.GradOptions = opt
 //	kl, _ := ppo.KLLoss(grad, lp, refLP, mask, klCfg)               // if use_kl_loss
@@ -30,15 +30,15 @@
 //
 // # Numerics
 //
-// The kernels follow the reference's float32 arithmetic (FORMAT.md §4): Python scalars are
-// rounded to float32 where they meet tensors (clip bounds log(1-low), log(1+high) are computed
-// in float64 then rounded), masked_mean is sum/(count + 1e-8) in float32, sums are accumulated
-// in float64 per row and combined in row order, so results do not depend on GOMAXPROCS.
-// Gradients are analytic, not autograd: a clamp passes the gradient with both ends inclusive and
-// a tie in max/min splits it half and half, as torch does. In float32 the ratio exp is
+// The kernels follow the reference's float32 arithmetic (docs/semantics.md#numerics): Python
+// scalars are rounded to float32 where they meet tensors (clip bounds log(1-low), log(1+high) are
+// computed in float64 then rounded), masked_mean is sum/(count + 1e-8) in float32, sums are
+// accumulated in float64 per row and combined in row order, so results do not depend on GOMAXPROCS.
+// Gradients are analytic, not autograd: a clamp passes the gradient with both ends inclusive and a
+// tie in max/min splits it half and half, as torch does. In float32 the ratio exp is
 // hostops.ExpNonPos (with a reciprocal for positive log ratios, about 3 ulp) and SAPO's sigmoid
-// uses hostops.Exp. Every kernel is generic over float32/float64; the tests check each gradient against
-// central finite differences in float64.
+// uses hostops.Exp. Every kernel is generic over float32/float64; the tests check each gradient
+// against central finite differences in float64.
 //
 // On amd64 the Default (dual-clip) loss in token mode runs in an AVX-512 or AVX2+FMA kernel
 // generated with avo (internal/asmgen; a test fails if policy_amd64.s is stale): forward,
@@ -49,8 +49,9 @@
 //
 // # Deviations from the reference
 //
-//   - GSPO broadcasts the sequence log-ratio per row (upstream EasyR1's fix, FORMAT.md §6.1 item
-//     2); the VPPO fork broadcasts it along the wrong axis for B > 1.
+//   - GSPO broadcasts the sequence log-ratio per row (upstream EasyR1's fix,
+//     docs/semantics.md#gspo-sequence-ratio-broadcast); the VPPO fork broadcasts it along the wrong
+//     axis for B > 1.
 //   - SAPO is upstream EasyR1's (the fork silently falls back to the PPO loss). Combined with a
 //     token mask, the per-token loss is multiplied by the mask as for the other loss types.
 //   - Masked-out tokens (m == 0) are skipped: their gradient is exactly 0 and NaN/Inf there do not

@@ -26,9 +26,9 @@ type KLResult struct {
 	KL float32
 }
 
-// KLLoss computes the KL penalty term of the actor loss (FORMAT.md §5.19 step 4) and, when grad
-// is not nil, writes (or adds, with Accumulate) Scale * Coef * d average_loss / d logp into grad
-// (logp's shape).
+// KLLoss computes the KL penalty term of the actor loss
+// (docs/semantics.md#kl-loss-and-entropy-penalty) and, when grad is not nil, writes (or adds, with
+// Accumulate) Scale * Coef * d average_loss / d logp into grad (logp's shape).
 //
 // For the token kinds (kl, abs, mse, low_var_kl), logp, ref, mask and grad are float32 [B, T].
 // For divergence.Full, logp, ref and grad are full log-distributions [B, T, V] and mask is
@@ -160,10 +160,11 @@ type EntropyConfig struct {
 }
 
 // EntropyPenalty computes the reference's entropy penalty Coef * (-masked_mean(logp, m))
-// (FORMAT.md §5.19 step 4; always token-averaged, whatever the loss aggregation) and returns it
-// times Scale. When grad is not nil it writes (or adds, with Accumulate)
-// -Scale * Coef * m / (S + 1e-8) into grad. logp, mask and grad are float32 [B, T]. Minimising
-// the penalty lowers -log p on sampled tokens, i.e. sharpens the policy (it lowers entropy).
+// (docs/semantics.md#kl-loss-and-entropy-penalty; always token-averaged, whatever the loss
+// aggregation) and returns it times Scale. When grad is not nil it writes (or adds, with
+// Accumulate) -Scale * Coef * m / (S + 1e-8) into grad. logp, mask and grad are float32 [B, T].
+// Minimising the penalty lowers -log p on sampled tokens, i.e. sharpens the policy (it lowers
+// entropy).
 func EntropyPenalty(grad, logp, mask *tensor.Tensor, cfg EntropyConfig) (float32, error) {
 	const op = "ppo.EntropyPenalty"
 	if err := checkBT(op, []string{"logp", "mask", "grad"}, 2, logp, mask, grad); err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// LossType selects the policy objective (the reference's loss_type, FORMAT.md §5.20).
+// LossType selects the policy objective (the reference's loss_type, docs/semantics.md#policy-loss).
 type LossType int
 
 const (
@@ -152,8 +152,8 @@ type PolicyInputs struct {
 	TokenMask *tensor.Tensor
 }
 
-// PolicyResult is the outcome of PolicyLoss. The metrics follow the reference (FORMAT.md
-// §5.20); they ignore TokenMask and are not scaled.
+// PolicyResult is the outcome of PolicyLoss. The metrics follow the reference
+// (docs/semantics.md#policy-loss); they ignore TokenMask and are not scaled.
 type PolicyResult struct {
 	// Loss is Scale * PGLoss, the value the caller backpropagates.
 	Loss float32
@@ -189,9 +189,9 @@ type PolicyLossKernel interface {
 	PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error)
 }
 
-// PolicyLoss computes the reference's compute_policy_loss (FORMAT.md §5.20) and, when grad is not
-// nil, writes Scale * d pg_loss / d LogProbs into grad (float32 [B, T]; added to it with
-// Accumulate). With nkl = lp - old, the log ratio lir is nkl (Default, CISPO, SAPO),
+// PolicyLoss computes the reference's compute_policy_loss (docs/semantics.md#policy-loss) and,
+// when grad is not nil, writes Scale * d pg_loss / d LogProbs into grad (float32 [B, T]; added to
+// it with Accumulate). With nkl = lp - old, the log ratio lir is nkl (Default, CISPO, SAPO),
 // seq_i = masked_mean_t(nkl[i], m[i]) detached (GSPOToken) or seq_i * m[i,t] with the gradient
 // through seq (GSPO, per row). ratio = exp(clamp(lir, -20, 20)) and
 // clipped = exp(clamp(lir, log(1-ClipLow), log(1+ClipHigh))). The per-token loss is

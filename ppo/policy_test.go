@@ -132,7 +132,8 @@ func TestPolicyLossCISPOInsideClipClosedForm(t *testing.T) {
 }
 
 func TestPolicyLossGSPOBroadcastPerRow(t *testing.T) {
-	// Rows with different sequence ratios: row i's tokens must use seq_i (FORMAT §6.1 item 2).
+	// Rows with different sequence ratios: row i's tokens must use seq_i
+	// (docs/semantics.md#gspo-sequence-ratio-broadcast).
 	B, T := 2, 3
 	old := []float32{-1, -1, -1, -1, -1, -1}
 	lp := []float32{-0.9, -0.9, -0.9, -1.5, -1.5, -1.5}

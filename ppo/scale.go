@@ -33,7 +33,7 @@ func (o GradOptions) scale() float64 {
 }
 
 // TokenScaling is the reference's global token scaling for micro-batch and data-parallel
-// gradient accumulation (FORMAT.md §5.19 step 5): every micro-batch loss is multiplied by
+// gradient accumulation (docs/semantics.md#token-scaling): every micro-batch loss is multiplied by
 // LocalTokens * WorldSize / GlobalTokens, where LocalTokens = sum(response_mask) of the
 // micro-batch and GlobalTokens = sum(response_mask) of the whole mini-batch across all ranks
 // (the reference all-reduces it). Summing the scaled micro-batch gradients over micro-batches

@@ -60,7 +60,7 @@ type ValueLossKernel interface {
 	ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResult, error)
 }
 
-// ValueLoss computes the reference's compute_value_loss (FORMAT.md §5.21):
+// ValueLoss computes the reference's compute_value_loss (docs/semantics.md#value-loss):
 // vc = clamp(vpreds, values - c, values + c), l1 = (vpreds - returns)^2, l2 = (vc - returns)^2,
 // vf_loss = 0.5 * average_loss(max(l1, l2), m). When grad is not nil it writes (or adds, with
 // Accumulate) Scale * d vf_loss / d vpreds into grad [B, T]: the clamp passes the gradient when

@@ -69,11 +69,10 @@ func (r *Result) Release() error {
 	return first
 }
 
-// Apply runs the token filters and trajectory shaping of c on one mini-batch, per
-// micro-batch as the reference's update_policy does (FORMAT.md §5.19 steps 1-2): entropy mask,
-// perception mask, their union when both are on, and shaping when c.Shaping(). The mask of a
-// row does not depend on the micro-batch split; with GlobalScope neither do the shaped
-// advantages.
+// Apply runs the token filters and trajectory shaping of c on one mini-batch, per micro-batch as
+// the reference's update_policy does (docs/semantics.md#policy-update, steps 1-2): entropy mask,
+// perception mask, their union when both are on, and shaping when c.Shaping(). The mask of a row
+// does not depend on the micro-batch split; with GlobalScope neither do the shaped advantages.
 //
 // Unlike the reference, shaping runs whenever EnableTrajectoryReweighting is set, computing
 // the perception score itself if the perception filter is off; set ShapingRequiresPerception

@@ -5,7 +5,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// CombinedStats summarise the union of the entropy and perception masks (FORMAT.md §5.17).
+// CombinedStats summarise the union of the entropy and perception masks
+// (docs/semantics.md#combined-mask).
 type CombinedStats struct {
 	// Valid is S, the number of valid tokens; Selected the number of tokens in the union.
 	Valid, Selected int
@@ -39,9 +40,9 @@ func (s CombinedStats) each(fn func(string, float32)) {
 	fn("actor/combined_perception_mean_rejected", s.PerceptionRejectedMean)
 }
 
-// UnionMask writes the logical OR of the masks a and b (nonzero = set) into dst as float32
-// 0/1 and returns the statistics of the union against the response mask, with the mean
-// entropy and perception score of its selected and rejected tokens (FORMAT.md §5.17). All
+// UnionMask writes the logical OR of the masks a and b (nonzero = set) into dst as float32 0/1 and
+// returns the statistics of the union against the response mask, with the mean entropy and
+// perception score of its selected and rejected tokens (docs/semantics.md#combined-mask). All
 // tensors are float32 of one shape [B, T] on one backend; dst may be a or b. The union is not
 // intersected with mask again: both inputs already are subsets of it when they come from
 // EntropyMask and PerceptionMask.

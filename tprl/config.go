@@ -54,7 +54,7 @@ const (
 	// PerMicroBatchScope ("per_micro_batch") reproduces the reference: mu per micro-batch, range
 	// per device mini-batch. The factors average to ≈1 within each micro-batch and depend on how
 	// micro-batches are formed; a single-row micro-batch gets factor ≈1, or ScalingMin with
-	// target_max ≈ 2e7 for the minimum-score row (FORMAT.md §5.18, §6.2).
+	// target_max ≈ 2e7 for the minimum-score row (docs/semantics.md#advantage-shaping).
 	PerMicroBatchScope
 )
 

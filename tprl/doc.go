@@ -8,22 +8,22 @@
 // Before the PPO update of each mini-batch, for each micro-batch:
 //
 //  1. EntropyMask keeps, per response, the top-p fraction of valid tokens with the largest
-//     policy entropy (FORMAT.md §5.15).
+//     policy entropy (docs/semantics.md#entropy-mask).
 //  2. PerceptionMask keeps the top-p fraction with the largest perception score
-//     low_var_kl = clamp(exp(d)-d-1, 0, 10), d = clamp(aug-old, -20, 20) (§5.16) — the tokens
-//     whose log-prob depends most on the image.
-//  3. UnionMask ORs the two when both are on (§5.17); the result is the loss_token_mask of the
-//     policy loss (package ppo).
+//     low_var_kl = clamp(exp(d)-d-1, 0, 10), d = clamp(aug-old, -20, 20)
+//     (docs/semantics.md#perception-mask) — the tokens whose log-prob depends most on the image.
+//  3. UnionMask ORs the two when both are on (docs/semantics.md#combined-mask); the result is the
+//     loss_token_mask of the policy loss (package ppo).
 //  4. Trajectory shaping (ShapeAdvantages, ShapeBatch) rescales each response's advantages by a
-//     factor that grows with its mean perception score (§5.18).
+//     factor that grows with its mean perception score (docs/semantics.md#advantage-shaping).
 //
 // Config.Apply does all of this from a Config with the seeds' YAML keys.
 //
 // UpdateConfig and Update go one step further and run the reference's whole actor update
-// (update_policy, FORMAT.md §5.19) for one mini-batch: Prepare computes what the micro-batches
-// share (the global token count, the shaping statistics); MicroBatch then takes the current
-// policy's log-probs (and entropies) of its rows, applies the masks and shaping, adds the policy
-// loss (package ppo), the optional KL loss and entropy penalty, scales by
+// (update_policy, docs/semantics.md#policy-update) for one mini-batch: Prepare computes what the
+// micro-batches share (the global token count, the shaping statistics); MicroBatch then takes the
+// current policy's log-probs (and entropies) of its rows, applies the masks and shaping, adds the
+// policy loss (package ppo), the optional KL loss and entropy penalty, scales by
 // sum(m_micro) * WorldSize / GlobalTokens, and writes d loss / d log-probs. The trainer carries
 // that gradient to the logits with tensor.LogProbEntropyBackward.
 //

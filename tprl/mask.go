@@ -10,7 +10,8 @@ import (
 )
 
 // SelectionStats summarises one top-p selection over a [B, T] batch; it carries what the
-// reference logs (FORMAT.md §5.15, §5.16).
+// reference logs (docs/semantics.md#entropy-mask,
+// docs/semantics.md#perception-mask).
 type SelectionStats struct {
 	// Filter selects the metric names (entropy_* or perception/low_var_kl_*).
 	Filter Filter
@@ -86,9 +87,9 @@ func SelectTopP(dst, k, values, mask *tensor.Tensor, p float32, f Filter) (Selec
 	return selectTopP("tprl.SelectTopP", "values", dst, k, values, mask, p, f)
 }
 
-// EntropyMask writes into dst [B, T] the entropy top-p mask of FORMAT.md §5.15: per row the
-// TopPCount(n_i, p) valid tokens with the largest entropy (see SelectTopP for ties and padding),
-// and k_i into k (int32 [B], may be nil). entropy and mask are float32 [B, T].
+// EntropyMask writes into dst [B, T] the entropy top-p mask (docs/semantics.md#entropy-mask): per
+// row the TopPCount(n_i, p) valid tokens with the largest entropy (see SelectTopP for ties and
+// padding), and k_i into k (int32 [B], may be nil). entropy and mask are float32 [B, T].
 func EntropyMask(dst, k, entropy, mask *tensor.Tensor, p float32) (SelectionStats, error) {
 	return selectTopP("tprl.EntropyMask", "entropy", dst, k, entropy, mask, p, EntropyFilter)
 }
@@ -96,8 +97,8 @@ func EntropyMask(dst, k, entropy, mask *tensor.Tensor, p float32) (SelectionStat
 // PerceptionMask computes the perception score s = clamp(exp(d)-d-1, 0, 10) with
 // d = clamp(aug-old, -20, 20) into score [B, T] (every position, padding included; see
 // divergence.PerceptionScore) and writes the top-p mask by that score into dst [B, T], with
-// padded positions excluded and the result ANDed with mask (FORMAT.md §5.16); k as in
-// EntropyMask. score may be nil when the caller does not need it (a temporary is used).
+// padded positions excluded and the result ANDed with mask (docs/semantics.md#perception-mask); k
+// as in EntropyMask. score may be nil when the caller does not need it (a temporary is used).
 func PerceptionMask(score, dst, k, old, aug, mask *tensor.Tensor, p float32) (SelectionStats, error) {
 	const op = "tprl.PerceptionMask"
 	if err := checkSelect(op, "old", dst, k, old, mask, p, PerceptionFilter); err != nil {

@@ -14,10 +14,10 @@ const rangeEps float32 = 1e-6
 // muEps is added to the mean normalised score before taking its reciprocal (float32).
 const muEps float32 = 1e-8
 
-// SensitivityScores writes the per-response sensitivity score of trajectory shaping into
-// dst [B]: the masked mean sum_t(perception*mask)[i] / max(n_i, 1) of the perception score
-// [B, T] (FORMAT.md §5.18), where n_i = sum_t mask[i, t]. A row with n_i = 0 scores 0 and is
-// not a valid row for the shaping statistics.
+// SensitivityScores writes the per-response sensitivity score of trajectory shaping into dst [B]:
+// the masked mean sum_t(perception*mask)[i] / max(n_i, 1) of the perception score [B, T]
+// (docs/semantics.md#advantage-shaping), where n_i = sum_t mask[i, t]. A row with n_i = 0 scores 0
+// and is not a valid row for the shaping statistics.
 func SensitivityScores(dst, perception, mask *tensor.Tensor) error {
 	const op = "tprl.SensitivityScores"
 	if err := checkRows(op, "perception", perception, mask); err != nil {
@@ -207,7 +207,8 @@ func (o ShapingOptions) validate(op string) error {
 	return nil
 }
 
-// MicroBatchShaping records what shaping did in one micro-batch (FORMAT.md §5.18 outputs).
+// MicroBatchShaping records what shaping did in one micro-batch
+// (docs/semantics.md#advantage-shaping).
 type MicroBatchShaping struct {
 	// Rows and ValidRows count the micro-batch's rows and those with n_i > 0.
 	Rows, ValidRows int

@@ -9,7 +9,7 @@ import (
 )
 
 // UpdateConfig is the actor side of one VPPO policy update: the fields of the reference's
-// ActorConfig that its update_policy reads (FORMAT.md §5.19).
+// ActorConfig that its update_policy reads (docs/semantics.md#policy-update).
 type UpdateConfig struct {
 	// Tokens selects the token filters and trajectory shaping.
 	Tokens Config

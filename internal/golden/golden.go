@@ -427,7 +427,8 @@ func conv[T float32 | int32 | int | int64 | uint8](v []T) []float64 {
 }
 
 // Accepted is returned by a handler for an error case whose inputs mtrl deliberately accepts
-// (FORMAT.md allows this where the correct semantics accept them); Reason says why.
+// (../shared/golden/FORMAT.md allows this where the correct semantics accept them); Reason says
+// why.
 type Accepted struct{ Reason string }
 
 func (a Accepted) Error() string { return "accepted by design: " + a.Reason }

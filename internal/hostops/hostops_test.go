@@ -28,7 +28,8 @@ func TestExp32Accuracy(t *testing.T) {
 }
 
 func TestTopPCountFloat32Rule(t *testing.T) {
-	// From FORMAT.md §4: float32 products differ from float64 ones here.
+	// See docs/semantics.md#float32-evaluation-order: float32 products differ from float64 ones
+	// here.
 	for _, c := range []struct {
 		n    int
 		p    float32
