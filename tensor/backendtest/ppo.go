@@ -1,0 +1,89 @@
+package backendtest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/ppo"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// ppoOps: the aggregated average loss, the policy loss of every loss type and aggregation mode
+// (with and without a token mask, Scale and Accumulate; the forward-only call must agree), and
+// the clipped value loss.
+func ppoOps(rows, cols int) []op {
+	r := rand.New(rand.NewPCG(uint64(rows)+100, uint64(cols)))
+	n := rows * cols
+	lp, old := Randn(r, n, 1), Randn(r, n, 1)
+	for i := range lp {
+		lp[i] = -float32(math.Abs(float64(lp[i])))
+		old[i] = lp[i] + float32(r.NormFloat64()*0.3)
+	}
+	adv, vals, rets, ltm := Randn(r, n, 1), Randn(r, n, 1), Randn(r, n, 1), Mask01(r, n, 0.3)
+	m := paddedMask(r, rows, cols)
+	gradInit := Randn(r, n, 0.01)
+	var ops []op
+	for _, mode := range []ppo.AggMode{ppo.Token, ppo.Seq, ppo.SeqMeanTokenSum, ppo.SeqMeanTokenSumNorm} {
+		agg := ppo.Agg{Mode: mode, Horizon: cols}
+		ops = append(ops, op{"AverageLoss/" + mode.String(), 1e-6, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+			g := newF32(be, rows, cols)
+			loss, err := agg.LossGrad(g, Upload(t, be, adv, rows, cols), Upload(t, be, m, rows, cols))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return [][]float32{{loss}, Host(t, g)}
+		}})
+		for _, lt := range []ppo.LossType{ppo.Default, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO} {
+			for _, v := range []struct {
+				name   string
+				tokens bool
+				opts   ppo.GradOptions
+			}{{"plain", false, ppo.GradOptions{}}, {"tokenmask+scale+acc", true, ppo.GradOptions{Scale: 0.25, Accumulate: true}}} {
+				if rows > 64 && mode != ppo.Token && v.name != "plain" {
+					continue // the variants are covered at the smaller sizes
+				}
+				cfg := ppo.PolicyConfig{LossType: lt, Agg: agg, GradOptions: v.opts}
+				// Per-token gradients are about 1/S: an absolute tolerance must be far below that.
+				ops = append(ops, op{fmt.Sprintf("PolicyLoss/%v/%v/%s", lt, mode, v.name), 2e-5, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+					g := Upload(t, be, gradInit, rows, cols)
+					in := ppo.PolicyInputs{
+						OldLogProbs: Upload(t, be, old, rows, cols), LogProbs: Upload(t, be, lp, rows, cols),
+						Advantages: Upload(t, be, adv, rows, cols), ResponseMask: Upload(t, be, m, rows, cols),
+					}
+					if v.tokens {
+						in.TokenMask = Upload(t, be, ltm, rows, cols)
+					}
+					res, err := ppo.PolicyLoss(g, in, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fwd, err := ppo.PolicyLoss(nil, in, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if fwd != res {
+						t.Errorf("forward-only %+v, with gradient %+v", fwd, res)
+					}
+					return [][]float32{Host(t, g), scalars(float64(res.Loss), float64(res.PGLoss), res.PPOKL, res.EntropyLoss, res.ClipFracHigher, res.ClipFracLower)}
+				}})
+			}
+		}
+		for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
+			cfg := ppo.ValueConfig{ClipRange: 0.5, Agg: agg, GradOptions: opts}
+			ops = append(ops, op{fmt.Sprintf("ValueLoss/%v/acc=%v", mode, opts.Accumulate), 1e-6, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+				g := Upload(t, be, gradInit, rows, cols)
+				res, err := ppo.ValueLoss(g, ppo.ValueInputs{
+					VPreds: Upload(t, be, adv, rows, cols), Returns: Upload(t, be, rets, rows, cols),
+					Values: Upload(t, be, vals, rows, cols), ResponseMask: Upload(t, be, m, rows, cols),
+				}, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return [][]float32{Host(t, g), scalars(float64(res.Loss), float64(res.VFLoss), res.VFClipFrac, res.VPredMean)}
+			}})
+		}
+	}
+	return ops
+}
