@@ -54,4 +54,24 @@ func ParseKind(s string) (Kind, error) {
 	return 0, tensor.Errorf(tensor.ErrParam, "divergence.ParseKind", "s", "unknown KL penalty %q (want one of %s, k1, k2, k3)", s, strings.Join(kindNames[:], ", "))
 }
 
+// MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
+// the defined constants is an error.
+func (k Kind) MarshalText() ([]byte, error) {
+	if !k.valid() {
+		return nil, tensor.Errorf(tensor.ErrParam, "divergence.Kind.MarshalText", "k", "unknown KL penalty %d", int(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseKind, so configuration files
+// (JSON, YAML) hold the name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	v, err := ParseKind(string(b))
+	if err != nil {
+		return err
+	}
+	*k = v
+	return nil
+}
+
 func (k Kind) valid() bool { return k >= KL && k <= Full }

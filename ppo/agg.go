@@ -66,6 +66,26 @@ func ParseAggMode(s string) (AggMode, error) {
 	return 0, tensor.Errorf(tensor.ErrParam, "ppo.ParseAggMode", "s", "unknown aggregation mode %q (want token, seq, token-mean, seq-mean-token-mean, seq-mean-token-sum or seq-mean-token-sum-norm)", s)
 }
 
+// MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
+// the defined constants is an error.
+func (a AggMode) MarshalText() ([]byte, error) {
+	if !a.valid() {
+		return nil, tensor.Errorf(tensor.ErrParam, "ppo.AggMode.MarshalText", "a", "unknown aggregation mode %d", int(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseAggMode, so configuration files
+// (JSON, YAML) hold the name.
+func (a *AggMode) UnmarshalText(b []byte) error {
+	v, err := ParseAggMode(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
 func (a AggMode) valid() bool { return a >= Token && a <= SeqMeanTokenSumNorm }
 
 // DefaultEps is the reference's average_loss / masked_mean epsilon.

@@ -58,6 +58,26 @@ func ParseLossType(s string) (LossType, error) {
 	return 0, tensor.Errorf(tensor.ErrParam, "ppo.ParseLossType", "s", "unknown loss type %q (want default, vanilla, gspo, gspo_token, cispo or sapo)", s)
 }
 
+// MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
+// the defined constants is an error.
+func (l LossType) MarshalText() ([]byte, error) {
+	if !l.valid() {
+		return nil, tensor.Errorf(tensor.ErrParam, "ppo.LossType.MarshalText", "l", "unknown loss type %d", int(l))
+	}
+	return []byte(l.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseLossType, so configuration files
+// (JSON, YAML) hold the name.
+func (l *LossType) UnmarshalText(b []byte) error {
+	v, err := ParseLossType(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 func (l LossType) valid() bool { return l >= Default && l <= SAPO }
 
 // The reference's defaults (EasyR1 ActorConfig; tau from upstream's SAPO).

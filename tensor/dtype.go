@@ -60,6 +60,26 @@ func ParseDType(s string) (DType, error) {
 	return 0, Errorf(ErrDType, "tensor.ParseDType", "s", "unknown dtype %q", s)
 }
 
+// MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
+// the defined constants is an error.
+func (d DType) MarshalText() ([]byte, error) {
+	if !d.valid() {
+		return nil, Errorf(ErrDType, "tensor.DType.MarshalText", "d", "unknown dtype %d", int(d))
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseDType, so configuration files
+// (JSON, YAML) hold the name.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
 func (d DType) valid() bool { return d.Size() != 0 }
 
 // BF16 is one bfloat16 value: the upper half of a float32's bits.

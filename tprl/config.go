@@ -38,6 +38,26 @@ func ParseFilter(s string) (Filter, error) {
 	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseFilter", "s", "unknown filter %q (want one of %s)", s, strings.Join(filterNames[:], ", "))
 }
 
+// MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
+// the defined constants is an error.
+func (f Filter) MarshalText() ([]byte, error) {
+	if !f.valid() {
+		return nil, tensor.Errorf(tensor.ErrParam, "tprl.Filter.MarshalText", "f", "unknown filter %d", int(f))
+	}
+	return []byte(f.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseFilter, so configuration files
+// (JSON, YAML) hold the name.
+func (f *Filter) UnmarshalText(b []byte) error {
+	v, err := ParseFilter(string(b))
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
 func (f Filter) valid() bool { return f == EntropyFilter || f == PerceptionFilter }
 
 // ShapingScope says over which rows trajectory advantage shaping takes its normalisation
