@@ -21,91 +21,13 @@ var (
 // The PPO losses run in two or three launches: ppo_rowsums_fwd_f32 (per-row mask sums, and the
 // masked value sums for AverageLoss), then on the host the aggregation weights (uploaded as
 // float32 [B]), then the per-row loss kernel, whose float64 row sums the host combines in row
-// order. aggWeights32 and aggFinish32 mirror ppo's aggWeights and aggFinish at float32.
-
-func aggEps(a ppo.Agg) float32 {
-	if a.Eps == 0 {
-		return ppo.DefaultEps
-	}
-	return float32(a.Eps)
-}
+// order with ppo.Agg.Weights and Finish, the pure-Go kernels' own plan and reduction.
 
 func gradScale(o ppo.GradOptions) float64 {
 	if o.Scale == 0 {
 		return 1
 	}
 	return o.Scale
-}
-
-// aggWeights32 is ppo's aggWeights: d loss / d v[i,t] = w[i] * m[i,t].
-func aggWeights32(w []float32, cnt []float64, agg ppo.Agg) {
-	eps := aggEps(agg)
-	switch agg.Mode {
-	case ppo.Token:
-		var s float64
-		for _, n := range cnt {
-			s += n
-		}
-		inv := 1 / (float32(s) + eps)
-		for i := range w {
-			w[i] = inv
-		}
-	case ppo.Seq:
-		invB := 1 / float32(len(w))
-		for i, n := range cnt {
-			w[i] = invB / (float32(n) + eps)
-		}
-	case ppo.SeqMeanTokenSum:
-		invB := 1 / float32(len(w))
-		for i := range w {
-			w[i] = invB
-		}
-	case ppo.SeqMeanTokenSumNorm:
-		inv := 1 / float32(agg.Horizon)
-		for i := range w {
-			w[i] = inv
-		}
-	}
-}
-
-// aggFinish32 is ppo's aggFinish: rows combined in order.
-func aggFinish32(sums, cnt []float64, agg ppo.Agg) float32 {
-	rows := len(sums)
-	eps := aggEps(agg)
-	switch agg.Mode {
-	case ppo.Token:
-		var s, n float64
-		for i := range sums {
-			s += sums[i]
-			n += cnt[i]
-		}
-		return float32(s) / (float32(n) + eps)
-	case ppo.Seq:
-		if rows == 0 {
-			return 0
-		}
-		var acc float64
-		for i := range sums {
-			acc += float64(float32(sums[i]) / (float32(cnt[i]) + eps))
-		}
-		return float32(acc / float64(rows))
-	case ppo.SeqMeanTokenSum:
-		if rows == 0 {
-			return 0
-		}
-		var acc float64
-		for _, s := range sums {
-			acc += s
-		}
-		return float32(acc / float64(rows))
-	case ppo.SeqMeanTokenSumNorm:
-		var acc float64
-		for _, s := range sums {
-			acc += s
-		}
-		return float32(acc) / float32(agg.Horizon)
-	}
-	return 0
 }
 
 // ppoScratch lays out the scratch of one PPO call: rowsums [2B] float64, stats [per*B] float64,
@@ -141,7 +63,7 @@ func (b *Backend) rowSums(op string, out, pv, pm cu.DevicePtr, rows, cols int) (
 // weights computes the aggregation weights and uploads them to p.
 func (b *Backend) weights(op string, p cu.DevicePtr, cnt []float64, agg ppo.Agg) error {
 	w := make([]float32, len(cnt))
-	aggWeights32(w, cnt, agg)
+	agg.Weights(w, cnt)
 	return b.upload(op, p, unsafe.Pointer(&w[0]), 4*len(w))
 }
 
@@ -159,7 +81,7 @@ func (b *Backend) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (fl
 	const op = "ppo.AverageLoss"
 	rows, cols := values.Dim(0), values.Dim(1)
 	if rows == 0 {
-		return aggFinish32(nil, nil, agg), nil
+		return agg.Finish(nil, nil), nil
 	}
 	var loss float32
 	err := b.do(op, func() error {
@@ -175,7 +97,7 @@ func (b *Backend) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (fl
 		if err != nil {
 			return err
 		}
-		loss = aggFinish32(sums, cnt, agg)
+		loss = agg.Finish(sums, cnt)
 		if dst == nil {
 			return nil
 		}
@@ -247,8 +169,8 @@ func (b *Backend) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.P
 		chiN += st[3]
 		cloN += st[4]
 	}
-	pg := aggFinish32(sums, cnt, cfg.Agg)
-	ent := aggFinish32(negLP, cnt, cfg.Agg)
+	pg := cfg.Agg.Finish(sums, cnt)
+	ent := cfg.Agg.Finish(negLP, cnt)
 	const eps = float32(ppo.DefaultEps)
 	mean := func(x float64) float64 { return float64(float32(x) / (float32(s) + eps)) }
 	res := ppo.PolicyResult{
@@ -312,7 +234,7 @@ func (b *Backend) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg ppo.Val
 		sc += stats[per*i+2]
 	}
 	const eps = float32(ppo.DefaultEps)
-	vf := float32(0.5) * aggFinish32(sums, cnt, cfg.Agg)
+	vf := float32(0.5) * cfg.Agg.Finish(sums, cnt)
 	return ppo.ValueResult{
 		VFLoss:     vf,
 		Loss:       vf * scale,
