@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mtrl-go/mtrl/examples/internal/atomicfile"
 )
 
 // NamedTensor is one float32 tensor of a safetensors file.
@@ -263,35 +265,10 @@ func complete(dir string) bool {
 	return true
 }
 
-// WriteFileAtomic replaces path by data: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func WriteFileAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(fileMode); err != nil { // CreateTemp makes it 0600
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+// WriteFileAtomic replaces path by data (mode fileMode) through atomicfile: temp file in the
+// same directory, fsync, rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte) error {
+	return atomicfile.WriteFile(path, data, fileMode)
 }
 
 func writeSync(path string, data []byte) error {
@@ -310,14 +287,4 @@ func writeSync(path string, data []byte) error {
 	return f.Close()
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err
-	}
-	return nil
-}
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
