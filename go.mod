@@ -3,6 +3,7 @@ module github.com/mtrl-go/mtrl
 go 1.26
 
 require (
+	github.com/nlpodyssey/safetensors v0.0.0-20250209183917-bfb01cc25f7c
 	github.com/parquet-go/parquet-go v0.25.1
 	github.com/stretchr/testify v1.10.0
 	golang.org/x/image v0.36.0
