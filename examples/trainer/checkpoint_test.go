@@ -129,7 +129,11 @@ func readSafetensorsSpec(t *testing.T, data []byte) (map[string][]float32, map[s
 		require.NotNil(t, e.Shape, "%s: shape must be a list ([] for a scalar)", k)
 		entries = append(entries, entry{name: k, dtype: e.DType, shape: e.Shape, lo: e.DataOffsets[0], hi: e.DataOffsets[1]})
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].lo < entries[j].lo })
+	// By start, then end: an empty tensor [k, k] precedes one that starts at k.
+	sort.Slice(entries, func(i, j int) bool {
+		a, b := entries[i], entries[j]
+		return a.lo < b.lo || (a.lo == b.lo && a.hi < b.hi)
+	})
 	body := data[8+n:]
 	vals, shapes, end := map[string][]float32{}, map[string][]int{}, 0
 	for _, e := range entries {
