@@ -249,7 +249,7 @@ func newTrainer(seed uint64) (*trainer, error) {
 	return &trainer{
 		pol:    pol,
 		cfg:    cfg,
-		solver: G.NewAdamSolver(G.WithLearnRate(0.05)),
+		solver: G.NewAdamSolver(G.WithLearnRate(0.03)),
 		rng:    rand.New(rand.NewPCG(seed, 1)),
 		seed:   seed,
 		blk:    perturb.Blackening{PatchSize: patch, Prob: 0.5},
@@ -440,7 +440,8 @@ func (tr *trainer) step() (stepStats, error) {
 			}
 		}
 		st.loss, st.pgLoss, st.gradNorm = mr.Loss, mr.PGLoss, math.Sqrt(sq)
-		if m, err := mr.LossTokenMask.Float32s(); err == nil {
+		st.keptFraction = 1 // no token filter: every token trains
+		if m, err := mr.LossTokenMask.Float32s(); err == nil { // nil without a filter
 			st.keptFraction = 0
 			for _, v := range m {
 				st.keptFraction += float64(v) / float64(len(m))

@@ -33,6 +33,7 @@ type Series struct {
 func PlotPNG(title, xlabel, ylabel string, ylo, yhi float64, series []Series) ([]byte, error) {
 	p := plot.New()
 	p.Title.Text = title
+	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
 	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick { return ticks(lo, hi) })
