@@ -440,7 +440,7 @@ func (tr *trainer) step() (stepStats, error) {
 			}
 		}
 		st.loss, st.pgLoss, st.gradNorm = mr.Loss, mr.PGLoss, math.Sqrt(sq)
-		st.keptFraction = 1 // no token filter: every token trains
+		st.keptFraction = 1                                    // no token filter: every token trains
 		if m, err := mr.LossTokenMask.Float32s(); err == nil { // nil without a filter
 			st.keptFraction = 0
 			for _, v := range m {
