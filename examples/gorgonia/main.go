@@ -440,8 +440,9 @@ func (tr *trainer) step() (stepStats, error) {
 			}
 		}
 		st.loss, st.pgLoss, st.gradNorm = mr.Loss, mr.PGLoss, math.Sqrt(sq)
-		st.keptFraction = 1                                    // no token filter: every token trains
-		if m, err := mr.LossTokenMask.Float32s(); err == nil { // nil without a filter
+		// The mask is nil when no token filter is on: then every token trains.
+		st.keptFraction = 1
+		if m, err := mr.LossTokenMask.Float32s(); err == nil {
 			st.keptFraction = 0
 			for _, v := range m {
 				st.keptFraction += float64(v) / float64(len(m))
