@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,10 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/nlpodyssey/safetensors"
+
+	"github.com/mtrl-go/mtrl/examples/internal/atomicfile"
 )
 
 // NamedTensor is one float32 tensor of a safetensors file.
@@ -22,109 +24,77 @@ type NamedTensor struct {
 	Data  []float32
 }
 
-type safetensorsEntry struct {
-	DType       string   `json:"dtype"`
-	Shape       []int    `json:"shape"`
-	DataOffsets [2]int64 `json:"data_offsets"`
+// f32View is a float32 tensor as github.com/nlpodyssey/safetensors serializes it: little-endian
+// bytes and a shape.
+type f32View struct {
+	shape []uint64
+	data  []byte
 }
 
-// EncodeSafetensors writes float32 tensors in the safetensors format: an 8-byte little-endian
-// header length, a JSON header {name: {dtype, shape, data_offsets}} (padded with spaces to a
-// multiple of 8 bytes), then the raw little-endian data in header order (sorted by name).
+func (v f32View) DType() safetensors.DType { return safetensors.F32 }
+func (v f32View) Shape() []uint64          { return v.shape }
+func (v f32View) Data() []byte             { return v.data }
+func (v f32View) DataLen() uint64          { return uint64(len(v.data)) }
+
+// EncodeSafetensors writes float32 tensors in the safetensors format with
+// github.com/nlpodyssey/safetensors (a port of Hugging Face's reference implementation): an
+// 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}} with
+// the optional "__metadata__" string map, padded with spaces to a multiple of 8 bytes, then the
+// little-endian data in name order. The bytes depend only on the tensors and the metadata.
 func EncodeSafetensors(ts []NamedTensor, metadata map[string]string) ([]byte, error) {
-	sorted := slices.Clone(ts)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	header := map[string]any{}
-	if len(metadata) > 0 {
-		header["__metadata__"] = metadata
-	}
-	var off int64
-	for i, t := range sorted {
+	views := make(map[string]f32View, len(ts))
+	for _, t := range ts {
 		if t.Name == "" || t.Name == "__metadata__" {
 			return nil, fmt.Errorf("safetensors: bad tensor name %q", t.Name)
 		}
-		if i > 0 && sorted[i-1].Name == t.Name {
+		if _, dup := views[t.Name]; dup {
 			return nil, fmt.Errorf("safetensors: duplicate tensor %q", t.Name)
 		}
 		n := 1
-		for _, d := range t.Shape {
+		shape := make([]uint64, len(t.Shape))
+		for i, d := range t.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("safetensors: tensor %q has shape %v", t.Name, t.Shape)
+			}
 			n *= d
+			shape[i] = uint64(d)
 		}
 		if n != len(t.Data) {
 			return nil, fmt.Errorf("safetensors: tensor %q has %d values for shape %v", t.Name, len(t.Data), t.Shape)
 		}
-		shape := t.Shape
-		if shape == nil {
-			shape = []int{}
+		data := make([]byte, 4*len(t.Data))
+		for i, x := range t.Data {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
 		}
-		header[t.Name] = safetensorsEntry{DType: "F32", Shape: shape, DataOffsets: [2]int64{off, off + 4*int64(n)}}
-		off += 4 * int64(n)
+		views[t.Name] = f32View{shape: shape, data: data}
 	}
-	h, err := json.Marshal(header) // map keys are sorted: deterministic bytes
-	if err != nil {
-		return nil, err
-	}
-	for len(h)%8 != 0 {
-		h = append(h, ' ')
-	}
-	var buf bytes.Buffer
-	buf.Grow(8 + len(h) + int(off))
-	var n8 [8]byte
-	binary.LittleEndian.PutUint64(n8[:], uint64(len(h)))
-	buf.Write(n8[:])
-	buf.Write(h)
-	var b4 [4]byte
-	for _, t := range sorted {
-		for _, x := range t.Data {
-			binary.LittleEndian.PutUint32(b4[:], math.Float32bits(x))
-			buf.Write(b4[:])
-		}
-	}
-	return buf.Bytes(), nil
+	return safetensors.Serialize(views, metadata)
 }
 
-// DecodeSafetensors reads a safetensors file of F32 tensors; name says which file in errors.
+// DecodeSafetensors reads a safetensors file of F32 tensors with
+// github.com/nlpodyssey/safetensors, which validates the header (size, JSON, dtypes, offsets
+// that tile the data exactly); name says which file in errors.
 func DecodeSafetensors(data []byte, name string) (map[string]NamedTensor, error) {
-	if len(data) < 8 {
-		return nil, fmt.Errorf("safetensors %s: %d bytes, too short for the header length", name, len(data))
+	st, err := safetensors.Deserialize(data)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", name, err)
 	}
-	hl := binary.LittleEndian.Uint64(data[:8])
-	if hl > uint64(len(data)-8) {
-		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the file (%d bytes)", name, hl, len(data))
-	}
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(data[8:8+hl], &header); err != nil {
-		return nil, fmt.Errorf("safetensors %s: header: %w", name, err)
-	}
-	body := data[8+hl:]
 	out := map[string]NamedTensor{}
-	for k, raw := range header {
-		if k == "__metadata__" {
-			continue
+	for _, nt := range st.Tensors() {
+		v := nt.TensorView
+		if v.DType() != safetensors.F32 {
+			return nil, fmt.Errorf("safetensors %s: tensor %q has dtype %s, want F32", name, nt.Name, v.DType())
 		}
-		var e safetensorsEntry
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", name, k, err)
+		shape := make([]int, len(v.Shape()))
+		for i, d := range v.Shape() {
+			shape[i] = int(d)
 		}
-		if e.DType != "F32" {
-			return nil, fmt.Errorf("safetensors %s: tensor %q has dtype %s, want F32", name, k, e.DType)
-		}
-		n := int64(1)
-		for _, d := range e.Shape {
-			if d < 0 {
-				return nil, fmt.Errorf("safetensors %s: tensor %q has shape %v", name, k, e.Shape)
-			}
-			n *= int64(d)
-		}
-		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
-		if lo < 0 || hi < lo || hi > int64(len(body)) || hi-lo != 4*n {
-			return nil, fmt.Errorf("safetensors %s: tensor %q: data_offsets %v do not hold shape %v in %d data bytes", name, k, e.DataOffsets, e.Shape, len(body))
-		}
-		vals := make([]float32, n)
+		raw := v.Data()
+		vals := make([]float32, len(raw)/4)
 		for i := range vals {
-			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[lo+4*int64(i):]))
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
-		out[k] = NamedTensor{Name: k, Shape: e.Shape, Data: vals}
+		out[nt.Name] = NamedTensor{Name: nt.Name, Shape: shape, Data: vals}
 	}
 	return out, nil
 }
@@ -263,35 +233,10 @@ func complete(dir string) bool {
 	return true
 }
 
-// WriteFileAtomic replaces path by data: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func WriteFileAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(fileMode); err != nil { // CreateTemp makes it 0600
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+// WriteFileAtomic replaces path by data (mode fileMode) through atomicfile: temp file in the
+// same directory, fsync, rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte) error {
+	return atomicfile.WriteFile(path, data, fileMode)
 }
 
 func writeSync(path string, data []byte) error {
@@ -310,14 +255,4 @@ func writeSync(path string, data []byte) error {
 	return f.Close()
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err
-	}
-	return nil
-}
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }

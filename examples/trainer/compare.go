@@ -5,7 +5,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -28,7 +27,8 @@ func Compare(w io.Writer, spec, out string) error {
 			return err
 		}
 		col := palette[i%len(palette)]
-		val, train := Series{Name: name + ": val/accuracy", Colour: col}, Series{Name: name + ": train reward/accuracy (10-step mean)", Colour: col, Dashed: true}
+		val := Series{Name: name + ": val/accuracy", Colour: col, Points: true}
+		train := Series{Name: name + ": train reward/accuracy (10-step mean)", Colour: col, Dashed: true, Smooth: 10}
 		var accs, prec, stepS []float64
 		for _, l := range lines {
 			if v := l.Metrics["val/accuracy"]; v != nil {
@@ -39,8 +39,7 @@ func Compare(w io.Writer, spec, out string) error {
 			}
 			if v := l.Metrics["reward/accuracy"]; v != nil {
 				accs = append(accs, *v)
-				k := max(0, len(accs)-10)
-				train.X, train.Y = append(train.X, float64(l.Step)), append(train.Y, mean(accs[k:]))
+				train.X, train.Y = append(train.X, float64(l.Step)), append(train.Y, *v)
 			}
 			if v := l.Metrics["perception/precision"]; v != nil {
 				prec = append(prec, *v)
@@ -67,9 +66,9 @@ func Compare(w io.Writer, spec, out string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	png, err := PlotPNG("accuracy over RL steps (same seeds and budget)", "RL step", 0, 1, series)
+	png, err := PlotPNG("accuracy over RL steps (same seeds and budget)", "RL step", "accuracy", 0, 1, series)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(out, png, fileMode)
+	return WriteFileAtomic(out, png)
 }

@@ -150,24 +150,16 @@ func writePlot(dir string, lines []MetricsLine) error {
 		}
 		return s
 	}
-	reward, acc, val := smooth(get("reward/overall"), 10), smooth(get("reward/accuracy"), 10), get("val/accuracy")
-	reward.Name, reward.Colour = "train reward/overall (10-step mean)", color.RGBA{31, 119, 180, 255}
-	acc.Name, acc.Colour = "train reward/accuracy (10-step mean)", color.RGBA{255, 127, 14, 255}
-	val.Name, val.Colour = "val/accuracy (greedy, held-out prompts)", color.RGBA{44, 160, 44, 255}
-	png, err := PlotPNG("VPPO on the generated VQA task: "+filepath.Base(dir), "RL step", 0, 1, []Series{reward, acc, val})
+	// Per-step training metrics: raw faint, 10-step trailing mean on top; validation as points.
+	reward, acc, val := get("reward/overall"), get("reward/accuracy"), get("val/accuracy")
+	reward.Name, reward.Colour, reward.Smooth = "train reward/overall (10-step mean)", color.RGBA{31, 119, 180, 255}, 10
+	acc.Name, acc.Colour, acc.Smooth = "train reward/accuracy (10-step mean)", color.RGBA{255, 127, 14, 255}, 10
+	val.Name, val.Colour, val.Points = "val/accuracy (greedy, held-out prompts)", color.RGBA{44, 160, 44, 255}, true
+	png, err := PlotPNG("VPPO on the generated VQA task: "+filepath.Base(dir), "RL step", "reward / accuracy", 0, 1, []Series{reward, acc, val})
 	if err != nil {
 		return err
 	}
 	return WriteFileAtomic(filepath.Join(dir, "curves.png"), png)
-}
-
-// smooth replaces each value by the mean of the last k values up to it (trailing window).
-func smooth(s Series, k int) Series {
-	out := Series{X: s.X, Y: make([]float64, len(s.Y))}
-	for i := range s.Y {
-		out.Y[i] = mean(s.Y[max(0, i-k+1) : i+1])
-	}
-	return out
 }
 
 func printSummary(w io.Writer, s Summary) {

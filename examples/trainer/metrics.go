@@ -11,7 +11,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
 )
 
 // Metrics is one line of metrics.jsonl: the step and the reference's metric names as keys.
@@ -162,21 +166,26 @@ func (l *MetricsLog) Log(step int, m Metrics) error {
 // Close closes the file.
 func (l *MetricsLog) Close() error { return l.f.Close() }
 
-// Progress is a one-line console progress bar on a terminal-like writer (stderr).
+// Progress reports how far a loop is. On a terminal it is a github.com/vbauerster/mpb bar that
+// redraws in place with the count, rate, elapsed time, ETA and a status text; on other writers
+// (a log file, a pipe) it prints a plain line at every tenth of the way, since a redrawn bar
+// would fill a log with carriage returns and escape codes.
 type Progress struct {
-	w          io.Writer
-	label      string
-	total      int
-	start      time.Time
-	lastRender time.Time
-	enabled    bool
-	open       bool // a line was drawn and not ended
-	tty        bool
-	lastTenth  int
+	w         io.Writer
+	label     string
+	total     int
+	start     time.Time
+	enabled   bool
+	lastTenth int
+
+	// terminal mode
+	p      *mpb.Progress
+	bar    *mpb.Bar
+	status atomic.Pointer[string] // read by mpb's render goroutine
+	last   time.Time
 }
 
-// NewProgress starts a bar of total units. On a terminal the bar redraws in place; on other
-// writers (a log file, a pipe) it prints a plain line at every tenth of the way.
+// NewProgress starts a progress report of total units on w (a bar when w is a terminal).
 func NewProgress(w io.Writer, label string, total int, enabled bool) *Progress {
 	tty := false
 	if f, ok := w.(*os.File); ok {
@@ -184,46 +193,57 @@ func NewProgress(w io.Writer, label string, total int, enabled bool) *Progress {
 			tty = true
 		}
 	}
-	return &Progress{w: w, label: label, total: total, start: time.Now(), enabled: enabled, tty: tty}
+	return newProgress(w, label, total, enabled, tty)
 }
 
-// Update redraws the bar at done units with a short status text (at most ~10 times a second,
-// and always at the end).
+func newProgress(w io.Writer, label string, total int, enabled, tty bool) *Progress {
+	now := time.Now()
+	pr := &Progress{w: w, label: label, total: total, start: now, last: now, enabled: enabled}
+	pr.status.Store(new(string))
+	if !enabled || total <= 0 || !tty {
+		return pr
+	}
+	// WithAutoRefresh: mpb refreshes by itself only on a terminal it detects; the tests draw
+	// the bar into a buffer.
+	pr.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(96), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithAutoRefresh())
+	pr.bar = pr.p.AddBar(int64(total),
+		mpb.PrependDecorators(decor.Name(label+" "), decor.CountersNoUnit("%d/%d")),
+		mpb.AppendDecorators(
+			decor.EwmaSpeed(0, "%.3g/s", 30, decor.WCSyncSpaceR), // age 30: ewma.SimpleEWMA, no warm-up
+			decor.Elapsed(decor.ET_STYLE_GO, decor.WCSyncSpace),
+			decor.Name(" ETA "), decor.EwmaETA(decor.ET_STYLE_GO, 30),
+			decor.Any(func(decor.Statistics) string { return " " + *pr.status.Load() }),
+		))
+	return pr
+}
+
+// Update reports done units with a short status text.
 func (p *Progress) Update(done int, status string) {
 	if !p.enabled || p.total <= 0 {
 		return
 	}
 	now := time.Now()
-	if !p.tty {
-		if tenth := done * 10 / p.total; tenth > p.lastTenth || done == p.total {
-			p.lastTenth = tenth
-			fmt.Fprintf(p.w, "%s %d/%d [%s] %s\n", p.label, done, p.total, now.Sub(p.start).Round(time.Second), status)
-		}
+	if p.bar != nil {
+		p.status.Store(&status)
+		p.bar.EwmaSetCurrent(int64(done), now.Sub(p.last))
+		p.last = now
 		return
 	}
-	if done < p.total && now.Sub(p.lastRender) < 100*time.Millisecond {
-		return
-	}
-	p.lastRender = now
-	const width = 24
-	filled := min(width, done*width/p.total)
-	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
-	el := now.Sub(p.start)
-	eta := "?"
-	if done > 0 {
-		eta = (time.Duration(float64(el) / float64(done) * float64(p.total-done))).Round(time.Second).String()
-	}
-	fmt.Fprintf(p.w, "\r\033[K%s %s %d/%d [%s<%s] %s", p.label, bar, done, p.total, el.Round(time.Second), eta, status)
-	p.open = done < p.total
-	if !p.open {
-		fmt.Fprintln(p.w)
+	if tenth := done * 10 / p.total; tenth > p.lastTenth || done == p.total {
+		p.lastTenth = tenth
+		fmt.Fprintf(p.w, "%s %d/%d [%s] %s\n", p.label, done, p.total, now.Sub(p.start).Round(time.Second), status)
 	}
 }
 
-// Done ends the bar's line when it was not already ended.
+// Done ends the report: a bar left incomplete (an interrupted loop) is aborted where it stands
+// and its line kept; Done waits until mpb has drawn the last frame. It may be called again.
 func (p *Progress) Done() {
-	if p.open {
-		fmt.Fprintln(p.w)
-		p.open = false
+	if p.p == nil {
+		return
 	}
+	if !p.bar.Completed() {
+		p.bar.Abort(false)
+	}
+	p.p.Wait()
+	p.p, p.bar = nil, nil
 }

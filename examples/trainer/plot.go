@@ -2,160 +2,196 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
 	"math"
+	"strconv"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Series is one line of a plot.
+// Series is one curve of a plot.
 type Series struct {
 	Name   string
 	Colour color.RGBA
 	X, Y   []float64
 	Dashed bool
+	// Smooth > 1 draws the raw values as a faint thin line and, on top, their trailing mean over
+	// Smooth points: per-step RL metrics are noisy, and the mean alone would hide how noisy.
+	Smooth int
+	// Points marks every value (for sparse series such as validation every few steps).
+	Points bool
 }
 
-// PlotPNG draws line series over a shared x axis with a fixed y range [ylo, yhi], a grid, tick
-// labels, axis titles and a legend, and returns the PNG bytes. It draws with image/draw and the
-// 7x13 bitmap font of golang.org/x/image, no plotting library.
-func PlotPNG(title, xlabel string, ylo, yhi float64, series []Series) ([]byte, error) {
-	const W, H = 800, 480
-	const left, right, top, bottom = 60, 20, 36, 48
-	img := image.NewRGBA(image.Rect(0, 0, W, H))
-	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
+// PlotPNG draws series over a shared x axis with the y axis fixed to [ylo, yhi] (so plots of
+// different runs compare at a glance), with gonum/plot's axes, ticks, grid and axis labels, and
+// a legend in a strip below the plot, where it never hides a curve; it returns the PNG bytes
+// (768 pixels wide, 96 dpi). Non-finite values break a line.
+func PlotPNG(title, xlabel, ylabel string, ylo, yhi float64, series []Series) ([]byte, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.Padding = vg.Points(6)
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
+	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick { return ticks(lo, hi) })
+	p.Add(plotter.NewGrid())
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	leg.Padding = vg.Points(2)
 
-	xmin, xmax := math.Inf(1), math.Inf(-1)
+	var top []plot.Plotter // the main lines, added after every faint one so they stay on top
 	for _, s := range series {
-		for _, x := range s.X {
-			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
-		}
-	}
-	if math.IsInf(xmin, 0) {
-		xmin, xmax = 0, 1
-	}
-	if xmax <= xmin {
-		xmax = xmin + 1
-	}
-	pw, ph := float64(W-left-right), float64(H-top-bottom)
-	px := func(x float64) int { return left + int(math.Round((x-xmin)/(xmax-xmin)*pw)) }
-	py := func(y float64) int {
-		y = math.Max(ylo, math.Min(yhi, y))
-		return top + int(math.Round((yhi-y)/(yhi-ylo)*ph))
-	}
-	grey, black := color.RGBA{220, 220, 220, 255}, color.RGBA{0, 0, 0, 255}
-
-	// Grid and y ticks: 5 divisions.
-	for i := 0; i <= 5; i++ {
-		y := ylo + (yhi-ylo)*float64(i)/5
-		line(img, left, py(y), W-right, py(y), grey, false)
-		label := fmt.Sprintf("%.2f", y)
-		text(img, left-6-7*len(label), py(y)+4, label, black)
-	}
-	// x ticks: about 8, at round numbers.
-	step := niceStep((xmax - xmin) / 8)
-	for x := math.Ceil(xmin/step) * step; x <= xmax+1e-9; x += step {
-		line(img, px(x), top, px(x), H-bottom, grey, false)
-		label := fmt.Sprintf("%g", x)
-		text(img, px(x)-7*len(label)/2, H-bottom+16, label, black)
-	}
-	line(img, left, H-bottom, W-right, H-bottom, black, false)
-	line(img, left, top, left, H-bottom, black, false)
-	text(img, left+int(pw)/2-7*len(xlabel)/2, H-12, xlabel, black)
-	text(img, W/2-7*len(title)/2, 22, title, black)
-
-	for _, s := range series {
-		for i := 1; i < len(s.X) && i < len(s.Y); i++ {
-			if math.IsNaN(s.Y[i-1]) || math.IsNaN(s.Y[i]) {
-				continue
+		n := min(len(s.X), len(s.Y))
+		x, y := s.X[:n], s.Y[:n]
+		var thumbs []plot.Thumbnailer
+		if s.Smooth > 1 {
+			faint := color.NRGBA{R: s.Colour.R, G: s.Colour.G, B: s.Colour.B, A: 70}
+			raw, err := lines(x, y, faint, 0.75, false)
+			if err != nil {
+				return nil, err
 			}
-			thick(img, px(s.X[i-1]), py(s.Y[i-1]), px(s.X[i]), py(s.Y[i]), s.Colour, s.Dashed)
+			for _, l := range raw {
+				p.Add(l)
+			}
+			y = trailingMean(y, s.Smooth)
 		}
-		if len(s.X) == 1 && len(s.Y) == 1 && !math.IsNaN(s.Y[0]) {
-			thick(img, px(s.X[0])-2, py(s.Y[0]), px(s.X[0])+2, py(s.Y[0]), s.Colour, false)
+		ls, err := lines(x, y, s.Colour, 2, s.Dashed)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			top = append(top, l)
+		}
+		if len(ls) > 0 {
+			thumbs = append(thumbs, ls[0])
+		}
+		if s.Points || n == 1 {
+			sc, err := scatter(x, y, s.Colour)
+			if err != nil {
+				return nil, err
+			}
+			if sc != nil {
+				top = append(top, sc)
+				thumbs = append(thumbs, sc)
+			}
+		}
+		if len(thumbs) > 0 {
+			leg.Add(s.Name, thumbs...)
 		}
 	}
-	// Legend, top left inside the plot.
-	ly := top + 14
-	for _, s := range series {
-		thick(img, left+10, ly-4, left+34, ly-4, s.Colour, s.Dashed)
-		text(img, left+40, ly, s.Name, black)
-		ly += 16
+	p.Add(top...)
+	p.Y.Min, p.Y.Max = ylo, yhi
+	if p.X.Min >= p.X.Max { // no data, or a single step
+		p.X.Min, p.X.Max = p.X.Min-0.5, p.X.Min+0.5
 	}
+	lr := leg.Rectangle(draw.Canvas{})
+	strip := lr.Max.Y - lr.Min.Y
+	if strip > 0 {
+		strip += vg.Points(10)
+	}
+	const width, plotHeight = 8 * vg.Inch, 4.8 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(width, plotHeight+strip), vgimg.UseDPI(96))
+	dc := draw.New(img)
+	area, legArea := dc, dc
+	area.Min.Y += strip
+	legArea.Max.Y = legArea.Min.Y + strip
+	legArea.Min.X += vg.Points(48) // under the data area, past the y axis
+	legArea.Max.Y -= vg.Points(4)
+	p.Draw(area)
+	leg.Draw(legArea)
 	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func niceStep(raw float64) float64 {
-	if raw <= 0 || math.IsNaN(raw) {
-		return 1
+// lines returns one plotter.Line per run of finite points (NaN or ±Inf break the line, as a
+// skipped metric should).
+func lines(x, y []float64, c color.Color, width float64, dashed bool) ([]*plotter.Line, error) {
+	var out []*plotter.Line
+	var run plotter.XYs
+	flush := func() error {
+		if len(run) >= 2 {
+			l, err := plotter.NewLine(run)
+			if err != nil {
+				return err
+			}
+			l.Color, l.Width = c, vg.Points(width)
+			if dashed {
+				l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+			}
+			out = append(out, l)
+		}
+		run = nil
+		return nil
 	}
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= raw {
-			return m * p
+	for i := range x {
+		if finite(x[i]) && finite(y[i]) {
+			run = append(run, plotter.XY{X: x[i], Y: y[i]})
+			continue
+		}
+		if err := flush(); err != nil {
+			return nil, err
 		}
 	}
-	return 10 * p
+	return out, flush()
 }
 
-func text(img *image.RGBA, x, y int, s string, c color.Color) {
-	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
-}
-
-// line draws a 1-px line (Bresenham), dashed when asked.
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, dashed bool) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
-	e := dx + dy
-	for n := 0; ; n++ {
-		if !dashed || (n/6)%2 == 0 {
-			img.SetRGBA(x0, y0, c)
-		}
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		e2 := 2 * e
-		if e2 >= dy {
-			e += dy
-			x0 += sx
-		}
-		if e2 <= dx {
-			e += dx
-			y0 += sy
+func scatter(x, y []float64, c color.Color) (*plotter.Scatter, error) {
+	var pts plotter.XYs
+	for i := range x {
+		if finite(x[i]) && finite(y[i]) {
+			pts = append(pts, plotter.XY{X: x[i], Y: y[i]})
 		}
 	}
+	if len(pts) == 0 {
+		return nil, nil
+	}
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, err
+	}
+	sc.Color, sc.Radius, sc.Shape = c, vg.Points(2.5), draw.CircleGlyph{}
+	return sc, nil
 }
 
-func thick(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, dashed bool) {
-	for _, o := range [][2]int{{0, 0}, {0, 1}, {1, 0}} {
-		line(img, x0+o[0], y0+o[1], x1+o[0], y1+o[1], c, dashed)
+// ticks labels the fixed y range at fifths, with unlabelled minor ticks at tenths (gonum's
+// default picks as few as three labels for [0, 1]).
+func ticks(lo, hi float64) []plot.Tick {
+	var out []plot.Tick
+	for i := 0; i <= 10; i++ {
+		v := lo + (hi-lo)*float64(i)/10
+		t := plot.Tick{Value: v}
+		if i%2 == 0 {
+			t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+		}
+		out = append(out, t)
 	}
+	return out
 }
 
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-func sign(x int) int {
-	switch {
-	case x > 0:
-		return 1
-	case x < 0:
-		return -1
+// trailingMean replaces each value by the mean of the finite values among the last k up to it.
+func trailingMean(y []float64, k int) []float64 {
+	out := make([]float64, len(y))
+	for i := range y {
+		var sum float64
+		var n int
+		for _, v := range y[max(0, i-k+1) : i+1] {
+			if finite(v) {
+				sum += v
+				n++
+			}
+		}
+		out[i] = math.NaN()
+		if n > 0 {
+			out[i] = sum / float64(n)
+		}
 	}
-	return 0
+	return out
 }

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mtrl-go/mtrl/examples/internal/atomicfile"
 )
 
 // lineLoc names line (1-based) of a JSONL file, or the file when line is 0.
@@ -58,32 +60,9 @@ func encodePNG(img image.Image) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// writeAtomic writes data to path through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
-}
+// writeAtomic writes data to path durably (fsync of the file and its directory) through
+// atomicfile, so an interrupted generator never leaves a truncated image or data file.
+func writeAtomic(path string, data []byte) error { return atomicfile.WriteFile(path, data, 0o644) }
 
 func checkName(op, name string) error {
 	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
