@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
@@ -131,13 +130,5 @@ func writeAttentionDiagnostics(runDir string, step, count int, rows []mdiStats, 
 		fmt.Fprintf(&b, "| %d | %.3f | %.3f |\n", i, s.MDI, s.Balance)
 	}
 	b.WriteString("\n")
-	f, err := os.OpenFile(filepath.Join(runDir, "attention_diagnostics.md"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b.Bytes()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return appendFile(filepath.Join(runDir, "attention_diagnostics.md"), b.Bytes())
 }

@@ -132,16 +132,7 @@ func OpenMetricsLog(path string, keepUpTo int) (*MetricsLog, error) {
 		return nil, err
 	}
 	if orphaned.Len() > 0 {
-		op := strings.TrimSuffix(path, ".jsonl") + ".orphaned.jsonl"
-		f, err := os.OpenFile(op, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
-		if err != nil {
-			return nil, err
-		}
-		_, err = f.Write(orphaned.Bytes())
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := appendFile(strings.TrimSuffix(path, ".jsonl")+".orphaned.jsonl", orphaned.Bytes()); err != nil {
 			return nil, err
 		}
 		if err := WriteFileAtomic(path, kept.Bytes()); err != nil {
@@ -153,6 +144,19 @@ func OpenMetricsLog(path string, keepUpTo int) (*MetricsLog, error) {
 		return nil, err
 	}
 	return &MetricsLog{f: f}, nil
+}
+
+// appendFile appends data to the file at path (created with fileMode if missing).
+func appendFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Log appends one line.

@@ -57,15 +57,7 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 		}
 		fmt.Fprintf(&b, "- perception score per token: %s\n\n", strings.Join(sc, " "))
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fileMode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b.Bytes()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return appendFile(path, b.Bytes())
 }
 
 var stepHeader = regexp.MustCompile(`(?m)^## step (\d+)$`)
