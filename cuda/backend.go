@@ -504,3 +504,36 @@ func (b *Backend) grid1D(n int) int {
 
 // blockSize is MTRL_BLOCK of the kernels.
 const blockSize = 256
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// elementwise launches a grid-stride kernel over n elements (nothing for n == 0).
+func (b *Backend) elementwise(op, name string, n int, args ...arg) error {
+	if n == 0 {
+		return nil
+	}
+	return b.launch(op, name, b.grid1D(n), 1, blockSize, 0, args...)
+}
+
+// download copies n bytes at device address p into host memory at dst, after the queued work.
+func (b *Backend) download(op string, dst unsafe.Pointer, p cu.DevicePtr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if err := cu.MemcpyDtoH(dst, p, int64(n)); err != nil {
+		return devErr(op, "cuMemcpyDtoH", "", err)
+	}
+	return nil
+}
+
+// upload copies n bytes of host memory at src to device address p, ordered after the queued
+// work (the stream is blocking, so later kernels see the data).
+func (b *Backend) upload(op string, p cu.DevicePtr, src unsafe.Pointer, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if err := cu.MemcpyHtoD(p, src, int64(n)); err != nil {
+		return devErr(op, "cuMemcpyHtoD", "", err)
+	}
+	return nil
+}

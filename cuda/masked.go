@@ -11,31 +11,52 @@ import (
 	"gorgonia.org/cu"
 )
 
-var _ tensor.MaskedStatsKernel = (*Backend)(nil)
+// The masked statistics: tensor.MaskedSum, MaskedMeanRows, MaskedVar, MaskedWhiten (kernels/masked.cu).
+var (
+	_ tensor.MaskedReduceKernel = (*Backend)(nil)
+	_ tensor.MaskedStatsKernel  = (*Backend)(nil)
+)
 
-// ---- Host round trips inside closures (on the backend's thread) ----
+// maskedPartials is the number of first-pass blocks of MaskedSum for n elements: it depends
+// only on n, so the summation order (and the result) is the same on every run.
+func maskedPartials(n int) int { return max(1, min(ceilDiv(n, blockSize*16), 1024)) }
 
-// download copies n bytes at device address p into host memory at dst, after the queued work.
-func (b *Backend) download(op string, dst unsafe.Pointer, p cu.DevicePtr, n int) error {
+// MaskedSum is the device kernel of tensor.MaskedSum: float64 accumulation, two fixed-order
+// passes, positions with mask 0 skipped.
+func (b *Backend) MaskedSum(values, mask *tensor.Tensor) (sum, count float64, err error) {
+	const op = "tensor.MaskedSum"
+	n := values.Len()
 	if n == 0 {
+		return 0, 0, nil
+	}
+	err = b.do(op, func() error {
+		p, err := b.ptrs(op, []string{"values", "mask"}, values, mask)
+		if err != nil {
+			return err
+		}
+		g := maskedPartials(n)
+		chunk := ceilDiv(n, g)
+		g = ceilDiv(n, chunk)
+		part, err := b.scratchPtr(op, int64(g)*16)
+		if err != nil {
+			return err
+		}
+		if err := b.launch(op, "masked_sum_partial_fwd_f32", g, 1, blockSize, 0,
+			ptrArg(part), ptrArg(p[0]), ptrArg(p[1]), intArg(n), intArg(chunk)); err != nil {
+			return err
+		}
+		const k2 = "masked_sum_final_fwd_f32"
+		if err := b.launch(op, k2, 1, 1, blockSize, 0, ptrArg(b.aux+auxResult), ptrArg(part), intArg(g)); err != nil {
+			return err
+		}
+		var out [2]float64
+		if err := cu.MemcpyDtoH(unsafe.Pointer(&out[0]), b.aux+auxResult, 16); err != nil {
+			return devErr(op, "cuMemcpyDtoH", k2, err)
+		}
+		sum, count = out[0], out[1]
 		return nil
-	}
-	if err := cu.MemcpyDtoH(dst, p, int64(n)); err != nil {
-		return devErr(op, "cuMemcpyDtoH", "", err)
-	}
-	return nil
-}
-
-// upload copies n bytes of host memory at src to device address p, ordered after the queued
-// work (the stream is blocking, so later kernels see the data).
-func (b *Backend) upload(op string, p cu.DevicePtr, src unsafe.Pointer, n int) error {
-	if n == 0 {
-		return nil
-	}
-	if err := cu.MemcpyHtoD(p, src, int64(n)); err != nil {
-		return devErr(op, "cuMemcpyHtoD", "", err)
-	}
-	return nil
+	})
+	return sum, count, err
 }
 
 // maskedTotal runs the two fixed-order passes of MaskedSum (kernel k1 with extra arguments,
