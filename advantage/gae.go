@@ -57,7 +57,7 @@ func GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64)
 	if rewards.Len() == 0 {
 		return nil
 	}
-	if k, ok := rewards.Backend().(GAEKernel); ok {
+	if k, ok := tensor.KernelOf[GAEKernel](rewards.Backend()); ok {
 		return k.GAE(adv, returns, rewards, values, mask, gamma, lam)
 	}
 	return tensor.OnHost(2, []*tensor.Tensor{adv, returns, rewards, values, mask}, func(h []*tensor.Tensor) error {

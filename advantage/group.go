@@ -80,7 +80,7 @@ func groupAdvantage(op string, adv, returns, rewards, mask, index *tensor.Tensor
 	if rewards.Dim(0) == 0 {
 		return nil
 	}
-	if k, ok := rewards.Backend().(GroupKernel); ok {
+	if k, ok := tensor.KernelOf[GroupKernel](rewards.Backend()); ok {
 		return k.GroupAdvantage(adv, returns, rewards, mask, index, est, opts)
 	}
 	return tensor.OnHost(2, []*tensor.Tensor{adv, returns, rewards, mask, index}, func(h []*tensor.Tensor) error {

@@ -33,7 +33,7 @@ func ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64
 	if rewards.Len() == 0 {
 		return nil
 	}
-	if k, ok := rewards.Backend().(ReinforcePlusPlusKernel); ok {
+	if k, ok := tensor.KernelOf[ReinforcePlusPlusKernel](rewards.Backend()); ok {
 		return k.ReinforcePlusPlus(adv, returns, rewards, mask, gamma)
 	}
 	return tensor.OnHost(2, []*tensor.Tensor{adv, returns, rewards, mask}, func(h []*tensor.Tensor) error {

@@ -34,7 +34,7 @@ func ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
 	if rewards.Len() == 0 {
 		return nil
 	}
-	if k, ok := rewards.Backend().(ReMaxKernel); ok {
+	if k, ok := tensor.KernelOf[ReMaxKernel](rewards.Backend()); ok {
 		return k.ReMax(adv, returns, rewards, mask, baselines)
 	}
 	return tensor.OnHost(2, []*tensor.Tensor{adv, returns, rewards, mask, baselines}, func(h []*tensor.Tensor) error {

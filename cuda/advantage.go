@@ -11,15 +11,15 @@ import (
 )
 
 var (
-	_ advantage.GAEKernel               = (*Backend)(nil)
-	_ advantage.GroupKernel             = (*Backend)(nil)
-	_ advantage.ReinforcePlusPlusKernel = (*Backend)(nil)
-	_ advantage.ReMaxKernel             = (*Backend)(nil)
+	_ advantage.GAEKernel               = deviceKernels{}
+	_ advantage.GroupKernel             = deviceKernels{}
+	_ advantage.ReinforcePlusPlusKernel = deviceKernels{}
+	_ advantage.ReMaxKernel             = deviceKernels{}
 )
 
 // GAE is the device kernel of advantage.GAE: the reverse recurrence one thread per row, then the
 // batch-wide masked whitening of masked.cu in place.
-func (b *Backend) GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
+func (b deviceKernels) GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
 	const op = "advantage.GAE"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
@@ -37,7 +37,7 @@ func (b *Backend) GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma,
 }
 
 // ReinforcePlusPlus is the device kernel of advantage.ReinforcePlusPlus.
-func (b *Backend) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
+func (b deviceKernels) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
 	const op = "advantage.ReinforcePlusPlus"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
@@ -54,7 +54,7 @@ func (b *Backend) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, 
 }
 
 // ReMax is the device kernel of advantage.ReMax.
-func (b *Backend) ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
+func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
 	const op = "advantage.ReMax"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
@@ -88,7 +88,7 @@ func (b *Backend) ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) e
 // float64 block sums on the device; the group statistics (a few numbers per row) are computed on
 // the host from the downloaded scores and ids, exactly as the pure-Go kernel does, and the per-row
 // advantages are broadcast back under the mask on the device.
-func (b *Backend) GroupAdvantage(adv, returns, rewards, mask, index *tensor.Tensor, est advantage.Estimator, opts advantage.GRPOOptions) error {
+func (b deviceKernels) GroupAdvantage(adv, returns, rewards, mask, index *tensor.Tensor, est advantage.Estimator, opts advantage.GRPOOptions) error {
 	name := groupOp(est)
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(name, func() error {

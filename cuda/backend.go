@@ -143,6 +143,16 @@ func (b *Backend) do(op string, fn func() error) error {
 	return <-errc
 }
 
+// deviceKernels carries the backend's fused kernels, which implement the op families' kernel
+// interfaces (tensor.LogProbEntropyKernel, ppo.PolicyLossKernel, …). They sit on this unexported
+// type, reached through Kernels, so that *Backend's own methods hold nothing unvalidated named
+// like the entry points.
+type deviceKernels struct{ *Backend }
+
+// Kernels returns the backend's fused kernels, which the validated entry points of mtrl's
+// packages find through tensor.KernelOf. Calling them directly skips that validation.
+func (b *Backend) Kernels() any { return deviceKernels{b} }
+
 // Name returns "cuda:N".
 func (b *Backend) Name() string { return b.name }
 

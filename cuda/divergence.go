@@ -9,15 +9,15 @@ import (
 
 // The divergence family: package divergence (kernels/divergence.cu).
 var (
-	_ divergence.PenaltyKernel         = (*Backend)(nil)
-	_ divergence.PenaltyGradKernel     = (*Backend)(nil)
-	_ divergence.PerceptionScoreKernel = (*Backend)(nil)
-	_ divergence.RewardsKernel         = (*Backend)(nil)
+	_ divergence.PenaltyKernel         = deviceKernels{}
+	_ divergence.PenaltyGradKernel     = deviceKernels{}
+	_ divergence.PerceptionScoreKernel = deviceKernels{}
+	_ divergence.RewardsKernel         = deviceKernels{}
 )
 
 // Penalty is the device kernel of divergence.Penalty (every kind; Full reduces one row per
 // block in float64).
-func (b *Backend) Penalty(dst, logp, ref *tensor.Tensor, kind divergence.Kind) error {
+func (b deviceKernels) Penalty(dst, logp, ref *tensor.Tensor, kind divergence.Kind) error {
 	const op = "divergence.Penalty"
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"dst", "logp", "ref"}, dst, logp, ref)
@@ -37,7 +37,7 @@ func (b *Backend) Penalty(dst, logp, ref *tensor.Tensor, kind divergence.Kind) e
 }
 
 // PenaltyGrad is the device kernel of divergence.PenaltyGrad (every kind).
-func (b *Backend) PenaltyGrad(dst, logp, ref *tensor.Tensor, kind divergence.Kind) error {
+func (b deviceKernels) PenaltyGrad(dst, logp, ref *tensor.Tensor, kind divergence.Kind) error {
 	const op = "divergence.PenaltyGrad"
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"dst", "logp", "ref"}, dst, logp, ref)
@@ -49,7 +49,7 @@ func (b *Backend) PenaltyGrad(dst, logp, ref *tensor.Tensor, kind divergence.Kin
 }
 
 // PerceptionScore is the device kernel of divergence.PerceptionScore.
-func (b *Backend) PerceptionScore(dst, old, aug *tensor.Tensor) error {
+func (b deviceKernels) PerceptionScore(dst, old, aug *tensor.Tensor) error {
 	const op = "divergence.PerceptionScore"
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"dst", "old", "aug"}, dst, old, aug)
@@ -61,7 +61,7 @@ func (b *Backend) PerceptionScore(dst, old, aug *tensor.Tensor) error {
 }
 
 // Rewards is the device kernel of divergence.Rewards.
-func (b *Backend) Rewards(dst, scores, logp, ref *tensor.Tensor, klRatio float32) error {
+func (b deviceKernels) Rewards(dst, scores, logp, ref *tensor.Tensor, klRatio float32) error {
 	const op = "divergence.Rewards"
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"dst", "scores", "logp", "ref"}, dst, scores, logp, ref)

@@ -23,9 +23,10 @@
 // A VPPO step runs the policy forward, then tensor.LogProbEntropy on logits [B, T, V], the
 // perception score and top-p masks on [B, T], advantages, and the PPO loss with its gradient.
 // With the tensors on a *cuda.Backend (tensor.To(backend, t)), each validated entry point finds
-// the backend's kernel by type assertion and runs it on the device; ops without a kernel here
-// stage their tensors through host memory (tensor.OnHost) and run the pure-Go kernel, so
-// everything works, only slower.
+// the backend's kernel with tensor.KernelOf and runs it on the device. The kernels sit behind
+// Backend.Kernels, not on Backend itself, so its method set holds no unvalidated ops. Ops
+// without a kernel here stage their tensors through host memory (tensor.OnHost) and run the
+// pure-Go kernel, so everything works, only slower.
 //
 // Kernels implemented (cuda/kernels/*.cu, committed PTX for compute_80, loaded with go:embed):
 //

@@ -11,7 +11,7 @@ import (
 )
 
 // The fused log-prob + entropy family: tensor.LogProbEntropy and its backward (kernels/logprob.cu).
-var _ tensor.LogProbEntropyKernel = (*Backend)(nil)
+var _ tensor.LogProbEntropyKernel = deviceKernels{}
 
 func dtypeSuffix(d tensor.DType) string {
 	if d == tensor.BFloat16 {
@@ -36,7 +36,7 @@ func (b *Backend) targetError(op string, targets *tensor.Tensor, row int64, v in
 // LogProbEntropy is the device kernel of tensor.LogProbEntropy (see the package doc): one read
 // of the logits, split across blocks along V when there are fewer rows than the device has
 // room for. A target outside [0, V) is an ErrParam error (its logp is NaN).
-func (b *Backend) LogProbEntropy(logp, entropy, logits, targets *tensor.Tensor, temperature float32) error {
+func (b deviceKernels) LogProbEntropy(logp, entropy, logits, targets *tensor.Tensor, temperature float32) error {
 	const op = "tensor.LogProbEntropy"
 	v := logits.Dim(-1)
 	rows := logits.Len() / v
@@ -84,7 +84,7 @@ func (b *Backend) LogProbEntropy(logp, entropy, logits, targets *tensor.Tensor, 
 
 // LogProbEntropyBackward is the device kernel of tensor.LogProbEntropyBackward: one read of
 // the logits and one write of dlogits (float32 or bfloat16, either logits dtype).
-func (b *Backend) LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy *tensor.Tensor, temperature float32) error {
+func (b deviceKernels) LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy *tensor.Tensor, temperature float32) error {
 	const op = "tensor.LogProbEntropyBackward"
 	v := logits.Dim(-1)
 	rows := logits.Len() / v

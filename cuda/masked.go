@@ -13,8 +13,8 @@ import (
 
 // The masked statistics: tensor.MaskedSum, MaskedMeanRows, MaskedVar, MaskedWhiten (kernels/masked.cu).
 var (
-	_ tensor.MaskedReduceKernel = (*Backend)(nil)
-	_ tensor.MaskedStatsKernel  = (*Backend)(nil)
+	_ tensor.MaskedReduceKernel = deviceKernels{}
+	_ tensor.MaskedStatsKernel  = deviceKernels{}
 )
 
 // maskedPartials is the number of first-pass blocks of MaskedSum for n elements: it depends
@@ -23,7 +23,7 @@ func maskedPartials(n int) int { return max(1, min(ceilDiv(n, blockSize*16), 102
 
 // MaskedSum is the device kernel of tensor.MaskedSum: float64 accumulation, two fixed-order
 // passes, positions with mask 0 skipped.
-func (b *Backend) MaskedSum(values, mask *tensor.Tensor) (sum, count float64, err error) {
+func (b deviceKernels) MaskedSum(values, mask *tensor.Tensor) (sum, count float64, err error) {
 	const op = "tensor.MaskedSum"
 	n := values.Len()
 	if n == 0 {
@@ -122,7 +122,7 @@ func (b *Backend) whiten(op string, pd, pv, pm cu.DevicePtr, n int) error {
 
 // MaskedMeanRows is the device kernel of tensor.MaskedMeanRows: one block per row, float64
 // accumulation in a fixed order.
-func (b *Backend) MaskedMeanRows(dst, values, mask *tensor.Tensor) error {
+func (b deviceKernels) MaskedMeanRows(dst, values, mask *tensor.Tensor) error {
 	const op = "tensor.MaskedMeanRows"
 	rows, cols := values.Dim(0), values.Dim(1)
 	if rows == 0 {
@@ -139,7 +139,7 @@ func (b *Backend) MaskedMeanRows(dst, values, mask *tensor.Tensor) error {
 
 // MaskedVar is the device kernel of tensor.MaskedVar: two fixed-order float64 passes (sums,
 // then squared deviations from the float32 mean), finished on the host as hostops does.
-func (b *Backend) MaskedVar(values, mask *tensor.Tensor, unbiased bool) (float32, error) {
+func (b deviceKernels) MaskedVar(values, mask *tensor.Tensor, unbiased bool) (float32, error) {
 	const op = "tensor.MaskedVar"
 	var out float32
 	err := b.do(op, func() error {
@@ -154,7 +154,7 @@ func (b *Backend) MaskedVar(values, mask *tensor.Tensor, unbiased bool) (float32
 }
 
 // MaskedWhiten is the device kernel of tensor.MaskedWhiten (dst may be values).
-func (b *Backend) MaskedWhiten(dst, values, mask *tensor.Tensor) error {
+func (b deviceKernels) MaskedWhiten(dst, values, mask *tensor.Tensor) error {
 	const op = "tensor.MaskedWhiten"
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"dst", "values", "mask"}, dst, values, mask)

@@ -9,11 +9,11 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-var _ perturb.BlackenKernel = (*Backend)(nil)
+var _ perturb.BlackenKernel = deviceKernels{}
 
 // BlackenBatch is the device kernel of perturb.Blackening.ApplyBatch: the host-drawn grids are
 // uploaded as one byte per patch and one grid-stride pass copies and blackens every image.
-func (b *Backend) BlackenBatch(dst, src *tensor.Tensor, grids []perturb.Grid, patchSize int) error {
+func (b deviceKernels) BlackenBatch(dst, src *tensor.Tensor, grids []perturb.Grid, patchSize int) error {
 	const op = "perturb.Blackening.ApplyBatch"
 	s := src.Shape()
 	n, h, w, c := s[0], s[1], s[2], 1

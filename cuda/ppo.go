@@ -13,9 +13,9 @@ import (
 )
 
 var (
-	_ ppo.PolicyLossKernel  = (*Backend)(nil)
-	_ ppo.ValueLossKernel   = (*Backend)(nil)
-	_ ppo.AverageLossKernel = (*Backend)(nil)
+	_ ppo.PolicyLossKernel  = deviceKernels{}
+	_ ppo.ValueLossKernel   = deviceKernels{}
+	_ ppo.AverageLossKernel = deviceKernels{}
 )
 
 // The PPO losses run in two or three launches: ppo_rowsums_fwd_f32 (per-row mask sums, and the
@@ -77,7 +77,7 @@ func (b *Backend) downloadStats(op string, p cu.DevicePtr, rows, per int) ([]flo
 }
 
 // AverageLoss is the device kernel of ppo's Agg.Loss / LossGrad (dst may be nil).
-func (b *Backend) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (float32, error) {
+func (b deviceKernels) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (float32, error) {
 	const op = "ppo.AverageLoss"
 	rows, cols := values.Dim(0), values.Dim(1)
 	if rows == 0 {
@@ -112,7 +112,7 @@ func (b *Backend) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (fl
 
 // PolicyLoss is the device kernel of ppo.PolicyLoss: every loss type, aggregation mode, token
 // mask and GradOptions; one block per row.
-func (b *Backend) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.PolicyConfig) (ppo.PolicyResult, error) {
+func (b deviceKernels) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.PolicyConfig) (ppo.PolicyResult, error) {
 	const op = "ppo.PolicyLoss"
 	rows, cols := in.LogProbs.Dim(0), in.LogProbs.Dim(1)
 	// The constants of ppo's policyHost, at float32.
@@ -188,7 +188,7 @@ func (b *Backend) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.P
 }
 
 // ValueLoss is the device kernel of ppo.ValueLoss; one block per row.
-func (b *Backend) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg ppo.ValueConfig) (ppo.ValueResult, error) {
+func (b deviceKernels) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg ppo.ValueConfig) (ppo.ValueResult, error) {
 	const op = "ppo.ValueLoss"
 	rows, cols := in.VPreds.Dim(0), in.VPreds.Dim(1)
 	scale := float32(gradScale(cfg.GradOptions))

@@ -7,11 +7,11 @@ import (
 )
 
 // The per-row top-p mask: tensor.TopPMask (kernels/topp.cu).
-var _ tensor.TopPKernel = (*Backend)(nil)
+var _ tensor.TopPKernel = deviceKernels{}
 
 // TopPMask is the device kernel of tensor.TopPMask: one block per row, a radix selection of the
 // k-th largest order key and an ordered pass for the ties (lower index first, NaN first).
-func (b *Backend) TopPMask(dst, k, scores, mask *tensor.Tensor, p float32) error {
+func (b deviceKernels) TopPMask(dst, k, scores, mask *tensor.Tensor, p float32) error {
 	const op = "tensor.TopPMask"
 	rows, cols := scores.Dim(0), scores.Dim(1)
 	if rows == 0 {

@@ -10,13 +10,13 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-var _ tprl.SelectionKernel = (*Backend)(nil)
+var _ tprl.SelectionKernel = deviceKernels{}
 
 // SelectTopP is the device kernel of tprl.SelectTopP (and so EntropyMask and PerceptionMask):
 // the selection of TopPMask, then one block per row for the counts, the float64 sums of the
 // selected and rejected scores and the threshold; the rows are combined in order on the host as
 // tprl.SelectHost does.
-func (b *Backend) SelectTopP(dst, k, values, mask *tensor.Tensor, p float32) (tprl.SelectionStats, error) {
+func (b deviceKernels) SelectTopP(dst, k, values, mask *tensor.Tensor, p float32) (tprl.SelectionStats, error) {
 	const op = "tprl.SelectTopP"
 	rows, cols := values.Dim(0), values.Dim(1)
 	var s tprl.SelectionStats

@@ -79,7 +79,7 @@ func Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error {
 	if err := checkPenalty(op, dst, logp, ref, kind, false); err != nil {
 		return err
 	}
-	if k, ok := logp.Backend().(PenaltyKernel); ok {
+	if k, ok := tensor.KernelOf[PenaltyKernel](logp.Backend()); ok {
 		return k.Penalty(dst, logp, ref, kind)
 	}
 	return tensor.OnHost(1, []*tensor.Tensor{dst, logp, ref}, func(h []*tensor.Tensor) error {
@@ -179,7 +179,7 @@ func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
 	if err := checkPenalty(op, dst, logp, ref, kind, true); err != nil {
 		return err
 	}
-	if k, ok := logp.Backend().(PenaltyGradKernel); ok {
+	if k, ok := tensor.KernelOf[PenaltyGradKernel](logp.Backend()); ok {
 		return k.PenaltyGrad(dst, logp, ref, kind)
 	}
 	return tensor.OnHost(1, []*tensor.Tensor{dst, logp, ref}, func(h []*tensor.Tensor) error {
@@ -268,7 +268,7 @@ func PerceptionScore(dst, old, aug *tensor.Tensor) error {
 	if err := tensor.CheckSameBackend(op, []string{"dst", "old", "aug"}, dst, old, aug); err != nil {
 		return err
 	}
-	if k, ok := old.Backend().(PerceptionScoreKernel); ok {
+	if k, ok := tensor.KernelOf[PerceptionScoreKernel](old.Backend()); ok {
 		return k.PerceptionScore(dst, old, aug)
 	}
 	return tensor.OnHost(1, []*tensor.Tensor{dst, old, aug}, func(h []*tensor.Tensor) error {

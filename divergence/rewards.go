@@ -40,7 +40,7 @@ func Rewards(dst, scores, logp, ref *tensor.Tensor, klRatio float32) error {
 	if math.IsNaN(float64(klRatio)) || math.IsInf(float64(klRatio), 0) {
 		return tensor.Errorf(tensor.ErrParam, op, "klRatio", "is %v, want a finite value", klRatio)
 	}
-	if k, ok := scores.Backend().(RewardsKernel); ok {
+	if k, ok := tensor.KernelOf[RewardsKernel](scores.Backend()); ok {
 		return k.Rewards(dst, scores, logp, ref, klRatio)
 	}
 	return tensor.OnHost(1, ts, func(h []*tensor.Tensor) error {

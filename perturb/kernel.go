@@ -17,7 +17,7 @@ func (b Blackening) batchKernel(op string, dst, src *tensor.Tensor, seed uint64,
 	if src == nil {
 		return false, nil
 	}
-	k, ok := src.Backend().(BlackenKernel)
+	k, ok := tensor.KernelOf[BlackenKernel](src.Backend())
 	if !ok {
 		return false, nil
 	}

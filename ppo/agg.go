@@ -169,7 +169,7 @@ func averageLoss(op string, dst, values, mask *tensor.Tensor, agg Agg) (float32,
 	if err := agg.validate(op, "mode"); err != nil {
 		return 0, err
 	}
-	if k, ok := values.Backend().(AverageLossKernel); ok {
+	if k, ok := tensor.KernelOf[AverageLossKernel](values.Backend()); ok {
 		return k.AverageLoss(dst, values, mask, agg)
 	}
 	var loss float32

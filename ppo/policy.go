@@ -246,7 +246,7 @@ func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyR
 			}
 		}
 	}
-	if k, ok := in.LogProbs.Backend().(PolicyLossKernel); ok {
+	if k, ok := tensor.KernelOf[PolicyLossKernel](in.LogProbs.Backend()); ok {
 		return k.PolicyLoss(grad, in, cfg)
 	}
 	var res PolicyResult

@@ -83,7 +83,7 @@ func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResul
 			}
 		}
 	}
-	if k, ok := in.VPreds.Backend().(ValueLossKernel); ok {
+	if k, ok := tensor.KernelOf[ValueLossKernel](in.VPreds.Backend()); ok {
 		return k.ValueLoss(grad, in, cfg)
 	}
 	var res ValueResult

@@ -23,6 +23,30 @@ type Backend interface {
 	Close() error
 }
 
+// KernelSet is implemented by a backend that keeps its fused kernels off its own method set: its
+// Kernels method returns the value that implements the op families' kernel interfaces. Kernel
+// methods take tensors that the entry points (tensor.LogProbEntropy, ppo.PolicyLoss, …) have
+// validated; keeping them off the backend type means a user of the backend does not meet
+// unvalidated methods named like the entry points. Package cuda does this.
+type KernelSet interface {
+	Kernels() any
+}
+
+// KernelOf returns backend b's implementation of kernel interface K: b itself when it
+// implements K, else the value of its Kernels method (KernelSet) when that does. Entry points use
+// it to find a backend's kernel for their op family.
+func KernelOf[K any](b Backend) (K, bool) {
+	if k, ok := b.(K); ok {
+		return k, true
+	}
+	if s, ok := b.(KernelSet); ok {
+		k, ok := s.Kernels().(K)
+		return k, ok
+	}
+	var none K
+	return none, false
+}
+
 // Storage is a backend-owned buffer.
 type Storage interface {
 	Backend() Backend

@@ -32,7 +32,7 @@ func LogProbEntropy(logp, entropy, logits, targets *Tensor, temperature float32)
 	if err := checkLogProb(op, logits, targets, temperature, []string{"logp", "entropy"}, logp, entropy); err != nil {
 		return err
 	}
-	if k, ok := logits.Backend().(LogProbEntropyKernel); ok {
+	if k, ok := KernelOf[LogProbEntropyKernel](logits.Backend()); ok {
 		return k.LogProbEntropy(logp, entropy, logits, targets, temperature)
 	}
 	return OnHost(2, []*Tensor{logp, entropy, logits, targets}, func(h []*Tensor) error {
@@ -66,7 +66,7 @@ func LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dent
 	if err := CheckSameBackend(op, []string{"logits", "dlogits"}, logits, dlogits); err != nil {
 		return err
 	}
-	if k, ok := logits.Backend().(LogProbEntropyKernel); ok {
+	if k, ok := KernelOf[LogProbEntropyKernel](logits.Backend()); ok {
 		return k.LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy, temperature)
 	}
 	return OnHost(1, []*Tensor{dlogits, logits, targets, logp, entropy, dlogp, dentropy}, func(h []*Tensor) error {

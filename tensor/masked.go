@@ -39,7 +39,7 @@ func MaskedSum(values, mask *Tensor) (sum, count float64, err error) {
 	if err := checkMasked(op, values, mask); err != nil {
 		return 0, 0, err
 	}
-	if k, ok := values.Backend().(MaskedReduceKernel); ok {
+	if k, ok := KernelOf[MaskedReduceKernel](values.Backend()); ok {
 		return k.MaskedSum(values, mask)
 	}
 	err = OnHost(0, []*Tensor{values, mask}, func(h []*Tensor) error {
@@ -78,7 +78,7 @@ func MaskedMeanRows(dst, values, mask *Tensor) error {
 	if err := CheckSameBackend(op, []string{"values", "dst"}, values, dst); err != nil {
 		return err
 	}
-	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+	if k, ok := KernelOf[MaskedStatsKernel](values.Backend()); ok {
 		return k.MaskedMeanRows(dst, values, mask)
 	}
 	return OnHost(1, []*Tensor{dst, values, mask}, func(h []*Tensor) error {
@@ -97,7 +97,7 @@ func MaskedVar(values, mask *Tensor, unbiased bool) (float32, error) {
 	if err := checkMasked(op, values, mask); err != nil {
 		return 0, err
 	}
-	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+	if k, ok := KernelOf[MaskedStatsKernel](values.Backend()); ok {
 		return k.MaskedVar(values, mask, unbiased)
 	}
 	var out float32
@@ -127,7 +127,7 @@ func MaskedWhiten(dst, values, mask *Tensor) error {
 	if err := CheckSameBackend(op, []string{"values", "dst"}, values, dst); err != nil {
 		return err
 	}
-	if k, ok := values.Backend().(MaskedStatsKernel); ok {
+	if k, ok := KernelOf[MaskedStatsKernel](values.Backend()); ok {
 		return k.MaskedWhiten(dst, values, mask)
 	}
 	return OnHost(1, []*Tensor{dst, values, mask}, func(h []*Tensor) error {

@@ -46,7 +46,7 @@ func TopPMask(dst, k, scores, mask *Tensor, p float32) error {
 	if err := CheckUnit(op, "p", float64(p)); err != nil {
 		return err
 	}
-	if kk, ok := scores.Backend().(TopPKernel); ok {
+	if kk, ok := KernelOf[TopPKernel](scores.Backend()); ok {
 		return kk.TopPMask(dst, k, scores, mask, p)
 	}
 	return OnHost(2, []*Tensor{dst, k, scores, mask}, func(h []*Tensor) error {

@@ -177,7 +177,7 @@ func selectTopP(op, valuesArg string, dst, k, values, mask *tensor.Tensor, p flo
 
 // runSelect runs validated arguments on the backend kernel or the host kernel.
 func runSelect(dst, k, values, mask *tensor.Tensor, p float32, f Filter) (SelectionStats, error) {
-	if kk, ok := values.Backend().(SelectionKernel); ok {
+	if kk, ok := tensor.KernelOf[SelectionKernel](values.Backend()); ok {
 		s, err := kk.SelectTopP(dst, k, values, mask, p)
 		s.Filter = f
 		return s, err
