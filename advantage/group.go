@@ -93,6 +93,54 @@ func groupAdvantage(op string, adv, returns, rewards, mask, index *tensor.Tensor
 // ret may be nil.
 func groupHost(op string, adv, ret, r, m []float32, ids []int32, cols int, est Estimator, opts GRPOOptions) error {
 	rows := len(ids)
+	a, err := groupRowAdvantages(op, rowScores(r, rows, cols), ids, est, opts)
+	if err != nil {
+		return err
+	}
+	parallel.For(rows, rowGrain(cols), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			base := i * cols
+			ai, mi := adv[base:base+cols], m[base:base+cols]
+			for t, w := range mi {
+				ai[t] = a[i] * w
+			}
+			if ret != nil {
+				copy(ret[base:base+cols], ai)
+			}
+		}
+	})
+	return nil
+}
+
+// GroupRowAdvantages returns the per-row advantage of a group estimator (EstimatorGRPO,
+// EstimatorGRPOPassK or EstimatorRLOO) before the response mask is applied, from each row's
+// summed reward (scores) and its group id (index): the host part of the computation, which the
+// pure-Go kernel and a backend's GroupKernel share so they cannot drift. The caller broadcasts
+// a[i] * mask[i, t]. A group of one is an ErrParam error naming index.
+func GroupRowAdvantages(scores []float32, index []int32, est Estimator, opts GRPOOptions) ([]float32, error) {
+	const op = "advantage.GroupRowAdvantages"
+	if len(scores) != len(index) {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "scores", "has %d rows, index %d", len(scores), len(index))
+	}
+	if est != EstimatorGRPO && est != EstimatorGRPOPassK && est != EstimatorRLOO {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "est", "%v is not a group estimator", est)
+	}
+	return groupRowAdvantages(groupOpName(est), scores, index, est, opts)
+}
+
+// groupOpName is the entry point of est, for error messages.
+func groupOpName(est Estimator) string {
+	switch est {
+	case EstimatorGRPOPassK:
+		return "advantage.GRPOPassK"
+	case EstimatorRLOO:
+		return "advantage.RLOO"
+	}
+	return "advantage.GRPO"
+}
+
+func groupRowAdvantages(op string, scores []float32, ids []int32, est Estimator, opts GRPOOptions) ([]float32, error) {
+	rows := len(ids)
 	// Group structure: slot[i] is row i's group, numbered by first appearance.
 	slot := make([]int, rows)
 	slotOf := make(map[int32]int, rows)
@@ -111,12 +159,11 @@ func groupHost(op string, adv, ret, r, m []float32, ids []int32, cols int, est E
 	}
 	for s, n := range size {
 		if n < 2 {
-			return tensor.Errorf(tensor.ErrParam, op, "index",
+			return nil, tensor.Errorf(tensor.ErrParam, op, "index",
 				"group %d has a single response (row %d); %s needs at least 2 responses per group", ids[first[s]], first[s], est)
 		}
 	}
 
-	scores := rowScores(r, rows, cols)
 	groups := len(size)
 	a := make([]float32, rows)
 	switch est {
@@ -193,19 +240,7 @@ func groupHost(op string, adv, ret, r, m []float32, ids []int32, cols int, est E
 		}
 	}
 
-	parallel.For(rows, rowGrain(cols), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			base := i * cols
-			ai, mi := adv[base:base+cols], m[base:base+cols]
-			for t, w := range mi {
-				ai[t] = a[i] * w
-			}
-			if ret != nil {
-				copy(ret[base:base+cols], ai)
-			}
-		}
-	})
-	return nil
+	return a, nil
 }
 
 // greater orders float32 values with NaN above everything (torch.topk's order).

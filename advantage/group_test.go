@@ -1,6 +1,7 @@
 package advantage
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -175,4 +176,33 @@ func TestGroupOfOne(t *testing.T) {
 	err := GRPO(zeros(t, 3, 3), nil, t32(t, x.r[:9], 3, 3), t32(t, x.m[:9], 3, 3), i32(t, []int32{-9, 5, -9}), GRPOOptions{})
 	require.ErrorIs(t, err, tensor.ErrParam)
 	assert.Contains(t, err.Error(), "group 5 ")
+}
+
+// TestGroupRowAdvantages checks the shared host plan of the group estimators: RLOO's
+// leave-one-out baseline on two groups given out of order, and its errors.
+func TestGroupRowAdvantages(t *testing.T) {
+	a, err := GroupRowAdvantages([]float32{1, 10, 3, 20}, []int32{7, 9, 7, 9}, EstimatorRLOO, GRPOOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{-2, -10, 2, 10} // x - (sum - x)/(n-1) within each group
+	for i := range want {
+		if a[i] != want[i] {
+			t.Fatalf("RLOO row advantages %v, want %v", a, want)
+		}
+	}
+	for _, c := range []struct {
+		scores []float32
+		index  []int32
+		est    Estimator
+		want   error
+	}{
+		{[]float32{1, 2}, []int32{0}, EstimatorGRPO, tensor.ErrShape},
+		{[]float32{1, 2}, []int32{0, 0}, EstimatorGAE, tensor.ErrParam},
+		{[]float32{1, 2}, []int32{0, 1}, EstimatorGRPO, tensor.ErrParam}, // groups of one
+	} {
+		if _, err := GroupRowAdvantages(c.scores, c.index, c.est, GRPOOptions{}); !errors.Is(err, c.want) {
+			t.Errorf("%v %v %v: %v, want %v", c.scores, c.index, c.est, err, c.want)
+		}
+	}
 }

@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"math"
 	"unsafe"
 
 	"github.com/mtrl-go/mtrl/advantage"
@@ -86,8 +85,8 @@ func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tens
 
 // GroupAdvantage is the device kernel of advantage.GRPO, GRPOPassK and RLOO: the row scores are
 // float64 block sums on the device; the group statistics (a few numbers per row) are computed on
-// the host from the downloaded scores and ids, exactly as the pure-Go kernel does, and the per-row
-// advantages are broadcast back under the mask on the device.
+// the host from the downloaded scores and ids by advantage.GroupRowAdvantages, the pure-Go
+// kernel's own code, and the per-row advantages are broadcast back under the mask on the device.
 func (b deviceKernels) GroupAdvantage(adv, returns, rewards, mask, index *tensor.Tensor, est advantage.Estimator, opts advantage.GRPOOptions) error {
 	name := groupOp(est)
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
@@ -111,7 +110,7 @@ func (b deviceKernels) GroupAdvantage(adv, returns, rewards, mask, index *tensor
 		if err := b.download(name, unsafe.Pointer(&ids[0]), p[4], 4*rows); err != nil {
 			return err
 		}
-		a, err := groupStats(name, scores, ids, est, opts)
+		a, err := advantage.GroupRowAdvantages(scores, ids, est, opts)
 		if err != nil {
 			return err
 		}
@@ -131,111 +130,4 @@ func groupOp(est advantage.Estimator) string {
 		return "advantage.RLOO"
 	}
 	return "advantage.GRPO"
-}
-
-// groupStats is the group part of advantage's groupHost on the row scores: it returns the
-// per-row advantage before the mask.
-func groupStats(op string, scores []float32, ids []int32, est advantage.Estimator, opts advantage.GRPOOptions) ([]float32, error) {
-	rows := len(ids)
-	slot := make([]int, rows)
-	slotOf := make(map[int32]int, rows)
-	var size, first []int
-	for i, id := range ids {
-		s, ok := slotOf[id]
-		if !ok {
-			s = len(size)
-			slotOf[id] = s
-			size = append(size, 0)
-			first = append(first, i)
-		}
-		slot[i] = s
-		size[s]++
-	}
-	for s, n := range size {
-		if n < 2 {
-			return nil, tensor.Errorf(tensor.ErrParam, op, "index",
-				"group %d has a single response (row %d); %s needs at least 2 responses per group", ids[first[s]], first[s], est)
-		}
-	}
-	groups := len(size)
-	a := make([]float32, rows)
-	if est == advantage.EstimatorRLOO {
-		sum := make([]float64, groups)
-		for i, x := range scores {
-			sum[slot[i]] += float64(x)
-		}
-		for i, x := range scores {
-			n := size[slot[i]]
-			baseline := (float32(sum[slot[i]]) - x) / float32(n-1)
-			a[i] = x - baseline
-		}
-		return a, nil
-	}
-	mean64 := make([]float64, groups)
-	for i, x := range scores {
-		mean64[slot[i]] += float64(x)
-	}
-	for s := range mean64 {
-		mean64[s] /= float64(size[s])
-	}
-	ss := make([]float64, groups)
-	for i, x := range scores {
-		d := float64(x) - mean64[slot[i]]
-		ss[slot[i]] += d * d
-	}
-	eps := float32(advantage.DefaultEps)
-	if opts.Eps != 0 {
-		eps = float32(opts.Eps)
-	}
-	floor := float32(opts.StdFloor)
-	denom := make([]float32, groups)
-	for s := range denom {
-		std := float32(math.Sqrt(ss[s] / float64(size[s]-1)))
-		if std < floor {
-			std = floor
-		}
-		denom[s] = std + eps
-	}
-	if est == advantage.EstimatorGRPO {
-		for i, x := range scores {
-			d := x - float32(mean64[slot[i]])
-			if !opts.NoStdNorm {
-				d /= denom[slot[i]]
-			}
-			a[i] = d
-		}
-		return a, nil
-	}
-	best := make([]int, groups)
-	runnerUp := make([]int, groups)
-	for s := range best {
-		best[s], runnerUp[s] = -1, -1
-	}
-	for i, x := range scores {
-		if s := slot[i]; best[s] < 0 || greater(x, scores[best[s]]) {
-			best[s] = i
-		}
-	}
-	for i, x := range scores {
-		s := slot[i]
-		if i != best[s] && (runnerUp[s] < 0 || greater(x, scores[runnerUp[s]])) {
-			runnerUp[s] = i
-		}
-	}
-	for s, i := range best {
-		d := scores[i] - scores[runnerUp[s]]
-		if !opts.NoStdNorm {
-			d /= denom[s]
-		}
-		a[i] = d
-	}
-	return a, nil
-}
-
-// greater orders float32 values with NaN above everything (torch.topk's order).
-func greater(x, y float32) bool {
-	if x != x {
-		return y == y
-	}
-	return x > y
 }
