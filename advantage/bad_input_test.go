@@ -58,16 +58,16 @@ func TestBadInputs(t *testing.T) {
 		{"remax baselines rank", func() error { return ReMax(adv, nil, r, m, zeros(t, b, 1)) }, tensor.ErrShape, "advantage.ReMax", "baselines"},
 		{"remax baselines dtype", func() error { return ReMax(adv, nil, r, m, ids) }, tensor.ErrDType, "advantage.ReMax", "baselines"},
 		{"compute gae values", func() error {
-			return Compute(adv, nil, Inputs{Rewards: r, Mask: m}, Config{Estimator: EstimatorGAE})
+			return Compute(adv, nil, Inputs{Rewards: r, ResponseMask: m}, Config{Estimator: EstimatorGAE})
 		}, tensor.ErrParam, "advantage.Compute", "Inputs.Values"},
 		{"compute gamma", func() error {
-			return Compute(adv, nil, Inputs{Rewards: r, Mask: m, Values: v}, Config{Estimator: EstimatorGAE, Gamma: -1})
+			return Compute(adv, nil, Inputs{Rewards: r, ResponseMask: m, Values: v}, Config{Estimator: EstimatorGAE, Gamma: -1})
 		}, tensor.ErrParam, "advantage.Compute", "Gamma"},
 		{"compute bad estimator", func() error {
-			return Compute(adv, nil, Inputs{Rewards: r, Mask: m}, Config{Estimator: 17})
+			return Compute(adv, nil, Inputs{Rewards: r, ResponseMask: m}, Config{Estimator: 17})
 		}, tensor.ErrParam, "advantage.Compute", "Estimator"},
 		{"compute remax shape", func() error {
-			return Compute(adv, nil, Inputs{Rewards: r, Mask: m, Baselines: zeros(t, 1)}, Config{Estimator: EstimatorReMax})
+			return Compute(adv, nil, Inputs{Rewards: r, ResponseMask: m, Baselines: zeros(t, 1)}, Config{Estimator: EstimatorReMax})
 		}, tensor.ErrShape, "advantage.ReMax", "baselines"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -142,14 +142,14 @@ func (c Config) Validate() error {
 	return c.GRPOOptions().validate(op)
 }
 
-// Inputs holds the tensors the estimators read. Rewards and Mask are always required; the others
+// Inputs holds the tensors the estimators read. Rewards and ResponseMask are always required; the others
 // only by the estimators that use them.
 type Inputs struct {
-	Rewards   *tensor.Tensor // token_level_rewards, float32 [B, T]
-	Mask      *tensor.Tensor // response_mask, float32 0/1 [B, T]
-	Values    *tensor.Tensor // critic values, float32 [B, T] (GAE)
-	Index     *tensor.Tensor // group ids (uid), int32 [B] (GRPO, GRPO pass@k, RLOO)
-	Baselines *tensor.Tensor // reward_baselines, float32 [B] (ReMax)
+	Rewards      *tensor.Tensor // token_level_rewards, float32 [B, T]
+	ResponseMask *tensor.Tensor // response_mask, float32 0/1 [B, T]
+	Values       *tensor.Tensor // critic values, float32 [B, T] (GAE)
+	Index        *tensor.Tensor // group ids (uid), int32 [B] (GRPO, GRPO pass@k, RLOO)
+	Baselines    *tensor.Tensor // reward_baselines, float32 [B] (ReMax)
 }
 
 // Compute runs the estimator cfg.Estimator: it validates cfg, checks that the inputs the
@@ -170,7 +170,7 @@ func Compute(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
 	if err := need("Inputs.Rewards", in.Rewards); err != nil {
 		return err
 	}
-	if err := need("Inputs.Mask", in.Mask); err != nil {
+	if err := need("Inputs.ResponseMask", in.ResponseMask); err != nil {
 		return err
 	}
 	switch cfg.Estimator {
@@ -178,25 +178,25 @@ func Compute(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
 		if err := need("Inputs.Values", in.Values); err != nil {
 			return err
 		}
-		return GAE(adv, returns, in.Rewards, in.Values, in.Mask, cfg.Gamma, cfg.Lambda)
+		return GAE(adv, returns, in.Rewards, in.Values, in.ResponseMask, cfg.Gamma, cfg.Lambda)
 	case EstimatorReinforcePlusPlus:
-		return ReinforcePlusPlus(adv, returns, in.Rewards, in.Mask, cfg.Gamma)
+		return ReinforcePlusPlus(adv, returns, in.Rewards, in.ResponseMask, cfg.Gamma)
 	case EstimatorReMax:
 		if err := need("Inputs.Baselines", in.Baselines); err != nil {
 			return err
 		}
-		return ReMax(adv, returns, in.Rewards, in.Mask, in.Baselines)
+		return ReMax(adv, returns, in.Rewards, in.ResponseMask, in.Baselines)
 	}
 	if err := need("Inputs.Index", in.Index); err != nil {
 		return err
 	}
 	switch cfg.Estimator {
 	case EstimatorGRPOPassK:
-		return GRPOPassK(adv, returns, in.Rewards, in.Mask, in.Index, cfg.GRPOOptions())
+		return GRPOPassK(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
 	case EstimatorRLOO:
-		return RLOO(adv, returns, in.Rewards, in.Mask, in.Index)
+		return RLOO(adv, returns, in.Rewards, in.ResponseMask, in.Index)
 	default:
-		return GRPO(adv, returns, in.Rewards, in.Mask, in.Index, cfg.GRPOOptions())
+		return GRPO(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
 	}
 }
 

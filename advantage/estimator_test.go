@@ -77,7 +77,7 @@ func TestConfigValidate(t *testing.T) {
 func TestComputeDispatch(t *testing.T) {
 	x := randBatch(newRand(1), 12, 9, 4)
 	r, v, m, base, ids := x.tensors(t)
-	in := Inputs{Rewards: r, Mask: m, Values: v, Index: ids, Baselines: base}
+	in := Inputs{Rewards: r, ResponseMask: m, Values: v, Index: ids, Baselines: base}
 	direct := map[Estimator]func(adv, ret *tensor.Tensor) error{
 		EstimatorGAE: func(a, rt *tensor.Tensor) error { return GAE(a, rt, r, v, m, 0.99, 0.95) },
 		EstimatorGRPO: func(a, rt *tensor.Tensor) error {
@@ -110,7 +110,7 @@ func TestComputeDispatch(t *testing.T) {
 func TestComputeMissingInputs(t *testing.T) {
 	x := randBatch(newRand(2), 4, 3, 2)
 	r, v, m, base, ids := x.tensors(t)
-	full := Inputs{Rewards: r, Mask: m, Values: v, Index: ids, Baselines: base}
+	full := Inputs{Rewards: r, ResponseMask: m, Values: v, Index: ids, Baselines: base}
 	for _, tc := range []struct {
 		est Estimator
 		mod func(*Inputs)
@@ -122,7 +122,7 @@ func TestComputeMissingInputs(t *testing.T) {
 		{EstimatorRLOO, func(in *Inputs) { in.Index = nil }, "Inputs.Index"},
 		{EstimatorReMax, func(in *Inputs) { in.Baselines = nil }, "Inputs.Baselines"},
 		{EstimatorReinforcePlusPlus, func(in *Inputs) { in.Rewards = nil }, "Inputs.Rewards"},
-		{EstimatorGRPO, func(in *Inputs) { in.Mask = nil }, "Inputs.Mask"},
+		{EstimatorGRPO, func(in *Inputs) { in.ResponseMask = nil }, "Inputs.ResponseMask"},
 	} {
 		in := full
 		tc.mod(&in)

@@ -70,7 +70,7 @@ func ExampleCompute() {
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 0, 1, 1}, 3, 2))
 	index := tensor.Must(tensor.FromInt32([]int32{0, 0, 0}, 3))
 	adv := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 3, 2))
-	in := advantage.Inputs{Rewards: rewards, Mask: mask, Index: index}
+	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask, Index: index}
 	if err := advantage.Compute(adv, nil, in, cfg); err != nil {
 		panic(err)
 	}

@@ -37,7 +37,7 @@ func FuzzEstimators(f *testing.F) {
 			}
 			base[i] = float32(rng.NormFloat64())
 		}
-		in := Inputs{Rewards: t32(t, r, b, l), Mask: t32(t, m, b, l), Values: t32(t, v, b, l),
+		in := Inputs{Rewards: t32(t, r, b, l), ResponseMask: t32(t, m, b, l), Values: t32(t, v, b, l),
 			Index: i32(t, ids), Baselines: t32(t, base, b)}
 		for e := range numEstimators {
 			cfg := Config{Estimator: e, Gamma: gamma, Lambda: lam}

@@ -113,7 +113,7 @@ func TestGAEEmptyBatch(t *testing.T) {
 	}
 	e := zeros(t, 0, 5)
 	require.NoError(t, GRPO(e, e, e, e, i32(t, nil), GRPOOptions{}))
-	require.NoError(t, Compute(e, nil, Inputs{Rewards: e, Mask: e, Index: i32(t, nil)}, Config{Estimator: EstimatorRLOO}))
+	require.NoError(t, Compute(e, nil, Inputs{Rewards: e, ResponseMask: e, Index: i32(t, nil)}, Config{Estimator: EstimatorRLOO}))
 	// T = 0 still checks the groups.
 	e = zeros(t, 3, 0)
 	require.ErrorIs(t, GRPO(e, nil, e, e, i32(t, []int32{1, 1, 2}), GRPOOptions{}), tensor.ErrParam)

@@ -114,7 +114,7 @@ func TestNoLeakedTemporaries(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res, err := cfg.Tokens.Apply(tprl.Batch{Mask: mask, Entropy: entT, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT, MicroBatchSize: micro})
+		res, err := cfg.Tokens.Apply(tprl.Batch{ResponseMask: mask, Entropy: entT, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT, MicroBatchSize: micro})
 		if err != nil {
 			t.Fatal(err)
 		}

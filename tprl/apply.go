@@ -8,8 +8,8 @@ import (
 // Batch is the per-token input of one mini-batch for Config.Apply. All tensors are float32
 // [B, T] on one backend.
 type Batch struct {
-	// Mask is the response mask (1 = valid token); required.
-	Mask *tensor.Tensor
+	// ResponseMask is the response mask (1 = valid token); required.
+	ResponseMask *tensor.Tensor
 	// Entropy is the per-token entropy of the policy; required with entropy filtering.
 	Entropy *tensor.Tensor
 	// OldLogProbs and AugLogProbs are the log-probs of the sampled tokens with the original
@@ -22,9 +22,9 @@ type Batch struct {
 	// shorter): metrics are appended once per micro-batch, and with PerMicroBatchScope mu is
 	// taken per micro-batch. 0 means the whole batch is one micro-batch.
 	MicroBatchSize int
-	// Stats, when not nil, are the shaping statistics to use instead of this batch's own: for
-	// example the all-reduced statistics of every device's mini-batch (see ShapingStats).
-	Stats *ShapingStats
+	// ShapingStats, when not nil, are the shaping statistics to use instead of this batch's own:
+	// for example the all-reduced statistics of every device's mini-batch (see ShapingStats).
+	ShapingStats *ShapingStats
 }
 
 // Result is what Config.Apply produces. Its tensors are newly allocated on the mask's backend
@@ -83,10 +83,10 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if err := tensor.CheckShape(op, "Mask", b.Mask, -1, -1); err != nil {
+	if err := tensor.CheckShape(op, "ResponseMask", b.ResponseMask, -1, -1); err != nil {
 		return nil, err
 	}
-	if err := tensor.CheckDType(op, "Mask", b.Mask, tensor.Float32); err != nil {
+	if err := tensor.CheckDType(op, "ResponseMask", b.ResponseMask, tensor.Float32); err != nil {
 		return nil, err
 	}
 	if b.MicroBatchSize < 0 {
@@ -111,13 +111,13 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 		if n.t == nil {
 			return nil, tensor.Errorf(tensor.ErrShape, op, n.name, "is nil but required by the configuration")
 		}
-		if err := tensor.CheckSameShape(op, "Mask", b.Mask, n.name, n.t); err != nil {
+		if err := tensor.CheckSameShape(op, "ResponseMask", b.ResponseMask, n.name, n.t); err != nil {
 			return nil, err
 		}
 		if err := tensor.CheckDType(op, n.name, n.t, tensor.Float32); err != nil {
 			return nil, err
 		}
-		if err := tensor.CheckSameBackend(op, []string{"Mask", n.name}, b.Mask, n.t); err != nil {
+		if err := tensor.CheckSameBackend(op, []string{"ResponseMask", n.name}, b.ResponseMask, n.t); err != nil {
 			return nil, err
 		}
 	}
@@ -130,13 +130,13 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 		}
 	}()
 	alloc := func(shape ...int) (*tensor.Tensor, error) {
-		t, err := tensor.New(b.Mask.Backend(), tensor.Float32, shape...)
+		t, err := tensor.New(b.ResponseMask.Backend(), tensor.Float32, shape...)
 		if err == nil {
 			res.owned = append(res.owned, t)
 		}
 		return t, err
 	}
-	rows, cols := b.Mask.Dim(0), b.Mask.Dim(1)
+	rows, cols := b.ResponseMask.Dim(0), b.ResponseMask.Dim(1)
 	if c.EnableEntropyFiltering {
 		if res.EntropyMask, err = alloc(rows, cols); err != nil {
 			return nil, err
@@ -176,12 +176,12 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 		if res.ScalingFactors, err = alloc(rows); err != nil {
 			return nil, err
 		}
-		if err := SensitivityScores(res.Sensitivity, res.PerceptionScore, b.Mask); err != nil {
+		if err := SensitivityScores(res.Sensitivity, res.PerceptionScore, b.ResponseMask); err != nil {
 			return nil, err
 		}
-		if b.Stats != nil {
-			res.ShapingStats = *b.Stats
-		} else if res.ShapingStats, err = ShapingStatsOf(res.Sensitivity, b.Mask); err != nil {
+		if b.ShapingStats != nil {
+			res.ShapingStats = *b.ShapingStats
+		} else if res.ShapingStats, err = ShapingStatsOf(res.Sensitivity, b.ResponseMask); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +192,7 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 	}
 	for lo := 0; lo < rows; lo += micro {
 		hi := min(lo+micro, rows)
-		v, err := views(lo, hi, b.Mask, b.Entropy, res.PerceptionScore, res.EntropyMask, res.PerceptionMask,
+		v, err := views(lo, hi, b.ResponseMask, b.Entropy, res.PerceptionScore, res.EntropyMask, res.PerceptionMask,
 			res.LossTokenMask, b.Advantages, res.Advantages, res.Sensitivity, res.ScalingFactors)
 		if err != nil {
 			return nil, err

@@ -113,7 +113,7 @@ func applyBatch(t *testing.T, r *rand.Rand, rows, cols int) Batch {
 		ent[i] = float32(math.Abs(float64(ent[i])))
 	}
 	return Batch{
-		Mask:        f32(t, randMask(r, rows, cols), rows, cols),
+		ResponseMask:        f32(t, randMask(r, rows, cols), rows, cols),
 		Entropy:     f32(t, ent, rows, cols),
 		OldLogProbs: f32(t, randLogProbs(r, rows*cols), rows, cols),
 		AugLogProbs: f32(t, randLogProbs(r, rows*cols), rows, cols),
@@ -144,11 +144,11 @@ func TestApply(t *testing.T) {
 	require.Len(t, res.Metrics["actor/combined_token_fraction"], 3)
 	require.Len(t, res.Shaping, 3)
 	em, pm, ltm, score := zeros(t, rows, cols), zeros(t, rows, cols), zeros(t, rows, cols), zeros(t, rows, cols)
-	_, err = EntropyMask(em, nil, b.Entropy, b.Mask, 0.2)
+	_, err = EntropyMask(em, nil, b.Entropy, b.ResponseMask, 0.2)
 	require.NoError(t, err)
-	_, err = PerceptionMask(score, pm, nil, b.OldLogProbs, b.AugLogProbs, b.Mask, 0.2)
+	_, err = PerceptionMask(score, pm, nil, b.OldLogProbs, b.AugLogProbs, b.ResponseMask, 0.2)
 	require.NoError(t, err)
-	_, err = UnionMask(ltm, em, pm, b.Entropy, score, b.Mask)
+	_, err = UnionMask(ltm, em, pm, b.Entropy, score, b.ResponseMask)
 	require.NoError(t, err)
 	require.Equal(t, host(t, em), host(t, res.EntropyMask))
 	require.Equal(t, host(t, pm), host(t, res.PerceptionMask))
@@ -178,8 +178,8 @@ func TestApply(t *testing.T) {
 
 	// Precomputed statistics are used as given.
 	st := EmptyShapingStats()
-	b.Stats = &st
-	res5, err := only.Apply(Batch{Mask: b.Mask, OldLogProbs: b.OldLogProbs, AugLogProbs: b.AugLogProbs, Advantages: b.Advantages, Stats: &st})
+	b.ShapingStats = &st
+	res5, err := only.Apply(Batch{ResponseMask: b.ResponseMask, OldLogProbs: b.OldLogProbs, AugLogProbs: b.AugLogProbs, Advantages: b.Advantages, ShapingStats: &st})
 	require.NoError(t, err)
 	require.Equal(t, host(t, b.Advantages), host(t, res5.Advantages))
 	_ = res5
@@ -254,24 +254,24 @@ func TestBadInputs(t *testing.T) {
 			return err
 		}},
 		{"apply config", "tprl.Config.Validate", "top_p_perception_tokens", tensor.ErrParam, func() error {
-			_, err := Config{TopPPerceptionTokens: 3}.Apply(Batch{Mask: m23})
+			_, err := Config{TopPPerceptionTokens: 3}.Apply(Batch{ResponseMask: m23})
 			return err
 		}},
-		{"apply nil mask", "tprl.Config.Apply", "Mask", tensor.ErrShape, func() error { _, err := Config{}.Apply(Batch{}); return err }},
+		{"apply nil mask", "tprl.Config.Apply", "ResponseMask", tensor.ErrShape, func() error { _, err := Config{}.Apply(Batch{}); return err }},
 		{"apply missing entropy", "tprl.Config.Apply", "Entropy", tensor.ErrShape, func() error {
-			_, err := Config{EnableEntropyFiltering: true}.Apply(Batch{Mask: m23})
+			_, err := Config{EnableEntropyFiltering: true}.Apply(Batch{ResponseMask: m23})
 			return err
 		}},
 		{"apply missing advantages", "tprl.Config.Apply", "Advantages", tensor.ErrShape, func() error {
-			_, err := Config{EnableTrajectoryReweighting: true}.Apply(Batch{Mask: m23, OldLogProbs: v23, AugLogProbs: v23})
+			_, err := Config{EnableTrajectoryReweighting: true}.Apply(Batch{ResponseMask: m23, OldLogProbs: v23, AugLogProbs: v23})
 			return err
 		}},
 		{"apply aug shape", "tprl.Config.Apply", "AugLogProbs", tensor.ErrShape, func() error {
-			_, err := Config{EnablePerceptionFiltering: true}.Apply(Batch{Mask: m23, OldLogProbs: v23, AugLogProbs: v32})
+			_, err := Config{EnablePerceptionFiltering: true}.Apply(Batch{ResponseMask: m23, OldLogProbs: v23, AugLogProbs: v32})
 			return err
 		}},
 		{"apply micro", "tprl.Config.Apply", "MicroBatchSize", tensor.ErrParam, func() error {
-			_, err := Config{}.Apply(Batch{Mask: m23, MicroBatchSize: -2})
+			_, err := Config{}.Apply(Batch{ResponseMask: m23, MicroBatchSize: -2})
 			return err
 		}},
 	}

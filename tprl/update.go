@@ -197,7 +197,7 @@ func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (Mic
 		return MicroResult{}, err
 	}
 
-	tok, err := u.cfg.Tokens.Apply(Batch{Mask: mask, Entropy: entropy, OldLogProbs: old, AugLogProbs: aug, Advantages: adv, Stats: u.stats})
+	tok, err := u.cfg.Tokens.Apply(Batch{ResponseMask: mask, Entropy: entropy, OldLogProbs: old, AugLogProbs: aug, Advantages: adv, ShapingStats: u.stats})
 	if err != nil {
 		return MicroResult{}, err
 	}

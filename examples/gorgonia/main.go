@@ -363,7 +363,7 @@ func (tr *trainer) collect() (*rollout, error) {
 			r.reward += 1.0 / B
 		}
 	}
-	in := advantage.Inputs{Rewards: f32(rewards, B, T), Mask: f32(r.mask, B, T), Index: tensor.Must(tensor.FromInt32(index, B))}
+	in := advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: f32(r.mask, B, T), Index: tensor.Must(tensor.FromInt32(index, B))}
 	if err := advantage.Compute(f32(r.adv, B, T), nil, in, advantage.DefaultConfig()); err != nil {
 		return nil, err
 	}

@@ -148,7 +148,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	for i := range index {
 		index[i] = int32(i / n)
 	}
-	in := advantage.Inputs{Rewards: rewards, Mask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
+	in := advantage.Inputs{Rewards: rewards, ResponseMask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
 	switch t.adv.Estimator {
 	case advantage.EstimatorGAE:
 		in.Values = f32(B, T)
