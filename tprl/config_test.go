@@ -113,11 +113,11 @@ func applyBatch(t *testing.T, r *rand.Rand, rows, cols int) Batch {
 		ent[i] = float32(math.Abs(float64(ent[i])))
 	}
 	return Batch{
-		ResponseMask:        f32(t, randMask(r, rows, cols), rows, cols),
-		Entropy:     f32(t, ent, rows, cols),
-		OldLogProbs: f32(t, randLogProbs(r, rows*cols), rows, cols),
-		AugLogProbs: f32(t, randLogProbs(r, rows*cols), rows, cols),
-		Advantages:  f32(t, randValues(r, rows*cols, false), rows, cols),
+		ResponseMask: f32(t, randMask(r, rows, cols), rows, cols),
+		Entropy:      f32(t, ent, rows, cols),
+		OldLogProbs:  f32(t, randLogProbs(r, rows*cols), rows, cols),
+		AugLogProbs:  f32(t, randLogProbs(r, rows*cols), rows, cols),
+		Advantages:   f32(t, randValues(r, rows*cols, false), rows, cols),
 	}
 }
 

@@ -94,10 +94,10 @@ func ExampleConfig_Apply() {
 	cfg.TopPPerceptionTokens = 0.5
 	cfg.EnableTrajectoryReweighting = true
 	res, err := cfg.Apply(tprl.Batch{
-		ResponseMask:        tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
-		OldLogProbs: tensor.Must(tensor.FromFloat32([]float32{-1, -1, -1, -1, -1, -1}, 2, 3)),
-		AugLogProbs: tensor.Must(tensor.FromFloat32([]float32{-1, -2, -1, -1, -1.5, -1.2}, 2, 3)),
-		Advantages:  tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
+		ResponseMask: tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
+		OldLogProbs:  tensor.Must(tensor.FromFloat32([]float32{-1, -1, -1, -1, -1, -1}, 2, 3)),
+		AugLogProbs:  tensor.Must(tensor.FromFloat32([]float32{-1, -2, -1, -1, -1.5, -1.2}, 2, 3)),
+		Advantages:   tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 1}, 2, 3)),
 	})
 	if err != nil {
 		panic(err)
