@@ -130,8 +130,11 @@ func goldenUpdatePolicy(c *golden.Case) error {
 		}
 		// actor/grad_norm: the L2 norm of d(sum of micro losses)/d(raw logits) of this mini-batch.
 		dlogits := c.New(tensor.Float32, mhi-mlo, cols, logits.Dim(2))
-		if err := tensor.LogProbEntropyBackward(dlogits, rows(logits, mlo, mhi), rows(responses, mlo, mhi),
-			rows(logp, mlo, mhi), nil, rows(grad, mlo, mhi), nil, temperature); err != nil {
+		if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{
+			Logits: rows(logits, mlo, mhi), Targets: rows(responses, mlo, mhi),
+			LogProbs: rows(logp, mlo, mhi), DLogProbs: rows(grad, mlo, mhi),
+			Temperature: temperature,
+		}); err != nil {
 			return err
 		}
 		d := c.Host(dlogits)

@@ -40,22 +40,41 @@ func LogProbEntropy(logp, entropy, logits, targets *Tensor, temperature float32)
 	})
 }
 
+// LogProbGrad is what LogProbEntropyBackward reads: the forward's inputs and outputs and the
+// gradients that flow into the outputs. Row tensors have the logits' shape without its last
+// dimension.
+type LogProbGrad struct {
+	// Logits [..., V] (float32 or bfloat16) and Targets (int32) are the forward's inputs.
+	Logits, Targets *Tensor
+	// LogProbs are the forward's log-probs (float32); always required.
+	LogProbs *Tensor
+	// Entropy are the forward's entropies (float32); required when DEntropy is set.
+	Entropy *Tensor
+	// DLogProbs and DEntropy are d loss / d log-prob and d loss / d entropy (float32); either may
+	// be nil, meaning zero.
+	DLogProbs, DEntropy *Tensor
+	// Temperature is the forward's temperature, > 0 (there is no default: it must match).
+	Temperature float32
+}
+
 // LogProbEntropyBackward writes into dlogits [..., V] (float32 or bfloat16) the gradient of
-// sum_i dlogp[i]*logp[i] + dentropy[i]*entropy[i] with respect to the raw logits (the
-// 1/temperature factor included). logp is the forward output; entropy is needed only when
-// dentropy is given. dlogp or dentropy may be nil (zero).
+// sum_i DLogProbs[i]*logp[i] + DEntropy[i]*entropy[i] with respect to the raw logits (the
+// 1/temperature factor included):
 //
 //	dz_v = dlogp*(1[v=y] - p_v) - dentropy*p_v*(log p_v + H),  dlogits = dz / temperature
-func LogProbEntropyBackward(dlogits, logits, targets, logp, entropy, dlogp, dentropy *Tensor, temperature float32) error {
+func LogProbEntropyBackward(dlogits *Tensor, in LogProbGrad) error {
 	const op = "tensor.LogProbEntropyBackward"
-	if err := checkLogProb(op, logits, targets, temperature, []string{"logp", "entropy", "dlogp", "dentropy"}, logp, entropy, dlogp, dentropy); err != nil {
+	logits, targets, logp, entropy, dlogp, dentropy := in.Logits, in.Targets, in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy
+	temperature := in.Temperature
+	names := []string{"LogProbs", "Entropy", "DLogProbs", "DEntropy"}
+	if err := checkLogProb(op, logits, targets, temperature, names, logp, entropy, dlogp, dentropy); err != nil {
 		return err
 	}
 	if logp == nil {
-		return Errorf(ErrShape, op, "logp", "is nil (the forward log-probs are required)")
+		return Errorf(ErrShape, op, "LogProbs", "is nil (the forward log-probs are required)")
 	}
 	if dentropy != nil && entropy == nil {
-		return Errorf(ErrShape, op, "entropy", "is nil but dentropy is given")
+		return Errorf(ErrShape, op, "Entropy", "is nil but DEntropy is given")
 	}
 	if err := CheckSameShape(op, "logits", logits, "dlogits", dlogits); err != nil {
 		return err

@@ -49,8 +49,11 @@ func TestLogProbEntropyBackwardFiniteDifferences(t *testing.T) {
 			t.Fatal(err)
 		}
 		dl := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, c.v))
-		err := tensor.LogProbEntropyBackward(dl, logits, ys, lp, ent,
-			tensor.Must(tensor.FromFloat32([]float32{gl}, 1)), tensor.Must(tensor.FromFloat32([]float32{ge}, 1)), c.temp)
+		err := tensor.LogProbEntropyBackward(dl, tensor.LogProbGrad{
+			Logits: logits, Targets: ys, LogProbs: lp, Entropy: ent,
+			DLogProbs: tensor.Must(tensor.FromFloat32([]float32{gl}, 1)),
+			DEntropy:  tensor.Must(tensor.FromFloat32([]float32{ge}, 1)), Temperature: c.temp,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

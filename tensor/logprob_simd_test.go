@@ -156,7 +156,10 @@ func TestLogProbSIMDDeterminism(t *testing.T) {
 			t.Fatal(err)
 		}
 		dl := Must(New(CPU(), Float32, n, v))
-		if err := LogProbEntropyBackward(dl, logits, tg, lp, ent, lp, ent, 0.9); err != nil {
+		if err := LogProbEntropyBackward(dl, LogProbGrad{
+			Logits: logits, Targets: tg, LogProbs: lp, Entropy: ent, DLogProbs: lp, DEntropy: ent,
+			Temperature: 0.9,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		a, _ := lp.Float32s()
@@ -270,7 +273,10 @@ func TestLogProbSIMDVsGo(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := Must(New(CPU(), Float32, n, v))
-		if err := LogProbEntropyBackward(d, logits, tg, l, e, l, e, temp); err != nil {
+		if err := LogProbEntropyBackward(d, LogProbGrad{
+			Logits: logits, Targets: tg, LogProbs: l, Entropy: e, DLogProbs: l, DEntropy: e,
+			Temperature: temp,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		lp, _ = l.Float32s()

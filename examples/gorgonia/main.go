@@ -400,7 +400,9 @@ func (tr *trainer) lossAndGrad(r *rollout, backward bool) (tprl.MicroResult, *tp
 		return mr, upd, err
 	}
 	dlogits := make([]float32, B*T*V)
-	if err := tensor.LogProbEntropyBackward(f32(dlogits, B, T, V), logits, targets, logp, nil, grad, nil, 1); err != nil {
+	if err := tensor.LogProbEntropyBackward(f32(dlogits, B, T, V), tensor.LogProbGrad{
+		Logits: logits, Targets: targets, LogProbs: logp, DLogProbs: grad, Temperature: 1,
+	}); err != nil {
 		return tprl.MicroResult{}, nil, err
 	}
 	return mr, upd, tr.pol.backward(r.x, dlogits)

@@ -158,7 +158,9 @@ func run() error {
 
 	// 6. Carry the gradient from log-probs back to the logits.
 	dlogits := newF32(B, T, V)
-	if err := tensor.LogProbEntropyBackward(dlogits, cur, ys, logp, nil, grad, nil, 1); err != nil {
+	if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{
+		Logits: cur, Targets: ys, LogProbs: logp, DLogProbs: grad, Temperature: 1,
+	}); err != nil {
 		return err
 	}
 

@@ -228,7 +228,10 @@ func (t *Trainer) Step() (*StepResult, error) {
 				}
 				// Back to the logits, then through the model.
 				dlogits := tensor.Must(tensor.NewLike(logits, tensor.Float32))
-				if err := tensor.LogProbEntropyBackward(dlogits, logits, targets, logp, nil, grad, nil, temp); err != nil {
+				if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{
+					Logits: logits, Targets: targets, LogProbs: logp, DLogProbs: grad,
+					Temperature: temp,
+				}); err != nil {
 					return nil, err
 				}
 				if err := t.backwardResponse(t.model, b, record, dlogits, lo, hi); err != nil {

@@ -435,7 +435,10 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 				dl[i] = -mk[i] / float32(count)
 			}
 			dg := tensor.Must(tensor.NewLike(g, tensor.Float32))
-			if err := tensor.LogProbEntropyBackward(dg, g, tg, logp, nil, tensor.Must(tensor.FromFloat32(dl, hi-lo, t.respLen)), nil, 1); err != nil {
+			if err := tensor.LogProbEntropyBackward(dg, tensor.LogProbGrad{
+				Logits: g, Targets: tg, LogProbs: logp,
+				DLogProbs: tensor.Must(tensor.FromFloat32(dl, hi-lo, t.respLen)), Temperature: 1,
+			}); err != nil {
 				return 0, err
 			}
 			if err := t.backwardResponse(t.model, b, act, dg, lo, hi); err != nil {

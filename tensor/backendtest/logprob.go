@@ -47,7 +47,11 @@ func LogProb(t *testing.T, b tensor.Backend, cfg Config) {
 						t.Fatal(err)
 					}
 					d := tensor.Must(tensor.New(be, dt.grad, n, v))
-					if err := tensor.LogProbEntropyBackward(d, logits, y, l, e, Upload(t, be, gl, n), Upload(t, be, ge, n), 0.9); err != nil {
+					if err := tensor.LogProbEntropyBackward(d, tensor.LogProbGrad{
+						Logits: logits, Targets: y, LogProbs: l, Entropy: e,
+						DLogProbs: Upload(t, be, gl, n), DEntropy: Upload(t, be, ge, n),
+						Temperature: 0.9,
+					}); err != nil {
 						t.Fatal(err)
 					}
 					return Host(t, l), Host(t, e), Host(t, d)

@@ -86,7 +86,10 @@ func BenchLogProbEntropyBackward(b *testing.B, backend tensor.Backend, shapes ..
 				}
 				b.SetBytes(int64(2 * n * v * dt.Size()))
 				for b.Loop() {
-					if err := tensor.LogProbEntropyBackward(dl, logits, ys, lp, ent, ones, ones, 1); err != nil {
+					if err := tensor.LogProbEntropyBackward(dl, tensor.LogProbGrad{
+						Logits: logits, Targets: ys, LogProbs: lp, Entropy: ent, DLogProbs: ones,
+						DEntropy: ones, Temperature: 1,
+					}); err != nil {
 						b.Fatal(err)
 					}
 					if err := backend.Sync(); err != nil {

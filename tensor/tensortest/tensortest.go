@@ -374,8 +374,11 @@ func testLogProbBackward(t *testing.T, b tensor.Backend) {
 			t.Fatal(err)
 		}
 		up := func(v []float32) *tensor.Tensor { return onBackend(t, b, tensor.Must(tensor.FromFloat32(v, c.n))) }
-		err = tensor.LogProbEntropyBackward(dd, dl, onBackend(t, b, tensor.Must(tensor.FromInt32(ys, c.n))),
-			up(lp), up(ent), up(gl), up(ge), c.temp)
+		err = tensor.LogProbEntropyBackward(dd, tensor.LogProbGrad{
+			Logits: dl, Targets: onBackend(t, b, tensor.Must(tensor.FromInt32(ys, c.n))),
+			LogProbs: up(lp), Entropy: up(ent), DLogProbs: up(gl), DEntropy: up(ge),
+			Temperature: c.temp,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
