@@ -66,15 +66,15 @@ type DatasetConfig struct {
 
 // TrainingConfig is the loop: budget, warm start, validation, checkpoints, outputs.
 type TrainingConfig struct {
-	TotalEpochs        int        `yaml:"total_epochs" json:"total_epochs"`
-	Steps              int        `yaml:"steps" json:"steps"`
-	SFTSteps           int        `yaml:"sft_steps" json:"sft_steps"`
-	SFTBatchSize       int        `yaml:"sft_batch_size" json:"sft_batch_size"`
-	SFTLR              float64    `yaml:"sft_lr" json:"sft_lr"`
+	TotalEpochs  int     `yaml:"total_epochs" json:"total_epochs"`
+	Steps        int     `yaml:"steps" json:"steps"`
+	SFTSteps     int     `yaml:"sft_steps" json:"sft_steps"`
+	SFTBatchSize int     `yaml:"sft_batch_size" json:"sft_batch_size"`
+	SFTLR        float64 `yaml:"sft_lr" json:"sft_lr"`
 	// SFTBlind warm-starts on blind references (vqa.BlindResponse): the reference chain with its
 	// visual fact replaced by a random option's value and that option's letter, drawn afresh each
 	// time, so the warm start teaches the format and the letters but not what the image shows.
-	SFTBlind bool `yaml:"sft_blind" json:"sft_blind"`
+	SFTBlind           bool       `yaml:"sft_blind" json:"sft_blind"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`
