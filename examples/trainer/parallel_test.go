@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -125,4 +128,66 @@ func weightDiff(a, b map[string]NamedTensor) float64 {
 		}
 	}
 	return math.Sqrt(d / n)
+}
+
+// TestDataParallelPerRankScope: trajectory_shaping_scope=per_micro_batch takes the shaping
+// range per rank's mini-batch, as the reference does per device, so unlike the default global
+// scope (TestDataParallelSameMetrics) the result changes with the number of ranks.
+func TestDataParallelPerRankScope(t *testing.T) {
+	scope := "optimization.trajectory_shaping_scope=per_micro_batch"
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	one := runLines(t, dpConfig(t, dir1, 1, scope))
+	two := runLines(t, dpConfig(t, dir2, 2, scope))
+	diffs, _ := compareLines(one, two)
+	require.NotEmpty(t, diffs, "per-rank shaping gave the same metrics on 1 and 2 ranks")
+	require.NotZero(t, weightDiff(modelWeights(t, dir1, 3), modelWeights(t, dir2, 3)))
+	// The rollouts of step 1 come from the same weights: only the update differs.
+	require.Equal(t, *one[1].Metrics["reward/accuracy"], *two[1].Metrics["reward/accuracy"])
+}
+
+// TestDataParallelRankFailure: an error in one rank stops every rank, Run returns that rank's
+// error, and the run directory holds only complete checkpoints of the steps before.
+func TestDataParallelRankFailure(t *testing.T) {
+	boom := errors.New("injected failure")
+	testRankFail = func(rank, step int) error {
+		if rank == 1 && step == 2 {
+			return boom
+		}
+		return nil
+	}
+	defer func() { testRankFail = nil }()
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	_, err := Run(context.Background(), dpConfig(t, dir, 2), &out, &errb)
+	require.ErrorIs(t, err, boom)
+	require.Contains(t, err.Error(), "rank 1")
+	entries, err := os.ReadDir(filepath.Join(dir, "checkpoints"))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{"global_step_0", "global_step_1", ckptTracker}, names)
+	lines, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 2) // steps 0 and 1
+	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
+	last, step, err := ck.Last()
+	require.NoError(t, err)
+	require.Equal(t, 1, step, last)
+}
+
+// TestDataParallelResume: a checkpoint written by 2 ranks resumes on 1 and on 4, and both
+// continue exactly as the uninterrupted run on 1 rank.
+func TestDataParallelResume(t *testing.T) {
+	full := t.TempDir()
+	want := runLines(t, dpConfig(t, full, 1))
+	for _, n := range []int{1, 4} {
+		dir := t.TempDir()
+		run(t, dpConfig(t, dir, 2, "training.steps=2"))
+		got := runLines(t, dpConfig(t, dir, n, "training.find_last_checkpoint=true"))
+		diffs, _ := compareLines(want, got)
+		require.Empty(t, diffs, "resumed on %d ranks", n)
+		require.Zero(t, weightDiff(modelWeights(t, full, 3), modelWeights(t, dir, 3)), "resumed on %d ranks", n)
+	}
 }
