@@ -834,9 +834,6 @@ func (c Config) Validate() error {
 		if rows := a.GlobalBatchSize / w * r.N; rows%a.MicroBatchSizePerDeviceForUpdate != 0 {
 			return keyErr("worker.actor.micro_batch_size_per_device_for_update", "is %d, want a divisor of the rows per rank of a mini-batch global_batch_size/%d ranks*rollout.n = %d", a.MicroBatchSizePerDeviceForUpdate, w, rows)
 		}
-		if o.AdvantageEstimator == "gae" {
-			return keyErr("optimization.advantage_estimator", "gae with %d ranks: the critic's update is not data-parallel yet (use one rank, or a critic-free estimator)", w)
-		}
 	}
 	if a.Model.Dim%a.Model.Heads != 0 {
 		return keyErr("worker.actor.model.heads", "is %d, want a divisor of worker.actor.model.dim (%d)", a.Model.Heads, a.Model.Dim)

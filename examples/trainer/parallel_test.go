@@ -191,3 +191,14 @@ func TestDataParallelResume(t *testing.T) {
 		require.Zero(t, weightDiff(modelWeights(t, full, 3), modelWeights(t, dir, 3)), "resumed on %d ranks", n)
 	}
 }
+
+// TestDataParallelCritic: gae's critic update is data-parallel too.
+func TestDataParallelCritic(t *testing.T) {
+	gae := "optimization.advantage_estimator=gae"
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	one := runLines(t, dpConfig(t, dir1, 1, gae, "training.steps=2"))
+	two := runLines(t, dpConfig(t, dir2, 2, gae, "training.steps=2"))
+	diffs, _ := compareLines(one, two)
+	require.Empty(t, diffs)
+	require.NotNil(t, two[2].Metrics["critic/vf_loss"])
+}
