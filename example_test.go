@@ -33,8 +33,8 @@ func Example() {
 
 	// Log-probs of the sampled tokens with the original and the perturbed image.
 	oldLogp, augLogp := zeros(B, T), zeros(B, T)
-	must(tensor.LogProbEntropy(oldLogp, nil, f32(logits, B, T, V), ids, 1))
-	must(tensor.LogProbEntropy(augLogp, nil, f32(augLogits, B, T, V), ids, 1))
+	must(tensor.LogProbs(oldLogp, f32(logits, B, T, V), ids, 1))
+	must(tensor.LogProbs(augLogp, f32(augLogits, B, T, V), ids, 1))
 
 	// GRPO advantages within each prompt's group.
 	adv := zeros(B, T)
@@ -50,7 +50,7 @@ func Example() {
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	must(err)
 	grad := zeros(B, T) // d loss / d log-probs; the policy's backward takes it from here
-	res, err := upd.MicroBatch(grad, oldLogp, nil, 0, B)
+	res, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: oldLogp}, 0, B)
 	must(err)
 
 	sel, _ := tensor.MaskedMean(res.LossTokenMask, m)

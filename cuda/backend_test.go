@@ -106,7 +106,7 @@ func TestNoLeakedTemporaries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for lo := 0; lo < rows; lo += micro {
-			res, err := upd.MicroBatch(rowsOf(grad, lo, lo+micro), rowsOf(logpT, lo, lo+micro), rowsOf(entT, lo, lo+micro), lo, lo+micro)
+			res, err := upd.MicroBatch(rowsOf(grad, lo, lo+micro), tprl.MicroInputs{LogProbs: rowsOf(logpT, lo, lo+micro), Entropy: rowsOf(entT, lo, lo+micro)}, lo, lo+micro)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -76,7 +76,7 @@ func BenchmarkLossOps(b *testing.B) {
 		bench("GAE", 32*n, func() error { return advantage.GAE(dst, ret, adv, old, m, 0.99, 0.95) })
 		bench("ReinforcePlusPlus", 28*n, func() error { return advantage.ReinforcePlusPlus(dst, ret, adv, m, 0.99) })
 		bench("SelectTopP", 12*n, func() error {
-			_, err := tprl.SelectTopP(dst, nil, adv, m, 0.2, tprl.EntropyFilter)
+			_, err := tprl.EntropyMask(dst, adv, m, 0.2)
 			return err
 		})
 		bench("GRPO", 16*n, func() error { return advantage.GRPO(dst, ret, adv, m, index, advantage.GRPOOptions{}) })

@@ -84,7 +84,7 @@ func run() error {
 	if err := tensor.LogProbEntropy(oldLogp, entropy, lt, ys, 1); err != nil {
 		return err
 	}
-	if err := tensor.LogProbEntropy(augLogp, nil, tensor.Must(tensor.FromFloat32(augLogits, B, T, V)), ys, 1); err != nil {
+	if err := tensor.LogProbs(augLogp, tensor.Must(tensor.FromFloat32(augLogits, B, T, V)), ys, 1); err != nil {
 		return err
 	}
 	meanEnt, _ := tensor.MaskedMean(entropy, m)
@@ -135,7 +135,7 @@ func run() error {
 	}
 	cur := tensor.Must(tensor.FromFloat32(curLogits, B, T, V))
 	logp := newF32(B, T)
-	if err := tensor.LogProbEntropy(logp, nil, cur, ys, 1); err != nil {
+	if err := tensor.LogProbs(logp, cur, ys, 1); err != nil {
 		return err
 	}
 	grad, tokMask, shaped := newF32(B, T), newF32(B, T), newF32(B, T)
@@ -143,7 +143,7 @@ func run() error {
 	for lo := 0; lo < B; lo += B / 2 {
 		hi := lo + B/2
 		rows := func(t *tensor.Tensor) *tensor.Tensor { return tensor.Must(t.Rows(lo, hi)) }
-		res, err := upd.MicroBatch(rows(grad), rows(logp), nil, lo, hi)
+		res, err := upd.MicroBatch(rows(grad), tprl.MicroInputs{LogProbs: rows(logp)}, lo, hi)
 		if err != nil {
 			return err
 		}

@@ -353,11 +353,13 @@ func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, lo
 		if onAct != nil {
 			onAct(act, lo, hi)
 		}
-		var e *tensor.Tensor
-		if ent != nil {
-			e = tensor.Must(ent.Rows(lo, hi))
+		lp, tg := tensor.Must(logp.Rows(lo, hi)), tensor.Must(b.targets.Rows(lo, hi))
+		if ent == nil {
+			err = tensor.LogProbs(lp, g, tg, temp)
+		} else {
+			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(lo, hi)), g, tg, temp)
 		}
-		if err := tensor.LogProbEntropy(tensor.Must(logp.Rows(lo, hi)), e, g, tensor.Must(b.targets.Rows(lo, hi)), temp); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -423,7 +425,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			mask := tensor.Must(b.mask.Rows(lo, hi))
 			tg := tensor.Must(b.targets.Rows(lo, hi))
 			logp := tensor.Must(tensor.NewLike(mask, tensor.Float32))
-			if err := tensor.LogProbEntropy(logp, nil, g, tg, 1); err != nil {
+			if err := tensor.LogProbs(logp, g, tg, 1); err != nil {
 				return 0, err
 			}
 			// loss = -sum(logp * mask) / count  →  d loss / d logp = -mask / count
