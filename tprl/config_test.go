@@ -212,8 +212,14 @@ func TestBadInputs(t *testing.T) {
 			return err
 		}},
 		{"score shape", "tprl.PerceptionMask", "mask", tensor.ErrShape, func() error { _, err := PerceptionMask(d23, v32, m23, 0.5); return err }},
-		{"union b", "tprl.UnionMask", "PerceptionMask", tensor.ErrShape, func() error { _, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v32, Entropy: v23, PerceptionScore: v23, ResponseMask: m23}); return err }},
-		{"union entropy dtype", "tprl.UnionMask", "Entropy", tensor.ErrDType, func() error { _, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v23, Entropy: i23, PerceptionScore: v23, ResponseMask: m23}); return err }},
+		{"union b", "tprl.UnionMask", "PerceptionMask", tensor.ErrShape, func() error {
+			_, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v32, Entropy: v23, PerceptionScore: v23, ResponseMask: m23})
+			return err
+		}},
+		{"union entropy dtype", "tprl.UnionMask", "Entropy", tensor.ErrDType, func() error {
+			_, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v23, Entropy: i23, PerceptionScore: v23, ResponseMask: m23})
+			return err
+		}},
 		{"sens dst", "tprl.SensitivityScores", "dst", tensor.ErrShape, func() error { return SensitivityScores(v6, v23, m23) }},
 		{"stats sens", "tprl.ShapingStatsOf", "sensitivity", tensor.ErrShape, func() error { _, err := ShapingStatsOf(v6, m23); return err }},
 		{"smin", "tprl.ShapeAdvantages", "ScalingMin", tensor.ErrParam, func() error {

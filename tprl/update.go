@@ -59,7 +59,7 @@ type MiniBatch struct {
 	// already has it (for example for its own diagnostics, or across PPO epochs); AugLogProbs
 	// is then not needed. When nil, Prepare computes it once for the mini-batch.
 	PerceptionScore *tensor.Tensor
-	RefLogProbs  *tensor.Tensor // reference policy log-probs; UseKLLoss
+	RefLogProbs     *tensor.Tensor // reference policy log-probs; UseKLLoss
 	// GlobalTokens is sum(response_mask) over this mini-batch on every rank (all-reduced);
 	// 0 means this mini-batch's own count (one device).
 	GlobalTokens float64
