@@ -45,7 +45,7 @@ func Example() {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.4,
 			EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	must(err)

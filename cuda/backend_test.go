@@ -97,7 +97,7 @@ func TestNoLeakedTemporaries(t *testing.T) {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
 			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	rowsOf := func(x *tensor.Tensor, lo, hi int) *tensor.Tensor { return tensor.Must(x.Rows(lo, hi)) }
 	for range 3 {

@@ -64,7 +64,7 @@ func BenchmarkLossOps(b *testing.B) {
 		}
 		bench("MaskedMeanRows", 8*n, func() error { return tensor.MaskedMeanRows(rowsOut, lp, m) })
 		bench("MaskedVar", 16*n, func() error { _, err := tensor.MaskedVar(lp, m, true); return err })
-		for _, lt := range []ppo.LossType{ppo.Default, ppo.GSPO, ppo.SAPO} {
+		for _, lt := range []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.SAPO} {
 			cfg := ppo.PolicyConfig{LossType: lt}
 			bench("PolicyLoss/"+lt.String(), 24*n, func() error { _, err := ppo.PolicyLoss(dst, in, cfg); return err })
 		}
@@ -72,7 +72,7 @@ func BenchmarkLossOps(b *testing.B) {
 			_, err := ppo.ValueLoss(dst, ppo.ValueInputs{VPreds: lp, Returns: old, Values: adv, ResponseMask: m}, ppo.ValueConfig{ClipRange: 0.5})
 			return err
 		})
-		bench("AverageLossGrad", 16*n, func() error { _, err := ppo.AverageLossGrad(dst, adv, m, ppo.Seq); return err })
+		bench("Agg.LossGrad", 16*n, func() error { _, err := ppo.Agg{Mode: ppo.Seq}.LossGrad(dst, adv, m); return err })
 		bench("GAE", 32*n, func() error { return advantage.GAE(dst, ret, adv, old, m, 0.99, 0.95) })
 		bench("ReinforcePlusPlus", 28*n, func() error { return advantage.ReinforcePlusPlus(dst, ret, adv, m, 0.99) })
 		bench("SelectTopP", 12*n, func() error {

@@ -66,7 +66,7 @@ func TestUpdateMicroBatchSplitInvariance(t *testing.T) {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
 			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy:    ppo.DefaultPolicyConfig(ppo.Default),
+		Policy:    ppo.DefaultPolicyConfig(ppo.Vanilla),
 		UseKLLoss: true, KLPenalty: divergence.LowVarKL, KLCoef: 0.05,
 		UseEntropyPenalty: true, EntropyPenaltyCoef: 0.01,
 	}

@@ -240,7 +240,7 @@ func newTrainer(seed uint64) (*trainer, error) {
 			EnableTrajectoryReweighting: true,
 			TrajectoryScalingMin:        0.8,
 		},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	if err := cfg.Validate(); err != nil {
 		pol.close()

@@ -122,7 +122,7 @@ func run() error {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.4,
 			EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	if err != nil {
