@@ -41,8 +41,8 @@ func TestBadInput(t *testing.T) {
 		{"wrong shape", func() error { _, err := tensor.MaskedMean(f32(2, 3), f32(3, 2)); return err },
 			tensor.ErrShape, "tensor.MaskedMean", "mask"},
 		{"mismatched lengths", func() error {
-			return advantage.GRPO(f32(4, 5), nil, f32(4, 5), ones(4, 5), tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3)), advantage.GRPOOptions{})
-		}, tensor.ErrShape, "advantage.GRPO", "index"},
+			return advantage.Compute(f32(4, 5), advantage.Inputs{Rewards: f32(4, 5), ResponseMask: ones(4, 5), Index: tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3))}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		}, tensor.ErrShape, "advantage.Compute", "Inputs.Index"},
 		{"top_p = 1.5", func() error { _, err := tprl.EntropyMask(f32(2, 4), f32(2, 4), ones(2, 4), 1.5); return err },
 			tensor.ErrParam, "tprl.EntropyMask", "p"},
 		{"empty batch", func() error {
@@ -67,8 +67,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown KL penalty", func() error { _, err := divergence.ParseKind("kl2"); return err },
 			tensor.ErrParam, "divergence.ParseKind", ""},
 		{"group of one", func() error {
-			return advantage.GRPO(f32(3, 2), nil, f32(3, 2), ones(3, 2), tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3)), advantage.GRPOOptions{})
-		}, tensor.ErrParam, "advantage.GRPO", "index"},
+			return advantage.Compute(f32(3, 2), advantage.Inputs{Rewards: f32(3, 2), ResponseMask: ones(3, 2), Index: tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3))}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		}, tensor.ErrParam, "advantage.Compute", "Inputs.Index"},
 		{"horizon 0", func() error { _, err := divergence.NewAdaptive(0.1, 6, 0); return err },
 			tensor.ErrParam, "divergence.NewAdaptive", "Horizon"},
 		{"patch size 0", func() error {

@@ -39,7 +39,7 @@ func Example() {
 	// GRPO advantages within each prompt's group.
 	adv := zeros(B, T)
 	groups := tensor.Must(tensor.FromInt32([]int32{0, 0, 1, 1}, B))
-	must(advantage.GRPO(adv, nil, f32(rewards, B, T), m, groups, advantage.GRPOOptions{}))
+	must(advantage.Compute(adv, advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: m, Index: groups}, advantage.Config{Estimator: advantage.EstimatorGRPO}))
 
 	// Train on the 40% most image-dependent tokens, advantages rescaled per response.
 	cfg := tprl.UpdateConfig{

@@ -114,6 +114,9 @@ func TestNoLeakedTemporaries(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if err := upd.Release(); err != nil { // the mini-batch's perception score
+			t.Fatal(err)
+		}
 		res, err := cfg.Tokens.Apply(tprl.Batch{ResponseMask: mask, Entropy: entT, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT, MicroBatchSize: micro})
 		if err != nil {
 			t.Fatal(err)

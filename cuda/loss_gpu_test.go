@@ -19,12 +19,12 @@ func TestGroupOfOne(t *testing.T) {
 	rw := up(t, b, []float32{1, 2, 3, 4, 5, 6}, 3, 2)
 	m := up(t, b, []float32{1, 1, 1, 1, 1, 1}, 3, 2)
 	a := tensor.Must(tensor.New(b, tensor.Float32, 3, 2))
-	err := advantage.GRPO(a, nil, rw, m, upI(t, b, []int32{5, 5, 9}, 3), advantage.GRPOOptions{})
+	err := advantage.Compute(a, advantage.Inputs{Rewards: rw, ResponseMask: m, Index: upI(t, b, []int32{5, 5, 9}, 3)}, advantage.Config{Estimator: advantage.EstimatorGRPO})
 	if err == nil {
 		t.Fatal("GRPO with a group of one succeeded")
 	}
-	if e, ok := err.(*tensor.Error); !ok || e.Arg != "index" || e.Op != "advantage.GRPO" {
-		t.Fatalf("error %v does not name advantage.GRPO and index", err)
+	if e, ok := err.(*tensor.Error); !ok || e.Arg != "Inputs.Index" || e.Op != "advantage.Compute" {
+		t.Fatalf("error %v does not name advantage.Compute and Inputs.Index", err)
 	}
 }
 
@@ -73,12 +73,18 @@ func BenchmarkLossOps(b *testing.B) {
 			return err
 		})
 		bench("Agg.LossGrad", 16*n, func() error { _, err := ppo.Agg{Mode: ppo.Seq}.LossGrad(dst, adv, m); return err })
-		bench("GAE", 32*n, func() error { return advantage.GAE(dst, ret, adv, old, m, 0.99, 0.95) })
-		bench("ReinforcePlusPlus", 28*n, func() error { return advantage.ReinforcePlusPlus(dst, ret, adv, m, 0.99) })
+		bench("GAE", 32*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, Values: old, ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorGAE, Gamma: 0.99, Lambda: 0.95})
+		})
+		bench("ReinforcePlusPlus", 28*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorReinforcePlusPlus, Gamma: 0.99})
+		})
 		bench("SelectTopP", 12*n, func() error {
 			_, err := tprl.EntropyMask(dst, adv, m, 0.2)
 			return err
 		})
-		bench("GRPO", 16*n, func() error { return advantage.GRPO(dst, ret, adv, m, index, advantage.GRPOOptions{}) })
+		bench("GRPO", 16*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, ResponseMask: m, Index: index}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		})
 	}
 }

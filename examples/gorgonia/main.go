@@ -364,7 +364,7 @@ func (tr *trainer) collect() (*rollout, error) {
 		}
 	}
 	in := advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: f32(r.mask, B, T), Index: tensor.Must(tensor.FromInt32(index, B))}
-	if err := advantage.Compute(f32(r.adv, B, T), nil, in, advantage.DefaultConfig()); err != nil {
+	if err := advantage.Compute(f32(r.adv, B, T), in, advantage.DefaultConfig()); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -102,7 +102,7 @@ func run() error {
 		}
 	}
 	adv := newF32(B, T)
-	if err := advantage.GRPO(adv, nil, rewards, m, tensor.Must(tensor.FromInt32(index, B)), advantage.GRPOOptions{}); err != nil {
+	if err := advantage.Compute(adv, advantage.Inputs{Rewards: rewards, ResponseMask: m, Index: tensor.Must(tensor.FromInt32(index, B))}, advantage.Config{Estimator: advantage.EstimatorGRPO}); err != nil {
 		return err
 	}
 	fmt.Println("3. advantages: GRPO over 2 groups of 4")
@@ -128,6 +128,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	defer upd.Release() // the perception score Prepare computed (device memory on a GPU)
 	// The current policy has moved a little since the rollout.
 	curLogits := append([]float32(nil), logits...)
 	for i := range curLogits {

@@ -167,7 +167,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		}
 	}
 	adv, returns := f32(B, T), f32(B, T)
-	if err := advantage.Compute(adv, returns, in, t.adv); err != nil {
+	if err := advantage.ComputeWithReturns(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
 	}
 	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
