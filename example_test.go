@@ -39,7 +39,8 @@ func Example() {
 	// GRPO advantages within each prompt's group.
 	adv := zeros(B, T)
 	groups := tensor.Must(tensor.FromInt32([]int32{0, 0, 1, 1}, B))
-	must(advantage.Compute(adv, advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: m, Index: groups}, advantage.Config{Estimator: advantage.EstimatorGRPO}))
+	must(advantage.Compute(adv, advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: m, Index: groups},
+		advantage.DefaultConfig()))
 
 	// Train on the 40% most image-dependent tokens, advantages rescaled per response.
 	cfg := tprl.UpdateConfig{
@@ -49,6 +50,7 @@ func Example() {
 	}
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	must(err)
+	defer upd.Release()
 	grad := zeros(B, T) // d loss / d log-probs; the policy's backward takes it from here
 	res, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: oldLogp}, 0, B)
 	must(err)
