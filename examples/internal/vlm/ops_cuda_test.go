@@ -331,3 +331,88 @@ func TestCUDAEmbeddingsAndHead(t *testing.T) {
 	must(t, p.dev.TokenEmbedBack(ded, dtd, b, l, s, dxd, td))
 	bitwise(t, "embedding gradients", dih, did, dph, dpd, deh, ded, dth, dtd)
 }
+
+// TestCUDAModelGradients is the whole model on the device: logits and every parameter gradient
+// of OpsModel on CUDAOps against the float64 kernels (themselves checked by finite differences
+// in TestGradientsFiniteDifferences), to the tolerance the host's float32 model is held to in
+// TestFloat32MatchesFloat64 (logits 1e-4·(1+|x|), gradients 1e-3·(1+|g|)); then a directional
+// finite difference of the device's own forward, L(w ± εv) with v the device gradient, which
+// must agree with |g|² to 2% (float32 logits, ε = 1e-2: the truncation and rounding errors
+// of the central difference are both below 1% at this size).
+func TestCUDAModelGradients(t *testing.T) {
+	c := Config{ImageSize: 8, PatchSize: 4, Channels: 3, Vocab: 19, Dim: 16, Layers: 2, Heads: 2, MLPDim: 24, MaxLen: 6}
+	p := newPair(t, c)
+	m, err := New(c, 9)
+	must(t, err)
+	om, err := NewOpsModel(m, p.dev)
+	must(t, err)
+	defer om.Release()
+	rng := rand.New(rand.NewPCG(5, 6))
+	b, l := 3, 6
+	img, tok := randImages(rng, c, b), randTokens(rng, c, b, l)
+	logits, act, err := om.Forward(img, tok)
+	must(t, err)
+	defer act.Release()
+	r := make([]float32, b*l*c.Vocab)
+	r64 := make([]float64, len(r))
+	for i := range r {
+		r[i] = float32(rng.NormFloat64())
+		r64[i] = float64(r[i])
+	}
+	dl, err := tensor.To(p.dev.Backend(), tensor.Must(tensor.FromFloat32(r, b, l, c.Vocab)))
+	must(t, err)
+	must(t, om.Backward(act, dl))
+
+	px, _ := img.Uint8s()
+	ids, _ := tok.Int32s()
+	w := weights64(m)
+	lg64, a := forward(c, &w, patchVectors[float64](c, px, b), ids, b, l)
+	lg := download(t, logits)
+	for i := range lg64 {
+		if math.Abs(lg64[i]-float64(lg[i])) > 1e-4*(1+math.Abs(lg64[i])) {
+			t.Fatalf("logit %d: device %v, float64 %v", i, lg[i], lg64[i])
+		}
+	}
+	g := zeros64(c)
+	backward(c, &w, &g, a, r64)
+	var gg float64
+	grads := make([][]float32, len(om.Params()))
+	for i, prm := range om.Params() {
+		gd := download(t, prm.G)
+		grads[i] = gd
+		for j, v := range *g.slots()[i] {
+			if math.Abs(v-float64(gd[j])) > 1e-3*(1+math.Abs(v)) {
+				t.Fatalf("%s[%d]: device %v, float64 %v", prm.Name, j, gd[j], v)
+			}
+			gg += float64(gd[j]) * float64(gd[j])
+		}
+	}
+
+	// Directional finite difference on the device: move every weight by ±ε·g/|g|.
+	const eps = 1e-2
+	norm := math.Sqrt(gg)
+	loss := func(sign float64) float64 {
+		for i, prm := range m.Params() {
+			w0, _ := prm.W.Float32s()
+			v := make([]float32, len(w0))
+			for j := range v {
+				v[j] = w0[j] + float32(sign*eps*float64(grads[i][j])/norm)
+			}
+			must(t, tensor.CopyInto(om.Params()[i].W, tensor.Must(tensor.FromFloat32(v, prm.W.Shape()...))))
+		}
+		lgt, ac, err := om.Forward(img, tok)
+		must(t, err)
+		ac.Release()
+		var s float64
+		for i, x := range download(t, lgt) {
+			s += float64(x) * r64[i]
+		}
+		_ = lgt.Release()
+		return s
+	}
+	fd := (loss(1) - loss(-1)) / (2 * eps)
+	if math.Abs(fd-norm) > 0.02*norm {
+		t.Fatalf("directional derivative: finite difference %v, analytic |g| = %v", fd, norm)
+	}
+	t.Logf("directional derivative: finite difference %.6g, analytic %.6g", fd, norm)
+}
