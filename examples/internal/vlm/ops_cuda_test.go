@@ -416,3 +416,55 @@ func TestCUDAModelGradients(t *testing.T) {
 	}
 	t.Logf("directional derivative: finite difference %.6g, analytic %.6g", fd, norm)
 }
+
+// TestCUDAUseOps: Model.Forward and Backward through UseOps(CUDAOps) agree with the host model
+// within twice the float32-vs-float64 tolerances (each side is within them of float64), and
+// the attention statistics read the device record.
+func TestCUDAUseOps(t *testing.T) {
+	c := tinyConfig()
+	p := newPair(t, c)
+	host, err := New(c, 4)
+	must(t, err)
+	dev, err := New(c, 4)
+	must(t, err)
+	must(t, dev.UseOps(p.dev))
+	defer dev.UseOps(nil)
+	rng := rand.New(rand.NewPCG(8, 9))
+	b, l := 2, 5
+	img, tok := randImages(rng, c, b), randTokens(rng, c, b, l)
+	hl, ha, err := host.Forward(img, tok)
+	must(t, err)
+	dlg, da, err := dev.Forward(img, tok)
+	must(t, err)
+	defer da.Release()
+	hv, _ := hl.Float32s()
+	dv, _ := dlg.Float32s()
+	for i := range hv {
+		if math.Abs(float64(hv[i]-dv[i])) > 2e-4*(1+math.Abs(float64(hv[i]))) {
+			t.Fatalf("logit %d: device %v, host %v", i, dv[i], hv[i])
+		}
+	}
+	r := make([]float32, len(hv))
+	for i := range r {
+		r[i] = float32(rng.NormFloat64())
+	}
+	dl := tensor.Must(tensor.FromFloat32(r, b, l, c.Vocab))
+	for range 2 { // accumulates
+		must(t, host.Backward(ha, dl))
+		must(t, dev.Backward(da, dl))
+	}
+	for i, prm := range host.Params() {
+		hg, _ := prm.G.Float32s()
+		dg, _ := dev.Params()[i].G.Float32s()
+		for j := range hg {
+			if math.Abs(float64(hg[j]-dg[j])) > 2e-3*(1+math.Abs(float64(hg[j]))) {
+				t.Fatalf("%s[%d]: device %v, host %v", prm.Name, j, dg[j], hg[j])
+			}
+		}
+	}
+	hi, ht, _, _ := ha.Attention(1, 1, 2)
+	di, dt, _, _ := da.Attention(1, 1, 2)
+	if math.Abs(hi-di) > 1e-5 || math.Abs(ht-dt) > 1e-5 {
+		t.Fatalf("attention split: device %v/%v, host %v/%v", di, dt, hi, ht)
+	}
+}
