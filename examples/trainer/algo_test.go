@@ -39,7 +39,7 @@ func TestCriticReducesValueLoss(t *testing.T) {
 		values := f32()
 		require.NoError(t, tr.values(values, b, 8))
 		adv, returns := f32(), f32()
-		require.NoError(t, advantage.Compute(adv, returns, advantage.Inputs{Rewards: rewards, Values: values, ResponseMask: b.mask}, tr.adv))
+		require.NoError(t, advantage.ComputeWithReturns(adv, returns, advantage.Inputs{Rewards: rewards, Values: values, ResponseMask: b.mask}, tr.adv))
 		m, err := tr.updateCritic(b, values, returns)
 		require.NoError(t, err)
 		losses = append(losses, m["critic/vf_loss"])

@@ -60,6 +60,8 @@ type DatasetConfig struct {
 	ImageSize int `yaml:"image_size" json:"image_size"`
 	MaxShapes int `yaml:"max_shapes" json:"max_shapes"`
 	Options   int `yaml:"options" json:"options"`
+	// OrderedOptions lists a generated question's options in the value lists' order.
+	OrderedOptions bool `yaml:"ordered_options" json:"ordered_options"`
 }
 
 // TrainingConfig is the loop: budget, warm start, validation, checkpoints, outputs.
@@ -69,6 +71,10 @@ type TrainingConfig struct {
 	SFTSteps           int        `yaml:"sft_steps" json:"sft_steps"`
 	SFTBatchSize       int        `yaml:"sft_batch_size" json:"sft_batch_size"`
 	SFTLR              float64    `yaml:"sft_lr" json:"sft_lr"`
+	// SFTBlind warm-starts on blind references (vqa.BlindResponse): the reference chain with its
+	// visual fact replaced by a random option's value and that option's letter, drawn afresh each
+	// time, so the warm start teaches the format and the letters but not what the image shows.
+	SFTBlind bool `yaml:"sft_blind" json:"sft_blind"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`

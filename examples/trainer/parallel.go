@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
@@ -128,11 +127,13 @@ func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *ten
 		if onAct != nil {
 			onAct(act, s, e)
 		}
-		var en *tensor.Tensor
-		if ent != nil {
-			en = tensor.Must(ent.Rows(s, e))
+		lp, tg := tensor.Must(logp.Rows(s, e)), tensor.Must(b.targets.Rows(s, e))
+		if ent == nil {
+			err = tensor.LogProbs(lp, g, tg, temp)
+		} else {
+			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(s, e)), g, tg, temp)
 		}
-		if err := tensor.LogProbEntropy(tensor.Must(logp.Rows(s, e)), en, g, tensor.Must(b.targets.Rows(s, e)), temp); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -252,7 +253,7 @@ type miniBatchTotals struct {
 // gathers: identical on all ranks and equal to one device's, with no collective. With
 // trajectory_shaping_scope=per_micro_batch the statistics stay per rank, as in the reference
 // (its range is the device's mini-batch).
-func (t *Trainer) globalMiniBatch(mask, oldLogp, augLogp *tensor.Tensor) (miniBatchTotals, error) {
+func (t *Trainer) globalMiniBatch(mask, score *tensor.Tensor) (miniBatchTotals, error) {
 	var g miniBatchTotals
 	_, n, err := tensor.MaskedSum(mask, mask)
 	if err != nil {
@@ -262,12 +263,7 @@ func (t *Trainer) globalMiniBatch(mask, oldLogp, augLogp *tensor.Tensor) (miniBa
 	if t.world() == 1 || !t.update.Tokens.Shaping() || t.update.Tokens.TrajectoryShapingScope != tprl.GlobalScope {
 		return g, nil
 	}
-	rows, cols := mask.Dim(0), mask.Dim(1)
-	score := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, rows, cols))
-	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, rows))
-	if err := divergence.PerceptionScore(score, oldLogp, augLogp); err != nil {
-		return g, err
-	}
+	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, mask.Dim(0)))
 	if err := tprl.SensitivityScores(sens, score, mask); err != nil {
 		return g, err
 	}

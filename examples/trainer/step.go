@@ -127,6 +127,12 @@ func (t *Trainer) Step() (*StepResult, error) {
 	if err := t.shardedLogProbs(t.model, b, augImages, augLogp, nil, xmicro, temp, nil); err != nil {
 		return nil, fmt.Errorf("perturbed log-probs: %w", err)
 	}
+	// The perception score, once per batch: the update's masks and shaping and the diagnostics
+	// read row views of it.
+	score := f32(B, T)
+	if err := divergence.PerceptionScore(score, oldLogp, augLogp); err != nil {
+		return nil, err
+	}
 
 	// 5. Reference log-probs for the KL loss.
 	var refLogp *tensor.Tensor
@@ -166,7 +172,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		}
 	}
 	adv, returns := f32(B, T), f32(B, T)
-	if err := advantage.Compute(adv, returns, in, t.adv); err != nil {
+	if err := advantage.ComputeWithReturns(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
 	}
 	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
@@ -206,7 +212,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 				return tensor.Must(x.Rows(mlo, mhi))
 			}
 			var lossRef *tensor.Tensor
-			global, err := t.globalMiniBatch(rows(b.mask), rows(oldLogp), rows(augLogp))
+			global, err := t.globalMiniBatch(rows(b.mask), rows(score))
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
@@ -220,7 +226,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 				lossRef = local(refLogp)
 			}
 			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: local(b.mask), OldLogProbs: local(oldLogp),
-				AugLogProbs: local(augLogp), RefLogProbs: lossRef, Advantages: local(adv),
+				PerceptionScore: local(score), RefLogProbs: lossRef, Advantages: local(adv),
 				GlobalTokens: global.tokens, ShapingStats: global.stats})
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
@@ -244,7 +250,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 					return nil, err
 				}
 				// Loss and d loss / d log-probs: token masks, shaping, clipped objective, scaling.
-				mr, err := upd.MicroBatch(grad, logp, ent, lo-mlo-slo, hi-mlo-slo)
+				mr, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp, Entropy: ent}, lo-mlo-slo, hi-mlo-slo)
 				if err != nil {
 					return nil, fmt.Errorf("update: %w", err)
 				}
@@ -284,6 +290,9 @@ func (t *Trainer) Step() (*StepResult, error) {
 			for k, v := range um {
 				actor[k] = append(actor[k], mean(v))
 			}
+			if err := upd.Release(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	t.step++
@@ -295,7 +304,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	met["actor/skipped_steps"] = float64(t.skipped)
 
 	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
-	res, err := t.diagnostics(b, exs, oldLogp, augLogp, entropy, met)
+	res, err := t.diagnostics(b, exs, score, entropy, met)
 	if err != nil {
 		return nil, err
 	}
@@ -339,14 +348,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 // diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
 // not they are used for training) and their precision and recall against vqa.VisualLabels, and
 // returns per-row token records.
-func (t *Trainer) diagnostics(b *batch, exs []example, oldLogp, augLogp, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
+func (t *Trainer) diagnostics(b *batch, exs []example, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
 	B, T := b.rows, t.respLen
 	o := t.cfg.Optimization
-	pm, em, score := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
-	if _, err := tprl.PerceptionMask(score, pm, nil, oldLogp, augLogp, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
+	pm, em := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
+	if _, err := tprl.PerceptionMask(pm, score, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
 		return nil, err
 	}
-	if _, err := tprl.EntropyMask(em, nil, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
+	if _, err := tprl.EntropyMask(em, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
 		return nil, err
 	}
 	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B))

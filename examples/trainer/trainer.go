@@ -133,7 +133,7 @@ func (t *Trainer) optimizerSteps() int {
 // training data and encodes every example (images fitted to the model's input).
 func (t *Trainer) loadData() error {
 	d := t.cfg.Dataset
-	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options}
+	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options, OrderedOptions: d.OrderedOptions}
 	if d.TrainFiles == "" || d.ValFiles == "" {
 		if err := task.Validate(); err != nil {
 			return fmt.Errorf("config: dataset: %w", err)
@@ -360,11 +360,13 @@ func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, lo
 		if onAct != nil {
 			onAct(act, lo, hi)
 		}
-		var e *tensor.Tensor
-		if ent != nil {
-			e = tensor.Must(ent.Rows(lo, hi))
+		lp, tg := tensor.Must(logp.Rows(lo, hi)), tensor.Must(b.targets.Rows(lo, hi))
+		if ent == nil {
+			err = tensor.LogProbs(lp, g, tg, temp)
+		} else {
+			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(lo, hi)), g, tg, temp)
 		}
-		if err := tensor.LogProbEntropy(tensor.Must(logp.Rows(lo, hi)), e, g, tensor.Must(b.targets.Rows(lo, hi)), temp); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -418,6 +420,9 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		for i := range exs {
 			exs[i] = t.train[r.IntN(len(t.train))]
 			resp[i] = exs[i].ref
+			if c.SFTBlind {
+				resp[i] = t.blindRef(exs[i], r)
+			}
 		}
 		b, err := t.newBatch(exs, resp)
 		if err != nil {
@@ -437,7 +442,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			mask := tensor.Must(b.mask.Rows(lo, hi))
 			tg := tensor.Must(b.targets.Rows(lo, hi))
 			logp := tensor.Must(tensor.NewLike(mask, tensor.Float32))
-			if err := tensor.LogProbEntropy(logp, nil, g, tg, 1); err != nil {
+			if err := tensor.LogProbs(logp, g, tg, 1); err != nil {
 				return 0, err
 			}
 			// loss = -sum(logp * mask) / count  →  d loss / d logp = -mask / count
@@ -481,6 +486,20 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 	}
 	progress.Done()
 	return mean(recent), nil
+}
+
+// blindRef is e's reference with a random option's value and letter (vqa.BlindResponse); the
+// true reference when e's prompt has no option list the chain can be rewritten with.
+func (t *Trainer) blindRef(e example, r *rand.Rand) []int32 {
+	opts, ok := vqa.Options(e.s.Prompt)
+	if !ok {
+		return e.ref
+	}
+	text, ok := vqa.BlindResponse(e.s, opts[r.IntN(len(opts))][0])
+	if !ok {
+		return e.ref
+	}
+	return append(t.tok.Encode(text), vqa.EOS)
 }
 
 func sizesOf(m *vlm.Model) []int {
