@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
@@ -452,7 +453,7 @@ func checkResumable(cfg Config, ckDir string) error {
 		s, _ := ParseSchedule(o.LRSchedulerType)
 		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
 	}
-	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == "gae" && scheduled(cfg.Worker.Critic.Optim))
+	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == advantage.EstimatorGAE && scheduled(cfg.Worker.Critic.Optim))
 	a, b := old.leaves(), cfg.leaves()
 	var diffs []string
 	for k, va := range a {
