@@ -202,3 +202,27 @@ func TestDataParallelCritic(t *testing.T) {
 	require.Empty(t, diffs)
 	require.NotNil(t, two[2].Metrics["critic/vf_loss"])
 }
+
+// TestCompareRunDirs compares the metrics.jsonl and final weights of two run directories named
+// by MTRL_COMPARE_RUNS=dirA,dirB,step (scripts/ci-mpi: one process against mpirun -np 2).
+func TestCompareRunDirs(t *testing.T) {
+	spec := os.Getenv("MTRL_COMPARE_RUNS")
+	if spec == "" {
+		t.Skip("MTRL_COMPARE_RUNS not set")
+	}
+	parts := strings.Split(spec, ",")
+	require.Len(t, parts, 3, "MTRL_COMPARE_RUNS=dirA,dirB,step")
+	var step int
+	_, err := fmt.Sscan(parts[2], &step)
+	require.NoError(t, err)
+	read := func(dir string) []MetricsLine {
+		l, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+		require.NoError(t, err)
+		return l
+	}
+	diffs, worst := compareLines(read(parts[0]), read(parts[1]))
+	wd := weightDiff(modelWeights(t, parts[0], step), modelWeights(t, parts[1], step))
+	t.Logf("largest relative metric difference %.2g, weights %.2g", worst, wd)
+	require.Empty(t, diffs)
+	require.Zero(t, wd)
+}
