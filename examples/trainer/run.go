@@ -64,6 +64,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	if err != nil {
 		return nil, err
 	}
+	defer t.Close()
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()
 	if err != nil {
