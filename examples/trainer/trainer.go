@@ -46,17 +46,17 @@ type Trainer struct {
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
 
-	opt     *AdamW
-	decay   []bool
+	opt   *AdamW
+	decay []bool
 
 	closeDevice func() error // releases the actor's device (worker.actor.device=cuda)
-	rng     *rand.PCG // rollout sampling
-	epoch   int       // data position: epoch and index into its permutation
-	pos     int
-	order   []int
-	step    int // RL steps done
-	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
-	skipped int // optimizer steps skipped on a non-finite gradient norm
+	rng         *rand.PCG    // rollout sampling
+	epoch       int          // data position: epoch and index into its permutation
+	pos         int
+	order       []int
+	step        int // RL steps done
+	steps       int // RL steps of the run (training.steps, or total_epochs passes over the data)
+	skipped     int // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
