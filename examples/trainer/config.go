@@ -832,6 +832,15 @@ func (c Config) Validate() error {
 	if a.Device != "" && a.Device != "cpu" && a.Device != "cuda" {
 		return keyErr("worker.actor.device", "is %q, want cpu or cuda", a.Device)
 	}
+	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
+		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.
+		if a.GlobalBatchSize%w != 0 {
+			return keyErr("worker.actor.global_batch_size", "is %d, want a multiple of the %d ranks (training.nnodes x n_gpus_per_node): each rank takes whole prompt groups of a mini-batch", a.GlobalBatchSize, w)
+		}
+		if rows := a.GlobalBatchSize / w * r.N; rows%a.MicroBatchSizePerDeviceForUpdate != 0 {
+			return keyErr("worker.actor.micro_batch_size_per_device_for_update", "is %d, want a divisor of the rows per rank of a mini-batch global_batch_size/%d ranks*rollout.n = %d", a.MicroBatchSizePerDeviceForUpdate, w, rows)
+		}
+	}
 	if a.Model.Dim%a.Model.Heads != 0 {
 		return keyErr("worker.actor.model.heads", "is %d, want a divisor of worker.actor.model.dim (%d)", a.Model.Heads, a.Model.Dim)
 	}
