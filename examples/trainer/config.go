@@ -146,6 +146,9 @@ type ActorConfig struct {
 	MaxGradNorm                          float64      `yaml:"max_grad_norm" json:"max_grad_norm"`
 	Optim                                OptimConfig  `yaml:"optim" json:"optim"`
 	Model                                ModelConfig  `yaml:"model" json:"model"`
+	// Device runs the policy's forward and backward on "cpu" (the default; "" is cpu) or "cuda"
+	// (device 0, needs a binary built with -tags cuda; see device_cuda.go).
+	Device string `yaml:"device" json:"device"`
 }
 
 // CriticConfig is the value model of gae: a separate small model of the actor's shape (see
@@ -831,6 +834,9 @@ func (c Config) Validate() error {
 	}
 	if rows := a.GlobalBatchSize * r.N; rows%a.MicroBatchSizePerDeviceForUpdate != 0 {
 		return keyErr("worker.actor.micro_batch_size_per_device_for_update", "is %d, want a divisor of the mini-batch rows global_batch_size*rollout.n = %d", a.MicroBatchSizePerDeviceForUpdate, rows)
+	}
+	if a.Device != "" && a.Device != "cpu" && a.Device != "cuda" {
+		return keyErr("worker.actor.device", "is %q, want cpu or cuda", a.Device)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.

@@ -120,6 +120,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	if err != nil {
 		return nil, err
 	}
+	defer t.Close()
 	if comm != nil {
 		t.attach(comm, rctx)
 		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), CPU devices; rank 0 writes the outputs\n", comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
