@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
@@ -119,6 +120,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	if err != nil {
 		return nil, err
 	}
+	defer t.Close()
 	if comm != nil {
 		t.attach(comm, rctx)
 		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), CPU devices; rank 0 writes the outputs\n", comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
@@ -452,7 +454,7 @@ func checkResumable(cfg Config, ckDir string) error {
 		s, _ := ParseSchedule(o.LRSchedulerType)
 		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
 	}
-	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == "gae" && scheduled(cfg.Worker.Critic.Optim))
+	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == advantage.EstimatorGAE && scheduled(cfg.Worker.Critic.Optim))
 	a, b := old.leaves(), cfg.leaves()
 	var diffs []string
 	for k, va := range a {

@@ -47,15 +47,17 @@ type Trainer struct {
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
 
-	opt     *AdamW
-	decay   []bool
-	rng     *rand.PCG // rollout sampling
-	epoch   int       // data position: epoch and index into its permutation
-	pos     int
-	order   []int
-	step    int // RL steps done
-	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
-	skipped int // optimizer steps skipped on a non-finite gradient norm
+	opt   *AdamW
+	decay []bool
+
+	closeDevice func() error // releases the actor's device (worker.actor.device=cuda)
+	rng         *rand.PCG    // rollout sampling
+	epoch       int          // data position: epoch and index into its permutation
+	pos         int
+	order       []int
+	step        int // RL steps done
+	steps       int // RL steps of the run (training.steps, or total_epochs passes over the data)
+	skipped     int // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
@@ -101,6 +103,11 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 		Dim: a.Dim, Layers: a.Layers, Heads: a.Heads, MLPDim: a.MLPDim, MaxLen: t.maxPrompt + t.respLen}
 	if t.model, err = vlm.New(mc, a.Seed); err != nil {
 		return nil, fmt.Errorf("config: worker.actor.model: %w", err)
+	}
+	if cfg.Worker.Actor.Device == "cuda" {
+		if t.closeDevice, err = useDevice(t.model); err != nil {
+			return nil, fmt.Errorf("config: worker.actor.device: %w", err)
+		}
 	}
 	var sizes []int
 	for _, p := range t.model.Params() {
@@ -875,3 +882,13 @@ func (t *Trainer) criticT() int {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Close gives back the actor's device (worker.actor.device=cuda); a no-op on the CPU.
+func (t *Trainer) Close() error {
+	if t.closeDevice == nil {
+		return nil
+	}
+	err := t.closeDevice()
+	t.closeDevice = nil
+	return err
+}
