@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,6 +117,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			fmt.Fprintln(stderr, "warning: config: training.logger file: metrics.jsonl is always written (logger jsonl)")
 		}
 	}
+	if comm != nil {
+		cfg.deviceOrdinal = comm.Rank() % max(1, c.NGPUsPerNode)
+	}
 	t, err := NewTrainer(cfg)
 	if err != nil {
 		return nil, err
@@ -123,7 +127,8 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	defer t.Close()
 	if comm != nil {
 		t.attach(comm, rctx)
-		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), CPU devices; rank 0 writes the outputs\n", comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
+		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), %s devices; rank 0 writes the outputs\n",
+			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode), cmp.Or(cfg.Worker.Actor.Device, "cpu"))
 	}
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()

@@ -105,7 +105,8 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 		return nil, fmt.Errorf("config: worker.actor.model: %w", err)
 	}
 	if cfg.Worker.Actor.Device == "cuda" {
-		if t.closeDevice, err = useDevice(t.model); err != nil {
+		// Rank r of a process with n_gpus_per_node ranks uses device r mod n_gpus_per_node.
+		if t.closeDevice, err = useDevice(t.model, cfg.deviceOrdinal); err != nil {
 			return nil, fmt.Errorf("config: worker.actor.device: %w", err)
 		}
 	}
