@@ -32,10 +32,10 @@ type Config struct {
 	Optimization OptimizationConfig `yaml:"optimization" json:"optimization"`
 	Worker       WorkerConfig       `yaml:"worker" json:"worker"`
 
-	set      map[string]int // keys given by a file or an override, with the order they came in
-	setCount int
-	warnings []string // accepted keys that do nothing here, one line each
-	deviceOrdinal int // CUDA device of this rank (its index among the process's ranks); set by Run
+	set           map[string]int // keys given by a file or an override, with the order they came in
+	setCount      int
+	warnings      []string // accepted keys that do nothing here, one line each
+	deviceOrdinal int      // CUDA device of this rank (its index among the process's ranks); set by Run
 }
 
 // DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
