@@ -16,7 +16,7 @@
 //     and recompute the log-probs of the same responses.
 //  4. Reference log-probs, when a KL term is on; divergence computes kl, abs, mse, low_var_kl
 //     (k3), k2 and full KL, and the fixed/adaptive KL controllers.
-//  5. Advantages: advantage.GAE, GRPO (and pass@k), RLOO, REINFORCE++, ReMax, masked whitening.
+//  5. Advantages: advantage.Compute with GAE, GRPO (and pass@k), RLOO, REINFORCE++, ReMax.
 //  6. Token perception: divergence.PerceptionScore scores each token by how much its log-prob
 //     moved when the image was perturbed; tprl keeps the top-p fraction per response (and
 //     optionally the top-p by entropy), and rescales each response's advantage by its mean

@@ -54,7 +54,7 @@ func TestEnumsAreText(t *testing.T) {
 	textEnum(t, []divergence.Kind{divergence.KL, divergence.Abs, divergence.MSE, divergence.LowVarKL, divergence.Full}, 99)
 	textEnum(t, []perturb.Kind{perturb.PatchBlackening, perturb.GaussianNoise, perturb.CompleteMasking, perturb.GaussianBlur}, 99)
 	textEnum(t, []ppo.AggMode{ppo.Token, ppo.Seq, ppo.SeqMeanTokenSum, ppo.SeqMeanTokenSumNorm}, 99)
-	textEnum(t, []ppo.LossType{ppo.Default, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO}, 99)
+	textEnum(t, []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO}, 99)
 	textEnum(t, []tprl.Filter{tprl.EntropyFilter, tprl.PerceptionFilter}, 99)
 	textEnum(t, []tprl.ShapingScope{tprl.GlobalScope, tprl.PerMicroBatchScope}, 99)
 	textEnum(t, []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Uint8}, 0)

@@ -41,17 +41,17 @@ func TestBadInput(t *testing.T) {
 		{"wrong shape", func() error { _, err := tensor.MaskedMean(f32(2, 3), f32(3, 2)); return err },
 			tensor.ErrShape, "tensor.MaskedMean", "mask"},
 		{"mismatched lengths", func() error {
-			return advantage.GRPO(f32(4, 5), nil, f32(4, 5), ones(4, 5), tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3)), advantage.GRPOOptions{})
-		}, tensor.ErrShape, "advantage.GRPO", "index"},
-		{"top_p = 1.5", func() error { _, err := tprl.EntropyMask(f32(2, 4), nil, f32(2, 4), ones(2, 4), 1.5); return err },
+			return advantage.Compute(f32(4, 5), advantage.Inputs{Rewards: f32(4, 5), ResponseMask: ones(4, 5), Index: tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3))}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		}, tensor.ErrShape, "advantage.Compute", "Inputs.Index"},
+		{"top_p = 1.5", func() error { _, err := tprl.EntropyMask(f32(2, 4), f32(2, 4), ones(2, 4), 1.5); return err },
 			tensor.ErrParam, "tprl.EntropyMask", "p"},
 		{"empty batch", func() error {
 			_, err := tprl.UpdateConfig{}.Prepare(tprl.MiniBatch{ResponseMask: f32(0, 4), OldLogProbs: f32(0, 4), Advantages: f32(0, 4)})
 			return err
 		}, tensor.ErrShape, "tprl.UpdateConfig.Prepare", "ResponseMask"},
 		{"empty vocabulary", func() error {
-			return tensor.LogProbEntropy(f32(2), nil, f32(2, 0), tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2)), 1)
-		}, tensor.ErrShape, "tensor.LogProbEntropy", "logits"},
+			return tensor.LogProbs(f32(2), f32(2, 0), tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2)), 1)
+		}, tensor.ErrShape, "tensor.LogProbs", "logits"},
 		{"NaN logits", func() error { return tensor.CheckFinite("trainer.step", "logits", nanLogits) },
 			tensor.ErrNotFinite, "trainer.step", "logits"},
 		{"NaN advantages with CheckFinite", func() error {
@@ -67,8 +67,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown KL penalty", func() error { _, err := divergence.ParseKind("kl2"); return err },
 			tensor.ErrParam, "divergence.ParseKind", ""},
 		{"group of one", func() error {
-			return advantage.GRPO(f32(3, 2), nil, f32(3, 2), ones(3, 2), tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3)), advantage.GRPOOptions{})
-		}, tensor.ErrParam, "advantage.GRPO", "index"},
+			return advantage.Compute(f32(3, 2), advantage.Inputs{Rewards: f32(3, 2), ResponseMask: ones(3, 2), Index: tensor.Must(tensor.FromInt32([]int32{0, 0, 1}, 3))}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		}, tensor.ErrParam, "advantage.Compute", "Inputs.Index"},
 		{"horizon 0", func() error { _, err := divergence.NewAdaptive(0.1, 6, 0); return err },
 			tensor.ErrParam, "divergence.NewAdaptive", "Horizon"},
 		{"patch size 0", func() error {
@@ -76,11 +76,11 @@ func TestBadInput(t *testing.T) {
 			return perturb.Blackening{PatchSize: 0, Prob: 0.5}.Apply(img, img, 1, 0)
 		}, tensor.ErrParam, "perturb.Blackening.Apply", "PatchSize"},
 		{"temperature 0", func() error {
-			return tensor.LogProbEntropy(f32(2), nil, f32(2, 3), tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2)), 0)
-		}, tensor.ErrParam, "tensor.LogProbEntropy", "temperature"},
+			return tensor.LogProbs(f32(2), f32(2, 3), tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2)), 0)
+		}, tensor.ErrParam, "tensor.LogProbs", "temperature"},
 		{"token id out of vocabulary", func() error {
-			return tensor.LogProbEntropy(f32(1), nil, f32(1, 3), tensor.Must(tensor.FromInt32([]int32{3}, 1)), 1)
-		}, tensor.ErrParam, "tensor.LogProbEntropy", "targets"},
+			return tensor.LogProbs(f32(1), f32(1, 3), tensor.Must(tensor.FromInt32([]int32{3}, 1)), 1)
+		}, tensor.ErrParam, "tensor.LogProbs", "targets"},
 		{"dtype", func() error {
 			_, err := tensor.MaskedMean(tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2)), f32(2))
 			return err

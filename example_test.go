@@ -33,24 +33,26 @@ func Example() {
 
 	// Log-probs of the sampled tokens with the original and the perturbed image.
 	oldLogp, augLogp := zeros(B, T), zeros(B, T)
-	must(tensor.LogProbEntropy(oldLogp, nil, f32(logits, B, T, V), ids, 1))
-	must(tensor.LogProbEntropy(augLogp, nil, f32(augLogits, B, T, V), ids, 1))
+	must(tensor.LogProbs(oldLogp, f32(logits, B, T, V), ids, 1))
+	must(tensor.LogProbs(augLogp, f32(augLogits, B, T, V), ids, 1))
 
 	// GRPO advantages within each prompt's group.
 	adv := zeros(B, T)
 	groups := tensor.Must(tensor.FromInt32([]int32{0, 0, 1, 1}, B))
-	must(advantage.GRPO(adv, nil, f32(rewards, B, T), m, groups, advantage.GRPOOptions{}))
+	must(advantage.Compute(adv, advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: m, Index: groups},
+		advantage.DefaultConfig()))
 
 	// Train on the 40% most image-dependent tokens, advantages rescaled per response.
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.4,
 			EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	must(err)
+	defer upd.Release()
 	grad := zeros(B, T) // d loss / d log-probs; the policy's backward takes it from here
-	res, err := upd.MicroBatch(grad, oldLogp, nil, 0, B)
+	res, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: oldLogp}, 0, B)
 	must(err)
 
 	sel, _ := tensor.MaskedMean(res.LossTokenMask, m)

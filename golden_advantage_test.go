@@ -31,33 +31,39 @@ func advantageGolden() map[string]goldenHandler {
 	return map[string]goldenHandler{
 		"gae": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.GAE(adv, ret, r, c.F32("values"), m, c.Float("gamma"), c.Float("lam"))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, Values: c.F32("values"), ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorGAE, Gamma: c.Float("gamma"), Lambda: c.Float("lam")})
 			return check(c, adv, ret, err)
 		},
 		"grpo": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.GRPO(adv, ret, r, m, c.I32("index"), grpoOpts(c))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, ResponseMask: m, Index: c.I32("index")}, withGRPO(advantage.Config{Estimator: advantage.EstimatorGRPO}, grpoOpts(c)))
 			return check(c, adv, ret, err)
 		},
 		"grpo_passk": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.GRPOPassK(adv, ret, r, m, c.I32("index"), grpoOpts(c))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, ResponseMask: m, Index: c.I32("index")}, withGRPO(advantage.Config{Estimator: advantage.EstimatorGRPOPassK}, grpoOpts(c)))
 			return check(c, adv, ret, err)
 		},
 		"rloo": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.RLOO(adv, ret, r, m, c.I32("index"))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, ResponseMask: m, Index: c.I32("index")}, advantage.Config{Estimator: advantage.EstimatorRLOO})
 			return check(c, adv, ret, err)
 		},
 		"reinforce_plus_plus": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.ReinforcePlusPlus(adv, ret, r, m, c.Float("gamma"))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorReinforcePlusPlus, Gamma: c.Float("gamma")})
 			return check(c, adv, ret, err)
 		},
 		"remax": func(c *golden.Case) error {
 			adv, ret, r, m := outs(c)
-			err := advantage.ReMax(adv, ret, r, m, c.F32("reward_baselines"))
+			err := advantage.ComputeWithReturns(adv, ret, advantage.Inputs{Rewards: r, ResponseMask: m, Baselines: c.F32("reward_baselines")}, advantage.Config{Estimator: advantage.EstimatorReMax})
 			return check(c, adv, ret, err)
 		},
 	}
+}
+
+// withGRPO sets the GRPO options of a case on an estimator configuration.
+func withGRPO(c advantage.Config, o advantage.GRPOOptions) advantage.Config {
+	c.Eps, c.StdFloor, c.NoStdNorm = o.Eps, o.StdFloor, o.NoStdNorm
+	return c
 }

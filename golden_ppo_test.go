@@ -39,7 +39,7 @@ func goldenAverageLoss(c *golden.Case) error {
 	}
 	c.Check("loss", loss)
 	if agg.Eps == 0 {
-		l2, err := ppo.AverageLoss(values, mask, agg.Mode)
+		l2, err := ppo.Agg{Mode: agg.Mode}.Loss(values, mask)
 		if err != nil {
 			return err
 		}

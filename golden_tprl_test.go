@@ -3,6 +3,7 @@ package mtrl_test
 import (
 	"strings"
 
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/internal/golden"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
@@ -52,7 +53,12 @@ func tprlRowCounts(c *golden.Case, m *tensor.Tensor) []int {
 // tprlCheckSelection compares mask, k and the metrics of a top-p selection case. In the
 // ties_count_only cases the reference's choice among ties is unspecified, so those cases record
 // only k and the per-row selected count (the vectors' format, ../shared/golden/FORMAT.md §5.15).
-func tprlCheckSelection(c *golden.Case, dst, k *tensor.Tensor, s tprl.SelectionStats) {
+// k is not an output of the mask ops: it is tensor.TopPCount of each row's valid count.
+func tprlCheckSelection(c *golden.Case, dst, mask *tensor.Tensor, p float32, s tprl.SelectionStats) {
+	k := tprlRowCounts(c, mask)
+	for i, n := range k {
+		k[i] = tensor.TopPCount(n, p)
+	}
 	c.Check("k", k)
 	if c.HasOut("selected_count") {
 		c.Check("selected_count", tprlRowCounts(c, dst))
@@ -76,40 +82,46 @@ func tprlLists(m map[string]float64) map[string][]float64 {
 func goldenEntropyMask(c *golden.Case) error {
 	entropy, mask := c.F32("entropy"), c.F32("response_mask")
 	dst := tprlNewF32Like(entropy)
-	k := c.New(tensor.Int32, entropy.Dim(0))
-	s, err := tprl.EntropyMask(dst, k, entropy, mask, float32(c.Float("top_p")))
+	p := float32(c.Float("top_p"))
+	s, err := tprl.EntropyMask(dst, entropy, mask, p)
 	if err != nil {
 		return err
 	}
-	tprlCheckSelection(c, dst, k, s)
+	tprlCheckSelection(c, dst, mask, p, s)
 	return nil
 }
 
 func goldenPerceptionMask(c *golden.Case) error {
 	old, aug, mask := c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask")
 	score, dst := tprlNewF32Like(old), tprlNewF32Like(old)
-	k := c.New(tensor.Int32, old.Dim(0))
-	s, err := tprl.PerceptionMask(score, dst, k, old, aug, mask, float32(c.Float("top_p")))
+	p := float32(c.Float("top_p"))
+	if err := divergence.PerceptionScore(score, old, aug); err != nil {
+		return err
+	}
+	s, err := tprl.PerceptionMask(dst, score, mask, p)
 	if err != nil {
 		return err
 	}
 	c.Check("low_var_kl", score)
-	tprlCheckSelection(c, dst, k, s)
+	tprlCheckSelection(c, dst, mask, p, s)
 	return nil
 }
 
 func goldenCombinedMask(c *golden.Case) error {
 	entropy, old, aug, mask := c.F32("entropy"), c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask")
 	em, pm, ltm, score := tprlNewF32Like(entropy), tprlNewF32Like(entropy), tprlNewF32Like(entropy), tprlNewF32Like(entropy)
-	es, err := tprl.EntropyMask(em, nil, entropy, mask, float32(c.Float("top_p_entropy")))
+	es, err := tprl.EntropyMask(em, entropy, mask, float32(c.Float("top_p_entropy")))
 	if err != nil {
 		return err
 	}
-	ps, err := tprl.PerceptionMask(score, pm, nil, old, aug, mask, float32(c.Float("top_p_perception")))
+	if err := divergence.PerceptionScore(score, old, aug); err != nil {
+		return err
+	}
+	ps, err := tprl.PerceptionMask(pm, score, mask, float32(c.Float("top_p_perception")))
 	if err != nil {
 		return err
 	}
-	cs, err := tprl.UnionMask(ltm, em, pm, entropy, score, mask)
+	cs, err := tprl.UnionMask(ltm, tprl.UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: entropy, PerceptionScore: score, ResponseMask: mask})
 	if err != nil {
 		return err
 	}
@@ -130,14 +142,13 @@ func goldenCombinedMask(c *golden.Case) error {
 func goldenAdvantageShaping(c *golden.Case) error {
 	old, aug, mask, adv := c.F32("old_log_probs"), c.F32("aug_log_probs"), c.F32("response_mask"), c.F32("advantages")
 	rows := old.Dim(0)
-	score, sel, shaped := tprlNewF32Like(old), tprlNewF32Like(old), tprlNewF32Like(old)
-	// The reference computes the perception mask too; it does not affect these outputs.
-	if _, err := tprl.PerceptionMask(score, sel, nil, old, aug, mask, float32(c.Float("top_p_perception"))); err != nil {
+	score, shaped := tprlNewF32Like(old), tprlNewF32Like(old)
+	if err := divergence.PerceptionScore(score, old, aug); err != nil {
 		return err
 	}
 	sens := c.New(tensor.Float32, rows)
 	factors := c.New(tensor.Float32, rows)
-	micro, err := tprl.ShapeBatch(shaped, factors, sens, adv, score, mask, tprl.ShapingOptions{
+	micro, err := tprl.ShapeBatch(tprl.ShapingOutputs{Advantages: shaped, Factors: factors, Sensitivity: sens}, tprl.ShapingInputs{Advantages: adv, PerceptionScore: score, ResponseMask: mask}, tprl.ShapingOptions{
 		ScalingMin:     c.Float("advantage_scaling_min"),
 		Scope:          tprl.PerMicroBatchScope,
 		MiniBatchSize:  c.Int("mini_batch_size"),

@@ -106,7 +106,7 @@ func goldenUpdatePolicy(c *golden.Case) error {
 		}
 		for lo := mlo; lo < mhi; lo += micro {
 			hi := min(lo+micro, mhi)
-			r, err := u.MicroBatch(rows(grad, lo, hi), rows(logp, lo, hi), rows(entropy, lo, hi), lo-mlo, hi-mlo)
+			r, err := u.MicroBatch(rows(grad, lo, hi), tprl.MicroInputs{LogProbs: rows(logp, lo, hi), Entropy: rows(entropy, lo, hi)}, lo-mlo, hi-mlo)
 			if err != nil {
 				return err
 			}

@@ -32,7 +32,7 @@ func BenchmarkGAE(b *testing.B) {
 		b.Run(fmt.Sprintf("cpu/shape=%dx%d", sh[0], sh[1]), func(b *testing.B) {
 			r, v, m, _, _, adv, ret := benchInputs(b, sh[0], sh[1], 1)
 			n := sh[0] * sh[1]
-			benchTokens(b, n, int64(n)*4*5, func() error { return GAE(adv, ret, r, v, m, 0.99, 0.95) })
+			benchTokens(b, n, int64(n)*4*5, func() error { return gae(adv, ret, r, v, m, 0.99, 0.95) })
 		})
 	}
 }
@@ -41,7 +41,7 @@ func BenchmarkReinforcePlusPlus(b *testing.B) {
 	b.Run("cpu/shape=64x1024", func(b *testing.B) {
 		r, _, m, _, _, adv, ret := benchInputs(b, 64, 1024, 1)
 		n := 64 * 1024
-		benchTokens(b, n, int64(n)*4*4, func() error { return ReinforcePlusPlus(adv, ret, r, m, 0.99) })
+		benchTokens(b, n, int64(n)*4*4, func() error { return reinforcePlusPlus(adv, ret, r, m, 0.99) })
 	})
 }
 
@@ -49,7 +49,7 @@ func BenchmarkReMax(b *testing.B) {
 	b.Run("cpu/shape=64x1024", func(b *testing.B) {
 		r, _, m, base, _, adv, ret := benchInputs(b, 64, 1024, 1)
 		n := 64 * 1024
-		benchTokens(b, n, int64(n)*4*4+64*4, func() error { return ReMax(adv, ret, r, m, base) })
+		benchTokens(b, n, int64(n)*4*4+64*4, func() error { return reMax(adv, ret, r, m, base) })
 	})
 }
 
@@ -65,13 +65,13 @@ func benchGroup(b *testing.B, fn func(adv, ret, r, m, ids *tensor.Tensor) error)
 }
 
 func BenchmarkGRPO(b *testing.B) {
-	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return GRPO(a, rt, r, m, ids, GRPOOptions{}) })
+	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return grpo(a, rt, r, m, ids, GRPOOptions{}) })
 }
 
 func BenchmarkGRPOPassK(b *testing.B) {
-	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return GRPOPassK(a, rt, r, m, ids, GRPOOptions{}) })
+	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return grpoPassK(a, rt, r, m, ids, GRPOOptions{}) })
 }
 
 func BenchmarkRLOO(b *testing.B) {
-	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return RLOO(a, rt, r, m, ids) })
+	benchGroup(b, func(a, rt, r, m, ids *tensor.Tensor) error { return rloo(a, rt, r, m, ids) })
 }

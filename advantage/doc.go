@@ -16,8 +16,9 @@
 // [B, T]; the mask holds 0/1 (right padding and holes are 0). Group ids (the reference's uid
 // "index") are int32 [B]: rows with the same id are responses to the same prompt, in any order
 // and with any int32 values. ReMax's reward baselines are float32 [B]. Outputs adv and returns
-// are float32 [B, T]; returns may be nil where the caller does not need it. Every estimator has
-// its own function (dst-first, like gonum) and Compute dispatches on a Config.
+// are float32 [B, T]. Compute (advantages) and ComputeWithReturns (advantages and returns)
+// dispatch on a Config whose Estimator names the reference's estimator; each Estimator constant
+// links its semantics in docs/semantics.md.
 //
 //	Estimator          inputs                    adv                              returns
 //	GAE                rewards, values, mask     whiten(raw GAE)                  raw + values

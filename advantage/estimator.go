@@ -152,14 +152,47 @@ type Inputs struct {
 	Baselines    *tensor.Tensor // reward_baselines, float32 [B] (ReMax)
 }
 
-// Compute runs the estimator cfg.Estimator: it validates cfg, checks that the inputs the
-// estimator needs are present (a missing one is an ErrParam naming it), and calls GAE, GRPO,
-// GRPOPassK, RLOO, ReinforcePlusPlus or ReMax. adv is required; returns may be nil when the
-// caller does not want it. Inputs the estimator does not use are ignored (not validated).
-func Compute(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
-	const op = "advantage.Compute"
+// Compute writes the advantages [B, T] of the estimator cfg.Estimator into adv
+// (docs/semantics.md#advantage-estimators; the table in the package documentation lists what
+// each estimator reads). It validates cfg and checks that the inputs the estimator needs are
+// present (a missing one is an ErrParam naming it); inputs it does not use are ignored. Use
+// ComputeWithReturns for the returns too (the critic's targets with GAE).
+func Compute(adv *tensor.Tensor, in Inputs, cfg Config) error {
+	return compute("advantage.Compute", adv, nil, in, cfg)
+}
+
+// ComputeWithReturns is Compute that also writes the estimator's returns [B, T] into returns:
+// raw GAE + values (GAE), the discounted return (REINFORCE++), the masked reward-to-go (ReMax),
+// or a copy of the advantages (the group estimators, as the reference returns the same tensor
+// twice). Outputs must not alias the inputs or each other.
+func ComputeWithReturns(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
+	if returns == nil {
+		return tensor.Errorf(tensor.ErrShape, "advantage.ComputeWithReturns", "returns", "is nil (use Compute for the advantages alone)")
+	}
+	return compute("advantage.ComputeWithReturns", adv, returns, in, cfg)
+}
+
+func compute(op string, adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
+	err := runEstimator(op, adv, returns, in, cfg)
+	if e, ok := err.(*tensor.Error); ok { // name the caller's entry point and fields
+		c := *e
+		c.Op = op
+		if f, ok := inputFields[c.Arg]; ok {
+			c.Arg = f
+		}
+		return &c
+	}
+	return err
+}
+
+// inputFields maps the estimators' argument names to the fields of Inputs and Config.
+var inputFields = map[string]string{"rewards": "Inputs.Rewards", "mask": "Inputs.ResponseMask",
+	"values": "Inputs.Values", "index": "Inputs.Index", "baselines": "Inputs.Baselines",
+	"gamma": "Gamma", "lam": "Lambda"}
+
+func runEstimator(op string, adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
-		return retag(err, op)
+		return err
 	}
 	need := func(arg string, t *tensor.Tensor) error {
 		if t == nil {
@@ -178,29 +211,30 @@ func Compute(adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
 		if err := need("Inputs.Values", in.Values); err != nil {
 			return err
 		}
-		return GAE(adv, returns, in.Rewards, in.Values, in.ResponseMask, cfg.Gamma, cfg.Lambda)
+		return gae(adv, returns, in.Rewards, in.Values, in.ResponseMask, cfg.Gamma, cfg.Lambda)
 	case EstimatorReinforcePlusPlus:
-		return ReinforcePlusPlus(adv, returns, in.Rewards, in.ResponseMask, cfg.Gamma)
+		return reinforcePlusPlus(adv, returns, in.Rewards, in.ResponseMask, cfg.Gamma)
 	case EstimatorReMax:
 		if err := need("Inputs.Baselines", in.Baselines); err != nil {
 			return err
 		}
-		return ReMax(adv, returns, in.Rewards, in.ResponseMask, in.Baselines)
+		return reMax(adv, returns, in.Rewards, in.ResponseMask, in.Baselines)
 	}
 	if err := need("Inputs.Index", in.Index); err != nil {
 		return err
 	}
 	switch cfg.Estimator {
 	case EstimatorGRPOPassK:
-		return GRPOPassK(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
+		return grpoPassK(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
 	case EstimatorRLOO:
-		return RLOO(adv, returns, in.Rewards, in.ResponseMask, in.Index)
+		return rloo(adv, returns, in.Rewards, in.ResponseMask, in.Index)
 	default:
-		return GRPO(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
+		return grpo(adv, returns, in.Rewards, in.ResponseMask, in.Index, cfg.GRPOOptions())
 	}
 }
 
-// retag renames the op of an *tensor.Error.
+// retag renames the op of an *tensor.Error: the estimators' own checks report the entry point
+// the caller used.
 func retag(err error, op string) error {
 	if e, ok := err.(*tensor.Error); ok {
 		c := *e

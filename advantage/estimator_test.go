@@ -79,29 +79,29 @@ func TestComputeDispatch(t *testing.T) {
 	r, v, m, base, ids := x.tensors(t)
 	in := Inputs{Rewards: r, ResponseMask: m, Values: v, Index: ids, Baselines: base}
 	direct := map[Estimator]func(adv, ret *tensor.Tensor) error{
-		EstimatorGAE: func(a, rt *tensor.Tensor) error { return GAE(a, rt, r, v, m, 0.99, 0.95) },
+		EstimatorGAE: func(a, rt *tensor.Tensor) error { return gae(a, rt, r, v, m, 0.99, 0.95) },
 		EstimatorGRPO: func(a, rt *tensor.Tensor) error {
-			return GRPO(a, rt, r, m, ids, GRPOOptions{Eps: 1e-6, StdFloor: 0.1})
+			return grpo(a, rt, r, m, ids, GRPOOptions{Eps: 1e-6, StdFloor: 0.1})
 		},
 		EstimatorGRPOPassK: func(a, rt *tensor.Tensor) error {
-			return GRPOPassK(a, rt, r, m, ids, GRPOOptions{Eps: 1e-6, StdFloor: 0.1})
+			return grpoPassK(a, rt, r, m, ids, GRPOOptions{Eps: 1e-6, StdFloor: 0.1})
 		},
-		EstimatorRLOO:              func(a, rt *tensor.Tensor) error { return RLOO(a, rt, r, m, ids) },
-		EstimatorReinforcePlusPlus: func(a, rt *tensor.Tensor) error { return ReinforcePlusPlus(a, rt, r, m, 0.99) },
-		EstimatorReMax:             func(a, rt *tensor.Tensor) error { return ReMax(a, rt, r, m, base) },
+		EstimatorRLOO:              func(a, rt *tensor.Tensor) error { return rloo(a, rt, r, m, ids) },
+		EstimatorReinforcePlusPlus: func(a, rt *tensor.Tensor) error { return reinforcePlusPlus(a, rt, r, m, 0.99) },
+		EstimatorReMax:             func(a, rt *tensor.Tensor) error { return reMax(a, rt, r, m, base) },
 	}
 	for e, f := range direct {
 		t.Run(e.String(), func(t *testing.T) {
 			cfg := Config{Estimator: e, Gamma: 0.99, Lambda: 0.95, Eps: 1e-6, StdFloor: 0.1}
 			a1, r1 := zeros(t, x.b, x.l), zeros(t, x.b, x.l)
 			a2, r2 := zeros(t, x.b, x.l), zeros(t, x.b, x.l)
-			require.NoError(t, Compute(a1, r1, in, cfg))
+			require.NoError(t, ComputeWithReturns(a1, r1, in, cfg))
 			require.NoError(t, f(a2, r2))
 			assert.Equal(t, data(t, a2), data(t, a1))
 			assert.Equal(t, data(t, r2), data(t, r1))
 			// returns may be nil and adv is unchanged by that.
 			a3 := zeros(t, x.b, x.l)
-			require.NoError(t, Compute(a3, nil, in, cfg))
+			require.NoError(t, Compute(a3, in, cfg))
 			assert.Equal(t, data(t, a1), data(t, a3))
 		})
 	}
@@ -126,13 +126,13 @@ func TestComputeMissingInputs(t *testing.T) {
 	} {
 		in := full
 		tc.mod(&in)
-		err := Compute(zeros(t, 4, 3), nil, in, Config{Estimator: tc.est})
+		err := Compute(zeros(t, 4, 3), in, Config{Estimator: tc.est})
 		require.ErrorIs(t, err, tensor.ErrParam, tc.arg)
 		assert.Contains(t, err.Error(), "advantage.Compute")
 		assert.Contains(t, err.Error(), tc.arg)
 	}
 	// A bad config is reported under Compute's name.
-	err := Compute(zeros(t, 4, 3), nil, full, Config{Estimator: EstimatorGAE, Gamma: 3})
+	err := Compute(zeros(t, 4, 3), full, Config{Estimator: EstimatorGAE, Gamma: 3})
 	require.ErrorIs(t, err, tensor.ErrParam)
 	assert.True(t, strings.HasPrefix(err.Error(), "advantage.Compute: Gamma"), err.Error())
 	var te *tensor.Error

@@ -9,7 +9,7 @@ import (
 
 // Two prompts with two responses each (rows 0 and 2 answer prompt 10, rows 1 and 3 prompt 11);
 // the outcome reward sits on the last valid token.
-func ExampleGRPO() {
+func ExampleCompute_grpo() {
 	rewards := tensor.Must(tensor.FromFloat32([]float32{
 		0, 1, 0,
 		0, 0, 0,
@@ -24,7 +24,8 @@ func ExampleGRPO() {
 	}, 4, 3))
 	index := tensor.Must(tensor.FromInt32([]int32{10, 11, 10, 11}, 4))
 	adv := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4, 3))
-	if err := advantage.GRPO(adv, nil, rewards, mask, index, advantage.GRPOOptions{}); err != nil {
+	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask, Index: index}
+	if err := advantage.Compute(adv, in, advantage.DefaultConfig()); err != nil { // GRPO
 		panic(err)
 	}
 	a, _ := adv.Float32s()
@@ -40,13 +41,15 @@ func ExampleGRPO() {
 
 // GAE on one response with right padding: the padded position gets raw advantage 0 and
 // returns equal to its value; advantages are whitened over the valid tokens.
-func ExampleGAE() {
+func ExampleComputeWithReturns_gae() {
 	rewards := tensor.Must(tensor.FromFloat32([]float32{0, 0, 1, 0}, 1, 4))
 	values := tensor.Must(tensor.FromFloat32([]float32{0.2, 0.4, 0.6, 0.5}, 1, 4))
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 0}, 1, 4))
 	adv := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
 	ret := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
-	if err := advantage.GAE(adv, ret, rewards, values, mask, 1, 1); err != nil {
+	cfg := advantage.Config{Estimator: advantage.EstimatorGAE, Gamma: 1, Lambda: 1}
+	in := advantage.Inputs{Rewards: rewards, Values: values, ResponseMask: mask}
+	if err := advantage.ComputeWithReturns(adv, ret, in, cfg); err != nil {
 		panic(err)
 	}
 	a, _ := adv.Float32s()
@@ -71,7 +74,7 @@ func ExampleCompute() {
 	index := tensor.Must(tensor.FromInt32([]int32{0, 0, 0}, 3))
 	adv := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 3, 2))
 	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask, Index: index}
-	if err := advantage.Compute(adv, nil, in, cfg); err != nil {
+	if err := advantage.Compute(adv, in, cfg); err != nil {
 		panic(err)
 	}
 	a, _ := adv.Float32s()
@@ -79,7 +82,7 @@ func ExampleCompute() {
 
 	// Forgetting the group ids is an error naming the missing input.
 	in.Index = nil
-	fmt.Println(advantage.Compute(adv, nil, in, cfg))
+	fmt.Println(advantage.Compute(adv, in, cfg))
 	// Output:
 	// rloo [-1.5 -1.5 1.5 0 0 0]
 	// advantage.Compute: Inputs.Index: is required by estimator "rloo": invalid parameter

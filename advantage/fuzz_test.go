@@ -42,7 +42,7 @@ func FuzzEstimators(f *testing.F) {
 		for e := range numEstimators {
 			cfg := Config{Estimator: e, Gamma: gamma, Lambda: lam}
 			adv, ret := zeros(t, b, l), zeros(t, b, l)
-			err := Compute(adv, ret, in, cfg)
+			err := ComputeWithReturns(adv, ret, in, cfg)
 			if err != nil {
 				if !errors.Is(err, tensor.ErrParam) {
 					t.Fatalf("%v: unexpected error %v", e, err)

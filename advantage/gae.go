@@ -31,7 +31,7 @@ type GAEKernel interface {
 //
 // Numerics follow the reference's float32 order: gamma*lam is formed in float64 then rounded to
 // float32, gamma*nv uses float32(gamma).
-func GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
+func gae(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
 	const op = "advantage.GAE"
 	if err := checkTokens(op, adv, returns, rewards, mask); err != nil {
 		return err

@@ -18,7 +18,7 @@ func TestGAEHandComputed(t *testing.T) {
 	v := t32(t, []float32{0.1, 0.2, 0.3, 0.1, 0.2, 0.3}, 2, 3)
 	m := t32(t, []float32{1, 0, 1, 1, 1, 0}, 2, 3)
 	adv, ret := zeros(t, 2, 3), zeros(t, 2, 3)
-	require.NoError(t, GAE(adv, ret, r, v, m, 1, 1))
+	require.NoError(t, gae(adv, ret, r, v, m, 1, 1))
 	// Row 0 raw: t=2: 3-0.3 = 2.7; t=1 (hole): keeps 2.7; t=0: 1+0.3-0.1+2.7 = 3.9.
 	// Row 1 raw: t=2: 0 (padding); t=1: 2-0.2 = 1.8; t=0: 1+0.2-0.1+1.8 = 2.9.
 	raw := []float64{3.9, 2.7, 2.7, 2.9, 1.8, 0}
@@ -44,7 +44,7 @@ func TestGAEUndiscountedIsRewardToGo(t *testing.T) {
 	}
 	r, v, m, _, _ := x.tensors(t)
 	adv, ret := zeros(t, x.b, x.l), zeros(t, x.b, x.l)
-	require.NoError(t, GAE(adv, ret, r, v, m, 1, 1))
+	require.NoError(t, gae(adv, ret, r, v, m, 1, 1))
 	raw := make([]float32, len(x.r))
 	for i := range x.b {
 		var rtg float64
@@ -68,11 +68,11 @@ func TestGAERowsIndependent(t *testing.T) {
 	}
 	r, v, m, _, _ := x.tensors(t)
 	adv, ret := zeros(t, x.b, x.l), zeros(t, x.b, x.l)
-	require.NoError(t, GAE(adv, ret, r, v, m, 0.99, 0.95))
+	require.NoError(t, gae(adv, ret, r, v, m, 0.99, 0.95))
 	for i := range x.b {
 		lo, hi := i*x.l, (i+1)*x.l
 		a1, r1 := zeros(t, 1, x.l), zeros(t, 1, x.l)
-		require.NoError(t, GAE(a1, r1, t32(t, x.r[lo:hi], 1, x.l), t32(t, x.v[lo:hi], 1, x.l), t32(t, x.m[lo:hi], 1, x.l), 0.99, 0.95))
+		require.NoError(t, gae(a1, r1, t32(t, x.r[lo:hi], 1, x.l), t32(t, x.v[lo:hi], 1, x.l), t32(t, x.m[lo:hi], 1, x.l), 0.99, 0.95))
 		assert.Equal(t, data(t, r1), data(t, ret)[lo:hi], "row %d", i)
 		last := -1
 		for s := range x.l {
@@ -93,7 +93,7 @@ func TestGAEDeterministicAndInputsUnchanged(t *testing.T) {
 	run := func(procs int) ([]float32, []float32) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 		adv, ret := zeros(t, x.b, x.l), zeros(t, x.b, x.l)
-		require.NoError(t, GAE(adv, ret, r, v, m, 0.99, 0.95))
+		require.NoError(t, gae(adv, ret, r, v, m, 0.99, 0.95))
 		return data(t, adv), data(t, ret)
 	}
 	a1, r1 := run(1)
@@ -107,15 +107,15 @@ func TestGAEDeterministicAndInputsUnchanged(t *testing.T) {
 func TestGAEEmptyBatch(t *testing.T) {
 	for _, shape := range [][]int{{0, 5}, {3, 0}, {0, 0}} {
 		e := zeros(t, shape...)
-		require.NoError(t, GAE(e, nil, e, e, e, 1, 1), "%v", shape)
-		require.NoError(t, ReinforcePlusPlus(e, e, e, e, 1), "%v", shape)
-		require.NoError(t, ReMax(e, e, e, e, zeros(t, shape[0])), "%v", shape)
+		require.NoError(t, gae(e, nil, e, e, e, 1, 1), "%v", shape)
+		require.NoError(t, reinforcePlusPlus(e, e, e, e, 1), "%v", shape)
+		require.NoError(t, reMax(e, e, e, e, zeros(t, shape[0])), "%v", shape)
 	}
 	e := zeros(t, 0, 5)
-	require.NoError(t, GRPO(e, e, e, e, i32(t, nil), GRPOOptions{}))
-	require.NoError(t, Compute(e, nil, Inputs{Rewards: e, ResponseMask: e, Index: i32(t, nil)}, Config{Estimator: EstimatorRLOO}))
+	require.NoError(t, grpo(e, e, e, e, i32(t, nil), GRPOOptions{}))
+	require.NoError(t, Compute(e, Inputs{Rewards: e, ResponseMask: e, Index: i32(t, nil)}, Config{Estimator: EstimatorRLOO}))
 	// T = 0 still checks the groups.
 	e = zeros(t, 3, 0)
-	require.ErrorIs(t, GRPO(e, nil, e, e, i32(t, []int32{1, 1, 2}), GRPOOptions{}), tensor.ErrParam)
-	require.NoError(t, GRPO(e, nil, e, e, i32(t, []int32{1, 1, 1}), GRPOOptions{}))
+	require.ErrorIs(t, grpo(e, nil, e, e, i32(t, []int32{1, 1, 2}), GRPOOptions{}), tensor.ErrParam)
+	require.NoError(t, grpo(e, nil, e, e, i32(t, []int32{1, 1, 1}), GRPOOptions{}))
 }

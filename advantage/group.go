@@ -36,7 +36,7 @@ type GroupKernel interface {
 // (torch reduces in float32 and float64 respectively; the difference is at most an ulp or two of
 // the score), then (score - mean)/(std + fl32(eps)) is evaluated in float32. NaN and ±Inf
 // rewards propagate to their group; a NaN advantage times a 0 mask stays NaN, as in torch.
-func GRPO(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) error {
+func grpo(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) error {
 	return groupAdvantage("advantage.GRPO", adv, returns, rewards, mask, index, EstimatorGRPO, opts)
 }
 
@@ -51,7 +51,7 @@ func GRPO(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) e
 //
 // The VPPO fork instead leaves non-max rows at their raw score (a bug fixed upstream,
 // docs/semantics.md#passk-in-place-write).
-func GRPOPassK(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) error {
+func grpoPassK(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptions) error {
 	return groupAdvantage("advantage.GRPOPassK", adv, returns, rewards, mask, index, EstimatorGRPOPassK, opts)
 }
 
@@ -63,7 +63,7 @@ func GRPOPassK(adv, returns, rewards, mask, index *tensor.Tensor, opts GRPOOptio
 // with score_i the sum of row i's rewards over all positions. Inputs, outputs, group rules and
 // numerics are those of GRPO (the group sum is accumulated in float64 and rounded to float32, the
 // rest is float32 in the reference's order).
-func RLOO(adv, returns, rewards, mask, index *tensor.Tensor) error {
+func rloo(adv, returns, rewards, mask, index *tensor.Tensor) error {
 	return groupAdvantage("advantage.RLOO", adv, returns, rewards, mask, index, EstimatorRLOO, GRPOOptions{})
 }
 

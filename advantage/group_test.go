@@ -14,13 +14,13 @@ import (
 type groupFn func(adv, ret, r, m, ids *tensor.Tensor) error
 
 var groupFns = map[string]groupFn{
-	"grpo": func(a, rt, r, m, ids *tensor.Tensor) error { return GRPO(a, rt, r, m, ids, GRPOOptions{}) },
+	"grpo": func(a, rt, r, m, ids *tensor.Tensor) error { return grpo(a, rt, r, m, ids, GRPOOptions{}) },
 	"grpo_passk": func(a, rt, r, m, ids *tensor.Tensor) error {
-		return GRPOPassK(a, rt, r, m, ids, GRPOOptions{})
+		return grpoPassK(a, rt, r, m, ids, GRPOOptions{})
 	},
-	"rloo": func(a, rt, r, m, ids *tensor.Tensor) error { return RLOO(a, rt, r, m, ids) },
+	"rloo": func(a, rt, r, m, ids *tensor.Tensor) error { return rloo(a, rt, r, m, ids) },
 	"grpo_floor_nostd": func(a, rt, r, m, ids *tensor.Tensor) error {
-		return GRPO(a, rt, r, m, ids, GRPOOptions{StdFloor: 0.5, NoStdNorm: true})
+		return grpo(a, rt, r, m, ids, GRPOOptions{StdFloor: 0.5, NoStdNorm: true})
 	},
 }
 
@@ -37,7 +37,7 @@ func TestGRPOHandComputed(t *testing.T) {
 	ids := i32(t, []int32{7, -2, 7, -2, 7})
 	// group 7 scores 1, 2, 3: mean 2, std 1. group -2 scores 0, 4: mean 2, std 2.828427.
 	adv, ret := zeros(t, 5, 2), zeros(t, 5, 2)
-	require.NoError(t, GRPO(adv, ret, r, m, ids, GRPOOptions{}))
+	require.NoError(t, grpo(adv, ret, r, m, ids, GRPOOptions{}))
 	s2 := float32(math.Sqrt(8))
 	want := []float32{
 		-1 / (1 + 1e-6), -1 / (1 + 1e-6),
@@ -50,9 +50,9 @@ func TestGRPOHandComputed(t *testing.T) {
 	assert.Equal(t, data(t, adv), data(t, ret))
 
 	// Dr.GRPO: no std division; a std floor of 2 only changes group 7.
-	require.NoError(t, GRPO(adv, nil, r, m, ids, GRPOOptions{NoStdNorm: true}))
+	require.NoError(t, grpo(adv, nil, r, m, ids, GRPOOptions{NoStdNorm: true}))
 	assert.InDeltaSlice(t, []float32{-1, -1, -2, 0, 0, 0, 2, 0, 1, 1}, data(t, adv), 1e-6)
-	require.NoError(t, GRPO(adv, nil, r, m, ids, GRPOOptions{StdFloor: 2, Eps: 1e-3}))
+	require.NoError(t, grpo(adv, nil, r, m, ids, GRPOOptions{StdFloor: 2, Eps: 1e-3}))
 	want = []float32{
 		-1 / 2.001, -1 / 2.001,
 		-2 / (s2 + 1e-3), 0,
@@ -63,10 +63,10 @@ func TestGRPOHandComputed(t *testing.T) {
 	assert.InDeltaSlice(t, want, data(t, adv), 1e-6)
 
 	// Pass@k: only the arg-max row of each group: group 7 row 4: (3-2)/1, group -2 row 3: (4-0)/s2.
-	require.NoError(t, GRPOPassK(adv, ret, r, m, ids, GRPOOptions{}))
+	require.NoError(t, grpoPassK(adv, ret, r, m, ids, GRPOOptions{}))
 	assert.InDeltaSlice(t, []float32{0, 0, 0, 0, 0, 0, 4 / (s2 + 1e-6), 0, 1 / (1 + 1e-6), 1 / (1 + 1e-6)}, data(t, adv), 1e-6)
 	// RLOO: group 7 row 0: 1 - (2+3)/2 = -1.5; group -2 row 1: 0 - 4 = -4.
-	require.NoError(t, RLOO(adv, ret, r, m, ids))
+	require.NoError(t, rloo(adv, ret, r, m, ids))
 	assert.InDeltaSlice(t, []float32{-1.5, -1.5, -4, 0, 0, 0, 4, 0, 1.5, 1.5}, data(t, adv), 1e-6)
 }
 
@@ -75,12 +75,12 @@ func TestPassKTiesAndNaN(t *testing.T) {
 	r := t32(t, []float32{2, 5, 5, 1}, 4, 1)
 	m := t32(t, []float32{1, 1, 1, 1}, 4, 1)
 	adv := zeros(t, 4, 1)
-	require.NoError(t, GRPOPassK(adv, nil, r, m, i32(t, []int32{0, 0, 0, 0}), GRPOOptions{}))
+	require.NoError(t, grpoPassK(adv, nil, r, m, i32(t, []int32{0, 0, 0, 0}), GRPOOptions{}))
 	assert.Equal(t, []float32{0, 0, 0, 0}, data(t, adv))
 	// NaN is the largest score (torch.topk): its row gets NaN, the others 0.
 	nan := float32(math.NaN())
 	adv = zeros(t, 3, 1)
-	require.NoError(t, GRPOPassK(adv, nil, t32(t, []float32{2, nan, 5}, 3, 1), t32(t, []float32{1, 1, 1}, 3, 1),
+	require.NoError(t, grpoPassK(adv, nil, t32(t, []float32{2, nan, 5}, 3, 1), t32(t, []float32{1, 1, 1}, 3, 1),
 		i32(t, []int32{4, 4, 4}), GRPOOptions{}))
 	got := data(t, adv)
 	assert.Equal(t, float32(0), got[0])
@@ -113,7 +113,7 @@ func TestGroupConstantRewardsGiveZeros(t *testing.T) {
 				}
 			}
 			adv := zeros(t, b, l)
-			require.NoError(t, RLOO(adv, nil, t32(t, r, b, l), t32(t, m, b, l), i32(t, ids)))
+			require.NoError(t, rloo(adv, nil, t32(t, r, b, l), t32(t, m, b, l), i32(t, ids)))
 			for i, x := range data(t, adv) {
 				if math.Abs(float64(x)) > 4e-7*math.Abs(float64(val))+1e-30 {
 					t.Fatalf("rloo val=%v n=%d: adv[%d] = %v, want ~0", val, n, i, x)
@@ -173,7 +173,7 @@ func TestGroupOfOne(t *testing.T) {
 		assert.Contains(t, err.Error(), "group 2 ", name)
 	}
 	// An arbitrary id is named too.
-	err := GRPO(zeros(t, 3, 3), nil, t32(t, x.r[:9], 3, 3), t32(t, x.m[:9], 3, 3), i32(t, []int32{-9, 5, -9}), GRPOOptions{})
+	err := grpo(zeros(t, 3, 3), nil, t32(t, x.r[:9], 3, 3), t32(t, x.m[:9], 3, 3), i32(t, []int32{-9, 5, -9}), GRPOOptions{})
 	require.ErrorIs(t, err, tensor.ErrParam)
 	assert.Contains(t, err.Error(), "group 5 ")
 }

@@ -22,7 +22,7 @@ type ReinforcePlusPlusKernel interface {
 // variance over the whole batch; every position is whitened, masked or not, as in the reference.
 // gamma must lie in [0, 1] and is rounded to float32. returns may be nil. Outputs must not alias
 // the inputs. An empty batch is valid and writes nothing.
-func ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
+func reinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
 	const op = "advantage.ReinforcePlusPlus"
 	if err := checkTokens(op, adv, returns, rewards, mask); err != nil {
 		return err

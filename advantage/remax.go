@@ -23,7 +23,7 @@ type ReMaxKernel interface {
 // score and the reverse cumulative sum are accumulated in float64 (as torch's CPU cumsum does) and
 // rounded to float32. returns may be nil. Outputs must not alias the inputs. An empty batch is
 // valid and writes nothing.
-func ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
+func reMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
 	const op = "advantage.ReMax"
 	if err := checkTokens(op, adv, returns, rewards, mask); err != nil {
 		return err

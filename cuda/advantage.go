@@ -16,7 +16,7 @@ var (
 	_ advantage.ReMaxKernel             = deviceKernels{}
 )
 
-// GAE is the device kernel of advantage.GAE: the reverse recurrence one thread per row, then the
+// GAE is the device kernel of advantage.Compute with EstimatorGAE: the reverse recurrence one thread per row, then the
 // batch-wide masked whitening of masked.cu in place.
 func (b deviceKernels) GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
 	const op = "advantage.GAE"
@@ -35,7 +35,7 @@ func (b deviceKernels) GAE(adv, returns, rewards, values, mask *tensor.Tensor, g
 	})
 }
 
-// ReinforcePlusPlus is the device kernel of advantage.ReinforcePlusPlus.
+// ReinforcePlusPlus is the device kernel of advantage.Compute with EstimatorReinforcePlusPlus.
 func (b deviceKernels) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
 	const op = "advantage.ReinforcePlusPlus"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
@@ -52,7 +52,7 @@ func (b deviceKernels) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Ten
 	})
 }
 
-// ReMax is the device kernel of advantage.ReMax.
+// ReMax is the device kernel of advantage.Compute with EstimatorReMax.
 func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
 	const op = "advantage.ReMax"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
@@ -83,7 +83,7 @@ func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tens
 	})
 }
 
-// GroupAdvantage is the device kernel of advantage.GRPO, GRPOPassK and RLOO: the row scores are
+// GroupAdvantage is the device kernel of the group estimators (GRPO, GRPO pass@k, RLOO): the row scores are
 // float64 block sums on the device; the group statistics (a few numbers per row) are computed on
 // the host from the downloaded scores and ids by advantage.GroupRowAdvantages, the pure-Go
 // kernel's own code, and the per-row advantages are broadcast back under the mask on the device.

@@ -97,7 +97,7 @@ func TestNoLeakedTemporaries(t *testing.T) {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
 			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	rowsOf := func(x *tensor.Tensor, lo, hi int) *tensor.Tensor { return tensor.Must(x.Rows(lo, hi)) }
 	for range 3 {
@@ -106,13 +106,16 @@ func TestNoLeakedTemporaries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for lo := 0; lo < rows; lo += micro {
-			res, err := upd.MicroBatch(rowsOf(grad, lo, lo+micro), rowsOf(logpT, lo, lo+micro), rowsOf(entT, lo, lo+micro), lo, lo+micro)
+			res, err := upd.MicroBatch(rowsOf(grad, lo, lo+micro), tprl.MicroInputs{LogProbs: rowsOf(logpT, lo, lo+micro), Entropy: rowsOf(entT, lo, lo+micro)}, lo, lo+micro)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := res.Release(); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if err := upd.Release(); err != nil { // the mini-batch's perception score
+			t.Fatal(err)
 		}
 		res, err := cfg.Tokens.Apply(tprl.Batch{ResponseMask: mask, Entropy: entT, OldLogProbs: oldT, AugLogProbs: augT, Advantages: advT, MicroBatchSize: micro})
 		if err != nil {

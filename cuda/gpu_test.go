@@ -60,7 +60,7 @@ func TestDeviceErrors(t *testing.T) {
 	x := up(t, b, []float32{1, 2, 3, 4}, 2, 2)
 	lp := tensor.Must(tensor.New(b, tensor.Float32, 2))
 	ys := upI(t, b, []int32{0, 7}, 2)
-	err := tensor.LogProbEntropy(lp, nil, x, ys, 1)
+	err := tensor.LogProbs(lp, x, ys, 1)
 	if !errors.Is(err, tensor.ErrParam) {
 		t.Fatalf("target out of range: %v, want ErrParam", err)
 	}

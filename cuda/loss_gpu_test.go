@@ -19,12 +19,12 @@ func TestGroupOfOne(t *testing.T) {
 	rw := up(t, b, []float32{1, 2, 3, 4, 5, 6}, 3, 2)
 	m := up(t, b, []float32{1, 1, 1, 1, 1, 1}, 3, 2)
 	a := tensor.Must(tensor.New(b, tensor.Float32, 3, 2))
-	err := advantage.GRPO(a, nil, rw, m, upI(t, b, []int32{5, 5, 9}, 3), advantage.GRPOOptions{})
+	err := advantage.Compute(a, advantage.Inputs{Rewards: rw, ResponseMask: m, Index: upI(t, b, []int32{5, 5, 9}, 3)}, advantage.Config{Estimator: advantage.EstimatorGRPO})
 	if err == nil {
 		t.Fatal("GRPO with a group of one succeeded")
 	}
-	if e, ok := err.(*tensor.Error); !ok || e.Arg != "index" || e.Op != "advantage.GRPO" {
-		t.Fatalf("error %v does not name advantage.GRPO and index", err)
+	if e, ok := err.(*tensor.Error); !ok || e.Arg != "Inputs.Index" || e.Op != "advantage.Compute" {
+		t.Fatalf("error %v does not name advantage.Compute and Inputs.Index", err)
 	}
 }
 
@@ -64,7 +64,7 @@ func BenchmarkLossOps(b *testing.B) {
 		}
 		bench("MaskedMeanRows", 8*n, func() error { return tensor.MaskedMeanRows(rowsOut, lp, m) })
 		bench("MaskedVar", 16*n, func() error { _, err := tensor.MaskedVar(lp, m, true); return err })
-		for _, lt := range []ppo.LossType{ppo.Default, ppo.GSPO, ppo.SAPO} {
+		for _, lt := range []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.SAPO} {
 			cfg := ppo.PolicyConfig{LossType: lt}
 			bench("PolicyLoss/"+lt.String(), 24*n, func() error { _, err := ppo.PolicyLoss(dst, in, cfg); return err })
 		}
@@ -72,13 +72,19 @@ func BenchmarkLossOps(b *testing.B) {
 			_, err := ppo.ValueLoss(dst, ppo.ValueInputs{VPreds: lp, Returns: old, Values: adv, ResponseMask: m}, ppo.ValueConfig{ClipRange: 0.5})
 			return err
 		})
-		bench("AverageLossGrad", 16*n, func() error { _, err := ppo.AverageLossGrad(dst, adv, m, ppo.Seq); return err })
-		bench("GAE", 32*n, func() error { return advantage.GAE(dst, ret, adv, old, m, 0.99, 0.95) })
-		bench("ReinforcePlusPlus", 28*n, func() error { return advantage.ReinforcePlusPlus(dst, ret, adv, m, 0.99) })
+		bench("Agg.LossGrad", 16*n, func() error { _, err := ppo.Agg{Mode: ppo.Seq}.LossGrad(dst, adv, m); return err })
+		bench("GAE", 32*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, Values: old, ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorGAE, Gamma: 0.99, Lambda: 0.95})
+		})
+		bench("ReinforcePlusPlus", 28*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, ResponseMask: m}, advantage.Config{Estimator: advantage.EstimatorReinforcePlusPlus, Gamma: 0.99})
+		})
 		bench("SelectTopP", 12*n, func() error {
-			_, err := tprl.SelectTopP(dst, nil, adv, m, 0.2, tprl.EntropyFilter)
+			_, err := tprl.EntropyMask(dst, adv, m, 0.2)
 			return err
 		})
-		bench("GRPO", 16*n, func() error { return advantage.GRPO(dst, ret, adv, m, index, advantage.GRPOOptions{}) })
+		bench("GRPO", 16*n, func() error {
+			return advantage.ComputeWithReturns(dst, ret, advantage.Inputs{Rewards: adv, ResponseMask: m, Index: index}, advantage.Config{Estimator: advantage.EstimatorGRPO})
+		})
 	}
 }

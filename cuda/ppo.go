@@ -19,7 +19,7 @@ var (
 )
 
 // The PPO losses run in two or three launches: ppo_rowsums_fwd_f32 (per-row mask sums, and the
-// masked value sums for AverageLoss), then on the host the aggregation weights (uploaded as
+// masked value sums for Agg.Loss), then on the host the aggregation weights (uploaded as
 // float32 [B]), then the per-row loss kernel, whose float64 row sums the host combines in row
 // order with ppo.Agg.Weights and Finish, the pure-Go kernels' own plan and reduction.
 
@@ -78,7 +78,7 @@ func (b *Backend) downloadStats(op string, p cu.DevicePtr, rows, per int) ([]flo
 
 // AverageLoss is the device kernel of ppo's Agg.Loss / LossGrad (dst may be nil).
 func (b deviceKernels) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg) (float32, error) {
-	const op = "ppo.AverageLoss"
+	const op = "ppo.Agg.Loss"
 	rows, cols := values.Dim(0), values.Dim(1)
 	if rows == 0 {
 		return agg.Finish(nil, nil), nil

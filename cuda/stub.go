@@ -36,3 +36,24 @@ func (*Backend) Close() error { return nil }
 
 // Allocated returns 0, 0.
 func (*Backend) Allocated() (bytes int64, storages int) { return 0, 0 }
+
+// Module is a PTX module loaded on a backend; in this build none can be loaded.
+type Module struct{}
+
+// Kernel is one kernel of a Module; in this build none exists.
+type Kernel struct{}
+
+// LoadModule returns ErrNotCompiled.
+func (*Backend) LoadModule(name, ptx string) (*Module, error) { return nil, ErrNotCompiled }
+
+// Name returns "".
+func (*Module) Name() string { return "" }
+
+// Kernel returns ErrNotCompiled.
+func (*Module) Kernel(name string, params ...Param) (*Kernel, error) { return nil, ErrNotCompiled }
+
+// Name returns "".
+func (*Kernel) Name() string { return "" }
+
+// Launch returns ErrNotCompiled.
+func (*Kernel) Launch(cfg LaunchConfig, args ...any) error { return ErrNotCompiled }

@@ -132,29 +132,15 @@ type AverageLossKernel interface {
 	AverageLoss(dst, values, mask *tensor.Tensor, agg Agg) (float32, error)
 }
 
-// AverageLoss reduces values [B, T] under mask [B, T] (float32 0/1 or fractional weights) with mode
-// and the default eps (docs/semantics.md#loss-aggregation). SeqMeanTokenSumNorm needs a horizon:
-// use Agg{Mode: SeqMeanTokenSumNorm, Horizon: h}.Loss instead (here it is an ErrParam error).
-func AverageLoss(values, mask *tensor.Tensor, mode AggMode) (float32, error) {
-	return averageLoss("ppo.AverageLoss", nil, values, mask, Agg{Mode: mode})
-}
-
-// AverageLossGrad is AverageLoss that also writes d loss / d values into dst [B, T]:
-// m[i,t]/(S+eps) (Token), m[i,t]/(B*(n_i+eps)) (Seq), m[i,t]/B (SeqMeanTokenSum) or
-// m[i,t]/Horizon (SeqMeanTokenSumNorm). Masked positions get exactly 0.
-func AverageLossGrad(dst, values, mask *tensor.Tensor, mode AggMode) (float32, error) {
-	if dst == nil {
-		return 0, tensor.Errorf(tensor.ErrShape, "ppo.AverageLossGrad", "dst", "is nil")
-	}
-	return averageLoss("ppo.AverageLossGrad", dst, values, mask, Agg{Mode: mode})
-}
-
-// Loss is AverageLoss with a's mode, horizon and eps.
+// Loss reduces values [B, T] under mask [B, T] (float32 0/1 or fractional weights) with a's
+// mode, horizon and eps (docs/semantics.md#loss-aggregation).
 func (a Agg) Loss(values, mask *tensor.Tensor) (float32, error) {
 	return averageLoss("ppo.Agg.Loss", nil, values, mask, a)
 }
 
-// LossGrad is AverageLossGrad with a's mode, horizon and eps.
+// LossGrad is Loss that also writes d loss / d values into dst [B, T]: m[i,t]/(S+eps) (Token),
+// m[i,t]/(B*(n_i+eps)) (Seq), m[i,t]/B (SeqMeanTokenSum) or m[i,t]/Horizon
+// (SeqMeanTokenSumNorm). Masked positions get exactly 0.
 func (a Agg) LossGrad(dst, values, mask *tensor.Tensor) (float32, error) {
 	if dst == nil {
 		return 0, tensor.Errorf(tensor.ErrShape, "ppo.Agg.LossGrad", "dst", "is nil")

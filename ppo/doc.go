@@ -40,7 +40,7 @@
 // uses hostops.Exp. Every kernel is generic over float32/float64; the tests check each gradient
 // against central finite differences in float64.
 //
-// On amd64 the Default (dual-clip) loss in token mode runs in an AVX-512 or AVX2+FMA kernel
+// On amd64 the Vanilla (dual-clip) loss in token mode runs in an AVX-512 or AVX2+FMA kernel
 // generated with avo (internal/asmgen; a test fails if policy_amd64.s is stale): forward,
 // gradient stored or accumulated, with or without a token mask. Its per-row sums are float32
 // lane partials (at most 512 tokens each) combined in float64 in lane order, about 4e-6 relative

@@ -48,11 +48,11 @@ func ExampleValueLoss() {
 	// vf_loss 0.4583 clipfrac 0.333 grad [0.1667 0.0000 0.5000]
 }
 
-func ExampleAverageLoss() {
+func ExampleAgg_Loss() {
 	v := tensor.Must(tensor.FromFloat32([]float32{1, 2, 3, 4, 5, 6}, 2, 3))
 	m := tensor.Must(tensor.FromFloat32([]float32{1, 1, 0, 1, 0, 0}, 2, 3))
 	for _, mode := range []ppo.AggMode{ppo.Token, ppo.Seq, ppo.SeqMeanTokenSum} {
-		l, _ := ppo.AverageLoss(v, m, mode)
+		l, _ := ppo.Agg{Mode: mode}.Loss(v, m)
 		fmt.Printf("%s %.4f\n", mode, l)
 	}
 	l, _ := ppo.Agg{Mode: ppo.SeqMeanTokenSumNorm, Horizon: 4}.Loss(v, m)

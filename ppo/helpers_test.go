@@ -146,4 +146,4 @@ func wantErr(t *testing.T, err, sentinel error, op, arg string) {
 
 var allAggs = []Agg{{Mode: Token}, {Mode: Seq}, {Mode: SeqMeanTokenSum}, {Mode: SeqMeanTokenSumNorm, Horizon: 16}}
 
-var allLossTypes = []LossType{Default, GSPO, GSPOToken, CISPO, SAPO}
+var allLossTypes = []LossType{Vanilla, GSPO, GSPOToken, CISPO, SAPO}

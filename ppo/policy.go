@@ -14,9 +14,9 @@ import (
 type LossType int
 
 const (
-	// Default is the PPO clipped objective with clip-higher and dual clip ("default", alias
-	// "vanilla" as verl calls it).
-	Default LossType = iota
+	// Vanilla is the PPO clipped objective with clip-higher and dual clip: the reference's
+	// "default" loss type ("vanilla" as verl calls it is accepted too).
+	Vanilla LossType = iota
 	// GSPO uses the per-sequence importance ratio exp(mean_t(lp - old)) on every token; the
 	// gradient flows through the sequence mean ("gspo").
 	GSPO
@@ -30,7 +30,7 @@ const (
 	SAPO
 )
 
-var lossNames = [...]string{Default: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"}
+var lossNames = [...]string{Vanilla: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"}
 
 // String returns the reference's name of the loss type.
 func (l LossType) String() string {
@@ -45,7 +45,7 @@ func (l LossType) String() string {
 func ParseLossType(s string) (LossType, error) {
 	switch s {
 	case "default", "vanilla":
-		return Default, nil
+		return Vanilla, nil
 	case "gspo":
 		return GSPO, nil
 	case "gspo_token":
@@ -78,7 +78,7 @@ func (l *LossType) UnmarshalText(b []byte) error {
 	return nil
 }
 
-func (l LossType) valid() bool { return l >= Default && l <= SAPO }
+func (l LossType) valid() bool { return l >= Vanilla && l <= SAPO }
 
 // The reference's defaults (EasyR1 ActorConfig; tau from upstream's SAPO).
 const (
@@ -98,11 +98,11 @@ const logRatioClamp = 20
 type PolicyConfig struct {
 	LossType LossType
 	// ClipLow and ClipHigh bound the ratio to [1-ClipLow, 1+ClipHigh] (clip-higher when
-	// ClipHigh > ClipLow). Used by Default, GSPO, GSPOToken (clip) and CISPO (the weight).
+	// ClipHigh > ClipLow). Used by Vanilla, GSPO, GSPOToken (clip) and CISPO (the weight).
 	// ClipLow must lie in [0, 1]; ClipHigh must be >= 0 (+Inf disables the upper clip).
 	ClipLow, ClipHigh float64
 	// ClipDual is the dual-clip constant c: for A < 0 the per-token loss is at most -A*c.
-	// It must be > 1 (+Inf disables the dual clip). Default, GSPO and GSPOToken only.
+	// It must be > 1 (+Inf disables the dual clip). Vanilla, GSPO and GSPOToken only.
 	ClipDual float64
 	// TauPos and TauNeg are SAPO's temperatures for A >= 0 and A < 0; they must be > 0.
 	TauPos, TauNeg float64
@@ -192,7 +192,7 @@ type PolicyResult struct {
 	LossType LossType
 }
 
-// Metrics returns the reference's metric dict: ppo_kl, entropy_loss, and for Default, GSPO
+// Metrics returns the reference's metric dict: ppo_kl, entropy_loss, and for Vanilla, GSPO
 // and GSPOToken also pg_clipfrac_higher and pg_clipfrac_lower.
 func (r PolicyResult) Metrics() map[string]float64 {
 	m := map[string]float64{"ppo_kl": r.PPOKL, "entropy_loss": r.EntropyLoss}
@@ -211,12 +211,12 @@ type PolicyLossKernel interface {
 
 // PolicyLoss computes the reference's compute_policy_loss (docs/semantics.md#policy-loss) and,
 // when grad is not nil, writes Scale * d pg_loss / d LogProbs into grad (float32 [B, T]; added to
-// it with Accumulate). With nkl = lp - old, the log ratio lir is nkl (Default, CISPO, SAPO),
+// it with Accumulate). With nkl = lp - old, the log ratio lir is nkl (Vanilla, CISPO, SAPO),
 // seq_i = masked_mean_t(nkl[i], m[i]) detached (GSPOToken) or seq_i * m[i,t] with the gradient
 // through seq (GSPO, per row). ratio = exp(clamp(lir, -20, 20)) and
 // clipped = exp(clamp(lir, log(1-ClipLow), log(1+ClipHigh))). The per-token loss is
 //
-//	Default/GSPO/GSPOToken: hi = max(-A*ratio, -A*clipped); T = A < 0 ? min(hi, -A*ClipDual) : hi
+//	Vanilla/GSPO/GSPOToken: hi = max(-A*ratio, -A*clipped); T = A < 0 ? min(hi, -A*ClipDual) : hi
 //	CISPO:                  T = -A * lp * clipped   (clipped is a constant for the gradient)
 //	SAPO:                   T = -A * (4/tau) * sigmoid(tau*(ratio-1)), tau = A >= 0 ? TauPos : TauNeg
 //
@@ -302,7 +302,7 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 	k.eLo, k.eHi = hostops.Exp(k.clo), hostops.Exp(k.chi)
 	k.rMin, k.rMax = hostops.Exp(F(-logRatioClamp)), hostops.Exp(F(logRatioClamp))
 
-	// The vector kernels (Default loss, float32) or the generic Go kernel.
+	// The vector kernels (Vanilla loss, float32) or the generic Go kernel.
 	simd := policyImpls.Active()
 	var k32 *policyConsts[float32]
 	var s32 [6][]float32

@@ -6,7 +6,7 @@ import "github.com/mtrl-go/mtrl/internal/dispatch"
 
 //go:generate go run -C ../internal/asmgen . -family policy -out ../../ppo/policy_amd64.s -stubs ../../ppo/policy_stub_amd64.go -pkg ppo
 
-// simdPolicyImpls returns the vector implementations of the Default policy loss this CPU
+// simdPolicyImpls returns the vector implementations of the Vanilla policy loss this CPU
 // supports, best first: AVX-512F (16 lanes), then AVX2 with FMA (8 lanes). The kernels are
 // generated with avo by internal/asmgen into policy_amd64.s; build with -tags noasm to use only
 // the pure-Go code.

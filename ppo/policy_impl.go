@@ -6,10 +6,10 @@ import (
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 )
 
-// policyFn is a vector kernel of the Default loss (see internal/asmgen/policy.go).
+// policyFn is a vector kernel of the Vanilla loss (see internal/asmgen/policy.go).
 type policyFn func(gr, old, lp, adv, m, ltm []float32, p *[208]float32)
 
-// policySIMD is one vector implementation of the Default policy loss per token: fn[g][l] with
+// policySIMD is one vector implementation of the Vanilla policy loss per token: fn[g][l] with
 // g = no gradient, gradient stored, gradient accumulated and l = without / with TokenMask.
 type policySIMD struct {
 	lanes int
@@ -31,10 +31,10 @@ type policyArgs struct {
 // 64 (AVX2) float32 terms before its partial sum is added to the row's float64 totals.
 const policyChunk = 512
 
-// simdOK reports whether the vector kernels apply: float32, the Default loss, and clip bounds
+// simdOK reports whether the vector kernels apply: float32, the Vanilla loss, and clip bounds
 // inside the ratio clamp (so the clipped ratio shares the ratio's exp, as the Go kernel does).
 func (k *policyConsts[F]) simdOK() bool {
-	return k.typ == Default && k.clo >= -logRatioClamp && k.chi <= logRatioClamp
+	return k.typ == Vanilla && k.clo >= -logRatioClamp && k.chi <= logRatioClamp
 }
 
 func sub(x []float32, lo, hi int) []float32 {
@@ -44,7 +44,7 @@ func sub(x []float32, lo, hi int) []float32 {
 	return x[lo:hi]
 }
 
-// policyRowSIMD is policyRowKernel for the Default loss with the vector kernels s on whole
+// policyRowSIMD is policyRowKernel for the Vanilla loss with the vector kernels s on whole
 // vectors and the Go kernel on the tail. Lane sums are added in lane order, chunk by chunk.
 func policyRowSIMD(s *policySIMD, k *policyConsts[float32], gr, old, lp, adv, m, ltm []float32, w float32) policyRow {
 	var a policyArgs

@@ -76,7 +76,7 @@ func closeF(a, b, rtol float64) bool {
 	return a == b || math.Abs(a-b) <= rtol*math.Max(math.Abs(a), math.Abs(b))
 }
 
-// TestPolicySIMDVsGo compares the vector kernels with the Go kernel for the Default loss on
+// TestPolicySIMDVsGo compares the vector kernels with the Go kernel for the Vanilla loss on
 // edge row lengths, with and without TokenMask, gradient stored or accumulated: the gradient
 // agrees per token to a few ulp (NaN where the Go one is NaN), the loss and metrics to 1e-5
 // relative, and repeated runs are bit-identical.

@@ -4,73 +4,73 @@
 
 package ppo
 
-// policyLossAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyLossAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyLossAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyLossLTMAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyLossLTMAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyLossLTMAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyGradAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradLTMAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradLTMAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyGradLTMAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAccAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAccAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyGradAccAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAccLTMAVX512 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAccLTMAVX512 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 16 and the other slices at least as long.
 //
 //go:noescape
 func policyGradAccLTMAVX512(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyLossAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyLossAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape
 func policyLossAVX2(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyLossLTMAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyLossLTMAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape
 func policyLossLTMAVX2(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape
 func policyGradAVX2(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradLTMAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradLTMAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape
 func policyGradLTMAVX2(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAccAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAccAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape
 func policyGradAccAVX2(gr []float32, old []float32, lp []float32, adv []float32, m []float32, ltm []float32, p *[208]float32)
 
-// policyGradAccLTMAVX2 is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be
+// policyGradAccLTMAVX2 is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be
 // a multiple of 8 and the other slices at least as long.
 //
 //go:noescape

@@ -22,7 +22,7 @@ func TestParseLossTypeRoundTrip(t *testing.T) {
 	}
 	got, err := ParseLossType("vanilla")
 	require.NoError(t, err)
-	require.Equal(t, Default, got)
+	require.Equal(t, Vanilla, got)
 	for _, s := range []string{"", "ppo", "GSPO", "gspo-token"} {
 		_, err := ParseLossType(s)
 		wantErr(t, err, tensor.ErrParam, "ppo.ParseLossType", "s")
@@ -56,7 +56,7 @@ func policyGradCase(t *testing.T, name string, b batch, cfg PolicyConfig) {
 		for j := range old {
 			old[j] = b.lp[j] - seq[j/b.T]
 		}
-		fcfg.LossType = Default
+		fcfg.LossType = Vanilla
 	}
 	x := slices.Clone(b.lp)
 	f := func(x []float64) float64 {
@@ -204,7 +204,7 @@ func TestPolicyLossProperties(t *testing.T) {
 func TestPolicyLossRatioOneConstantAdvantage(t *testing.T) {
 	// ratio = 1 everywhere and A = a: every clipped objective gives -a in token mode.
 	for _, a := range []float32{1.5, -0.75, 0} {
-		for _, lt := range []LossType{Default, GSPO, GSPOToken} {
+		for _, lt := range []LossType{Vanilla, GSPO, GSPOToken} {
 			B, T := 3, 5
 			lp := make([]float32, B*T)
 			adv := make([]float32, B*T)
@@ -451,13 +451,13 @@ func BenchmarkPolicyLoss(b *testing.B) {
 	for _, lt := range allLossTypes {
 		b.Run("cpu/type="+lt.String()+"/shape=64x1024", func(b *testing.B) { benchPolicy(b, lt, 64, 1024, false) })
 	}
-	b.Run("cpu/type=default/shape=64x1024/data=adversarial", func(b *testing.B) { benchPolicy(b, Default, 64, 1024, true) })
+	b.Run("cpu/type=default/shape=64x1024/data=adversarial", func(b *testing.B) { benchPolicy(b, Vanilla, 64, 1024, true) })
 	// The Default loss per implementation of its per-token kernel (impl=avx512|avx2|go).
 	for _, name := range policyImpls.Names() {
 		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
 			b.Run(fmt.Sprintf("cpu/type=default/impl=%s/shape=%dx%d", name, sh[0], sh[1]), func(b *testing.B) {
 				defer policyImpls.Use(name)()
-				benchPolicy(b, Default, sh[0], sh[1], false)
+				benchPolicy(b, Vanilla, sh[0], sh[1], false)
 			})
 		}
 	}

@@ -44,7 +44,7 @@ func ExampleTopPMask() {
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1}, 1, 5))
 	sel := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 5))
 	// Keep ceil(5*0.4) = 2 tokens; the tie at 0.9 keeps both (indices 1 and 3).
-	if err := tensor.TopPMask(sel, nil, scores, mask, 0.4); err != nil {
+	if err := tensor.TopPMask(sel, scores, mask, 0.4); err != nil {
 		panic(err)
 	}
 	s, _ := sel.Float32s()

@@ -23,12 +23,35 @@ type LogProbEntropyKernel interface {
 //	entropy[i] = -sum_v softmax(z[i])_v * log softmax(z[i])_v
 //
 // targets (int32) and the outputs (float32) have the logits' shape without its last dimension;
-// logp or entropy may be nil when not wanted. It is a single online-softmax pass with no
-// [N, V] temporary. Log-probs are clamped at -MaxFloat32 as in the reference. Logits of -Inf
-// (masked vocabulary) are fine; a row that is -Inf everywhere, or holds NaN or +Inf, gives NaN.
-// A target outside [0, V) is an ErrParam error.
+// both outputs are required (LogProbs writes the log-probs alone). It is a single
+// online-softmax pass with no [N, V] temporary. Log-probs are clamped at -MaxFloat32 as in the
+// reference. Logits of -Inf (masked vocabulary) are fine; a row that is -Inf everywhere, or
+// holds NaN or +Inf, gives NaN. A target outside [0, V) is an ErrParam error.
 func LogProbEntropy(logp, entropy, logits, targets *Tensor, temperature float32) error {
 	const op = "tensor.LogProbEntropy"
+	if logp == nil || entropy == nil {
+		arg := "logp"
+		if logp != nil {
+			arg = "entropy"
+		}
+		return Errorf(ErrShape, op, arg, "is nil (use LogProbs for the log-probs alone)")
+	}
+	return logProbEntropy(op, logp, entropy, logits, targets, temperature)
+}
+
+// LogProbs writes into logp the log-probability of the target token under
+// softmax(logits/temperature), as LogProbEntropy does, without the entropy (the rollout's old,
+// perturbed-image and reference log-probs need only this).
+func LogProbs(logp, logits, targets *Tensor, temperature float32) error {
+	const op = "tensor.LogProbs"
+	if logp == nil {
+		return Errorf(ErrShape, op, "logp", "is nil")
+	}
+	return logProbEntropy(op, logp, nil, logits, targets, temperature)
+}
+
+// logProbEntropy validates and runs LogProbEntropy with either output nil.
+func logProbEntropy(op string, logp, entropy, logits, targets *Tensor, temperature float32) error {
 	if err := checkLogProb(op, logits, targets, temperature, []string{"logp", "entropy"}, logp, entropy); err != nil {
 		return err
 	}

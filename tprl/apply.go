@@ -12,8 +12,14 @@ type Batch struct {
 	ResponseMask *tensor.Tensor
 	// Entropy is the per-token entropy of the policy; required with entropy filtering.
 	Entropy *tensor.Tensor
+	// PerceptionScore is the perception score of divergence.PerceptionScore, needed with
+	// perception filtering or shaping. Pass it when the caller has it (UpdateConfig.Prepare
+	// computes it once per mini-batch); when nil, Apply computes it from OldLogProbs and
+	// AugLogProbs.
+	PerceptionScore *tensor.Tensor
 	// OldLogProbs and AugLogProbs are the log-probs of the sampled tokens with the original
-	// and with the perturbed image; required with perception filtering or shaping.
+	// and with the perturbed image; required with perception filtering or shaping when
+	// PerceptionScore is nil.
 	OldLogProbs, AugLogProbs *tensor.Tensor
 	// Advantages are the per-token advantages; required with shaping, otherwise returned as
 	// they are (and may be nil).
@@ -36,7 +42,8 @@ type Result struct {
 	LossTokenMask *tensor.Tensor
 	// EntropyMask and PerceptionMask are the individual masks, nil when that filter is off.
 	EntropyMask, PerceptionMask *tensor.Tensor
-	// PerceptionScore is low_var_kl [B, T], computed when perception filtering or shaping is on.
+	// PerceptionScore is low_var_kl [B, T] when perception filtering or shaping is on:
+	// Batch.PerceptionScore when given (then not owned by the Result), otherwise computed.
 	PerceptionScore *tensor.Tensor
 	// Advantages are the shaped advantages, or Batch.Advantages when shaping is off.
 	Advantages *tensor.Tensor
@@ -94,14 +101,16 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 	}
 	shaping := c.Shaping()
 	needScore := c.EnablePerceptionFiltering || shaping
+	given := b.PerceptionScore != nil
 	need := []struct {
 		name string
 		t    *tensor.Tensor
 		on   bool
 	}{
 		{"Entropy", b.Entropy, c.EnableEntropyFiltering},
-		{"OldLogProbs", b.OldLogProbs, needScore},
-		{"AugLogProbs", b.AugLogProbs, needScore},
+		{"PerceptionScore", b.PerceptionScore, needScore && given},
+		{"OldLogProbs", b.OldLogProbs, needScore && !given},
+		{"AugLogProbs", b.AugLogProbs, needScore && !given},
 		{"Advantages", b.Advantages, shaping},
 	}
 	for _, n := range need {
@@ -142,7 +151,9 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	if needScore {
+	if needScore && given {
+		res.PerceptionScore = b.PerceptionScore
+	} else if needScore {
 		if res.PerceptionScore, err = alloc(rows, cols); err != nil {
 			return nil, err
 		}
@@ -199,28 +210,29 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 		}
 		mask, ent, score, em, pm, ltm, adv, shaped, sens, fac := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]
 		if c.EnableEntropyFiltering {
-			s, err := EntropyMask(em, nil, ent, mask, float32(c.TopPEntropyTokens))
+			s, err := EntropyMask(em, ent, mask, float32(c.TopPEntropyTokens))
 			if err != nil {
 				return nil, err
 			}
 			s.AppendMetrics(res.Metrics)
 		}
 		if c.EnablePerceptionFiltering {
-			s, err := SelectTopP(pm, nil, score, mask, float32(c.TopPPerceptionTokens), PerceptionFilter)
+			s, err := PerceptionMask(pm, score, mask, float32(c.TopPPerceptionTokens))
 			if err != nil {
 				return nil, err
 			}
 			s.AppendMetrics(res.Metrics)
 		}
 		if c.EnableEntropyFiltering && c.EnablePerceptionFiltering {
-			s, err := UnionMask(ltm, em, pm, ent, score, mask)
+			s, err := UnionMask(ltm, UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
 			if err != nil {
 				return nil, err
 			}
 			s.AppendMetrics(res.Metrics)
 		}
 		if shaping {
-			s, err := ShapeAdvantages(shaped, fac, adv, sens, mask, res.ShapingStats, opt)
+			s, err := ShapeAdvantages(ShapingOutputs{Advantages: shaped, Factors: fac},
+				ShapingInputs{Advantages: adv, Sensitivity: sens, ResponseMask: mask}, res.ShapingStats, opt)
 			if err != nil {
 				return nil, err
 			}

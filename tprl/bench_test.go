@@ -29,11 +29,11 @@ func BenchmarkEntropyMask(b *testing.B) {
 		rows, cols := sh[0], sh[1]
 		vals, _, _, mask := benchInputs(b, rows, cols)
 		v, m := f32(b, vals, rows, cols), f32(b, mask, rows, cols)
-		dst, k := zeros(b, rows, cols), int32s(b, rows)
+		dst := zeros(b, rows, cols)
 		b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
 			b.SetBytes(int64(rows*cols*12 + rows*4))
 			for b.Loop() {
-				if _, err := EntropyMask(dst, k, v, m, 0.2); err != nil {
+				if _, err := EntropyMask(dst, v, m, 0.2); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -46,11 +46,11 @@ func BenchmarkPerceptionMask(b *testing.B) {
 	rows, cols := 64, 1024
 	_, old, aug, mask := benchInputs(b, rows, cols)
 	o, a, m := f32(b, old, rows, cols), f32(b, aug, rows, cols), f32(b, mask, rows, cols)
-	score, dst, k := zeros(b, rows, cols), zeros(b, rows, cols), int32s(b, rows)
+	score, dst := zeros(b, rows, cols), zeros(b, rows, cols)
 	b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
 		b.SetBytes(int64(rows*cols*20 + rows*4))
 		for b.Loop() {
-			if _, err := PerceptionMask(score, dst, k, o, a, m, 0.2); err != nil {
+			if _, err := percMask(score, dst, o, a, m, 0.2); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -64,16 +64,16 @@ func BenchmarkUnionMask(b *testing.B) {
 	v, m := f32(b, vals, rows, cols), f32(b, mask, rows, cols)
 	em, pm, ltm := zeros(b, rows, cols), zeros(b, rows, cols), zeros(b, rows, cols)
 	score := zeros(b, rows, cols)
-	if _, err := EntropyMask(em, nil, v, m, 0.2); err != nil {
+	if _, err := EntropyMask(em, v, m, 0.2); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := PerceptionMask(score, pm, nil, f32(b, old, rows, cols), f32(b, aug, rows, cols), m, 0.2); err != nil {
+	if _, err := percMask(score, pm, f32(b, old, rows, cols), f32(b, aug, rows, cols), m, 0.2); err != nil {
 		b.Fatal(err)
 	}
 	b.Run(fmt.Sprintf("cpu/shape=%dx%d", rows, cols), func(b *testing.B) {
 		b.SetBytes(int64(rows * cols * 24))
 		for b.Loop() {
-			if _, err := UnionMask(ltm, em, pm, v, score, m); err != nil {
+			if _, err := UnionMask(ltm, UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: v, PerceptionScore: score, ResponseMask: m}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -86,7 +86,7 @@ func BenchmarkShapeBatch(b *testing.B) {
 	_, old, aug, mask := benchInputs(b, rows, cols)
 	score := zeros(b, rows, cols)
 	// perception score as the trainer would compute it
-	if _, err := PerceptionMask(score, zeros(b, rows, cols), nil, f32(b, old, rows, cols), f32(b, aug, rows, cols), f32(b, mask, rows, cols), 1); err != nil {
+	if _, err := percMask(score, zeros(b, rows, cols), f32(b, old, rows, cols), f32(b, aug, rows, cols), f32(b, mask, rows, cols), 1); err != nil {
 		b.Fatal(err)
 	}
 	adv := f32(b, old, rows, cols)
@@ -97,7 +97,7 @@ func BenchmarkShapeBatch(b *testing.B) {
 			b.SetBytes(int64(rows * cols * 16))
 			opt := ShapingOptions{ScalingMin: 0.8, Scope: scope, MiniBatchSize: 128, MicroBatchSize: 16}
 			for b.Loop() {
-				if _, err := ShapeBatch(shaped, factors, sens, adv, score, m, opt); err != nil {
+				if _, err := ShapeBatch(ShapingOutputs{Advantages: shaped, Factors: factors, Sensitivity: sens}, ShapingInputs{Advantages: adv, PerceptionScore: score, ResponseMask: m}, opt); err != nil {
 					b.Fatal(err)
 				}
 			}

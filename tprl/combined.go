@@ -40,21 +40,34 @@ func (s CombinedStats) each(fn func(string, float32)) {
 	fn("actor/combined_perception_mean_rejected", s.PerceptionRejectedMean)
 }
 
-// UnionMask writes the logical OR of the masks a and b (nonzero = set) into dst as float32 0/1 and
-// returns the statistics of the union against the response mask, with the mean entropy and
-// perception score of its selected and rejected tokens (docs/semantics.md#combined-mask). All
-// tensors are float32 of one shape [B, T] on one backend; dst may be a or b. The union is not
-// intersected with mask again: both inputs already are subsets of it when they come from
-// EntropyMask and PerceptionMask.
-func UnionMask(dst, a, b, entropy, score, mask *tensor.Tensor) (CombinedStats, error) {
+// UnionInputs are the tensors of UnionMask, all float32 [B, T] on one backend.
+type UnionInputs struct {
+	// EntropyMask and PerceptionMask are the masks to OR (nonzero = set), as EntropyMask and
+	// PerceptionMask write them.
+	EntropyMask, PerceptionMask *tensor.Tensor
+	// Entropy and PerceptionScore are the values behind the masks; the statistics report their
+	// means over the selected and rejected tokens.
+	Entropy, PerceptionScore *tensor.Tensor
+	// ResponseMask is the response mask (1 = valid token).
+	ResponseMask *tensor.Tensor
+}
+
+// UnionMask writes the logical OR of the entropy and perception masks into dst [B, T] as
+// float32 0/1 and returns the statistics of the union against the response mask, with the mean
+// entropy and perception score of its selected and rejected tokens
+// (docs/semantics.md#combined-mask). dst may be one of the input masks. The union is not
+// intersected with the response mask again: both masks already are subsets of it when they
+// come from EntropyMask and PerceptionMask.
+func UnionMask(dst *tensor.Tensor, in UnionInputs) (CombinedStats, error) {
 	const op = "tprl.UnionMask"
-	names := []string{"mask", "dst", "a", "b", "entropy", "score"}
-	ts := []*tensor.Tensor{mask, dst, a, b, entropy, score}
-	if err := tensor.CheckShape(op, "mask", mask, -1, -1); err != nil {
+	mask := in.ResponseMask
+	names := []string{"ResponseMask", "dst", "EntropyMask", "PerceptionMask", "Entropy", "PerceptionScore"}
+	ts := []*tensor.Tensor{mask, dst, in.EntropyMask, in.PerceptionMask, in.Entropy, in.PerceptionScore}
+	if err := tensor.CheckShape(op, "ResponseMask", mask, -1, -1); err != nil {
 		return CombinedStats{}, err
 	}
 	for i := 1; i < len(ts); i++ {
-		if err := tensor.CheckSameShape(op, "mask", mask, names[i], ts[i]); err != nil {
+		if err := tensor.CheckSameShape(op, "ResponseMask", mask, names[i], ts[i]); err != nil {
 			return CombinedStats{}, err
 		}
 	}
@@ -67,7 +80,7 @@ func UnionMask(dst, a, b, entropy, score, mask *tensor.Tensor) (CombinedStats, e
 		return CombinedStats{}, err
 	}
 	var s CombinedStats
-	err := tensor.OnHost(1, []*tensor.Tensor{dst, a, b, entropy, score, mask}, func(h []*tensor.Tensor) error {
+	err := tensor.OnHost(1, []*tensor.Tensor{dst, in.EntropyMask, in.PerceptionMask, in.Entropy, in.PerceptionScore, mask}, func(h []*tensor.Tensor) error {
 		var v [6][]float32
 		for i := range v {
 			v[i], _ = h[i].Float32s()

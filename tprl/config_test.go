@@ -19,7 +19,7 @@ func TestUnionMask(t *testing.T) {
 	score := f32(t, []float32{10, 20, 30, 40, 50, 60}, 2, 3)
 	mask := f32(t, []float32{1, 1, 1, 0, 0, 0}, 2, 3)
 	dst := zeros(t, 2, 3)
-	s, err := UnionMask(dst, a, b, ent, score, mask)
+	s, err := UnionMask(dst, UnionInputs{EntropyMask: a, PerceptionMask: b, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 1, 0, 0, 0, 0}, host(t, dst))
 	require.Equal(t, CombinedStats{Valid: 3, Selected: 2, EntropySelectedMean: 1.5, EntropyRejectedMean: 3,
@@ -28,7 +28,7 @@ func TestUnionMask(t *testing.T) {
 
 	// dst may alias an input; empty sets give NaN, always logged.
 	all := f32(t, []float32{1, 1, 1, 0, 0, 0}, 2, 3)
-	s, err = UnionMask(a, a, all, ent, score, mask)
+	s, err = UnionMask(a, UnionInputs{EntropyMask: a, PerceptionMask: all, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
 	require.NoError(t, err)
 	require.Equal(t, []float32{1, 1, 1, 0, 0, 0}, host(t, a))
 	m := s.Metrics()
@@ -37,7 +37,7 @@ func TestUnionMask(t *testing.T) {
 	require.True(t, math.IsNaN(m["actor/combined_perception_mean_rejected"]))
 
 	none := zeros(t, 2, 3)
-	s, err = UnionMask(dst, none, none, ent, score, zeros(t, 2, 3))
+	s, err = UnionMask(dst, UnionInputs{EntropyMask: none, PerceptionMask: none, Entropy: ent, PerceptionScore: score, ResponseMask: zeros(t, 2, 3)})
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(float64(s.TokenFraction())))
 }
@@ -144,11 +144,11 @@ func TestApply(t *testing.T) {
 	require.Len(t, res.Metrics["actor/combined_token_fraction"], 3)
 	require.Len(t, res.Shaping, 3)
 	em, pm, ltm, score := zeros(t, rows, cols), zeros(t, rows, cols), zeros(t, rows, cols), zeros(t, rows, cols)
-	_, err = EntropyMask(em, nil, b.Entropy, b.ResponseMask, 0.2)
+	_, err = EntropyMask(em, b.Entropy, b.ResponseMask, 0.2)
 	require.NoError(t, err)
-	_, err = PerceptionMask(score, pm, nil, b.OldLogProbs, b.AugLogProbs, b.ResponseMask, 0.2)
+	_, err = percMask(score, pm, b.OldLogProbs, b.AugLogProbs, b.ResponseMask, 0.2)
 	require.NoError(t, err)
-	_, err = UnionMask(ltm, em, pm, b.Entropy, score, b.ResponseMask)
+	_, err = UnionMask(ltm, UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: b.Entropy, PerceptionScore: score, ResponseMask: b.ResponseMask})
 	require.NoError(t, err)
 	require.Equal(t, host(t, em), host(t, res.EntropyMask))
 	require.Equal(t, host(t, pm), host(t, res.PerceptionMask))
@@ -192,7 +192,6 @@ func TestBadInputs(t *testing.T) {
 	v32 := f32(t, make([]float32, 6), 3, 2)
 	v6 := f32(t, make([]float32, 6), 6)
 	d23 := zeros(t, 2, 3)
-	k2, k3 := int32s(t, 2), int32s(t, 3)
 	f2 := zeros(t, 2)
 	i23, _ := tensor.New(tensor.CPU(), tensor.Int32, 2, 3)
 	opt := ShapingOptions{ScalingMin: 0.5}
@@ -201,56 +200,58 @@ func TestBadInputs(t *testing.T) {
 		kind          error
 		call          func() error
 	}{
-		{"entropy 1-D", "tprl.EntropyMask", "entropy", tensor.ErrShape, func() error { _, err := EntropyMask(v6, nil, v6, v6, 0.5); return err }},
-		{"entropy nil", "tprl.EntropyMask", "entropy", tensor.ErrShape, func() error { _, err := EntropyMask(d23, nil, nil, m23, 0.5); return err }},
-		{"mask shape", "tprl.EntropyMask", "mask", tensor.ErrShape, func() error { _, err := EntropyMask(d23, nil, v23, v32, 0.5); return err }},
-		{"dst shape", "tprl.EntropyMask", "dst", tensor.ErrShape, func() error { _, err := EntropyMask(v32, nil, v23, m23, 0.5); return err }},
-		{"mask dtype", "tprl.EntropyMask", "mask", tensor.ErrDType, func() error { _, err := EntropyMask(d23, nil, v23, i23, 0.5); return err }},
-		{"k shape", "tprl.EntropyMask", "k", tensor.ErrShape, func() error { _, err := EntropyMask(d23, k3, v23, m23, 0.5); return err }},
-		{"k dtype", "tprl.EntropyMask", "k", tensor.ErrDType, func() error { _, err := EntropyMask(d23, f2, v23, m23, 0.5); return err }},
-		{"p > 1", "tprl.EntropyMask", "p", tensor.ErrParam, func() error { _, err := EntropyMask(d23, k2, v23, m23, 1.01); return err }},
-		{"p < 0", "tprl.SelectTopP", "p", tensor.ErrParam, func() error { _, err := SelectTopP(d23, k2, v23, m23, -0.1, EntropyFilter); return err }},
+		{"entropy 1-D", "tprl.EntropyMask", "entropy", tensor.ErrShape, func() error { _, err := EntropyMask(v6, v6, v6, 0.5); return err }},
+		{"entropy nil", "tprl.EntropyMask", "entropy", tensor.ErrShape, func() error { _, err := EntropyMask(d23, nil, m23, 0.5); return err }},
+		{"mask shape", "tprl.EntropyMask", "mask", tensor.ErrShape, func() error { _, err := EntropyMask(d23, v23, v32, 0.5); return err }},
+		{"dst shape", "tprl.EntropyMask", "dst", tensor.ErrShape, func() error { _, err := EntropyMask(v32, v23, m23, 0.5); return err }},
+		{"mask dtype", "tprl.EntropyMask", "mask", tensor.ErrDType, func() error { _, err := EntropyMask(d23, v23, i23, 0.5); return err }},
+		{"p > 1", "tprl.EntropyMask", "p", tensor.ErrParam, func() error { _, err := EntropyMask(d23, v23, m23, 1.01); return err }},
+		{"p < 0", "tprl.EntropyMask", "p", tensor.ErrParam, func() error { _, err := EntropyMask(d23, v23, m23, -0.1); return err }},
 		{"p NaN", "tprl.PerceptionMask", "p", tensor.ErrParam, func() error {
-			_, err := PerceptionMask(nil, d23, nil, v23, v23, m23, float32(math.NaN()))
+			_, err := percMask(nil, d23, v23, v23, m23, float32(math.NaN()))
 			return err
 		}},
-		{"filter", "tprl.SelectTopP", "f", tensor.ErrParam, func() error { _, err := SelectTopP(d23, k2, v23, m23, 0.5, 5); return err }},
-		{"aug shape", "tprl.PerceptionMask", "aug", tensor.ErrShape, func() error { _, err := PerceptionMask(nil, d23, nil, v23, v32, m23, 0.5); return err }},
-		{"score shape", "tprl.PerceptionMask", "score", tensor.ErrShape, func() error { _, err := PerceptionMask(v32, d23, nil, v23, v23, m23, 0.5); return err }},
-		{"union b", "tprl.UnionMask", "b", tensor.ErrShape, func() error { _, err := UnionMask(d23, v23, v32, v23, v23, m23); return err }},
-		{"union entropy dtype", "tprl.UnionMask", "entropy", tensor.ErrDType, func() error { _, err := UnionMask(d23, v23, v23, i23, v23, m23); return err }},
+		{"score shape", "tprl.PerceptionMask", "mask", tensor.ErrShape, func() error { _, err := PerceptionMask(d23, v32, m23, 0.5); return err }},
+		{"union b", "tprl.UnionMask", "PerceptionMask", tensor.ErrShape, func() error {
+			_, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v32, Entropy: v23, PerceptionScore: v23, ResponseMask: m23})
+			return err
+		}},
+		{"union entropy dtype", "tprl.UnionMask", "Entropy", tensor.ErrDType, func() error {
+			_, err := UnionMask(d23, UnionInputs{EntropyMask: v23, PerceptionMask: v23, Entropy: i23, PerceptionScore: v23, ResponseMask: m23})
+			return err
+		}},
 		{"sens dst", "tprl.SensitivityScores", "dst", tensor.ErrShape, func() error { return SensitivityScores(v6, v23, m23) }},
 		{"stats sens", "tprl.ShapingStatsOf", "sensitivity", tensor.ErrShape, func() error { _, err := ShapingStatsOf(v6, m23); return err }},
 		{"smin", "tprl.ShapeAdvantages", "ScalingMin", tensor.ErrParam, func() error {
-			_, err := ShapeAdvantages(d23, nil, v23, f2, m23, ShapingStats{}, ShapingOptions{ScalingMin: 1.5})
+			_, err := ShapeAdvantages(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, Sensitivity: f2, ResponseMask: m23}, ShapingStats{}, ShapingOptions{ScalingMin: 1.5})
 			return err
 		}},
 		{"scope", "tprl.ShapeAdvantages", "Scope", tensor.ErrParam, func() error {
-			_, err := ShapeAdvantages(d23, nil, v23, f2, m23, ShapingStats{}, ShapingOptions{Scope: 3})
+			_, err := ShapeAdvantages(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, Sensitivity: f2, ResponseMask: m23}, ShapingStats{}, ShapingOptions{Scope: 3})
 			return err
 		}},
-		{"factors shape", "tprl.ShapeAdvantages", "factors", tensor.ErrShape, func() error {
-			_, err := ShapeAdvantages(d23, v6, v23, f2, m23, ShapingStats{}, opt)
+		{"factors shape", "tprl.ShapeAdvantages", "Factors", tensor.ErrShape, func() error {
+			_, err := ShapeAdvantages(ShapingOutputs{Advantages: d23, Factors: v6}, ShapingInputs{Advantages: v23, Sensitivity: f2, ResponseMask: m23}, ShapingStats{}, opt)
 			return err
 		}},
-		{"sensitivity shape", "tprl.ShapeAdvantages", "sensitivity", tensor.ErrShape, func() error {
-			_, err := ShapeAdvantages(d23, nil, v23, v6, m23, ShapingStats{}, opt)
+		{"sensitivity shape", "tprl.ShapeAdvantages", "Sensitivity", tensor.ErrShape, func() error {
+			_, err := ShapeAdvantages(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, Sensitivity: v6, ResponseMask: m23}, ShapingStats{}, opt)
 			return err
 		}},
-		{"shaped shape", "tprl.ShapeBatch", "shaped", tensor.ErrShape, func() error {
-			_, err := ShapeBatch(v32, nil, nil, v23, v23, m23, opt)
+		{"shaped shape", "tprl.ShapeBatch", "out.Advantages", tensor.ErrShape, func() error {
+			_, err := ShapeBatch(ShapingOutputs{Advantages: v32}, ShapingInputs{Advantages: v23, PerceptionScore: v23, ResponseMask: m23}, opt)
 			return err
 		}},
-		{"perception shape", "tprl.ShapeBatch", "perception", tensor.ErrShape, func() error {
-			_, err := ShapeBatch(d23, nil, nil, v23, v32, m23, opt)
+		{"perception shape", "tprl.ShapeBatch", "PerceptionScore", tensor.ErrShape, func() error {
+			_, err := ShapeBatch(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, PerceptionScore: v32, ResponseMask: m23}, opt)
 			return err
 		}},
 		{"mini < 0", "tprl.ShapeBatch", "MiniBatchSize", tensor.ErrParam, func() error {
-			_, err := ShapeBatch(d23, nil, nil, v23, v23, m23, ShapingOptions{MiniBatchSize: -1})
+			_, err := ShapeBatch(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, PerceptionScore: v23, ResponseMask: m23}, ShapingOptions{MiniBatchSize: -1})
 			return err
 		}},
 		{"micro < 0", "tprl.ShapeBatch", "MicroBatchSize", tensor.ErrParam, func() error {
-			_, err := ShapeBatch(d23, nil, nil, v23, v23, m23, ShapingOptions{MicroBatchSize: -1})
+			_, err := ShapeBatch(ShapingOutputs{Advantages: d23}, ShapingInputs{Advantages: v23, PerceptionScore: v23, ResponseMask: m23}, ShapingOptions{MicroBatchSize: -1})
 			return err
 		}},
 		{"apply config", "tprl.Config.Validate", "top_p_perception_tokens", tensor.ErrParam, func() error {

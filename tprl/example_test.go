@@ -3,6 +3,7 @@ package tprl_test
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
 )
@@ -18,17 +19,15 @@ func ExampleEntropyMask() {
 		1, 1, 1, 0,
 	}, 2, 4))
 	dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 2, 4))
-	k := tensor.Must(tensor.New(tensor.CPU(), tensor.Int32, 2))
-	stats, err := tprl.EntropyMask(dst, k, entropy, mask, 0.5)
+	stats, err := tprl.EntropyMask(dst, entropy, mask, 0.5) // ceil(4*0.5) = 2, ceil(3*0.5) = 2
 	if err != nil {
 		panic(err)
 	}
 	sel, _ := dst.Float32s()
-	ks, _ := k.Int32s()
-	fmt.Println(sel[:4], sel[4:], ks)
+	fmt.Println(sel[:4], sel[4:], stats.Selected)
 	fmt.Printf("fraction %.3f threshold %.2f\n", stats.TokenFraction(), stats.Threshold)
 	// Output:
-	// [0 1 0 1] [1 0 1 0] [2 2]
+	// [0 1 0 1] [1 0 1 0] 4
 	// fraction 0.571 threshold 0.65
 }
 
@@ -39,7 +38,10 @@ func ExamplePerceptionMask() {
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1}, 1, 4))
 	score := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
 	dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 1, 4))
-	if _, err := tprl.PerceptionMask(score, dst, nil, old, aug, mask, 0.25); err != nil {
+	if err := divergence.PerceptionScore(score, old, aug); err != nil { // once per mini-batch
+		panic(err)
+	}
+	if _, err := tprl.PerceptionMask(dst, score, mask, 0.25); err != nil {
 		panic(err)
 	}
 	s, _ := score.Float32s()
@@ -58,16 +60,14 @@ func ExampleShapeBatch() {
 	shaped := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4, 2))
 	factors := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4))
 	// Default GlobalScope: statistics over the whole mini-batch, whatever the micro-batches.
-	micro, err := tprl.ShapeBatch(shaped, factors, nil, adv, perception, mask,
-		tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2})
+	micro, err := tprl.ShapeBatch(tprl.ShapingOutputs{Advantages: shaped, Factors: factors}, tprl.ShapingInputs{Advantages: adv, PerceptionScore: perception, ResponseMask: mask}, tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2})
 	if err != nil {
 		panic(err)
 	}
 	f, _ := factors.Float32s()
 	fmt.Printf("factors %.4f target_max %.1f\n", f, micro[0].TargetMax)
 	// The reference's scope: mu per micro-batch.
-	if _, err := tprl.ShapeBatch(shaped, factors, nil, adv, perception, mask,
-		tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2, Scope: tprl.PerMicroBatchScope}); err != nil {
+	if _, err := tprl.ShapeBatch(tprl.ShapingOutputs{Advantages: shaped, Factors: factors}, tprl.ShapingInputs{Advantages: adv, PerceptionScore: perception, ResponseMask: mask}, tprl.ShapingOptions{ScalingMin: 0.8, MicroBatchSize: 2, Scope: tprl.PerMicroBatchScope}); err != nil {
 		panic(err)
 	}
 	fmt.Printf("factors %.4f\n", f)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -92,3 +93,18 @@ func randLogProbs(r *rand.Rand, n int) []float32 {
 }
 
 func sameNaN(a, b float32) bool { return a == b || (a != a && b != b) }
+
+// percMask computes the perception score of old and aug into score (a temporary when nil) and
+// the perception mask by it into dst, as a trainer does once per mini-batch.
+func percMask(score, dst, old, aug, mask *tensor.Tensor, p float32) (SelectionStats, error) {
+	if score == nil {
+		var err error
+		if score, err = tensor.NewLike(old, tensor.Float32); err != nil {
+			return SelectionStats{}, err
+		}
+	}
+	if err := divergence.PerceptionScore(score, old, aug); err != nil {
+		return SelectionStats{}, err
+	}
+	return PerceptionMask(dst, score, mask, p)
+}

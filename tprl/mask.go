@@ -3,9 +3,7 @@ package tprl
 import (
 	"math"
 
-	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/internal/hostops"
-	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -69,74 +67,46 @@ func (s SelectionStats) each(fn func(string, float32)) {
 	}
 }
 
-// SelectionKernel is the optional backend kernel for SelectTopP (and so EntropyMask and
-// PerceptionMask). It receives validated tensors and must write dst (and k when not nil) with
-// the exact semantics of SelectTopP and return the statistics (Filter is set by the caller).
-type SelectionKernel interface {
-	SelectTopP(dst, k, values, mask *tensor.Tensor, p float32) (SelectionStats, error)
+// SelectionRow is one row's part of SelectionStats: what a SelectionStatsKernel measures per
+// row, combined in row order by the host so every backend reports the same statistics.
+type SelectionRow struct {
+	// Valid counts the positions with mask != 0; Selected those of them the selection kept.
+	Valid, Selected int
+	// SelectedSum and RejectedSum are float64 sums of the selected values and of the valid
+	// values that were not selected.
+	SelectedSum, RejectedSum float64
+	// Threshold is the selected value with the smallest order key (the k-th largest valid
+	// value; +0 for a zero, NaN when every selected value is NaN); 0 when nothing is selected.
+	Threshold float32
 }
 
-// SelectTopP is the top-p token selection behind EntropyMask and PerceptionMask. In each row i
-// of values [B, T] it marks with 1 in dst [B, T] the k_i = tensor.TopPCount(n_i, p) positions
-// with mask != 0 that have the largest values, and writes 0 elsewhere; n_i is the number of
-// positions with mask != 0. Ties go to the lower index (stable), NaN ranks above every number.
-// Padded positions are never selected, so dst ⊆ mask (for p ≤ 1 this is exactly the
-// reference). k, when not nil, receives k_i as int32 [B]. p must lie in [0, 1]. f names the
-// metrics of the returned statistics.
-func SelectTopP(dst, k, values, mask *tensor.Tensor, p float32, f Filter) (SelectionStats, error) {
-	return selectTopP("tprl.SelectTopP", "values", dst, k, values, mask, p, f)
+// SelectionStatsKernel is the optional backend kernel behind the statistics of EntropyMask and
+// PerceptionMask. After tensor.TopPMask wrote the 0/1 selection sel [B, T], it fills rows (len
+// B) from sel, the selected values [B, T] and the mask [B, T]; the tensors are validated.
+type SelectionStatsKernel interface {
+	SelectionRows(rows []SelectionRow, sel, values, mask *tensor.Tensor) error
 }
 
 // EntropyMask writes into dst [B, T] the entropy top-p mask (docs/semantics.md#entropy-mask): per
-// row the TopPCount(n_i, p) valid tokens with the largest entropy (see SelectTopP for ties and
-// padding), and k_i into k (int32 [B], may be nil). entropy and mask are float32 [B, T].
-func EntropyMask(dst, k, entropy, mask *tensor.Tensor, p float32) (SelectionStats, error) {
-	return selectTopP("tprl.EntropyMask", "entropy", dst, k, entropy, mask, p, EntropyFilter)
+// row the tensor.TopPCount(n_i, p) valid tokens with the largest entropy, n_i the row's number
+// of positions with mask != 0 (selection as tensor.TopPMask: ties to the lower index, NaN
+// first, padding never selected, so dst ⊆ mask). entropy and mask are float32 [B, T]; p lies in
+// [0, 1]. The statistics carry the reference's actor/entropy_* metrics.
+func EntropyMask(dst, entropy, mask *tensor.Tensor, p float32) (SelectionStats, error) {
+	return selectTokens("tprl.EntropyMask", "entropy", dst, entropy, mask, p, EntropyFilter)
 }
 
-// PerceptionMask computes the perception score s = clamp(exp(d)-d-1, 0, 10) with
-// d = clamp(aug-old, -20, 20) into score [B, T] (every position, padding included; see
-// divergence.PerceptionScore) and writes the top-p mask by that score into dst [B, T], with
-// padded positions excluded and the result ANDed with mask (docs/semantics.md#perception-mask); k
-// as in EntropyMask. score may be nil when the caller does not need it (a temporary is used).
-func PerceptionMask(score, dst, k, old, aug, mask *tensor.Tensor, p float32) (SelectionStats, error) {
-	const op = "tprl.PerceptionMask"
-	if err := checkSelect(op, "old", dst, k, old, mask, p, PerceptionFilter); err != nil {
-		return SelectionStats{}, err
-	}
-	if err := tensor.CheckSameShape(op, "old", old, "aug", aug); err != nil {
-		return SelectionStats{}, err
-	}
-	if err := tensor.CheckDType(op, "aug", aug, tensor.Float32); err != nil {
-		return SelectionStats{}, err
-	}
-	if score == nil {
-		var err error
-		if score, err = tensor.NewLike(old, tensor.Float32); err != nil {
-			return SelectionStats{}, err
-		}
-		defer score.Release()
-	} else {
-		if err := tensor.CheckSameShape(op, "old", old, "score", score); err != nil {
-			return SelectionStats{}, err
-		}
-		if err := tensor.CheckDType(op, "score", score, tensor.Float32); err != nil {
-			return SelectionStats{}, err
-		}
-	}
-	if err := tensor.CheckSameBackend(op, []string{"old", "aug", "score"}, old, aug, score); err != nil {
-		return SelectionStats{}, err
-	}
-	if err := divergence.PerceptionScore(score, old, aug); err != nil {
-		return SelectionStats{}, err
-	}
-	return runSelect(dst, k, score, mask, p, PerceptionFilter)
+// PerceptionMask writes into dst [B, T] the perception top-p mask
+// (docs/semantics.md#perception-mask): per row the tensor.TopPCount(n_i, p) valid tokens with
+// the largest perception score, selected as EntropyMask does. score [B, T] is the perception
+// score of divergence.PerceptionScore (low_var_kl of the log-probs with the perturbed and the
+// original image), computed once per mini-batch by the caller. The statistics carry the
+// reference's actor/perception_token_fraction and actor/low_var_kl_* metrics.
+func PerceptionMask(dst, score, mask *tensor.Tensor, p float32) (SelectionStats, error) {
+	return selectTokens("tprl.PerceptionMask", "score", dst, score, mask, p, PerceptionFilter)
 }
 
-func checkSelect(op, valuesArg string, dst, k, values, mask *tensor.Tensor, p float32, f Filter) error {
-	if !f.valid() {
-		return tensor.Errorf(tensor.ErrParam, op, "f", "unknown filter %d", int(f))
-	}
+func checkSelect(op, valuesArg string, dst, values, mask *tensor.Tensor, p float32) error {
 	if err := tensor.CheckShape(op, valuesArg, values, -1, -1); err != nil {
 		return err
 	}
@@ -154,82 +124,53 @@ func checkSelect(op, valuesArg string, dst, k, values, mask *tensor.Tensor, p fl
 			return err
 		}
 	}
-	if k != nil {
-		if err := tensor.CheckShape(op, "k", k, values.Dim(0)); err != nil {
-			return err
-		}
-		if err := tensor.CheckDType(op, "k", k, tensor.Int32); err != nil {
-			return err
-		}
-	}
-	if err := tensor.CheckSameBackend(op, []string{valuesArg, "mask", "dst", "k"}, values, mask, dst, k); err != nil {
+	if err := tensor.CheckSameBackend(op, []string{valuesArg, "mask", "dst"}, values, mask, dst); err != nil {
 		return err
 	}
 	return tensor.CheckUnit(op, "p", float64(p))
 }
 
-func selectTopP(op, valuesArg string, dst, k, values, mask *tensor.Tensor, p float32, f Filter) (SelectionStats, error) {
-	if err := checkSelect(op, valuesArg, dst, k, values, mask, p, f); err != nil {
+func selectTokens(op, valuesArg string, dst, values, mask *tensor.Tensor, p float32, f Filter) (SelectionStats, error) {
+	if err := checkSelect(op, valuesArg, dst, values, mask, p); err != nil {
 		return SelectionStats{}, err
 	}
-	return runSelect(dst, k, values, mask, p, f)
-}
-
-// runSelect runs validated arguments on the backend kernel or the host kernel.
-func runSelect(dst, k, values, mask *tensor.Tensor, p float32, f Filter) (SelectionStats, error) {
-	if kk, ok := tensor.KernelOf[SelectionKernel](values.Backend()); ok {
-		s, err := kk.SelectTopP(dst, k, values, mask, p)
-		s.Filter = f
-		return s, err
+	if err := tensor.TopPMask(dst, values, mask, p); err != nil {
+		return SelectionStats{}, err
 	}
-	var s SelectionStats
-	err := tensor.OnHost(2, []*tensor.Tensor{dst, k, values, mask}, func(h []*tensor.Tensor) error {
+	rows := make([]SelectionRow, values.Dim(0))
+	if kk, ok := tensor.KernelOf[SelectionStatsKernel](values.Backend()); ok {
+		if err := kk.SelectionRows(rows, dst, values, mask); err != nil {
+			return SelectionStats{}, err
+		}
+	} else if err := tensor.OnHost(0, []*tensor.Tensor{dst, values, mask}, func(h []*tensor.Tensor) error {
 		d, _ := h[0].Float32s()
-		var ks []int32
-		if h[1] != nil {
-			ks, _ = h[1].Int32s()
+		v, _ := h[1].Float32s()
+		m, _ := h[2].Float32s()
+		cols := values.Dim(1)
+		for i := range rows {
+			a, b := i*cols, (i+1)*cols
+			r := hostops.SelectionRowStats(d[a:b], v[a:b], m[a:b])
+			rows[i] = SelectionRow{Valid: r.Valid, Selected: r.K, SelectedSum: r.SelectedSum,
+				RejectedSum: r.RejectedSum, Threshold: r.Threshold}
 		}
-		v, _ := h[2].Float32s()
-		m, _ := h[3].Float32s()
-		s = SelectHost(d, ks, v, m, values.Dim(1), p)
 		return nil
-	})
-	s.Filter = f
-	return s, err
+	}); err != nil {
+		return SelectionStats{}, err
+	}
+	return combineSelection(rows, f), nil
 }
 
-// SelectHost is the pure-Go kernel behind SelectTopP on plain row-major slices with rows of
-// length cols: it writes the 0/1 mask into dst and the per-row counts into ks (may be nil) and
-// returns the statistics (Filter left zero). It does no validation.
-func SelectHost(dst []float32, ks []int32, values, mask []float32, cols int, p float32) SelectionStats {
-	rows := 0
-	if cols > 0 {
-		rows = len(values) / cols
-	} else {
-		clear(ks) // rows of length 0 keep nothing
-	}
-	per := make([]hostops.RowSelection, rows)
-	parallel.For(rows, parallel.Grain(cols, 1<<14), func(lo, hi int) {
-		var sc hostops.TopPScratch
-		for i := lo; i < hi; i++ {
-			a, b := i*cols, (i+1)*cols
-			per[i] = hostops.TopPRow(dst[a:b], values[a:b], mask[a:b], p, &sc)
-			if ks != nil {
-				ks[i] = int32(per[i].K)
-			}
-		}
-	})
-	var (
-		s                  SelectionStats
-		thrSum, selS, rejS float64
-		thrRows            int
-	)
-	for _, r := range per {
+// combineSelection reduces the per-row statistics in row order.
+func combineSelection(rows []SelectionRow, f Filter) SelectionStats {
+	s := SelectionStats{Filter: f}
+	var thrSum, selS, rejS float64
+	thrRows := 0
+	for _, r := range rows {
 		s.Valid += r.Valid
-		s.Selected += r.K
+		s.Selected += r.Selected
 		selS += r.SelectedSum
 		rejS += r.RejectedSum
-		if r.K > 0 {
+		if r.Selected > 0 {
 			thrSum += float64(r.Threshold)
 			thrRows++
 		}

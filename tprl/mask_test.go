@@ -17,12 +17,10 @@ func TestEntropyMaskBasic(t *testing.T) {
 		1, 2, 3, 4, 5, // row 1: empty
 	}, 2, 5)
 	mask := f32(t, []float32{1, 1, 1, 1, 0, 0, 0, 0, 0, 0}, 2, 5)
-	dst, k := zeros(t, 2, 5), int32s(t, 2)
-	s, err := EntropyMask(dst, k, ent, mask, 0.5)
+	dst := zeros(t, 2, 5)
+	s, err := EntropyMask(dst, ent, mask, 0.5)
 	require.NoError(t, err)
 	require.Equal(t, []float32{0, 1, 0, 1, 0, 0, 0, 0, 0, 0}, host(t, dst))
-	ks, _ := k.Int32s()
-	require.Equal(t, []int32{2, 0}, ks)
 	require.Equal(t, 4, s.Valid)
 	require.Equal(t, 2, s.Selected)
 	require.InDelta(t, 0.9, s.Threshold, 1e-7)
@@ -36,7 +34,7 @@ func TestEntropyMaskBasic(t *testing.T) {
 	}, s.Metrics())
 
 	// Ties: lower index wins.
-	_, err = EntropyMask(dst, nil, ent, mask, 0.25)
+	_, err = EntropyMask(dst, ent, mask, 0.25)
 	require.NoError(t, err)
 	require.Equal(t, []float32{0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, host(t, dst))
 }
@@ -47,18 +45,18 @@ func TestSelectionMetricsPresence(t *testing.T) {
 	full := f32(t, []float32{1, 1, 1, 1}, 2, 2)
 	dst := zeros(t, 2, 2)
 
-	s, err := SelectTopP(dst, nil, vals, empty, 0.5, PerceptionFilter)
+	s, err := PerceptionMask(dst, vals, empty, 0.5)
 	require.NoError(t, err)
 	require.Empty(t, s.Metrics(), "S == 0: nothing logged")
 
-	s, err = SelectTopP(dst, nil, vals, full, 0, PerceptionFilter)
+	s, err = PerceptionMask(dst, vals, full, 0)
 	require.NoError(t, err)
 	m := s.Metrics()
 	require.Len(t, m, 3)
 	require.NotContains(t, m, "actor/low_var_kl_mean_selected")
 	require.Equal(t, 0.0, m["actor/low_var_kl_threshold"], "no row with k > 0: threshold 0")
 
-	s, err = SelectTopP(dst, nil, vals, full, 1, PerceptionFilter)
+	s, err = PerceptionMask(dst, vals, full, 1)
 	require.NoError(t, err)
 	m = s.Metrics()
 	require.Len(t, m, 3)
@@ -163,11 +161,11 @@ func TestSelectionProperties(t *testing.T) {
 		v, m := f32(t, vals, rows, cols), f32(t, mask, rows, cols)
 		var prev []float32
 		for _, p := range []float32{0, 0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.99, 1} {
-			dst, k := zeros(t, rows, cols), int32s(t, rows)
-			s, err := EntropyMask(dst, k, v, m, p)
+			dst := zeros(t, rows, cols)
+			s, err := EntropyMask(dst, v, m, p)
 			require.NoError(t, err)
 			sel := host(t, dst)
-			ks, _ := k.Int32s()
+			ks := rowCounts32(mask, cols, p)
 			checkSelectionInvariants(t, vals, mask, sel, ks, cols, p)
 			want := bruteSelection(vals, mask, sel, ks, cols)
 			want.Filter = EntropyFilter
@@ -210,8 +208,8 @@ func TestPerceptionMaskPicksLargestChange(t *testing.T) {
 			changed[i*cols+tt] = true
 		}
 	}
-	score, dst, k := zeros(t, rows, cols), zeros(t, rows, cols), int32s(t, rows)
-	s, err := PerceptionMask(score, dst, k, f32(t, old, rows, cols), f32(t, aug, rows, cols), f32(t, mask, rows, cols), 0.2)
+	score, dst := zeros(t, rows, cols), zeros(t, rows, cols)
+	s, err := percMask(score, dst, f32(t, old, rows, cols), f32(t, aug, rows, cols), f32(t, mask, rows, cols), 0.2)
 	require.NoError(t, err)
 	require.Equal(t, PerceptionFilter, s.Filter)
 	sel := host(t, dst)
@@ -228,7 +226,7 @@ func TestPerceptionMaskPicksLargestChange(t *testing.T) {
 	}
 	// Without a score output it gives the same mask.
 	dst2 := zeros(t, rows, cols)
-	_, err = PerceptionMask(nil, dst2, nil, f32(t, old, rows, cols), f32(t, aug, rows, cols), f32(t, mask, rows, cols), 0.2)
+	_, err = percMask(nil, dst2, f32(t, old, rows, cols), f32(t, aug, rows, cols), f32(t, mask, rows, cols), 0.2)
 	require.NoError(t, err)
 	require.Equal(t, sel, host(t, dst2))
 }
@@ -240,7 +238,7 @@ func TestSelectionDeterministicAcrossParallelism(t *testing.T) {
 	mask := randMask(r, rows, cols)
 	run := func() (SelectionStats, []float32) {
 		dst := zeros(t, rows, cols)
-		s, err := EntropyMask(dst, nil, f32(t, vals, rows, cols), f32(t, mask, rows, cols), 0.3)
+		s, err := EntropyMask(dst, f32(t, vals, rows, cols), f32(t, mask, rows, cols), 0.3)
 		require.NoError(t, err)
 		return s, host(t, dst)
 	}
@@ -269,21 +267,36 @@ func FuzzSelectTopP(f *testing.F) {
 		r := rand.New(rand.NewPCG(seed, 99))
 		vals := randValues(r, rows*cols, ties)
 		mask := randMask(r, rows, cols)
-		dst, k := zeros(t, rows, cols), int32s(t, rows)
-		s, err := SelectTopP(dst, k, f32(t, vals, rows, cols), f32(t, mask, rows, cols), p, EntropyFilter)
+		dst := zeros(t, rows, cols)
+		s, err := EntropyMask(dst, f32(t, vals, rows, cols), f32(t, mask, rows, cols), p)
 		if !(p >= 0 && p <= 1) {
 			require.Error(t, err)
 			return
 		}
 		require.NoError(t, err)
-		ks, _ := k.Int32s()
-		checkSelectionInvariants(t, vals, mask, host(t, dst), ks, cols, p)
+		checkSelectionInvariants(t, vals, mask, host(t, dst), rowCounts32(mask, cols, p), cols, p)
 		require.LessOrEqual(t, s.Selected, s.Valid)
 		// tensor.TopPMask (no statistics) selects the same tokens.
-		want, wk := zeros(t, rows, cols), int32s(t, rows)
-		require.NoError(t, tensor.TopPMask(want, wk, f32(t, vals, rows, cols), f32(t, mask, rows, cols), p))
+		want := zeros(t, rows, cols)
+		require.NoError(t, tensor.TopPMask(want, f32(t, vals, rows, cols), f32(t, mask, rows, cols), p))
 		require.Equal(t, host(t, want), host(t, dst))
-		wks, _ := wk.Int32s()
-		require.Equal(t, wks, ks)
 	})
+}
+
+// rowCounts32 is k_i = TopPCount(n_i, p) of each row of mask: what every row must select.
+func rowCounts32(mask []float32, cols int, p float32) []int32 {
+	if cols == 0 {
+		return nil
+	}
+	ks := make([]int32, len(mask)/cols)
+	for i := range ks {
+		n := 0
+		for _, w := range mask[i*cols : (i+1)*cols] {
+			if w != 0 {
+				n++
+			}
+		}
+		ks[i] = int32(hostops.TopPCount(n, p))
+	}
+	return ks
 }

@@ -255,27 +255,51 @@ func (m MicroBatchShaping) each(fn func(string, float32)) {
 	fn("actor/scaling_factor_mean", m.FactorMean)
 }
 
-// ShapeAdvantages shapes one micro-batch with precomputed statistics: for every valid row
-// (mask row sum > 0) norm_i = clamp((s_i - Min)/(Max - Min), 0, 1) and
-// factor_i = smin + norm_i*(target_max - smin), target_max = smin + (1 - smin)/(mu + 1e-8)
-// in float32 (as the reference: smin + reciprocal(mu + 1e-8)*(1 - smin)); other rows, and
-// every row when !stats.Applies(), keep factor 1. mu is stats.MeanNorm() with GlobalScope, or
-// the mean of norm over this call's valid rows with PerMicroBatchScope. shaped [B, T] receives
-// adv*factor_i at every position (it may be adv itself); factors [B] receives the factors and
-// may be nil. sensitivity [B] holds the scores of SensitivityScores; mask is [B, T].
+// ShapingInputs are the tensors trajectory shaping reads, float32 on one backend.
+type ShapingInputs struct {
+	// Advantages [B, T] are the advantages to shape; ResponseMask [B, T] the response mask.
+	Advantages, ResponseMask *tensor.Tensor
+	// Sensitivity [B] are the per-response scores of SensitivityScores (ShapeAdvantages).
+	Sensitivity *tensor.Tensor
+	// PerceptionScore [B, T] is the perception score the sensitivity is computed from
+	// (ShapeBatch).
+	PerceptionScore *tensor.Tensor
+}
+
+// ShapingOutputs are where trajectory shaping writes, float32 on the inputs' backend.
+type ShapingOutputs struct {
+	// Advantages [B, T] receives the shaped advantages; it may be the input advantages.
+	Advantages *tensor.Tensor
+	// Factors [B] receives the per-response factors; optional.
+	Factors *tensor.Tensor
+	// Sensitivity [B] receives the per-response sensitivity scores; optional, ShapeBatch only.
+	Sensitivity *tensor.Tensor
+}
+
+// ShapeAdvantages shapes one micro-batch with precomputed statistics: for every valid row (mask
+// row sum > 0) norm_i = clamp((s_i - Min)/(Max - Min), 0, 1) and factor_i = smin + norm_i *
+// (target_max - smin), target_max = smin + (1 - smin)/(mu + 1e-8) in float32 (as the reference:
+// smin + reciprocal(mu + 1e-8)*(1 - smin)); other rows, and every row when !stats.Applies(), keep
+// factor 1. mu is stats.MeanNorm() with GlobalScope, or the mean of norm over this call's valid
+// rows with PerMicroBatchScope. It reads in.Advantages, in.Sensitivity and in.ResponseMask and
+// writes adv*factor_i into out.Advantages and the factors into out.Factors (if set).
 // opt.MiniBatchSize and opt.MicroBatchSize are ignored.
-func ShapeAdvantages(shaped, factors, adv, sensitivity, mask *tensor.Tensor, stats ShapingStats, opt ShapingOptions) (MicroBatchShaping, error) {
+func ShapeAdvantages(out ShapingOutputs, in ShapingInputs, stats ShapingStats, opt ShapingOptions) (MicroBatchShaping, error) {
 	const op = "tprl.ShapeAdvantages"
+	shaped, factors, adv, sensitivity, mask := out.Advantages, out.Factors, in.Advantages, in.Sensitivity, in.ResponseMask
 	if err := checkShape(op, shaped, factors, adv, mask, opt); err != nil {
 		return MicroBatchShaping{}, err
 	}
-	if err := checkVec(op, "sensitivity", sensitivity, adv.Dim(0)); err != nil {
+	if out.Sensitivity != nil {
+		return MicroBatchShaping{}, tensor.Errorf(tensor.ErrParam, op, "out.Sensitivity", "is set, but ShapeAdvantages reads the sensitivity (in.Sensitivity) instead of writing it")
+	}
+	if err := checkVec(op, "Sensitivity", sensitivity, adv.Dim(0)); err != nil {
 		return MicroBatchShaping{}, err
 	}
-	if err := tensor.CheckSameBackend(op, []string{"adv", "sensitivity"}, adv, sensitivity); err != nil {
+	if err := tensor.CheckSameBackend(op, []string{"Advantages", "Sensitivity"}, adv, sensitivity); err != nil {
 		return MicroBatchShaping{}, err
 	}
-	var out MicroBatchShaping
+	var res MicroBatchShaping
 	err := tensor.OnHost(2, []*tensor.Tensor{shaped, factors, adv, sensitivity, mask}, func(h []*tensor.Tensor) error {
 		sh, _ := h[0].Float32s()
 		var f []float32
@@ -288,39 +312,43 @@ func ShapeAdvantages(shaped, factors, adv, sensitivity, mask *tensor.Tensor, sta
 		s, _ := h[3].Float32s()
 		m, _ := h[4].Float32s()
 		cols := adv.Dim(1)
-		out = shapeHost(sh, f, a, s, rowCounts(m, cols), cols, stats, opt)
+		res = shapeHost(sh, f, a, s, rowCounts(m, cols), cols, stats, opt)
 		return nil
 	})
-	return out, err
+	return res, err
 }
 
 // ShapeBatch is trajectory advantage shaping of a whole batch [N, T] split into mini-batches
-// and micro-batches of opt.MiniBatchSize and opt.MicroBatchSize rows: it writes the
-// sensitivity scores of the perception score [N, T] into sensitivity [N] (may be nil), takes
-// ShapingStats per mini-batch, shapes every micro-batch with ShapeAdvantages' rule into
-// shaped [N, T] (may be adv) and factors [N] (may be nil), and returns one record per
-// micro-batch in order. With PerMicroBatchScope it reproduces the reference on one device;
-// with GlobalScope the result does not depend on opt.MicroBatchSize.
-func ShapeBatch(shaped, factors, sensitivity, adv, perception, mask *tensor.Tensor, opt ShapingOptions) ([]MicroBatchShaping, error) {
+// and micro-batches of opt.MiniBatchSize and opt.MicroBatchSize rows: it computes the
+// sensitivity scores of in.PerceptionScore (written to out.Sensitivity if set), takes
+// ShapingStats per mini-batch, shapes every micro-batch of in.Advantages with ShapeAdvantages'
+// rule into out.Advantages (and out.Factors if set), and returns one record per micro-batch in
+// order. With PerMicroBatchScope it reproduces the reference on one device; with GlobalScope
+// the result does not depend on opt.MicroBatchSize.
+func ShapeBatch(out ShapingOutputs, in ShapingInputs, opt ShapingOptions) ([]MicroBatchShaping, error) {
 	const op = "tprl.ShapeBatch"
+	shaped, factors, sensitivity, adv, perception, mask := out.Advantages, out.Factors, out.Sensitivity, in.Advantages, in.PerceptionScore, in.ResponseMask
 	if err := checkShape(op, shaped, factors, adv, mask, opt); err != nil {
 		return nil, err
 	}
-	if err := tensor.CheckSameShape(op, "adv", adv, "perception", perception); err != nil {
+	if in.Sensitivity != nil {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "in.Sensitivity", "is set, but ShapeBatch computes the sensitivity from in.PerceptionScore")
+	}
+	if err := tensor.CheckSameShape(op, "Advantages", adv, "PerceptionScore", perception); err != nil {
 		return nil, err
 	}
-	if err := tensor.CheckDType(op, "perception", perception, tensor.Float32); err != nil {
+	if err := tensor.CheckDType(op, "PerceptionScore", perception, tensor.Float32); err != nil {
 		return nil, err
 	}
 	if sensitivity != nil {
-		if err := checkVec(op, "sensitivity", sensitivity, adv.Dim(0)); err != nil {
+		if err := checkVec(op, "Sensitivity", sensitivity, adv.Dim(0)); err != nil {
 			return nil, err
 		}
 	}
-	if err := tensor.CheckSameBackend(op, []string{"adv", "perception", "sensitivity"}, adv, perception, sensitivity); err != nil {
+	if err := tensor.CheckSameBackend(op, []string{"Advantages", "PerceptionScore", "Sensitivity"}, adv, perception, sensitivity); err != nil {
 		return nil, err
 	}
-	var out []MicroBatchShaping
+	var res []MicroBatchShaping
 	err := tensor.OnHost(3, []*tensor.Tensor{shaped, factors, sensitivity, adv, perception, mask}, func(h []*tensor.Tensor) error {
 		rows, cols := adv.Dim(0), adv.Dim(1)
 		sh, _ := h[0].Float32s()
@@ -337,10 +365,10 @@ func ShapeBatch(shaped, factors, sensitivity, adv, perception, mask *tensor.Tens
 		m, _ := h[5].Float32s()
 		counts := make([]float32, rows)
 		sensitivityHost(s, counts, v, m, cols)
-		out = shapeBatchHost(sh, f, a, s, counts, cols, opt)
+		res = shapeBatchHost(sh, f, a, s, counts, cols, opt)
 		return nil
 	})
-	return out, err
+	return res, err
 }
 
 func shapeBatchHost(shaped, factors, adv, scores, counts []float32, cols int, opt ShapingOptions) []MicroBatchShaping {
@@ -430,21 +458,21 @@ func checkShape(op string, shaped, factors, adv, mask *tensor.Tensor, opt Shapin
 	if err := opt.validate(op); err != nil {
 		return err
 	}
-	if err := checkRows(op, "adv", adv, mask); err != nil {
+	if err := checkRows(op, "Advantages", adv, mask); err != nil {
 		return err
 	}
-	if err := tensor.CheckSameShape(op, "adv", adv, "shaped", shaped); err != nil {
+	if err := tensor.CheckSameShape(op, "Advantages", adv, "out.Advantages", shaped); err != nil {
 		return err
 	}
-	if err := tensor.CheckDType(op, "shaped", shaped, tensor.Float32); err != nil {
+	if err := tensor.CheckDType(op, "out.Advantages", shaped, tensor.Float32); err != nil {
 		return err
 	}
 	if factors != nil {
-		if err := checkVec(op, "factors", factors, adv.Dim(0)); err != nil {
+		if err := checkVec(op, "Factors", factors, adv.Dim(0)); err != nil {
 			return err
 		}
 	}
-	return tensor.CheckSameBackend(op, []string{"adv", "mask", "shaped", "factors"}, adv, mask, shaped, factors)
+	return tensor.CheckSameBackend(op, []string{"Advantages", "ResponseMask", "out.Advantages", "Factors"}, adv, mask, shaped, factors)
 }
 
 // checkRows checks that v is float32 [B, T] and mask float32 of the same shape, on one backend.

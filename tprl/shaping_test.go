@@ -33,7 +33,7 @@ func shapingBatch(t *testing.T, r *rand.Rand, rows, cols int) (score, mask, adv 
 func runShapeBatch(t *testing.T, score, mask, adv []float32, rows, cols int, opt ShapingOptions) (shaped, factors, sens []float32, micro []MicroBatchShaping) {
 	t.Helper()
 	sh, f, s := zeros(t, rows, cols), zeros(t, rows), zeros(t, rows)
-	micro, err := ShapeBatch(sh, f, s, f32(t, adv, rows, cols), f32(t, score, rows, cols), f32(t, mask, rows, cols), opt)
+	micro, err := ShapeBatch(ShapingOutputs{Advantages: sh, Factors: f, Sensitivity: s}, ShapingInputs{Advantages: f32(t, adv, rows, cols), PerceptionScore: f32(t, score, rows, cols), ResponseMask: f32(t, mask, rows, cols)}, opt)
 	require.NoError(t, err)
 	return host(t, sh), host(t, f), host(t, s), micro
 }
@@ -160,7 +160,7 @@ func TestShapingStatsMergeDataParallel(t *testing.T) {
 			shaped, f := zeros(t, b-a, cols), zeros(t, b-a)
 			s, _ := sensT.Rows(a, b)
 			m, _ := maskT.Rows(a, b)
-			_, err := ShapeAdvantages(shaped, f, f32(t, adv[a*cols:b*cols], b-a, cols), s, m, merged, opt)
+			_, err := ShapeAdvantages(ShapingOutputs{Advantages: shaped, Factors: f}, ShapingInputs{Advantages: f32(t, adv[a*cols:b*cols], b-a, cols), Sensitivity: s, ResponseMask: m}, merged, opt)
 			require.NoError(t, err)
 			got := host(t, f)
 			for i := range got {
@@ -263,7 +263,7 @@ func TestShapingMiniBatches(t *testing.T) {
 	require.InDelta(t, 1.5, f[1], 1e-6)
 	// shaped may alias adv.
 	a := f32(t, []float32{2, 2, 2, 2}, 4, 1)
-	_, err := ShapeBatch(a, nil, nil, a, f32(t, score, 4, 1), f32(t, mask, 4, 1), ShapingOptions{ScalingMin: 0.5})
+	_, err := ShapeBatch(ShapingOutputs{Advantages: a}, ShapingInputs{Advantages: a, PerceptionScore: f32(t, score, 4, 1), ResponseMask: f32(t, mask, 4, 1)}, ShapingOptions{ScalingMin: 0.5})
 	require.NoError(t, err)
 	require.InDelta(t, 1.0, host(t, a)[0], 1e-6)
 }

@@ -55,7 +55,11 @@ type MiniBatch struct {
 	OldLogProbs  *tensor.Tensor // required
 	Advantages   *tensor.Tensor // required
 	AugLogProbs  *tensor.Tensor // log-probs with the perturbed image; perception filter / shaping
-	RefLogProbs  *tensor.Tensor // reference policy log-probs; UseKLLoss
+	// PerceptionScore is divergence.PerceptionScore(OldLogProbs, AugLogProbs) when the caller
+	// already has it (for example for its own diagnostics, or across PPO epochs); AugLogProbs
+	// is then not needed. When nil, Prepare computes it once for the mini-batch.
+	PerceptionScore *tensor.Tensor
+	RefLogProbs     *tensor.Tensor // reference policy log-probs; UseKLLoss
 	// GlobalTokens is sum(response_mask) over this mini-batch on every rank (all-reduced);
 	// 0 means this mini-batch's own count (one device).
 	GlobalTokens float64
@@ -66,20 +70,41 @@ type MiniBatch struct {
 
 // Update runs the micro-batches of one prepared mini-batch. Create it with
 // UpdateConfig.Prepare, then call MicroBatch once per micro-batch with the current policy's
-// log-probs and entropies of those rows. Metrics accumulate across calls.
+// log-probs and entropies of those rows, and Release it after the last one. Metrics accumulate
+// across calls.
 type Update struct {
 	cfg          UpdateConfig
 	mb           MiniBatch
 	globalTokens float64
 	stats        *ShapingStats
+	score        *tensor.Tensor // the mini-batch's perception score
+	ownsScore    bool           // Prepare allocated score
 	// Metrics holds the reference's actor metrics: one entry appended per micro-batch, except
 	// actor/kl_loss, actor/kl_coef and actor/entropy_penalty_coef, which the reference
 	// overwrites (they keep the last micro-batch's value, as a one-element slice).
 	Metrics map[string][]float64
 }
 
+// PerceptionScore is the mini-batch's perception score [B, T] (divergence.PerceptionScore),
+// MiniBatch.PerceptionScore or, when that is nil, computed once by Prepare when perception
+// filtering or shaping is on (then owned by the Update and valid until Release); nil when
+// neither is on.
+func (u *Update) PerceptionScore() *tensor.Tensor { return u.score }
+
+// Release frees what Prepare allocated (the perception score). MicroResults are released
+// separately. Releasing twice is a no-op.
+func (u *Update) Release() error {
+	if u == nil || !u.ownsScore {
+		return nil
+	}
+	err := u.score.Release()
+	u.score, u.ownsScore = nil, false
+	return err
+}
+
 // Prepare validates the configuration and the mini-batch and computes what every micro-batch
-// shares: the global token count and, with shaping on, the shaping statistics.
+// shares: the global token count and, with perception filtering or shaping on, the perception
+// score and the shaping statistics. The Update owns the score until Release.
 func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 	const op = "tprl.UpdateConfig.Prepare"
 	if err := c.Validate(); err != nil {
@@ -93,7 +118,8 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 	}{
 		{"OldLogProbs", mb.OldLogProbs, true},
 		{"Advantages", mb.Advantages, true},
-		{"AugLogProbs", mb.AugLogProbs, needAug},
+		{"AugLogProbs", mb.AugLogProbs, needAug && mb.PerceptionScore == nil},
+		{"PerceptionScore", mb.PerceptionScore, false},
 		{"RefLogProbs", mb.RefLogProbs, c.UseKLLoss},
 	} {
 		if in.t == nil {
@@ -123,27 +149,35 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 	if !(u.globalTokens > 0) || math.IsInf(u.globalTokens, 0) {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "GlobalTokens", "is %v, want a finite value > 0", mb.GlobalTokens)
 	}
-	if c.Tokens.Shaping() && u.stats == nil {
+	if needAug && mb.PerceptionScore != nil {
+		u.score = mb.PerceptionScore
+	} else if needAug {
 		rows, cols := mb.ResponseMask.Dim(0), mb.ResponseMask.Dim(1)
 		b := mb.ResponseMask.Backend()
-		score, err := tensor.New(b, tensor.Float32, rows, cols)
-		if err != nil {
+		var err error
+		if u.score, err = tensor.New(b, tensor.Float32, rows, cols); err != nil {
 			return nil, err
 		}
-		defer score.Release()
-		sens, err := tensor.New(b, tensor.Float32, rows)
+		u.ownsScore = true
+		if err := divergence.PerceptionScore(u.score, mb.OldLogProbs, mb.AugLogProbs); err != nil {
+			_ = u.Release()
+			return nil, err
+		}
+	}
+	if c.Tokens.Shaping() && u.stats == nil {
+		sens, err := tensor.New(mb.ResponseMask.Backend(), tensor.Float32, mb.ResponseMask.Dim(0))
 		if err != nil {
+			_ = u.Release()
 			return nil, err
 		}
 		defer sens.Release()
-		if err := divergence.PerceptionScore(score, mb.OldLogProbs, mb.AugLogProbs); err != nil {
-			return nil, err
-		}
-		if err := SensitivityScores(sens, score, mb.ResponseMask); err != nil {
+		if err := SensitivityScores(sens, u.score, mb.ResponseMask); err != nil {
+			_ = u.Release()
 			return nil, err
 		}
 		st, err := ShapingStatsOf(sens, mb.ResponseMask)
 		if err != nil {
+			_ = u.Release()
 			return nil, err
 		}
 		u.stats = &st
@@ -170,10 +204,18 @@ type MicroResult struct {
 // filters' intermediates). Releasing twice is a no-op.
 func (r *MicroResult) Release() error { return r.tokens.Release() }
 
-// MicroBatch computes the loss of rows [lo, hi) of the mini-batch and writes d Loss / d logp
-// into grad ([hi-lo, T], float32, overwritten). logp and entropy are the current policy's
-// log-probs and entropies of those rows (entropy is needed only with the entropy filter).
-func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (MicroResult, error) {
+// MicroInputs are the current policy's outputs for the rows of one micro-batch, float32
+// [rows, T] on the mini-batch's backend.
+type MicroInputs struct {
+	// LogProbs are the log-probs of the sampled tokens; required. The gradient is w.r.t. them.
+	LogProbs *tensor.Tensor
+	// Entropy is the per-token entropy of the policy; required with the entropy filter.
+	Entropy *tensor.Tensor
+}
+
+// MicroBatch computes the loss of rows [lo, hi) of the mini-batch and writes d Loss / d
+// in.LogProbs into grad ([hi-lo, T], float32, overwritten).
+func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (MicroResult, error) {
 	const op = "tprl.Update.MicroBatch"
 	rows := u.mb.ResponseMask.Dim(0)
 	if lo < 0 || hi <= lo || hi > rows {
@@ -186,18 +228,19 @@ func (u *Update) MicroBatch(grad, logp, entropy *tensor.Tensor, lo, hi int) (Mic
 		return t.Rows(lo, hi)
 	}
 	var v [5]*tensor.Tensor
-	for i, t := range []*tensor.Tensor{u.mb.ResponseMask, u.mb.OldLogProbs, u.mb.Advantages, u.mb.AugLogProbs, u.mb.RefLogProbs} {
+	for i, t := range []*tensor.Tensor{u.mb.ResponseMask, u.mb.OldLogProbs, u.mb.Advantages, u.score, u.mb.RefLogProbs} {
 		var err error
 		if v[i], err = view(t); err != nil {
 			return MicroResult{}, err
 		}
 	}
-	mask, old, adv, aug, ref := v[0], v[1], v[2], v[3], v[4]
-	if err := tensor.CheckSameShape(op, "ResponseMask rows", mask, "logp", logp); err != nil {
+	mask, old, adv, score, ref := v[0], v[1], v[2], v[3], v[4]
+	logp := in.LogProbs
+	if err := tensor.CheckSameShape(op, "ResponseMask rows", mask, "LogProbs", logp); err != nil {
 		return MicroResult{}, err
 	}
 
-	tok, err := u.cfg.Tokens.Apply(Batch{ResponseMask: mask, Entropy: entropy, OldLogProbs: old, AugLogProbs: aug, Advantages: adv, ShapingStats: u.stats})
+	tok, err := u.cfg.Tokens.Apply(Batch{ResponseMask: mask, Entropy: in.Entropy, PerceptionScore: score, Advantages: adv, ShapingStats: u.stats})
 	if err != nil {
 		return MicroResult{}, err
 	}

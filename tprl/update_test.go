@@ -50,7 +50,7 @@ func runUpdate(t *testing.T, cfg tprl.UpdateConfig, mb tprl.MiniBatch, logp, ent
 	var total float64
 	for lo := 0; lo < b; lo += micro {
 		hi := min(lo+micro, b)
-		res, err := u.MicroBatch(tensor.Must(grad.Rows(lo, hi)), tensor.Must(logp.Rows(lo, hi)), tensor.Must(ent.Rows(lo, hi)), lo, hi)
+		res, err := u.MicroBatch(tensor.Must(grad.Rows(lo, hi)), tprl.MicroInputs{LogProbs: tensor.Must(logp.Rows(lo, hi)), Entropy: tensor.Must(ent.Rows(lo, hi))}, lo, hi)
 		require.NoError(t, err)
 		total += float64(res.Loss)
 	}
@@ -66,7 +66,7 @@ func TestUpdateMicroBatchSplitInvariance(t *testing.T) {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
 			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy:    ppo.DefaultPolicyConfig(ppo.Default),
+		Policy:    ppo.DefaultPolicyConfig(ppo.Vanilla),
 		UseKLLoss: true, KLPenalty: divergence.LowVarKL, KLCoef: 0.05,
 		UseEntropyPenalty: true, EntropyPenaltyCoef: 0.01,
 	}
@@ -119,8 +119,8 @@ func TestUpdateBadInput(t *testing.T) {
 	u, err := cfg.Prepare(mb)
 	require.NoError(t, err)
 	grad := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4, 5))
-	_, err = u.MicroBatch(grad, logp, ent, 2, 9)
+	_, err = u.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp, Entropy: ent}, 2, 9)
 	require.True(t, errors.Is(err, tensor.ErrParam), "%v", err)
-	_, err = u.MicroBatch(grad, logp, ent, 0, 2) // logp has 4 rows, the range 2
+	_, err = u.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp, Entropy: ent}, 0, 2) // logp has 4 rows, the range 2
 	require.ErrorIs(t, err, tensor.ErrShape)
 }

@@ -17,7 +17,7 @@ __device__ __forceinline__ unsigned int order_key(float x) {
 
 extern "C" {
 
-__global__ void __launch_bounds__(MTRL_BLOCK) topp_mask_fwd_f32(float* dst, int* kout, const float* scores, const float* mask, int64_t cols, float p) {
+__global__ void __launch_bounds__(MTRL_BLOCK) topp_mask_fwd_f32(float* dst, const float* scores, const float* mask, int64_t cols, float p) {
     __shared__ int hist[256];
     __shared__ int red[MTRL_WARPS];
     __shared__ int scan[MTRL_BLOCK];
@@ -34,7 +34,6 @@ __global__ void __launch_bounds__(MTRL_BLOCK) topp_mask_fwd_f32(float* dst, int*
     float prod = __fmul_rn((float)nv, p);
     int k = (int)ceilf(prod);
     k = k < 0 ? 0 : (k > nv ? nv : k);
-    if (kout != nullptr && threadIdx.x == 0) kout[row] = k;
     if (k == 0 || k == nv) {
         for (int64_t i = threadIdx.x; i < cols; i += MTRL_BLOCK) d[i] = (k != 0 && m[i] != 0.f) ? 1.f : 0.f;
         return;

@@ -1,8 +1,9 @@
-// Statistics of the TPRL top-p selection (tprl.SelectTopP), after topp_mask_fwd_f32 wrote the
-// 0/1 selection: one block per row counts the valid and selected positions, sums the selected
-// and the rejected valid scores in float64 (fixed block order), and finds the threshold (the
-// selected score with the smallest order key: hostops.TopPRow's K-th largest valid score). The
-// host combines the rows in order, as tprl.SelectHost does.
+// Statistics of the TPRL top-p selection (tprl.EntropyMask, tprl.PerceptionMask), after
+// topp_mask_fwd_f32 wrote the 0/1 selection: one block per row counts the valid and selected
+// positions, sums the selected and the rejected valid scores in float64 (fixed block order), and
+// finds the threshold (the selected score with the smallest order key: hostops.TopPRow's K-th
+// largest valid score). The host combines the rows in order (tprl.SelectionRow;
+// hostops.SelectionRowStats is the pure-Go twin).
 #include "common.cuh"
 
 __device__ __forceinline__ unsigned int tprl_order_key(float x) {

@@ -240,7 +240,7 @@ func newTrainer(seed uint64) (*trainer, error) {
 			EnableTrajectoryReweighting: true,
 			TrajectoryScalingMin:        0.8,
 		},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	if err := cfg.Validate(); err != nil {
 		pol.close()
@@ -343,14 +343,14 @@ func (tr *trainer) collect() (*rollout, error) {
 	}
 	sample(tr.rng, logits, r.targets)
 	targets := tensor.Must(tensor.FromInt32(r.targets, B, T))
-	if err := tensor.LogProbEntropy(f32(r.oldLogp, B, T), nil, f32(logits, B, T, V), targets, 1); err != nil {
+	if err := tensor.LogProbs(f32(r.oldLogp, B, T), f32(logits, B, T, V), targets, 1); err != nil {
 		return nil, err
 	}
 	logits, err = tr.pol.forward(r.xAug)
 	if err != nil {
 		return nil, err
 	}
-	if err := tensor.LogProbEntropy(f32(r.augLogp, B, T), nil, f32(logits, B, T, V), targets, 1); err != nil {
+	if err := tensor.LogProbs(f32(r.augLogp, B, T), f32(logits, B, T, V), targets, 1); err != nil {
 		return nil, err
 	}
 
@@ -364,7 +364,7 @@ func (tr *trainer) collect() (*rollout, error) {
 		}
 	}
 	in := advantage.Inputs{Rewards: f32(rewards, B, T), ResponseMask: f32(r.mask, B, T), Index: tensor.Must(tensor.FromInt32(index, B))}
-	if err := advantage.Compute(f32(r.adv, B, T), nil, in, advantage.DefaultConfig()); err != nil {
+	if err := advantage.Compute(f32(r.adv, B, T), in, advantage.DefaultConfig()); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -392,10 +392,10 @@ func (tr *trainer) lossAndGrad(r *rollout, backward bool) (tprl.MicroResult, *tp
 	}
 	logits, targets := f32(logitsData, B, T, V), tensor.Must(tensor.FromInt32(r.targets, B, T))
 	logp, grad := f32(make([]float32, B*T), B, T), f32(make([]float32, B*T), B, T)
-	if err := tensor.LogProbEntropy(logp, nil, logits, targets, 1); err != nil {
+	if err := tensor.LogProbs(logp, logits, targets, 1); err != nil {
 		return tprl.MicroResult{}, nil, err
 	}
-	mr, err := upd.MicroBatch(grad, logp, nil, 0, B)
+	mr, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp}, 0, B)
 	if err != nil || !backward {
 		return mr, upd, err
 	}

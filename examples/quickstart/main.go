@@ -84,7 +84,7 @@ func run() error {
 	if err := tensor.LogProbEntropy(oldLogp, entropy, lt, ys, 1); err != nil {
 		return err
 	}
-	if err := tensor.LogProbEntropy(augLogp, nil, tensor.Must(tensor.FromFloat32(augLogits, B, T, V)), ys, 1); err != nil {
+	if err := tensor.LogProbs(augLogp, tensor.Must(tensor.FromFloat32(augLogits, B, T, V)), ys, 1); err != nil {
 		return err
 	}
 	meanEnt, _ := tensor.MaskedMean(entropy, m)
@@ -102,7 +102,7 @@ func run() error {
 		}
 	}
 	adv := newF32(B, T)
-	if err := advantage.GRPO(adv, nil, rewards, m, tensor.Must(tensor.FromInt32(index, B)), advantage.GRPOOptions{}); err != nil {
+	if err := advantage.Compute(adv, advantage.Inputs{Rewards: rewards, ResponseMask: m, Index: tensor.Must(tensor.FromInt32(index, B))}, advantage.Config{Estimator: advantage.EstimatorGRPO}); err != nil {
 		return err
 	}
 	fmt.Println("3. advantages: GRPO over 2 groups of 4")
@@ -122,12 +122,13 @@ func run() error {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.4,
 			EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy: ppo.DefaultPolicyConfig(ppo.Default),
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
 	}
 	upd, err := cfg.Prepare(tprl.MiniBatch{ResponseMask: m, OldLogProbs: oldLogp, AugLogProbs: augLogp, Advantages: adv})
 	if err != nil {
 		return err
 	}
+	defer upd.Release() // the perception score Prepare computed (device memory on a GPU)
 	// The current policy has moved a little since the rollout.
 	curLogits := append([]float32(nil), logits...)
 	for i := range curLogits {
@@ -135,7 +136,7 @@ func run() error {
 	}
 	cur := tensor.Must(tensor.FromFloat32(curLogits, B, T, V))
 	logp := newF32(B, T)
-	if err := tensor.LogProbEntropy(logp, nil, cur, ys, 1); err != nil {
+	if err := tensor.LogProbs(logp, cur, ys, 1); err != nil {
 		return err
 	}
 	grad, tokMask, shaped := newF32(B, T), newF32(B, T), newF32(B, T)
@@ -143,7 +144,7 @@ func run() error {
 	for lo := 0; lo < B; lo += B / 2 {
 		hi := lo + B/2
 		rows := func(t *tensor.Tensor) *tensor.Tensor { return tensor.Must(t.Rows(lo, hi)) }
-		res, err := upd.MicroBatch(rows(grad), rows(logp), nil, lo, hi)
+		res, err := upd.MicroBatch(rows(grad), tprl.MicroInputs{LogProbs: rows(logp)}, lo, hi)
 		if err != nil {
 			return err
 		}

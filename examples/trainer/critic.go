@@ -76,8 +76,10 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				return nil, err
 			}
 			t.critic.model.ZeroGrad()
-			var loss float64
-			for lo := mlo; lo < mhi; lo += micro {
+			// With W ranks each takes a contiguous 1/W of the mini-batch (as the actor's update).
+			slo, shi := t.shard(miniRows)
+			var micLoss, micClip []float64
+			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
 				g, record, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
 				if err != nil {
@@ -90,7 +92,7 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 					vp[i] = lg[i*V]
 				}
 				mask := tensor.Must(b.mask.Rows(lo, hi))
-				scale, err := ppo.TokenScale(mask, tokens, 1)
+				scale, err := ppo.TokenScale(mask, tokens, t.world())
 				if err != nil {
 					return nil, err
 				}
@@ -102,8 +104,7 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				if err != nil {
 					return nil, fmt.Errorf("critic: %w", err)
 				}
-				loss += float64(res.Loss)
-				clips = append(clips, res.VFClipFrac)
+				micLoss, micClip = append(micLoss, float64(res.Loss)/float64(t.world())), append(micClip, res.VFClipFrac)
 				gv, _ := grad.Float32s()
 				dl := make([]float32, len(lg))
 				for i, d := range gv {
@@ -112,7 +113,22 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				if err := t.backwardResponse(t.critic.model, b, record, tensor.Must(tensor.FromFloat32(dl, hi-lo, T, V)), lo, hi); err != nil {
 					return nil, err
 				}
+				t.collectGrad(t.critic.model)
 			}
+			if err := t.reduceGrads(t.critic.model, 1/float32(t.world())); err != nil {
+				return nil, err
+			}
+			if micLoss, err = gatherValues(t, micLoss); err != nil {
+				return nil, err
+			}
+			if micClip, err = gatherValues(t, micClip); err != nil {
+				return nil, err
+			}
+			var loss float64
+			for _, l := range micLoss {
+				loss += l
+			}
+			clips = append(clips, micClip...)
 			lr := cc.Optim.LRAt(t.critic.opt.T, total)
 			norm, err := t.optimizerStep(t.critic.model, t.critic.opt, t.critic.decay, lr, act.MaxGradNorm)
 			if err != nil {

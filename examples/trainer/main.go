@@ -88,8 +88,12 @@ func main() {
 		os.Stdout.Write(cfg.YAML())
 		return
 	}
-	if _, err := Run(signalContext(os.Stderr), cfg, os.Stdout, os.Stderr); err != nil {
+	_, err = Run(signalContext(os.Stderr), cfg, os.Stdout, os.Stderr)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
+	}
+	finishProcess(err != nil && !errors.Is(err, ErrInterrupted))
+	if err != nil {
 		if errors.Is(err, ErrInterrupted) {
 			os.Exit(130)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
 // File modes of everything a run writes.
@@ -30,9 +34,58 @@ var testAfterStep func(step int)
 // Run trains with cfg and writes every output into the run directory. stdout gets the summary
 // table, stderr the progress and warnings. When ctx is cancelled the run finishes the current
 // step, checkpoints it, prints the command that resumes, and returns ErrInterrupted.
+//
+// With training.n_gpus_per_node = N > 1 it runs N data-parallel ranks in this process, and
+// with training.nnodes = M > 1 (a binary built with -tags mpi, started by mpirun -np M) M
+// processes of N ranks each (parallel.go). Rank 0 writes every file and prints; the
+// others only compute.
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, error) {
+	c := cfg.Training
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	inter, err := processComm(c.Nnodes)
+	if err != nil {
+		return nil, err
+	}
+	n := max(1, c.NGPUsPerNode)
+	if n == 1 && inter == nil {
+		return runRank(ctx, cfg, nil, nil, stdout, stderr)
+	}
+	var sum *Summary
+	interrupted := false
+	err = collective.Run(context.Background(), n, func(rctx context.Context, comm collective.Comm) error {
+		if inter != nil {
+			comm = collective.Hierarchical(comm, inter)
+		}
+		out, errw := stdout, stderr
+		if comm.Rank() != 0 {
+			out, errw = io.Discard, io.Discard
+		}
+		s, err := runRank(ctx, cfg, comm, rctx, out, errw)
+		if comm.Rank() == 0 {
+			sum, interrupted = s, errors.Is(err, ErrInterrupted)
+		}
+		if errors.Is(err, ErrInterrupted) {
+			return nil // every rank stopped at the same step (Trainer.agree)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if interrupted {
+		return sum, ErrInterrupted
+	}
+	return sum, nil
+}
+
+// runRank is one rank of Run (comm nil: the only one). ctx is the run's (an interrupt), rctx the
+// rank's (cancelled when another rank fails).
+func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (*Summary, error) {
 	wall := time.Now()
 	c := cfg.Training
+	lead := comm == nil || comm.Rank() == 0
 	dir := c.RunDir
 	switch {
 	case dir == "" && c.ExperimentName != "":
@@ -41,6 +94,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		dir = filepath.Join("runs", c.ProjectName, c.ExperimentName)
 	case dir == "":
 		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	}
+	if comm != nil { // rank 0's name (the clock may differ between processes)
+		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
+		if err != nil {
+			return nil, err
+		}
+		dir = string(names[0])
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, err
@@ -57,12 +117,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 			fmt.Fprintln(stderr, "warning: config: training.logger file: metrics.jsonl is always written (logger jsonl)")
 		}
 	}
-	if n := max(1, c.Nnodes) * max(1, c.NGPUsPerNode); n > 1 {
-		fmt.Fprintf(stderr, "note: training.nnodes x n_gpus_per_node = %d devices: this trainer is one CPU process; the update is the same as on %d devices (global batch sizes, token-scaled losses), only slower\n", n, n)
+	if comm != nil {
+		cfg.deviceOrdinal = comm.Rank() % max(1, c.NGPUsPerNode)
 	}
 	t, err := NewTrainer(cfg)
 	if err != nil {
 		return nil, err
+	}
+	defer t.Close()
+	if comm != nil {
+		t.attach(comm, rctx)
+		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), %s devices; rank 0 writes the outputs\n",
+			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode), cmp.Or(cfg.Worker.Actor.Device, "cpu"))
 	}
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()
@@ -91,6 +157,19 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl but no complete checkpoint (a run stopped before its first one): choose another run_dir, or remove that directory", dir)
 		}
 	}
+	if comm != nil {
+		// Every rank must have made the same choice: with several processes the run directory
+		// has to be on a filesystem they share. This is also the barrier before rank 0 writes.
+		seen, err := collective.AllGatherBytes(rctx, comm, []byte(fmt.Sprint(resumed, ckStep)))
+		if err != nil {
+			return nil, err
+		}
+		for r, s := range seen {
+			if string(s) != string(seen[0]) {
+				return nil, fmt.Errorf("training.run_dir %s: rank %d sees checkpoint state %q, rank 0 %q: put the run directory on a filesystem every process shares", dir, r, s, seen[0])
+			}
+		}
+	}
 	if c.LoadCheckpointPath != "" && !resumed {
 		if err := t.LoadWeights(c.LoadCheckpointPath); err != nil {
 			return nil, err
@@ -102,7 +181,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	}
 
 	keep := -1
-	if resumed {
+	if resumed && lead {
 		keep = t.step
 		for _, name := range []string{"rollouts.md", "attention_diagnostics.md"} {
 			if err := truncateRollouts(filepath.Join(dir, name), keep); err != nil {
@@ -110,13 +189,19 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 			}
 		}
 	}
-	mlog, err := OpenMetricsLog(metricsPath, keep)
-	if err != nil {
-		return nil, err
+	var loggers []stepLogger
+	if lead {
+		mlog, err := OpenMetricsLog(metricsPath, keep)
+		if err != nil {
+			return nil, err
+		}
+		defer mlog.Close()
+		loggers = append(loggers, mlog)
 	}
-	defer mlog.Close()
-	loggers := []stepLogger{mlog}
 	for _, l := range c.Logger {
+		if !lead {
+			break
+		}
 		switch l {
 		case "console":
 			loggers = append(loggers, consoleLog{stdout})
@@ -137,8 +222,17 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		}
 		return nil
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, "config.yaml"), cfg.YAML()); err != nil {
-		return nil, err
+	if lead {
+		if err := WriteFileAtomic(filepath.Join(dir, "config.yaml"), cfg.YAML()); err != nil {
+			return nil, err
+		}
+	}
+	save := func() error {
+		if !lead {
+			return nil
+		}
+		_, err := t.Save(ck)
+		return err
 	}
 	fmt.Fprintf(stderr, "run dir %s: %d train / %d val prompts, vocabulary %d words, model %d parameters, %d RL steps\n",
 		dir, len(t.train), len(t.val), t.tok.VocabSize(), t.model.NumParams(), t.steps)
@@ -207,7 +301,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		if err := logStep(0, line); err != nil {
 			return nil, err
 		}
-		if _, err := t.Save(ck); err != nil {
+		if err := save(); err != nil {
 			return nil, err
 		}
 		lastSaved = 0
@@ -216,7 +310,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
 	interrupted := false
 	for t.step < t.steps {
-		if ctx.Err() != nil {
+		stop, err := t.agree(ctx.Err() != nil)
+		if err != nil {
+			return nil, err
+		}
+		if stop {
 			interrupted = true
 			break
 		}
@@ -239,7 +337,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 		if err := logStep(s, m); err != nil {
 			return nil, err
 		}
-		if c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
+		if lead && c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
 			if err := writeRollouts(dir, s, cfg.Worker.Rollout.N, c.RolloutSamples, res.Rollouts); err != nil {
 				return nil, err
 			}
@@ -250,7 +348,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 			}
 		}
 		if (c.SaveFreq > 0 && s%c.SaveFreq == 0) || last {
-			if _, err := t.Save(ck); err != nil {
+			if err := save(); err != nil {
 				return nil, err
 			}
 			lastSaved = s
@@ -266,9 +364,15 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	}
 	bar.Done()
 	if interrupted && lastSaved != t.step {
-		if _, err := t.Save(ck); err != nil {
+		if err := save(); err != nil {
 			return nil, fmt.Errorf("interrupted, and the checkpoint of step %d failed: %w", t.step, err)
 		}
+	}
+	if !lead {
+		if interrupted {
+			return nil, ErrInterrupted
+		}
+		return nil, nil
 	}
 
 	lines, err := ReadMetrics(metricsPath)
@@ -355,7 +459,7 @@ func checkResumable(cfg Config, ckDir string) error {
 		s, _ := ParseSchedule(o.LRSchedulerType)
 		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
 	}
-	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == "gae" && scheduled(cfg.Worker.Critic.Optim))
+	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == advantage.EstimatorGAE && scheduled(cfg.Worker.Critic.Optim))
 	a, b := old.leaves(), cfg.leaves()
 	var diffs []string
 	for k, va := range a {

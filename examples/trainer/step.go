@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
@@ -85,8 +84,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 			}
 		}
 	}
-	if err := t.logProbsWith(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
+	if err := t.shardedLogProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
 		return nil, fmt.Errorf("old log-probs: %w", err)
+	}
+	if mdi != nil && t.world() > 1 {
+		lo, hi := t.shard(B)
+		if mdi, err = gatherValues(t, mdi[lo:hi]); err != nil {
+			return nil, fmt.Errorf("attention statistics: %w", err)
+		}
 	}
 
 	// 3. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
@@ -119,15 +124,21 @@ func (t *Trainer) Step() (*StepResult, error) {
 		return nil, fmt.Errorf("perturb: %w", err)
 	}
 	augLogp := f32(B, T)
-	if err := t.logProbs(t.model, b, augImages, augLogp, nil, xmicro, temp); err != nil {
+	if err := t.shardedLogProbs(t.model, b, augImages, augLogp, nil, xmicro, temp, nil); err != nil {
 		return nil, fmt.Errorf("perturbed log-probs: %w", err)
+	}
+	// The perception score, once per batch: the update's masks and shaping and the diagnostics
+	// read row views of it.
+	score := f32(B, T)
+	if err := divergence.PerceptionScore(score, oldLogp, augLogp); err != nil {
+		return nil, err
 	}
 
 	// 5. Reference log-probs for the KL loss.
 	var refLogp *tensor.Tensor
 	if t.ref != nil {
 		refLogp = f32(B, T)
-		if err := t.logProbs(t.ref, b, b.images, refLogp, nil, xmicro, temp); err != nil {
+		if err := t.shardedLogProbs(t.ref, b, b.images, refLogp, nil, xmicro, temp, nil); err != nil {
 			return nil, fmt.Errorf("reference log-probs: %w", err)
 		}
 	}
@@ -161,7 +172,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		}
 	}
 	adv, returns := f32(B, T), f32(B, T)
-	if err := advantage.Compute(adv, returns, in, t.adv); err != nil {
+	if err := advantage.ComputeWithReturns(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
 	}
 	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
@@ -180,8 +191,12 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 
 	// 7–8. The PPO update: mini-batches of global_batch_size prompts (all their rows), each split
-	// into micro-batches; one optimizer step per mini-batch.
+	// into micro-batches; one optimizer step per mini-batch. With W ranks each takes a
+	// contiguous 1/W of every mini-batch (whole prompt groups), with the token count and the
+	// shaping statistics of the whole mini-batch, and the gradients are all-reduced.
 	miniRows := act.GlobalBatchSize * n
+	slo, shi := t.shard(miniRows)
+	t.commTime, t.commBytes = 0, 0
 	micro := act.MicroBatchSizePerDeviceForUpdate
 	actor := map[string][]float64{}
 	var gradNorms, lrs []float64
@@ -197,16 +212,32 @@ func (t *Trainer) Step() (*StepResult, error) {
 				return tensor.Must(x.Rows(mlo, mhi))
 			}
 			var lossRef *tensor.Tensor
-			if t.update.UseKLLoss {
-				lossRef = rows(refLogp)
+			global, err := t.globalMiniBatch(rows(b.mask), rows(score))
+			if err != nil {
+				return nil, fmt.Errorf("update: %w", err)
 			}
-			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: rows(b.mask), OldLogProbs: rows(oldLogp),
-				AugLogProbs: rows(augLogp), RefLogProbs: lossRef, Advantages: rows(adv)})
+			local := func(x *tensor.Tensor) *tensor.Tensor {
+				if x == nil {
+					return nil
+				}
+				return tensor.Must(x.Rows(mlo+slo, mlo+shi))
+			}
+			if t.update.UseKLLoss {
+				lossRef = local(refLogp)
+			}
+			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: local(b.mask), OldLogProbs: local(oldLogp),
+				PerceptionScore: local(score), RefLogProbs: lossRef, Advantages: local(adv),
+				GlobalTokens: global.tokens, ShapingStats: global.stats})
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
 			t.model.ZeroGrad()
-			for lo := mlo; lo < mhi; lo += micro {
+			if testRankFail != nil {
+				if err := testRankFail(t.rank(), t.step+1); err != nil {
+					return nil, err
+				}
+			}
+			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
 				// Forward: the current policy's log-probs and entropies of the micro-batch.
 				logits, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
@@ -219,7 +250,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 					return nil, err
 				}
 				// Loss and d loss / d log-probs: token masks, shaping, clipped objective, scaling.
-				mr, err := upd.MicroBatch(grad, logp, ent, lo-mlo, hi-mlo)
+				mr, err := upd.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp, Entropy: ent}, lo-mlo-slo, hi-mlo-slo)
 				if err != nil {
 					return nil, fmt.Errorf("update: %w", err)
 				}
@@ -237,6 +268,13 @@ func (t *Trainer) Step() (*StepResult, error) {
 				if err := t.backwardResponse(t.model, b, record, dlogits, lo, hi); err != nil {
 					return nil, err
 				}
+				t.collectGrad(t.model)
+			}
+			if err := t.reduceGrads(t.model, 1/float32(t.world())); err != nil {
+				return nil, err
+			}
+			if err := t.gatherRows(slo, shi, rows(shaped)); err != nil {
+				return nil, err
 			}
 			lr := act.Optim.LRAt(t.opt.T, t.optimizerSteps())
 			lrs = append(lrs, lr)
@@ -245,8 +283,15 @@ func (t *Trainer) Step() (*StepResult, error) {
 				return nil, err
 			}
 			gradNorms = append(gradNorms, norm)
-			for k, v := range upd.Metrics {
+			um, err := t.gatherMetrics(upd.Metrics)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range um {
 				actor[k] = append(actor[k], mean(v))
+			}
+			if err := upd.Release(); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -259,7 +304,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	met["actor/skipped_steps"] = float64(t.skipped)
 
 	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
-	res, err := t.diagnostics(b, exs, oldLogp, augLogp, entropy, met)
+	res, err := t.diagnostics(b, exs, score, entropy, met)
 	if err != nil {
 		return nil, err
 	}
@@ -276,12 +321,16 @@ func (t *Trainer) Step() (*StepResult, error) {
 	for i := range B {
 		tokens += float64(b.plen[i] + len(b.resp[i]))
 	}
-	// verl's and the seeds' names (perf/throughput is per device: one here).
+	// verl's and the seeds' names (perf/throughput is per device).
 	met["perf/time_per_step"] = el.Seconds()
+	if t.world() > 1 {
+		met["perf/allreduce_s"] = t.commTime.Seconds()
+		met["perf/allreduce_bytes"] = t.commBytes
+	}
 	met["timing_s/gen"] = tRollout.Seconds()
 	met["timing_s/update_actor"] = time.Since(tUpdate).Seconds()
 	met["perf/tokens_per_second"] = tokens / el.Seconds()
-	met["perf/throughput"] = tokens / el.Seconds()
+	met["perf/throughput"] = tokens / el.Seconds() / float64(t.world())
 	met["perf/samples_per_second"] = float64(B) / el.Seconds()
 	met["perf/response_tokens_per_second"] = respTokens / el.Seconds()
 	if v, ok := met["actor/ppo_kl"]; ok {
@@ -299,14 +348,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 // diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
 // not they are used for training) and their precision and recall against vqa.VisualLabels, and
 // returns per-row token records.
-func (t *Trainer) diagnostics(b *batch, exs []example, oldLogp, augLogp, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
+func (t *Trainer) diagnostics(b *batch, exs []example, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
 	B, T := b.rows, t.respLen
 	o := t.cfg.Optimization
-	pm, em, score := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
-	if _, err := tprl.PerceptionMask(score, pm, nil, oldLogp, augLogp, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
+	pm, em := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
+	if _, err := tprl.PerceptionMask(pm, score, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
 		return nil, err
 	}
-	if _, err := tprl.EntropyMask(em, nil, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
+	if _, err := tprl.EntropyMask(em, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
 		return nil, err
 	}
 	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B))
@@ -402,10 +451,7 @@ func firstValid(x, mask *tensor.Tensor, row int) float32 {
 // the batch's divergence: the mean over rows of each row's masked token mean (the controller's
 // current_kl).
 func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
-	kind, err := divergence.ParseKind(t.cfg.Optimization.DivergencePenalty)
-	if err != nil {
-		return 0, err
-	}
+	kind := t.cfg.Optimization.DivergencePenalty
 	pen := tensor.Must(tensor.NewLike(logp, tensor.Float32))
 	if err := divergence.Penalty(pen, logp, ref, kind); err != nil {
 		return 0, fmt.Errorf("reward divergence: %w", err)
@@ -470,7 +516,7 @@ func (t *Trainer) rollout(met Metrics) ([]example, [][]int32, []vqa.Reward, erro
 		for i, e := range rows {
 			ids[i] = e.prompt
 		}
-		out, err := t.model.GenerateTopK(pb.images, ids, t.respLen, ro.Temperature, ro.TopP, ro.TopK, rand.New(t.rng))
+		out, err := t.generateShard(pb.images, ids, rounds-1)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("rollout: %w", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
@@ -46,21 +47,29 @@ type Trainer struct {
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
 
-	opt     *AdamW
-	decay   []bool
-	rng     *rand.PCG // rollout sampling
-	epoch   int       // data position: epoch and index into its permutation
-	pos     int
-	order   []int
-	step    int // RL steps done
-	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
-	skipped int // optimizer steps skipped on a non-finite gradient norm
+	opt   *AdamW
+	decay []bool
+
+	closeDevice func() error // releases the actor's device (worker.actor.device=cuda)
+	rng         *rand.PCG    // rollout sampling
+	epoch       int          // data position: epoch and index into its permutation
+	pos         int
+	order       []int
+	step        int // RL steps done
+	steps       int // RL steps of the run (training.steps, or total_epochs passes over the data)
+	skipped     int // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
 	valOOV        int  // validation prompt words outside the training vocabulary
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
+
+	comm       collective.Comm // data-parallel group; nil: one device
+	ctx        context.Context // the rank's context for collectives (cancelled when a rank fails)
+	commTime   time.Duration   // gradient all-reduce time of the current step
+	commBytes  float64         // gradient bytes received per rank in the current step
+	microGrads [][]float32     // gradients of the micro-batches since the last reduceGrads
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
@@ -94,6 +103,12 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 		Dim: a.Dim, Layers: a.Layers, Heads: a.Heads, MLPDim: a.MLPDim, MaxLen: t.maxPrompt + t.respLen}
 	if t.model, err = vlm.New(mc, a.Seed); err != nil {
 		return nil, fmt.Errorf("config: worker.actor.model: %w", err)
+	}
+	if cfg.Worker.Actor.Device == "cuda" {
+		// Rank r of a process with n_gpus_per_node ranks uses device r mod n_gpus_per_node.
+		if t.closeDevice, err = useDevice(t.model, cfg.deviceOrdinal); err != nil {
+			return nil, fmt.Errorf("config: worker.actor.device: %w", err)
+		}
 	}
 	var sizes []int
 	for _, p := range t.model.Params() {
@@ -353,11 +368,13 @@ func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, lo
 		if onAct != nil {
 			onAct(act, lo, hi)
 		}
-		var e *tensor.Tensor
-		if ent != nil {
-			e = tensor.Must(ent.Rows(lo, hi))
+		lp, tg := tensor.Must(logp.Rows(lo, hi)), tensor.Must(b.targets.Rows(lo, hi))
+		if ent == nil {
+			err = tensor.LogProbs(lp, g, tg, temp)
+		} else {
+			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(lo, hi)), g, tg, temp)
 		}
-		if err := tensor.LogProbEntropy(tensor.Must(logp.Rows(lo, hi)), e, g, tensor.Must(b.targets.Rows(lo, hi)), temp); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -398,7 +415,11 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 	var recent []float64
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
 	for s := range c.SFTSteps {
-		if ctx.Err() != nil {
+		stop, err := t.agree(ctx.Err() != nil)
+		if err != nil {
+			return 0, err
+		}
+		if stop {
 			progress.Done()
 			return 0, ErrInterrupted
 		}
@@ -417,8 +438,11 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		}
 		_, count, _ := tensor.MaskedSum(b.mask, b.mask)
 		var loss float64
-		for lo := 0; lo < b.rows; lo += micro {
-			hi := min(lo+micro, b.rows)
+		// With W ranks each takes a contiguous 1/W of the rows; the loss is divided by the
+		// whole batch's count, so the gradients are summed.
+		slo, shi := t.shard(b.rows)
+		for lo := slo; lo < shi; lo += micro {
+			hi := min(lo+micro, shi)
 			g, act, err := t.forwardResponse(t.model, b, b.images, lo, hi)
 			if err != nil {
 				return 0, err
@@ -426,7 +450,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			mask := tensor.Must(b.mask.Rows(lo, hi))
 			tg := tensor.Must(b.targets.Rows(lo, hi))
 			logp := tensor.Must(tensor.NewLike(mask, tensor.Float32))
-			if err := tensor.LogProbEntropy(logp, nil, g, tg, 1); err != nil {
+			if err := tensor.LogProbs(logp, g, tg, 1); err != nil {
 				return 0, err
 			}
 			// loss = -sum(logp * mask) / count  →  d loss / d logp = -mask / count
@@ -447,6 +471,17 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			if err := t.backwardResponse(t.model, b, act, dg, lo, hi); err != nil {
 				return 0, err
 			}
+			t.collectGrad(t.model)
+		}
+		if err := t.reduceGrads(t.model, 1); err != nil {
+			return 0, err
+		}
+		if t.world() > 1 {
+			l := []float64{loss}
+			if err := t.comm.AllReduceFloat64(t.ctxOrBackground(), l, collective.Sum); err != nil {
+				return 0, err
+			}
+			loss = l[0]
 		}
 		if _, err := t.optimizerStep(t.model, opt, t.decay, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
 			return 0, err
@@ -537,9 +572,12 @@ func (t *Trainer) Validate() (Validation, error) {
 		chunk = len(t.val)
 	}
 	temp := t.cfg.Worker.Rollout.ValTemperature
-	r := rand.New(rand.NewPCG(t.cfg.Training.Seed, 0x76616c)) // "val": never the training stream
-	for lo := 0; lo < len(t.val); lo += chunk {
-		exs := t.val[lo:min(lo+chunk, len(t.val))]
+	// Each rank decodes a contiguous share of the prompts, each prompt with its own random
+	// source ("val", never the training stream); the scores are gathered in prompt order.
+	vlo, vhi := t.shard(len(t.val))
+	var rows [][3]float64
+	for lo := vlo; lo < vhi; lo += chunk {
+		exs := t.val[lo:min(lo+chunk, vhi)]
 		b, err := t.newBatch(exs, make([][]int32, len(exs)))
 		if err != nil {
 			return v, err
@@ -548,16 +586,27 @@ func (t *Trainer) Validate() (Validation, error) {
 		for i, e := range exs {
 			prompts[i] = e.prompt
 		}
-		out, err := t.model.GenerateTopK(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, t.cfg.Worker.Rollout.TopK, r)
+		rngs := make([]*rand.Rand, len(exs))
+		for i := range rngs {
+			rngs[i] = rand.New(rand.NewPCG(t.cfg.Training.Seed, 0x76616c<<32|uint64(lo+i)))
+		}
+		out, err := t.model.GenerateRows(b.images, prompts, t.respLen, temp, t.cfg.Worker.Rollout.TopP, t.cfg.Worker.Rollout.TopK, rngs)
 		if err != nil {
 			return v, err
 		}
 		for i, e := range exs {
 			s := vqa.Score(t.tok.Decode(out[i]), e.s.Answer, t.reward)
-			v.Accuracy += s.Accuracy
-			v.Format += s.Format
-			v.Overall += s.Overall
+			rows = append(rows, [3]float64{s.Accuracy, s.Format, s.Overall})
 		}
+	}
+	rows, err := gatherValues(t, rows)
+	if err != nil {
+		return v, fmt.Errorf("validation: %w", err)
+	}
+	for _, s := range rows {
+		v.Accuracy += s[0]
+		v.Format += s[1]
+		v.Overall += s[2]
 	}
 	n := float64(len(t.val))
 	v.Accuracy, v.Format, v.Overall = v.Accuracy/n, v.Format/n, v.Overall/n
@@ -573,6 +622,9 @@ func (t *Trainer) validateOnly(dir string, stdout io.Writer) error {
 	}
 	m := Metrics{}
 	v.put(m)
+	if !t.lead() {
+		return nil
+	}
 	fmt.Fprintf(stdout, "validation of step %d on %d prompts: accuracy %.3f, format %.3f, reward %.3f, %d out-of-vocabulary words\n",
 		t.step, len(t.val), v.Accuracy, v.Format, v.Overall, v.OOVWords)
 	return WriteFileAtomic(filepath.Join(dir, "validation.json"), MarshalLine(t.step, m))
@@ -831,3 +883,13 @@ func (t *Trainer) criticT() int {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Close gives back the actor's device (worker.actor.device=cuda); a no-op on the CPU.
+func (t *Trainer) Close() error {
+	if t.closeDevice == nil {
+		return nil
+	}
+	err := t.closeDevice()
+	t.closeDevice = nil
+	return err
+}

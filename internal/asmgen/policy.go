@@ -71,7 +71,7 @@ func policyKernel(a isa, grad string, ltm bool) {
 	name += a.name
 	TEXT(name, NOSPLIT, "func(gr, old, lp, adv, m, ltm []float32, p *[208]float32)")
 	Pragma("noescape")
-	Doc(name+" is the per-token Default policy loss (see internal/asmgen/policy.go); len(m) must be",
+	Doc(name+" is the per-token Vanilla (dual-clip) policy loss (see internal/asmgen/policy.go); len(m) must be",
 		fmt.Sprintf("a multiple of %d and the other slices at least as long.", a.lanes))
 	var grp, lwp Register
 	if grad != "" {

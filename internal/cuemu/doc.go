@@ -52,4 +52,4 @@
 // Launches are serialised process-wide. x86-64 Linux only.
 package cu
 
-//go:generate go run ./gen -o . ../../cuda/kernels selftest
+//go:generate go run ./gen -o . ../../cuda/kernels selftest ../../cuda/testdata ../../examples/internal/vlm/kernels

@@ -176,3 +176,43 @@ func orderKey(x float32) uint32 {
 	}
 	return b | 1<<31
 }
+
+// keyValue is the number of an order key: the inverse of orderKey, with +0 for the zeros and a
+// quiet NaN for the NaN key.
+func keyValue(k uint32) float32 {
+	if k == math.MaxUint32 {
+		return float32(math.NaN())
+	}
+	if k&(1<<31) != 0 {
+		return math.Float32frombits(k ^ 1<<31)
+	}
+	return math.Float32frombits(^k)
+}
+
+// SelectionRowStats measures a finished selection sel (0/1) of one row: the valid positions
+// (mask != 0), how many of them are selected, the float64 sums in position order of the
+// selected and of the rejected valid scores, and the threshold, the selected score with the
+// smallest order key (TopPRow's K-th largest valid score, +0 for a zero; 0 when nothing is
+// selected). Device kernels compute the same per row (cuda/kernels/tprl.cu).
+func SelectionRowStats(sel, scores, mask []float32) RowSelection {
+	var r RowSelection
+	least := uint32(math.MaxUint32)
+	for t, w := range mask[:len(scores)] {
+		if w == 0 {
+			continue
+		}
+		r.Valid++
+		v := scores[t]
+		if sel[t] == 0 {
+			r.RejectedSum += float64(v)
+			continue
+		}
+		r.K++
+		r.SelectedSum += float64(v)
+		least = min(least, orderKey(v))
+	}
+	if r.K > 0 {
+		r.Threshold = keyValue(least)
+	}
+	return r
+}

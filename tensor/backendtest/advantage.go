@@ -39,13 +39,13 @@ func advantageOps(rows, cols int) []op {
 	}
 	ops := []op{
 		est("GAE", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.GAE(a, ret, Upload(t, be, dense, rows, cols), Upload(t, be, vals, rows, cols), mk, 0.99, 0.95)
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, dense, rows, cols), Values: Upload(t, be, vals, rows, cols), ResponseMask: mk}, advantage.Config{Estimator: advantage.EstimatorGAE, Gamma: 0.99, Lambda: 0.95})
 		}),
 		est("ReinforcePlusPlus", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.ReinforcePlusPlus(a, ret, Upload(t, be, dense, rows, cols), mk, 0.99)
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, dense, rows, cols), ResponseMask: mk}, advantage.Config{Estimator: advantage.EstimatorReinforcePlusPlus, Gamma: 0.99})
 		}),
 		est("ReMax", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.ReMax(a, ret, Upload(t, be, sparse, rows, cols), mk, Upload(t, be, baselines, rows))
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, sparse, rows, cols), ResponseMask: mk, Baselines: Upload(t, be, baselines, rows)}, advantage.Config{Estimator: advantage.EstimatorReMax})
 		}),
 	}
 	if rows < 2 {
@@ -53,13 +53,13 @@ func advantageOps(rows, cols int) []op {
 	}
 	return append(ops,
 		est("GRPO", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.GRPO(a, ret, Upload(t, be, sparse, rows, cols), mk, UploadInt32(t, be, ids, rows), advantage.GRPOOptions{})
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, sparse, rows, cols), ResponseMask: mk, Index: UploadInt32(t, be, ids, rows)}, advantage.Config{Estimator: advantage.EstimatorGRPO})
 		}),
 		est("GRPOPassK", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.GRPOPassK(a, ret, Upload(t, be, sparse, rows, cols), mk, UploadInt32(t, be, ids, rows), advantage.GRPOOptions{})
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, sparse, rows, cols), ResponseMask: mk, Index: UploadInt32(t, be, ids, rows)}, advantage.Config{Estimator: advantage.EstimatorGRPOPassK})
 		}),
 		est("RLOO", func(t *testing.T, be tensor.Backend, a, ret, mk *tensor.Tensor) error {
-			return advantage.RLOO(a, ret, Upload(t, be, sparse, rows, cols), mk, UploadInt32(t, be, ids, rows))
+			return advantage.ComputeWithReturns(a, ret, advantage.Inputs{Rewards: Upload(t, be, sparse, rows, cols), ResponseMask: mk, Index: UploadInt32(t, be, ids, rows)}, advantage.Config{Estimator: advantage.EstimatorRLOO})
 		}),
 	)
 }

@@ -35,7 +35,7 @@ func ppoOps(rows, cols int) []op {
 			}
 			return [][]float32{{loss}, Host(t, g)}
 		}})
-		for _, lt := range []ppo.LossType{ppo.Default, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO} {
+		for _, lt := range []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO} {
 			for _, v := range []struct {
 				name   string
 				tokens bool

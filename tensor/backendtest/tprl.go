@@ -19,13 +19,12 @@ func tprlOps(rows, cols int) []op {
 		sc[i] = 0.25
 	}
 	sc[n/2] = float32(math.NaN())
-	return []op{{"SelectTopP", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+	return []op{{"EntropyMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 		d := newF32(be, rows, cols)
-		k := tensor.Must(tensor.New(be, tensor.Int32, rows))
-		st, err := tprl.SelectTopP(d, k, Upload(t, be, sc, rows, cols), Upload(t, be, m, rows, cols), 0.3, tprl.EntropyFilter)
+		st, err := tprl.EntropyMask(d, Upload(t, be, sc, rows, cols), Upload(t, be, m, rows, cols), 0.3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{Host(t, d), Host(t, k), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
+		return [][]float32{Host(t, d), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
 	}}}
 }

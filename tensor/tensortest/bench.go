@@ -145,7 +145,7 @@ func BenchTopPMask(b *testing.B, backend tensor.Backend, shapes ...[2]int) {
 			dst := newF32(b, backend, s[0], s[1])
 			b.SetBytes(int64(3 * 4 * n))
 			for b.Loop() {
-				if err := tensor.TopPMask(dst, nil, sc, m, 0.4); err != nil {
+				if err := tensor.TopPMask(dst, sc, m, 0.4); err != nil {
 					b.Fatal(err)
 				}
 				if err := backend.Sync(); err != nil {

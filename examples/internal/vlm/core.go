@@ -57,18 +57,84 @@ func patchVectors[F Float](c Config, img []uint8, b int) []F {
 
 // embedPatches writes the image tokens of rows into x (row r's sequence starts at x[r·s·D]).
 func embedPatches[F Float](c Config, w *weights[F], pv []F, b, s int, x []F) {
+	e := make([]F, b*c.Patches()*c.Dim)
+	gemm(false, false, b*c.Patches(), c.Dim, c.patchLen(), pv, w.patchW, 0, e)
+	patchEmbed(c, b, s, x, e, w.patchB, w.patchPos)
+}
+
+// patchEmbed writes x's image rows: the projected patches e [B·NP, D] plus bias and position.
+func patchEmbed[F Float](c Config, b, s int, x, e, pb, ppos []F) {
 	d, np := c.Dim, c.Patches()
-	e := make([]F, b*np*d)
-	gemm(false, false, b*np, d, c.patchLen(), pv, w.patchW, 0, e)
 	for r := range b {
 		for i := range np {
 			dst := x[(r*s+i)*d : (r*s+i+1)*d]
 			src := e[(r*np+i)*d:]
-			pos := w.patchPos[i*d:]
+			pos := ppos[i*d:]
 			for k := range dst {
-				dst[k] = src[k] + w.patchB[k] + pos[k]
+				dst[k] = src[k] + pb[k] + pos[k]
 			}
 		}
+	}
+}
+
+// tokenEmbed writes x's text rows from tokens [B, L].
+func tokenEmbed[F Float](c Config, b, l, s int, x []F, tokens []int32, emb, pos []F) {
+	np, d := c.Patches(), c.Dim
+	for r := range b {
+		for t := range l {
+			e, p, dst := emb[int(tokens[r*l+t])*d:], pos[t*d:], x[(r*s+np+t)*d:]
+			for k := range dst[:d] {
+				dst[k] = e[k] + p[k]
+			}
+		}
+	}
+}
+
+// patchEmbedBack gathers the image rows of dx into dimg [B·NP, D] and adds them to dpos.
+func patchEmbedBack[F Float](c Config, b, s int, dimg, dpos, dx []F) {
+	d, np := c.Dim, c.Patches()
+	for r := range b {
+		copy(dimg[r*np*d:(r+1)*np*d], dx[r*s*d:(r*s+np)*d])
+	}
+	for r := range b {
+		for i := range np {
+			src, dst := dimg[(r*np+i)*d:][:d], dpos[i*d:][:d]
+			for k := range dst {
+				dst[k] += src[k]
+			}
+		}
+	}
+}
+
+// tokenEmbedBack adds the text rows of dx to the token and position tables' gradients.
+func tokenEmbedBack[F Float](c Config, b, l, s int, demb, dpos, dx []F, tokens []int32) {
+	d, np := c.Dim, c.Patches()
+	for r := range b {
+		for t := range l {
+			src := dx[(r*s+np+t)*d:][:d]
+			e, p := demb[int(tokens[r*l+t])*d:][:d], dpos[t*d:][:d]
+			for k := range src {
+				e[k] += src[k]
+				p[k] += src[k]
+			}
+		}
+	}
+}
+
+// textRows copies the text rows of x [B, S, D] into xt [B, L, D].
+func textRows[F Float](c Config, b, l, s int, xt, x []F) {
+	d, np := c.Dim, c.Patches()
+	for r := range b {
+		copy(xt[r*l*d:(r+1)*l*d], x[(r*s+np)*d:(r*s+s)*d])
+	}
+}
+
+// textRowsBack writes dx [B, S, D]: dxt's rows at the text positions, zero at the image ones.
+func textRowsBack[F Float](c Config, b, l, s int, dx, dxt []F) {
+	d, np := c.Dim, c.Patches()
+	for r := range b {
+		clear(dx[r*s*d : (r*s+np)*d])
+		copy(dx[(r*s+np)*d:(r*s+s)*d], dxt[r*l*d:(r+1)*l*d])
 	}
 }
 
@@ -300,11 +366,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 	a := &acts[F]{b: b, l: l, s: s, tokens: tokens, pv: pv, layers: make([]layerActs[F], c.Layers)}
 	x := make([]F, n*d)
 	embedPatches(c, w, pv, b, s, x)
-	for r := range b {
-		for t := range l {
-			embedToken(c, w, tokens[r*l+t], t, x[(r*s+np+t)*d:])
-		}
-	}
+	tokenEmbed(c, b, l, s, x, tokens, w.tokEmb, w.tokPos)
 	tmp := make([]F, n*d)
 	for li := range c.Layers {
 		bw := &w.blocks[li]
@@ -332,9 +394,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 	}
 	nt := b * l
 	xt := tmp[:nt*d]
-	for r := range b {
-		copy(xt[r*l*d:(r+1)*l*d], x[(r*s+np)*d:(r*s+s)*d])
-	}
+	textRows(c, b, l, s, xt, x)
 	a.xhatF, a.rstdF, a.hF = make([]F, nt*d), make([]F, nt), make([]F, nt*d)
 	layerNorm(nt, d, xt, w.lnfG, w.lnfB, a.xhatF, a.rstdF, a.hF)
 	logits := make([]F, nt*v)
@@ -355,9 +415,7 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 	dxt := make([]F, nt*d)
 	layerNormBack(nt, d, dh, a.xhatF, a.rstdF, w.lnfG, g.lnfG, g.lnfB, dxt)
 	dx := make([]F, n*d)
-	for r := range b {
-		copy(dx[(r*s+np)*d:(r*s+s)*d], dxt[r*l*d:(r+1)*l*d])
-	}
+	textRowsBack(c, b, l, s, dx, dxt)
 	dbig := make([]F, n*max(m, 3*d))
 	dsmall := make([]F, n*d)
 	for li := c.Layers - 1; li >= 0; li-- {
@@ -388,25 +446,8 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 	// embeddings
 	pl := c.patchLen()
 	dimg := dsmall[:b*np*d]
-	for r := range b {
-		copy(dimg[r*np*d:(r+1)*np*d], dx[r*s*d:(r*s+np)*d])
-	}
+	patchEmbedBack(c, b, s, dimg, g.patchPos, dx)
 	gemm(true, false, pl, d, b*np, a.pv, dimg, 1, g.patchW)
 	colSum(b*np, d, dimg, g.patchB)
-	for r := range b {
-		for i := range np {
-			src, dst := dimg[(r*np+i)*d:][:d], g.patchPos[i*d:][:d]
-			for k := range dst {
-				dst[k] += src[k]
-			}
-		}
-		for t := range l {
-			src := dx[(r*s+np+t)*d:][:d]
-			e, p := g.tokEmb[int(a.tokens[r*l+t])*d:][:d], g.tokPos[t*d:][:d]
-			for k := range src {
-				e[k] += src[k]
-				p[k] += src[k]
-			}
-		}
-	}
+	tokenEmbedBack(c, b, l, s, g.tokEmb, g.tokPos, dx, a.tokens)
 }

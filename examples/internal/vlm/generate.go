@@ -107,7 +107,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 
 // generate is Generate on host values. record, when non-nil, sees each row's logits before
 // each sample (step k of row r predicts the k-th new token).
-func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand, record func(r int, logits []F)) [][]int32 {
+func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng func(r int) *rand.Rand, record func(r int, logits []F)) [][]int32 {
 	b := len(prompts)
 	d, np := c.Dim, c.Patches()
 	kv := &kvCache[F]{stride: np + c.MaxLen, k: make([][]F, c.Layers), v: make([][]F, c.Layers)}
@@ -148,7 +148,7 @@ func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNe
 			if record != nil {
 				record(r, lg)
 			}
-			tok := sample(lg, temperature, topP, topK, rng, probs, order)
+			tok := sample(lg, temperature, topP, topK, rng(r), probs, order)
 			out[r] = append(out[r], tok)
 			textLen[r]++
 			if tok != EOS && len(out[r]) < maxNew && textLen[r] < c.MaxLen {
@@ -250,16 +250,39 @@ func sample[F Float](logits []F, temperature, topP float64, topK int, rng *rand.
 // each new token reuses their cached keys and values. Draws from rng happen in row order at
 // each step, so the result is deterministic given rng (and does not depend on GOMAXPROCS).
 func (m *Model) Generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, rng *rand.Rand) ([][]int32, error) {
-	return m.generate(images, prompts, maxNew, temperature, topP, 0, rng, nil)
+	return m.generate(images, prompts, maxNew, temperature, topP, 0, shared(rng), nil)
 }
 
 // GenerateTopK is Generate with top-k sampling too: only the topK most likely tokens are drawn
 // from (topK <= 0 or >= Vocab: no cut, exactly Generate), the nucleus topP taken among them.
 func (m *Model) GenerateTopK(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand) ([][]int32, error) {
-	return m.generate(images, prompts, maxNew, temperature, topP, topK, rng, nil)
+	return m.generate(images, prompts, maxNew, temperature, topP, topK, shared(rng), nil)
 }
 
-func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng *rand.Rand, record func(int, []float32)) ([][]int32, error) {
+// GenerateRows is GenerateTopK with one random source per row: row r draws only from rngs[r],
+// so its response does not depend on which other rows are sampled with it (a data-parallel
+// trainer samples any shard of a batch and gets the rows one device would).
+func (m *Model) GenerateRows(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rngs []*rand.Rand) ([][]int32, error) {
+	if len(rngs) != len(prompts) {
+		return nil, tensor.Errorf(tensor.ErrShape, "vlm.Model.GenerateRows", "rngs", "has %d sources for %d prompts", len(rngs), len(prompts))
+	}
+	for r, g := range rngs {
+		if g == nil && temperature != 0 {
+			return nil, tensor.Errorf(tensor.ErrParam, "vlm.Model.GenerateRows", "rngs", "row %d is nil", r)
+		}
+	}
+	return m.generate(images, prompts, maxNew, temperature, topP, topK, func(r int) *rand.Rand { return rngs[r] }, nil)
+}
+
+// shared is one random source for every row; nil stays nil (greedy decoding needs none).
+func shared(rng *rand.Rand) func(int) *rand.Rand {
+	if rng == nil {
+		return nil
+	}
+	return func(int) *rand.Rand { return rng }
+}
+
+func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng func(int) *rand.Rand, record func(int, []float32)) ([][]int32, error) {
 	const op = "vlm.Model.Generate"
 	c := m.Config
 	if len(prompts) == 0 {
@@ -292,5 +315,8 @@ func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, t
 		return nil, err
 	}
 	pv := patchVectors[float32](c, px, len(prompts))
+	if rng == nil { // greedy: sample draws nothing
+		rng = func(int) *rand.Rand { return nil }
+	}
 	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, topK, rng, record), nil
 }

@@ -21,7 +21,7 @@ func TestGenerateCacheMatchesForward(t *testing.T) {
 	b := len(prompts)
 	img := randImages(rng, c, b)
 	seen := make([][][]float32, b)
-	out, err := m.generate(img, prompts, 8, 1.5, 1, 0, rand.New(rand.NewPCG(1, 1)), func(r int, lg []float32) {
+	out, err := m.generate(img, prompts, 8, 1.5, 1, 0, shared(rand.New(rand.NewPCG(1, 1))), func(r int, lg []float32) {
 		seen[r] = append(seen[r], append([]float32(nil), lg...))
 	})
 	require.NoError(t, err)
@@ -99,4 +99,30 @@ func TestSampleTopK(t *testing.T) {
 			require.Equal(t, sample(logits, 1, 1, 0, a, probs, order), sample(logits, 1, 1, k, b, probs, order))
 		}
 	}
+}
+
+// TestGenerateRowsIndependent: with a source per row, a row's response is the same whether it
+// is sampled with the whole batch or alone with the rows after it (a data-parallel shard).
+func TestGenerateRowsIndependent(t *testing.T) {
+	c := tinyConfig()
+	c.MaxLen = 12
+	m, err := New(c, 3)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(7, 8))
+	prompts := [][]int32{{BOS, 5}, {BOS, 6, 7}, {BOS}, {BOS, 4, 4}}
+	img := randImages(rng, c, len(prompts))
+	rngs := func(lo, hi int) []*rand.Rand {
+		var out []*rand.Rand
+		for r := lo; r < hi; r++ {
+			out = append(out, rand.New(rand.NewPCG(1, uint64(r))))
+		}
+		return out
+	}
+	all, err := m.GenerateRows(img, prompts, 8, 1.5, 1, 0, rngs(0, 4))
+	require.NoError(t, err)
+	part, err := m.GenerateRows(tensor.Must(img.Rows(2, 4)), prompts[2:], 8, 1.5, 1, 0, rngs(2, 4))
+	require.NoError(t, err)
+	require.Equal(t, all[2:], part)
+	_, err = m.GenerateRows(img, prompts, 8, 1.5, 1, 0, rngs(0, 3))
+	require.ErrorIs(t, err, tensor.ErrShape)
 }

@@ -18,6 +18,8 @@ type Model struct {
 
 	params []*Param
 	w, g   weights[float32] // views of the Param tensors' host slices
+
+	dev *OpsModel // where Forward and Backward run, when UseOps was called
 }
 
 // New builds a model with weights drawn deterministically from seed: linear weights
@@ -73,11 +75,24 @@ func (m *Model) ZeroGrad() {
 type Activations struct {
 	m *Model
 	a *acts[float32]
+
+	dev   *OpsActivations   // the record on the model's op set (UseOps) instead of a
+	probs map[int][]float32 // attention probabilities of dev's layers, downloaded on demand
 }
 
 // Rows and Len are the batch size and text length of the recorded pass.
-func (a *Activations) Rows() int { return a.a.b }
-func (a *Activations) Len() int  { return a.a.l }
+func (a *Activations) Rows() int {
+	if a.dev != nil {
+		return a.dev.b
+	}
+	return a.a.b
+}
+func (a *Activations) Len() int {
+	if a.dev != nil {
+		return a.dev.l
+	}
+	return a.a.l
+}
 
 // checkImages validates images [B, H, W, C] uint8 and returns the host bytes.
 func (m *Model) checkImages(op string, images *tensor.Tensor, b int) ([]uint8, error) {
@@ -123,6 +138,9 @@ func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activat
 	if l > c.MaxLen {
 		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "length %d exceeds MaxLen %d", l, c.MaxLen)
 	}
+	if m.dev != nil {
+		return m.forwardOps(images, tokens)
+	}
 	ids, err := tokens.Int32s()
 	if err != nil {
 		return nil, nil, tensor.Errorf(tensor.ErrBackend, op, "tokens", "must be a host tensor: %v", err)
@@ -150,7 +168,7 @@ func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activat
 // called more than once per record; NaN and Inf propagate.
 func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 	const op = "vlm.Model.Backward"
-	if act == nil || act.a == nil {
+	if act == nil || (act.a == nil && act.dev == nil) {
 		return tensor.Errorf(tensor.ErrParam, op, "act", "is nil")
 	}
 	if act.m != m {
@@ -162,8 +180,11 @@ func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 	if err := tensor.CheckDType(op, "dlogits", dlogits, tensor.Float32); err != nil {
 		return err
 	}
-	if err := tensor.CheckShape(op, "dlogits", dlogits, act.a.b, act.a.l, m.Config.Vocab); err != nil {
+	if err := tensor.CheckShape(op, "dlogits", dlogits, act.Rows(), act.Len(), m.Config.Vocab); err != nil {
 		return err
+	}
+	if act.dev != nil {
+		return m.backwardOps(act, dlogits)
 	}
 	dl, err := dlogits.Float32s()
 	if err != nil {
@@ -174,7 +195,7 @@ func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 }
 
 // Layers is the number of decoder blocks recorded.
-func (a *Activations) Layers() int { return len(a.a.layers) }
+func (a *Activations) Layers() int { return a.m.Config.Layers }
 
 // Attention returns, in block layer of the recorded pass, the attention mass of row's text
 // position t (the query) on the image tokens and on the text tokens, averaged over heads, with
@@ -182,8 +203,9 @@ func (a *Activations) Layers() int { return len(a.a.layers) }
 // sum to 1.
 func (a *Activations) Attention(layer, row, t int) (image, text float64, nImage, nText int) {
 	c := a.m.Config
-	s, np := a.a.s, c.Patches()
-	p := a.a.layers[layer].p
+	np := c.Patches()
+	s := np + a.Len()
+	p := a.attentionProbs(layer)
 	q := np + t
 	for h := range c.Heads {
 		base := ((row*c.Heads+h)*s + q) * s

@@ -8,9 +8,14 @@
 // #include into other directories, so copies (not includes) are what makes an edited kernel
 // rebuild.
 //
+// Every directory of kernels that the emulated tests launch is listed: the backend's
+// (cuda/kernels), the emulator's self-test, the bring-your-own-kernels Example's (cuda/testdata)
+// and the example model's (examples/internal/vlm/kernels). Kernel names are extern "C" and
+// must be unique across all of them.
+//
 // Usage (from internal/cuemu; `go generate` runs it):
 //
-//	go run ./gen -o . ../../cuda/kernels selftest
+//	go run ./gen -o . ../../cuda/kernels selftest ../../cuda/testdata ../../examples/internal/vlm/kernels
 package main
 
 import (
@@ -58,7 +63,10 @@ func run(out string, dirs []string) error {
 				return err
 			}
 			kernels += n
-			name := fmt.Sprintf("zz_%s_%s.cc", filepath.Base(filepath.Clean(dir)), strings.TrimSuffix(filepath.Base(src), ".cu"))
+			name := fmt.Sprintf("zz_%s_%s.cc", dirTag(dir), strings.TrimSuffix(filepath.Base(src), ".cu"))
+			if written[name] {
+				return fmt.Errorf("%s: two sources map to %s", src, name)
+			}
 			if err := writeIfChanged(filepath.Join(out, name), tu); err != nil {
 				return err
 			}
@@ -79,6 +87,17 @@ func run(out string, dirs []string) error {
 	}
 	fmt.Printf("cuemu/gen: %d kernels from %d files in %s\n", kernels, len(written), strings.Join(dirs, ", "))
 	return nil
+}
+
+// dirTag names a source directory in the generated file names: its path without leading "../"
+// and with "/" as "_" (../../cuda/kernels → cuda_kernels), so directories with the same base
+// name (cuda/kernels, examples/internal/vlm/kernels) do not collide.
+func dirTag(dir string) string {
+	d := filepath.ToSlash(filepath.Clean(dir))
+	for strings.HasPrefix(d, "../") {
+		d = d[3:]
+	}
+	return strings.NewReplacer("/", "_", ".", "_").Replace(d)
 }
 
 var (

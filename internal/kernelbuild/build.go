@@ -1,7 +1,8 @@
-// Package build compiles the kernel sources of cuda/kernels with nvcc and describes them in a
+// Package kernelbuild compiles the CUDA kernel sources of one directory (cuda/kernels, the
+// example model's kernels, …) with nvcc and describes them in a
 // manifest; it is shared by the generator (gen.go) and the drift test, and has no embedded files,
 // so it builds before any PTX exists.
-package build
+package kernelbuild
 
 import (
 	"bytes"

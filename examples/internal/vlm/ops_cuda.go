@@ -1,0 +1,270 @@
+//go:build cuda
+
+package vlm
+
+import (
+	"github.com/mtrl-go/mtrl/cuda"
+	"github.com/mtrl-go/mtrl/examples/internal/vlm/kernels"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// CUDAOps is the op set on a cuda.Backend: the kernels of package kernels (one .cu per layer),
+// loaded with cuda.Backend.LoadModule and launched on the backend's stream. GEMMs are
+// gemm.cu's tiled kernel, not cuBLAS: the CPU emulation of the driver (internal/cuemu), the
+// only place these kernels run in CI, executes CUDA C kernels but not cuBLAS's closed binaries,
+// and a kernel of our own keeps a fixed summation order (deterministic, and within a stated
+// bound of the host's). Sums that the reference runs sequentially (LayerNorm rows, column
+// sums, attention, embedding gradients) run sequentially here, one thread per output.
+type CUDAOps struct {
+	Config Config
+	b      *cuda.Backend
+	k      map[string]*cuda.Kernel
+	dot    *tensor.Tensor // attention backward scratch [B, H, S], grown on demand
+}
+
+var _ Ops = (*CUDAOps)(nil)
+
+// NewCUDAOps loads the model's kernels on b.
+func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	o := &CUDAOps{Config: c, b: b, k: map[string]*cuda.Kernel{}}
+	f32 := cuda.TensorParam(tensor.Float32)
+	i32 := cuda.TensorParam(tensor.Int32)
+	I, F := cuda.IntParam, cuda.Float32Param
+	sigs := map[string][]cuda.Param{
+		"vlm_gemm_f32":              {f32, f32, f32, I, I, I, cuda.Int32Param, cuda.Int32Param, F},
+		"vlm_layernorm_fwd_f32":     {f32, f32, f32, f32, f32, f32, I, I},
+		"vlm_layernorm_bwd_dx_f32":  {f32, f32, f32, f32, f32, I, I},
+		"vlm_layernorm_bwd_dgb_f32": {f32, f32, f32, f32, I, I},
+		"vlm_add_bias_f32":          {f32, f32, I, I},
+		"vlm_col_sum_f32":           {f32, f32, I, I},
+		"vlm_gelu_fwd_f32":          {f32, f32, I},
+		"vlm_gelu_bwd_f32":          {f32, f32, I},
+		"vlm_attention_fwd_f32":     {f32, f32, f32, I, I, I, I, I, F},
+		"vlm_attention_bwd_q_f32":   {f32, f32, f32, f32, f32, I, I, I, I, I, F},
+		"vlm_attention_bwd_kv_f32":  {f32, f32, f32, f32, f32, I, I, I, I, I, F},
+		"vlm_patch_embed_fwd_f32":   {f32, f32, f32, f32, I, I, I, I},
+		"vlm_token_embed_fwd_f32":   {f32, i32, f32, f32, I, I, I, I, I},
+		"vlm_patch_embed_bwd_f32":   {f32, f32, f32, I, I, I, I},
+		"vlm_token_embed_bwd_f32":   {f32, f32, f32, i32, I, I, I, I, I},
+		"vlm_text_rows_fwd_f32":     {f32, f32, I, I, I, I, I},
+		"vlm_text_rows_bwd_f32":     {f32, f32, I, I, I, I, I},
+	}
+	for _, m := range kernels.Modules() {
+		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
+		if err != nil {
+			return nil, err
+		}
+		for name, sig := range sigs {
+			if k, err := mod.Kernel(name, sig...); err == nil {
+				o.k[name] = k
+			}
+		}
+	}
+	for name := range sigs {
+		if o.k[name] == nil {
+			return nil, tensor.Errorf(tensor.ErrDevice, "vlm.NewCUDAOps", "", "kernel %s not found in the embedded modules", name)
+		}
+	}
+	return o, nil
+}
+
+// Backend returns the cuda.Backend.
+func (o *CUDAOps) Backend() tensor.Backend { return o.b }
+
+// need checks that t holds at least n elements (the kernels trust their sizes).
+func need(op string, names []string, ts []*tensor.Tensor, ns []int) error {
+	for i, t := range ts {
+		if t == nil {
+			return tensor.Errorf(tensor.ErrShape, op, names[i], "is nil")
+		}
+		if t.Len() < ns[i] {
+			return tensor.Errorf(tensor.ErrShape, op, names[i], "has %d elements, needs %d", t.Len(), ns[i])
+		}
+	}
+	return nil
+}
+
+// grid1 is the launch of a grid-stride kernel over n items (at least one block).
+func grid1(n int) cuda.LaunchConfig {
+	const block = 256
+	g := min(max(1, (n+block-1)/block), 4096)
+	return cuda.LaunchConfig{Grid: cuda.Dim3{X: g}, Block: cuda.Dim3{X: block}}
+}
+
+func (o *CUDAOps) run(name string, items int, args ...any) error {
+	if items == 0 {
+		return nil
+	}
+	return o.k[name].Launch(grid1(items), args...)
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func (o *CUDAOps) Gemm(c *tensor.Tensor, ta, tb bool, m, n, k int, a, b *tensor.Tensor, beta float32) error {
+	if err := need("vlm.CUDAOps.Gemm", []string{"c", "a", "b"}, []*tensor.Tensor{c, a, b}, []int{m * n, m * k, k * n}); err != nil {
+		return err
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	const tile = 16
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: (n + tile - 1) / tile, Y: (m + tile - 1) / tile}, Block: cuda.Dim3{X: tile * tile}}
+	return o.k["vlm_gemm_f32"].Launch(cfg, c, a, b, m, n, k, b2i(ta), b2i(tb), beta)
+}
+
+func (o *CUDAOps) LayerNorm(h, xhat, rstd *tensor.Tensor, n, d int, x, g, b *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.LayerNorm", []string{"h", "xhat", "rstd", "x", "g", "b"},
+		[]*tensor.Tensor{h, xhat, rstd, x, g, b}, []int{n * d, n * d, n, n * d, d, d}); err != nil {
+		return err
+	}
+	return o.run("vlm_layernorm_fwd_f32", n, h, xhat, rstd, x, g, b, n, d)
+}
+
+func (o *CUDAOps) LayerNormBack(dx, dg, db *tensor.Tensor, n, d int, dh, xhat, rstd, g *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.LayerNormBack", []string{"dx", "dg", "db", "dh", "xhat", "rstd", "g"},
+		[]*tensor.Tensor{dx, dg, db, dh, xhat, rstd, g}, []int{n * d, d, d, n * d, n * d, n, d}); err != nil {
+		return err
+	}
+	if err := o.run("vlm_layernorm_bwd_dgb_f32", d, dg, db, dh, xhat, n, d); err != nil {
+		return err
+	}
+	return o.run("vlm_layernorm_bwd_dx_f32", n, dx, dh, xhat, rstd, g, n, d)
+}
+
+func (o *CUDAOps) AddBias(y *tensor.Tensor, n, d int, b *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.AddBias", []string{"y", "b"}, []*tensor.Tensor{y, b}, []int{n * d, d}); err != nil {
+		return err
+	}
+	return o.run("vlm_add_bias_f32", n*d, y, b, n, d)
+}
+
+func (o *CUDAOps) ColSum(db *tensor.Tensor, n, d int, dy *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.ColSum", []string{"db", "dy"}, []*tensor.Tensor{db, dy}, []int{d, n * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_col_sum_f32", d, db, dy, n, d)
+}
+
+func (o *CUDAOps) GELU(a *tensor.Tensor, n int, u *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.GELU", []string{"a", "u"}, []*tensor.Tensor{a, u}, []int{n, n}); err != nil {
+		return err
+	}
+	return o.run("vlm_gelu_fwd_f32", n, a, u, n)
+}
+
+func (o *CUDAOps) GELUBack(da *tensor.Tensor, n int, u *tensor.Tensor) error {
+	if err := need("vlm.CUDAOps.GELUBack", []string{"da", "u"}, []*tensor.Tensor{da, u}, []int{n, n}); err != nil {
+		return err
+	}
+	return o.run("vlm_gelu_bwd_f32", n, da, u, n)
+}
+
+func (o *CUDAOps) Attention(ao, p *tensor.Tensor, b, s int, qkv *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.Attention", []string{"ao", "p", "qkv"}, []*tensor.Tensor{ao, p, qkv},
+		[]int{b * s * c.Dim, b * c.Heads * s * s, b * s * 3 * c.Dim}); err != nil {
+		return err
+	}
+	return o.run("vlm_attention_fwd_f32", b*c.Heads*s, ao, p, qkv, b, s, c.Dim, c.Heads, c.Patches(), attnScale(c))
+}
+
+func (o *CUDAOps) AttentionBack(dqkv *tensor.Tensor, b, s int, qkv, p, dao *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.AttentionBack", []string{"dqkv", "qkv", "p", "dao"}, []*tensor.Tensor{dqkv, qkv, p, dao},
+		[]int{b * s * 3 * c.Dim, b * s * 3 * c.Dim, b * c.Heads * s * s, b * s * c.Dim}); err != nil {
+		return err
+	}
+	rows := b * c.Heads * s
+	if rows == 0 {
+		return nil
+	}
+	if o.dot == nil || o.dot.Len() < rows {
+		if o.dot != nil {
+			_ = o.dot.Release()
+		}
+		t, err := tensor.New(o.b, tensor.Float32, rows)
+		if err != nil {
+			return err
+		}
+		o.dot = t
+	}
+	args := []any{dqkv, o.dot, qkv, p, dao, b, s, c.Dim, c.Heads, c.Patches(), attnScale(c)}
+	if err := o.run("vlm_attention_bwd_q_f32", rows, args...); err != nil {
+		return err
+	}
+	return o.run("vlm_attention_bwd_kv_f32", rows, args...)
+}
+
+func (o *CUDAOps) PatchEmbed(x *tensor.Tensor, b, s int, e, pb, pos *tensor.Tensor) error {
+	c := o.Config
+	d, np := c.Dim, c.Patches()
+	if err := need("vlm.CUDAOps.PatchEmbed", []string{"x", "e", "pb", "pos"}, []*tensor.Tensor{x, e, pb, pos},
+		[]int{b * s * d, b * np * d, d, np * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_patch_embed_fwd_f32", b*np*d, x, e, pb, pos, b, s, np, d)
+}
+
+// The token ids are trusted to lie in [0, Vocab): the model's entry points validate them on the
+// host before they are uploaded or sampled on the device.
+func (o *CUDAOps) TokenEmbed(x *tensor.Tensor, b, l, s int, tokens, emb, pos *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.TokenEmbed", []string{"x", "tokens", "emb", "pos"}, []*tensor.Tensor{x, tokens, emb, pos},
+		[]int{b * s * c.Dim, b * l, c.Vocab * c.Dim, l * c.Dim}); err != nil {
+		return err
+	}
+	return o.run("vlm_token_embed_fwd_f32", b*l*c.Dim, x, tokens, emb, pos, b, l, s, c.Patches(), c.Dim)
+}
+
+func (o *CUDAOps) PatchEmbedBack(dimg, dpos *tensor.Tensor, b, s int, dx *tensor.Tensor) error {
+	c := o.Config
+	d, np := c.Dim, c.Patches()
+	if err := need("vlm.CUDAOps.PatchEmbedBack", []string{"dimg", "dpos", "dx"}, []*tensor.Tensor{dimg, dpos, dx},
+		[]int{b * np * d, np * d, b * s * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_patch_embed_bwd_f32", np*d, dimg, dpos, dx, b, s, np, d)
+}
+
+func (o *CUDAOps) TokenEmbedBack(demb, dpos *tensor.Tensor, b, l, s int, dx, tokens *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.TokenEmbedBack", []string{"demb", "dpos", "dx", "tokens"}, []*tensor.Tensor{demb, dpos, dx, tokens},
+		[]int{c.Vocab * c.Dim, l * c.Dim, b * s * c.Dim, b * l}); err != nil {
+		return err
+	}
+	return o.run("vlm_token_embed_bwd_f32", c.Dim, demb, dpos, dx, tokens, b, l, s, c.Patches(), c.Dim)
+}
+
+func (o *CUDAOps) TextRows(xt *tensor.Tensor, b, l, s int, x *tensor.Tensor) error {
+	d := o.Config.Dim
+	if err := need("vlm.CUDAOps.TextRows", []string{"xt", "x"}, []*tensor.Tensor{xt, x}, []int{b * l * d, b * s * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_text_rows_fwd_f32", b*l*d, xt, x, b, l, s, o.Config.Patches(), d)
+}
+
+func (o *CUDAOps) TextRowsBack(dx *tensor.Tensor, b, l, s int, dxt *tensor.Tensor) error {
+	d := o.Config.Dim
+	if err := need("vlm.CUDAOps.TextRowsBack", []string{"dx", "dxt"}, []*tensor.Tensor{dx, dxt}, []int{b * s * d, b * l * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_text_rows_bwd_f32", b*s*d, dx, dxt, b, l, s, o.Config.Patches(), d)
+}
+
+// Close releases the op set's scratch memory (the modules live as long as the backend).
+func (o *CUDAOps) Close() error {
+	if o.dot == nil {
+		return nil
+	}
+	err := o.dot.Release()
+	o.dot = nil
+	return err
+}
