@@ -210,7 +210,7 @@ func readStudyRun(seed string, lines []MetricsLine) studyRun {
 	fifth := max(1, r.lastStep/5)
 	var p0, p1, r0, r1 []float64
 	for i, st := range pst {
-		if st <= fifth {
+		if st <= max(fifth, pst[0]) {
 			p0, r0 = append(p0, prec[i]), append(r0, rec[i])
 		}
 		if st > r.lastStep-fifth {
