@@ -32,9 +32,10 @@ type Config struct {
 	Optimization OptimizationConfig `yaml:"optimization" json:"optimization"`
 	Worker       WorkerConfig       `yaml:"worker" json:"worker"`
 
-	set      map[string]int // keys given by a file or an override, with the order they came in
-	setCount int
-	warnings []string // accepted keys that do nothing here, one line each
+	set           map[string]int // keys given by a file or an override, with the order they came in
+	setCount      int
+	warnings      []string // accepted keys that do nothing here, one line each
+	deviceOrdinal int      // CUDA device of this rank (its index among the process's ranks); set by Run
 }
 
 // DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
@@ -60,15 +61,21 @@ type DatasetConfig struct {
 	ImageSize int `yaml:"image_size" json:"image_size"`
 	MaxShapes int `yaml:"max_shapes" json:"max_shapes"`
 	Options   int `yaml:"options" json:"options"`
+	// OrderedOptions lists a generated question's options in the value lists' order.
+	OrderedOptions bool `yaml:"ordered_options" json:"ordered_options"`
 }
 
 // TrainingConfig is the loop: budget, warm start, validation, checkpoints, outputs.
 type TrainingConfig struct {
-	TotalEpochs        int        `yaml:"total_epochs" json:"total_epochs"`
-	Steps              int        `yaml:"steps" json:"steps"`
-	SFTSteps           int        `yaml:"sft_steps" json:"sft_steps"`
-	SFTBatchSize       int        `yaml:"sft_batch_size" json:"sft_batch_size"`
-	SFTLR              float64    `yaml:"sft_lr" json:"sft_lr"`
+	TotalEpochs  int     `yaml:"total_epochs" json:"total_epochs"`
+	Steps        int     `yaml:"steps" json:"steps"`
+	SFTSteps     int     `yaml:"sft_steps" json:"sft_steps"`
+	SFTBatchSize int     `yaml:"sft_batch_size" json:"sft_batch_size"`
+	SFTLR        float64 `yaml:"sft_lr" json:"sft_lr"`
+	// SFTBlind warm-starts on blind references (vqa.BlindResponse): the reference chain with its
+	// visual fact replaced by a random option's value and that option's letter, drawn afresh each
+	// time, so the warm start teaches the format and the letters but not what the image shows.
+	SFTBlind           bool       `yaml:"sft_blind" json:"sft_blind"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`
@@ -91,31 +98,31 @@ type TrainingConfig struct {
 // entropy penalty, and the token-perception part. The token-perception keys are tprl.Config's
 // own, inlined, so the library's tags, defaults and validation apply unchanged.
 type OptimizationConfig struct {
-	AdvantageEstimator string  `yaml:"advantage_estimator" json:"advantage_estimator"`
-	Gamma              float64 `yaml:"gamma" json:"gamma"`
-	Lam                float64 `yaml:"lam" json:"lam"`
+	AdvantageEstimator advantage.Estimator `yaml:"advantage_estimator" json:"advantage_estimator"`
+	Gamma              float64             `yaml:"gamma" json:"gamma"`
+	Lam                float64             `yaml:"lam" json:"lam"`
 	// disable_divergence: no reference model at all. Otherwise the divergence to the frozen
 	// warm-started policy enters the loss (use_divergence_loss) or the reward (the default).
-	DisableDivergence  bool    `yaml:"disable_divergence" json:"disable_divergence"`
-	UseDivergenceLoss  bool    `yaml:"use_divergence_loss" json:"use_divergence_loss"`
-	DivergencePenalty  string  `yaml:"divergence_penalty" json:"divergence_penalty"`
-	DivergenceCoef     float64 `yaml:"divergence_coef" json:"divergence_coef"`
-	DivergenceType     string  `yaml:"divergence_type" json:"divergence_type"`
-	DivergenceTarget   float64 `yaml:"divergence_target" json:"divergence_target"`
-	DivergenceHorizon  float64 `yaml:"divergence_horizon" json:"divergence_horizon"`
-	OnlineFiltering    bool    `yaml:"online_filtering" json:"online_filtering"`
-	FilterKey          string  `yaml:"filter_key" json:"filter_key"`
-	FilterLow          float64 `yaml:"filter_low" json:"filter_low"`
-	FilterHigh         float64 `yaml:"filter_high" json:"filter_high"`
-	UseEntropyPenalty  bool    `yaml:"use_entropy_penalty" json:"use_entropy_penalty"`
-	EntropyPenaltyCoef float64 `yaml:"entropy_penalty_coef" json:"entropy_penalty_coef"`
+	DisableDivergence  bool                      `yaml:"disable_divergence" json:"disable_divergence"`
+	UseDivergenceLoss  bool                      `yaml:"use_divergence_loss" json:"use_divergence_loss"`
+	DivergencePenalty  divergence.Kind           `yaml:"divergence_penalty" json:"divergence_penalty"`
+	DivergenceCoef     float64                   `yaml:"divergence_coef" json:"divergence_coef"`
+	DivergenceType     divergence.ControllerType `yaml:"divergence_type" json:"divergence_type"`
+	DivergenceTarget   float64                   `yaml:"divergence_target" json:"divergence_target"`
+	DivergenceHorizon  float64                   `yaml:"divergence_horizon" json:"divergence_horizon"`
+	OnlineFiltering    bool                      `yaml:"online_filtering" json:"online_filtering"`
+	FilterKey          string                    `yaml:"filter_key" json:"filter_key"`
+	FilterLow          float64                   `yaml:"filter_low" json:"filter_low"`
+	FilterHigh         float64                   `yaml:"filter_high" json:"filter_high"`
+	UseEntropyPenalty  bool                      `yaml:"use_entropy_penalty" json:"use_entropy_penalty"`
+	EntropyPenaltyCoef float64                   `yaml:"entropy_penalty_coef" json:"entropy_penalty_coef"`
 
 	tprl.Config  `yaml:",inline"`
-	Perturbation string  `yaml:"perturbation" json:"perturbation"`
-	PatchSize    int     `yaml:"patch_size" json:"patch_size"`
-	BlackProb    float64 `yaml:"black_prob" json:"black_prob"`
-	NoiseStd     float64 `yaml:"noise_std" json:"noise_std"`
-	BlurRadius   float64 `yaml:"blur_radius" json:"blur_radius"`
+	Perturbation perturb.Kind `yaml:"perturbation" json:"perturbation"`
+	PatchSize    int          `yaml:"patch_size" json:"patch_size"`
+	BlackProb    float64      `yaml:"black_prob" json:"black_prob"`
+	NoiseStd     float64      `yaml:"noise_std" json:"noise_std"`
+	BlurRadius   float64      `yaml:"blur_radius" json:"blur_radius"`
 }
 
 // WorkerConfig holds the actor (policy, optimizer, model), the critic, rollout and reward.
@@ -128,18 +135,18 @@ type WorkerConfig struct {
 
 // ActorConfig is the PPO update and its optimizer.
 type ActorConfig struct {
-	GlobalBatchSize                      int         `yaml:"global_batch_size" json:"global_batch_size"`
-	MicroBatchSizePerDeviceForUpdate     int         `yaml:"micro_batch_size_per_device_for_update" json:"micro_batch_size_per_device_for_update"`
-	MicroBatchSizePerDeviceForExperience int         `yaml:"micro_batch_size_per_device_for_experience" json:"micro_batch_size_per_device_for_experience"`
-	PPOEpochs                            int         `yaml:"ppo_epochs" json:"ppo_epochs"`
-	LossType                             string      `yaml:"loss_type" json:"loss_type"`
-	LossAvgMode                          string      `yaml:"loss_avg_mode" json:"loss_avg_mode"`
-	ClipRatioLow                         float64     `yaml:"clip_ratio_low" json:"clip_ratio_low"`
-	ClipRatioHigh                        float64     `yaml:"clip_ratio_high" json:"clip_ratio_high"`
-	ClipRatioDual                        float64     `yaml:"clip_ratio_dual" json:"clip_ratio_dual"`
-	MaxGradNorm                          float64     `yaml:"max_grad_norm" json:"max_grad_norm"`
-	Optim                                OptimConfig `yaml:"optim" json:"optim"`
-	Model                                ModelConfig `yaml:"model" json:"model"`
+	GlobalBatchSize                      int          `yaml:"global_batch_size" json:"global_batch_size"`
+	MicroBatchSizePerDeviceForUpdate     int          `yaml:"micro_batch_size_per_device_for_update" json:"micro_batch_size_per_device_for_update"`
+	MicroBatchSizePerDeviceForExperience int          `yaml:"micro_batch_size_per_device_for_experience" json:"micro_batch_size_per_device_for_experience"`
+	PPOEpochs                            int          `yaml:"ppo_epochs" json:"ppo_epochs"`
+	LossType                             ppo.LossType `yaml:"loss_type" json:"loss_type"`
+	LossAvgMode                          ppo.AggMode  `yaml:"loss_avg_mode" json:"loss_avg_mode"`
+	ClipRatioLow                         float64      `yaml:"clip_ratio_low" json:"clip_ratio_low"`
+	ClipRatioHigh                        float64      `yaml:"clip_ratio_high" json:"clip_ratio_high"`
+	ClipRatioDual                        float64      `yaml:"clip_ratio_dual" json:"clip_ratio_dual"`
+	MaxGradNorm                          float64      `yaml:"max_grad_norm" json:"max_grad_norm"`
+	Optim                                OptimConfig  `yaml:"optim" json:"optim"`
+	Model                                ModelConfig  `yaml:"model" json:"model"`
 	// Device runs the policy's forward and backward on "cpu" (the default; "" is cpu) or "cuda"
 	// (device 0, needs a binary built with -tags cuda; see device_cuda.go).
 	Device string `yaml:"device" json:"device"`
@@ -862,12 +869,6 @@ func (c Config) Validate() error {
 			return keyErr("training.logger", "unknown logger %q (want console, jsonl, tensorboard or a list of them)", l)
 		}
 	}
-	if _, err := advantage.ParseEstimator(o.AdvantageEstimator); err != nil {
-		return keyErr("optimization.advantage_estimator", "%v", err)
-	}
-	if _, err := divergence.ParseKind(o.DivergencePenalty); err != nil {
-		return keyErr("optimization.divergence_penalty", "%v", err)
-	}
 	if _, err := c.Controller(); err != nil {
 		return err
 	}
@@ -890,12 +891,6 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.Perturbation(); err != nil {
 		return err
-	}
-	if _, err := ppo.ParseLossType(a.LossType); err != nil {
-		return keyErr("worker.actor.loss_type", "%v", err)
-	}
-	if _, err := ppo.ParseAggMode(a.LossAvgMode); err != nil {
-		return keyErr("worker.actor.loss_avg_mode", "%v", err)
 	}
 	if _, err := c.Update(); err != nil {
 		return err
@@ -946,11 +941,7 @@ func (c Config) DivergenceInReward() bool {
 // Controller builds the divergence coefficient controller of the reward (fixed or adaptive).
 func (c Config) Controller() (divergence.Controller, error) {
 	o := c.Optimization
-	typ, err := divergence.ParseControllerType(o.DivergenceType)
-	if err != nil {
-		return nil, keyErr("optimization.divergence_type", "%v", err)
-	}
-	ctl, err := divergence.NewController(divergence.ControllerConfig{Type: typ, Coef: o.DivergenceCoef, Target: o.DivergenceTarget, Horizon: o.DivergenceHorizon})
+	ctl, err := divergence.NewController(divergence.ControllerConfig{Type: o.DivergenceType, Coef: o.DivergenceCoef, Target: o.DivergenceTarget, Horizon: o.DivergenceHorizon})
 	if err != nil {
 		return nil, keyErr("optimization.divergence_type", "%s with divergence_target %v, divergence_horizon %v: %v", o.DivergenceType, o.DivergenceTarget, o.DivergenceHorizon, err)
 	}
@@ -960,24 +951,12 @@ func (c Config) Controller() (divergence.Controller, error) {
 // Update maps the actor and optimization sections onto tprl.UpdateConfig.
 func (c Config) Update() (tprl.UpdateConfig, error) {
 	a, o := c.Worker.Actor, c.Optimization
-	lt, err := ppo.ParseLossType(a.LossType)
-	if err != nil {
-		return tprl.UpdateConfig{}, keyErr("worker.actor.loss_type", "%v", err)
-	}
-	mode, err := ppo.ParseAggMode(a.LossAvgMode)
-	if err != nil {
-		return tprl.UpdateConfig{}, keyErr("worker.actor.loss_avg_mode", "%v", err)
-	}
-	kl, err := divergence.ParseKind(o.DivergencePenalty)
-	if err != nil {
-		return tprl.UpdateConfig{}, keyErr("optimization.divergence_penalty", "%v", err)
-	}
-	pol := ppo.DefaultPolicyConfig(lt)
+	pol := ppo.DefaultPolicyConfig(a.LossType)
 	pol.ClipLow, pol.ClipHigh, pol.ClipDual = a.ClipRatioLow, a.ClipRatioHigh, a.ClipRatioDual
-	pol.Agg = ppo.Agg{Mode: mode, Horizon: c.Dataset.MaxResponseLength}
+	pol.Agg = ppo.Agg{Mode: a.LossAvgMode, Horizon: c.Dataset.MaxResponseLength}
 	u := tprl.UpdateConfig{
 		Tokens: c.Tokens(), Policy: pol,
-		UseKLLoss: c.DivergenceInLoss(), KLPenalty: kl, KLCoef: o.DivergenceCoef,
+		UseKLLoss: c.DivergenceInLoss(), KLPenalty: o.DivergencePenalty, KLCoef: o.DivergenceCoef,
 		UseEntropyPenalty: o.UseEntropyPenalty, EntropyPenaltyCoef: o.EntropyPenaltyCoef,
 	}
 	if err := u.Validate(); err != nil {
@@ -988,24 +967,19 @@ func (c Config) Update() (tprl.UpdateConfig, error) {
 
 // Advantage maps optimization.advantage_estimator, gamma and lam onto advantage.Config.
 func (c Config) Advantage() (advantage.Config, error) {
-	est, err := advantage.ParseEstimator(c.Optimization.AdvantageEstimator)
-	if err != nil {
-		return advantage.Config{}, keyErr("optimization.advantage_estimator", "%v", err)
-	}
 	ac := advantage.DefaultConfig()
-	ac.Estimator, ac.Gamma, ac.Lambda = est, c.Optimization.Gamma, c.Optimization.Lam
+	ac.Estimator, ac.Gamma, ac.Lambda = c.Optimization.AdvantageEstimator, c.Optimization.Gamma, c.Optimization.Lam
 	return ac, ac.Validate()
 }
 
 // Perturbation builds the image perturbation of optimization.perturbation.
 func (c Config) Perturbation() (perturb.Perturbation, error) {
 	o := c.Optimization
-	k, err := perturb.ParseKind(o.Perturbation)
-	if err != nil {
-		return nil, keyErr("optimization.perturbation", "%v", err)
-	}
-	var p perturb.Perturbation
-	switch k {
+	var (
+		p   perturb.Perturbation
+		err error
+	)
+	switch k := o.Perturbation; k {
 	case perturb.PatchBlackening:
 		p = perturb.Blackening{PatchSize: o.PatchSize, Prob: o.BlackProb}
 	case perturb.GaussianNoise:
@@ -1019,7 +993,7 @@ func (c Config) Perturbation() (perturb.Perturbation, error) {
 		}
 	}
 	if err := p.Validate(); err != nil {
-		return nil, keyErr("optimization."+o.Perturbation, "%v", err)
+		return nil, keyErr("optimization."+o.Perturbation.String(), "%v", err)
 	}
 	return p, nil
 }

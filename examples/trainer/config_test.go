@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/advantage"
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,12 +48,12 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"worker.rollout.top_p=0", "worker.rollout.top_p"},
 		{"worker.actor.loss_type=ppo2", "worker.actor.loss_type"},
 		{"worker.actor.loss_avg_mode=mean", "worker.actor.loss_avg_mode"},
-		{"worker.actor.kl_penalty=l3", "optimization.divergence_penalty"},
+		{"worker.actor.kl_penalty=l3", "worker.actor.kl_penalty"}, // an alias: the error names the key as written
 		{"worker.actor.clip_ratio_dual=1", "worker.actor.clip_ratio_dual"},
 		{"worker.actor.global_batch_size=3", "worker.actor.global_batch_size"},
 		{"worker.actor.micro_batch_size_per_device_for_update=5", "worker.actor.micro_batch_size_per_device_for_update"},
 		{"worker.actor.model.heads=3", "worker.actor.model.heads"},
-		{"training.adv_estimator=ppo", "optimization.advantage_estimator"},
+		{"training.adv_estimator=ppo", "training.adv_estimator"},
 		{"optimization.advantage_estimator=ppo", "optimization.advantage_estimator"},
 		{"optimization.divergence_type=pid", "optimization.divergence_type"},
 		{"optimization.filter_key=speed", "optimization.filter_key"},
@@ -139,10 +141,10 @@ func TestSeedConfigLoads(t *testing.T) {
 	assert.Equal(t, 8, tr.NGPUsPerNode)
 	assert.Equal(t, 500, tr.SaveFreq)
 	assert.Equal(t, 100, tr.ValFreq)
-	assert.Equal(t, "gae", o.AdvantageEstimator)
+	assert.Equal(t, advantage.EstimatorGAE, o.AdvantageEstimator)
 	assert.Equal(t, 0.95, o.Lam)
 	assert.Equal(t, 0.01, o.DivergenceCoef)
-	assert.Equal(t, "adaptive", o.DivergenceType)
+	assert.Equal(t, divergence.AdaptiveController, o.DivergenceType)
 	assert.Equal(t, 6.0, o.DivergenceTarget)
 	assert.True(t, o.EnableEntropyFiltering)
 	assert.Equal(t, 0.2, o.TopPPerceptionTokens)
@@ -200,7 +202,7 @@ func TestAliasesAndWarnings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7, c2.Training.ValFreq)
 	assert.Equal(t, 8, c2.Dataset.RolloutBatchSize)
-	assert.Equal(t, "adaptive", c2.Optimization.DivergenceType)
+	assert.Equal(t, divergence.AdaptiveController, c2.Optimization.DivergenceType)
 	assert.Equal(t, 0.2, c2.Optimization.DivergenceTarget)
 	assert.Len(t, c2.Warnings(), 1)
 	assert.Len(t, c.Warnings(), 2, "one warning per key: %v", c.Warnings())
@@ -262,7 +264,7 @@ trainer:
 	c, err := LoadConfig(p, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 8, c.Dataset.RolloutBatchSize)
-	assert.Equal(t, "rloo", c.Optimization.AdvantageEstimator)
+	assert.Equal(t, advantage.EstimatorRLOO, c.Optimization.AdvantageEstimator)
 	assert.Equal(t, 0.02, c.Optimization.DivergenceCoef)
 	assert.Equal(t, 0.3, c.Optimization.DivergenceTarget)
 	assert.Equal(t, 2, c.Training.TotalEpochs)

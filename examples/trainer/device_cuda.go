@@ -7,10 +7,10 @@ import (
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 )
 
-// useDevice opens CUDA device 0 and runs m's forward and backward there (vlm.Model.UseOps with
+// useDevice opens CUDA device ordinal and runs m's forward and backward there (vlm.Model.UseOps with
 // the model's CUDA op set). It returns the function that gives the device back.
-func useDevice(m *vlm.Model) (func() error, error) {
-	b, err := cuda.New(0)
+func useDevice(m *vlm.Model, ordinal int) (func() error, error) {
+	b, err := cuda.New(ordinal)
 	if err != nil {
 		return nil, err
 	}

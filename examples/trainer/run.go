@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
@@ -115,6 +117,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			fmt.Fprintln(stderr, "warning: config: training.logger file: metrics.jsonl is always written (logger jsonl)")
 		}
 	}
+	if comm != nil {
+		cfg.deviceOrdinal = comm.Rank() % max(1, c.NGPUsPerNode)
+	}
 	t, err := NewTrainer(cfg)
 	if err != nil {
 		return nil, err
@@ -122,7 +127,8 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	defer t.Close()
 	if comm != nil {
 		t.attach(comm, rctx)
-		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), CPU devices; rank 0 writes the outputs\n", comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
+		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d), %s devices; rank 0 writes the outputs\n",
+			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode), cmp.Or(cfg.Worker.Actor.Device, "cpu"))
 	}
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()
@@ -453,7 +459,7 @@ func checkResumable(cfg Config, ckDir string) error {
 		s, _ := ParseSchedule(o.LRSchedulerType)
 		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
 	}
-	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == "gae" && scheduled(cfg.Worker.Critic.Optim))
+	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == advantage.EstimatorGAE && scheduled(cfg.Worker.Critic.Optim))
 	a, b := old.leaves(), cfg.leaves()
 	var diffs []string
 	for k, va := range a {

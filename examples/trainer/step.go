@@ -451,10 +451,7 @@ func firstValid(x, mask *tensor.Tensor, row int) float32 {
 // the batch's divergence: the mean over rows of each row's masked token mean (the controller's
 // current_kl).
 func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
-	kind, err := divergence.ParseKind(t.cfg.Optimization.DivergencePenalty)
-	if err != nil {
-		return 0, err
-	}
+	kind := t.cfg.Optimization.DivergencePenalty
 	pen := tensor.Must(tensor.NewLike(logp, tensor.Float32))
 	if err := divergence.Penalty(pen, logp, ref, kind); err != nil {
 		return 0, fmt.Errorf("reward divergence: %w", err)

@@ -105,7 +105,8 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 		return nil, fmt.Errorf("config: worker.actor.model: %w", err)
 	}
 	if cfg.Worker.Actor.Device == "cuda" {
-		if t.closeDevice, err = useDevice(t.model); err != nil {
+		// Rank r of a process with n_gpus_per_node ranks uses device r mod n_gpus_per_node.
+		if t.closeDevice, err = useDevice(t.model, cfg.deviceOrdinal); err != nil {
 			return nil, fmt.Errorf("config: worker.actor.device: %w", err)
 		}
 	}
@@ -140,7 +141,7 @@ func (t *Trainer) optimizerSteps() int {
 // training data and encodes every example (images fitted to the model's input).
 func (t *Trainer) loadData() error {
 	d := t.cfg.Dataset
-	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options}
+	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options, OrderedOptions: d.OrderedOptions}
 	if d.TrainFiles == "" || d.ValFiles == "" {
 		if err := task.Validate(); err != nil {
 			return fmt.Errorf("config: dataset: %w", err)
@@ -427,6 +428,9 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		for i := range exs {
 			exs[i] = t.train[r.IntN(len(t.train))]
 			resp[i] = exs[i].ref
+			if c.SFTBlind {
+				resp[i] = t.blindRef(exs[i], r)
+			}
 		}
 		b, err := t.newBatch(exs, resp)
 		if err != nil {
@@ -490,6 +494,20 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 	}
 	progress.Done()
 	return mean(recent), nil
+}
+
+// blindRef is e's reference with a random option's value and letter (vqa.BlindResponse); the
+// true reference when e's prompt has no option list the chain can be rewritten with.
+func (t *Trainer) blindRef(e example, r *rand.Rand) []int32 {
+	opts, ok := vqa.Options(e.s.Prompt)
+	if !ok {
+		return e.ref
+	}
+	text, ok := vqa.BlindResponse(e.s, opts[r.IntN(len(opts))][0])
+	if !ok {
+		return e.ref
+	}
+	return append(t.tok.Encode(text), vqa.EOS)
 }
 
 func sizesOf(m *vlm.Model) []int {

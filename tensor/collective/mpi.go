@@ -122,35 +122,33 @@ func count(n int) (C.int, error) {
 }
 
 func (c *MPIComm) AllReduceFloat32(ctx context.Context, buf []float32, op Op) error {
-	if err := checkOp(op); err != nil {
-		return err
-	}
 	if op == Sum {
 		return gatherReduce(ctx, c, buf, op)
 	}
-	n, err := count(len(buf))
-	if err != nil || n == 0 {
-		return err
-	}
-	return c.call(ctx, "MPI_Allreduce", func() C.int {
-		return C.mtrl_allreduce_f32((*C.float)(unsafe.Pointer(&buf[0])), n, C.int(op))
+	return c.allReduce(ctx, len(buf), op, func(n, op C.int) C.int {
+		return C.mtrl_allreduce_f32((*C.float)(unsafe.Pointer(&buf[0])), n, op)
 	})
 }
 
 func (c *MPIComm) AllReduceFloat64(ctx context.Context, buf []float64, op Op) error {
-	if err := checkOp(op); err != nil {
-		return err
-	}
 	if op == Sum {
 		return gatherReduce(ctx, c, buf, op)
 	}
-	n, err := count(len(buf))
+	return c.allReduce(ctx, len(buf), op, func(n, op C.int) C.int {
+		return C.mtrl_allreduce_f64((*C.double)(unsafe.Pointer(&buf[0])), n, op)
+	})
+}
+
+// allReduce runs MPI_Allreduce (max or min, in place) of len elements through f.
+func (c *MPIComm) allReduce(ctx context.Context, len int, op Op, f func(n, op C.int) C.int) error {
+	if err := checkOp(op); err != nil {
+		return err
+	}
+	n, err := count(len)
 	if err != nil || n == 0 {
 		return err
 	}
-	return c.call(ctx, "MPI_Allreduce", func() C.int {
-		return C.mtrl_allreduce_f64((*C.double)(unsafe.Pointer(&buf[0])), n, C.int(op))
-	})
+	return c.call(ctx, "MPI_Allreduce", func() C.int { return f(n, C.int(op)) })
 }
 
 func (c *MPIComm) Broadcast(ctx context.Context, buf []byte, root int) error {

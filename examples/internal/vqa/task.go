@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"image/draw"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -14,6 +15,10 @@ type TaskConfig struct {
 	ImageSize int // square images, ImageSize x ImageSize pixels, 8..512 (default 32)
 	MaxShapes int // shapes per image are 1..MaxShapes, at most 4 (one per grid cell; default 3)
 	Options   int // answer options per question, 2..10 (letters A..J; default 4)
+	// OrderedOptions lists the options in the value list's order (Colours(), Shapes(), numbers,
+	// Positions()) instead of shuffled: which letter names a value then follows from the other
+	// options alone, so choosing the letter is easy and the visual fact decides the answer.
+	OrderedOptions bool
 }
 
 // DefaultTaskConfig returns the configuration of the example trainer:
@@ -195,6 +200,9 @@ func generateOne(cfg TaskConfig, seed, id uint64) Sample {
 	r.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
 	opts := append(others[:cfg.Options-1:cfg.Options-1], correct)
 	r.Shuffle(len(opts), func(i, j int) { opts[i], opts[j] = opts[j], opts[i] })
+	if cfg.OrderedOptions {
+		slices.SortFunc(opts, func(a, b string) int { return indexOf(dom, a) - indexOf(dom, b) })
+	}
 	var answer string
 	var b strings.Builder
 	b.WriteString(question)
@@ -303,4 +311,71 @@ func Pixels(img image.Image) []uint8 {
 		}
 	}
 	return out
+}
+
+// Options returns the (letter, value) pairs of a generated prompt: the words after " ? ", a
+// letter A..J followed by its value (one or two words). ok is false when the prompt has no such
+// list.
+func Options(prompt string) (opts [][2]string, ok bool) {
+	q := strings.Index(prompt, " ? ")
+	if q < 0 {
+		return nil, false
+	}
+	for _, w := range strings.Fields(prompt[q+3:]) {
+		if len(w) == 1 && w[0] >= 'A' && w[0] <= 'J' {
+			opts = append(opts, [2]string{w, ""})
+			continue
+		}
+		if len(opts) == 0 {
+			return nil, false
+		}
+		o := &opts[len(opts)-1]
+		o[1] = strings.TrimSpace(o[1] + " " + w)
+	}
+	return opts, len(opts) > 0
+}
+
+// BlindResponse returns s's reference chain with its visual fact replaced by the value of option
+// letter (and the answer by that letter): the same template and a consistent answer, but a fact
+// that need not be true of the image. A warm start on blind responses teaches the format and
+// how a value maps to its letter without teaching what the image shows. ok is false when s is
+// not a generated sample (no options, or a chain that does not state the answer's value).
+func BlindResponse(s Sample, letter string) (string, bool) {
+	opts, ok := Options(s.Prompt)
+	if !ok {
+		return "", false
+	}
+	var correct, value string
+	for _, o := range opts {
+		if o[0] == s.Answer {
+			correct = o[1]
+		}
+		if o[0] == letter {
+			value = o[1]
+		}
+	}
+	end := strings.Index(s.Response, " </think>")
+	if correct == "" || value == "" || end < 0 {
+		return "", false
+	}
+	think := s.Response[:end]
+	switch {
+	case correct == value:
+	case strings.HasSuffix(think, "there is one shape"):
+		think = strings.TrimSuffix(think, "there is one shape") + "there are " + value + " shapes"
+	case strings.HasSuffix(think, "there are "+correct+" shapes"):
+		if value == "one" {
+			think = strings.TrimSuffix(think, "there are "+correct+" shapes") + "there is one shape"
+		} else {
+			think = strings.TrimSuffix(think, correct+" shapes") + value + " shapes"
+		}
+	case strings.HasSuffix(think, " "+correct):
+		think = strings.TrimSuffix(think, correct) + value
+	case strings.Contains(think, " "+correct+" "):
+		i := strings.LastIndex(think, " "+correct+" ")
+		think = think[:i+1] + value + think[i+1+len(correct):]
+	default:
+		return "", false
+	}
+	return think + " </think> Answer: " + letter, true
 }
