@@ -51,6 +51,8 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_token_embed_bwd_f32":   {f32, f32, f32, i32, I, I, I, I, I},
 		"vlm_text_rows_fwd_f32":     {f32, f32, I, I, I, I, I},
 		"vlm_text_rows_bwd_f32":     {f32, f32, I, I, I, I, I},
+		// probs is float64 scratch, passed as an int32 tensor of twice the length.
+		"vlm_sample_f32": {i32, f32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I, I, I},
 	}
 	for _, m := range kernels.Modules() {
 		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
@@ -257,6 +259,32 @@ func (o *CUDAOps) TextRowsBack(dx *tensor.Tensor, b, l, s int, dxt *tensor.Tenso
 		return err
 	}
 	return o.run("vlm_text_rows_bwd_f32", b*s*d, dx, dxt, b, l, s, o.Config.Patches(), d)
+}
+
+// Sample draws one token per row from logits [rows, V] into out [rows] int32 on the device,
+// with the host sampler's temperature, top-p and top-k rules and the uniform of
+// SampleBits(seed, row, step) (one thread per row; see kernels/sample.cu). Only the token ids
+// need to come back to the host.
+func (o *CUDAOps) Sample(out, logits *tensor.Tensor, rows int, temperature, topP float64, topK int, seed uint64, step int) error {
+	const op = "vlm.CUDAOps.Sample"
+	v := o.Config.Vocab
+	if err := need(op, []string{"out", "logits"}, []*tensor.Tensor{out, logits}, []int{rows, rows * v}); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	probs, err := tensor.New(o.b, tensor.Int32, 2*rows*v)
+	if err != nil {
+		return err
+	}
+	defer probs.Release()
+	order, err := tensor.New(o.b, tensor.Int32, rows*v)
+	if err != nil {
+		return err
+	}
+	defer order.Release()
+	return o.run("vlm_sample_f32", rows, out, logits, probs, order, rows, v, temperature, topP, topK, int(seed), step)
 }
 
 // Close releases the op set's scratch memory (the modules live as long as the backend).

@@ -468,3 +468,48 @@ func TestCUDAUseOps(t *testing.T) {
 		t.Fatalf("attention split: device %v/%v, host %v/%v", di, dt, hi, ht)
 	}
 }
+
+// bitsSource is a rand.Source returning fixed bits: the host sampler then draws the device's
+// uniform.
+type bitsSource uint64
+
+func (s bitsSource) Uint64() uint64 { return uint64(s) }
+
+// TestCUDASample: the device sampler picks the host sampler's token for every row, given the
+// same uniforms (SampleBits), over greedy, plain, top-p, top-k and both, with ties in the
+// logits (the stable order matters) and several temperatures.
+func TestCUDASample(t *testing.T) {
+	c := layerConfig()
+	p := newPair(t, c)
+	rows, v := 64, c.Vocab
+	lg := make([]float32, rows*v)
+	for i := range lg {
+		lg[i] = float32(p.rng.NormFloat64() * 2)
+		if i%7 == 3 {
+			lg[i] = lg[i-1] // ties
+		}
+	}
+	_, ld := p.both(lg)
+	out, err := tensor.New(p.dev.Backend(), tensor.Int32, rows)
+	must(t, err)
+	probs, order := make([]float64, v), make([]int, v)
+	for _, cs := range []struct {
+		temp, topP float64
+		topK       int
+	}{{0, 1, 0}, {1, 1, 0}, {0.7, 1, 0}, {1, 0.9, 0}, {1.3, 0.5, 0}, {1, 1, 5}, {0.8, 0.8, 7}} {
+		for step := range 3 {
+			const seed = 12345
+			must(t, p.dev.Sample(out, ld, rows, cs.temp, cs.topP, cs.topK, seed, step))
+			h, err := tensor.To(tensor.CPU(), out)
+			must(t, err)
+			got, _ := h.Int32s()
+			for r := range rows {
+				rng := rand.New(bitsSource(SampleBits(seed, uint64(r), uint64(step))))
+				want := sample(lg[r*v:(r+1)*v], cs.temp, cs.topP, cs.topK, rng, probs, order)
+				if got[r] != want {
+					t.Fatalf("%+v step %d row %d: device %d, host %d", cs, step, r, got[r], want)
+				}
+			}
+		}
+	}
+}
