@@ -5,7 +5,7 @@ package vlm
 // source returns them draws the uniform the device draws (Float64 uses the low 53 bits), so
 // the host sampler reproduces the device's choices (TestCUDASample).
 func SampleBits(seed, row, step uint64) uint64 {
-	return splitmix(splitmix(splitmix(seed) ^ row) ^ step)
+	return splitmix(splitmix(splitmix(seed)^row) ^ step)
 }
 
 func splitmix(x uint64) uint64 {
