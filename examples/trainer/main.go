@@ -41,7 +41,9 @@ func main() {
 	cfgPath := fs.String("config", "", "YAML configuration file (keys it sets replace the embedded defaults)")
 	printCfg := fs.Bool("print-config", false, "print the resolved configuration and exit")
 	compare := fs.String("compare", "", "instead of training: plot the runs name=dir,name=dir,... (their metrics.jsonl) into -o and print a table")
-	outPNG := fs.String("o", "compare.png", "output PNG of -compare")
+	outPNG := fs.String("o", "compare.png", "output PNG of -compare or -study")
+	study := fs.String("study", "", "instead of training: summarize DIR/<arm>/<seed>/metrics.jsonl (scripts/study.sh) as a table with mean ± s.e., steps to threshold and paired t-tests, and plot -o")
+	studyDelta := fs.Float64("study-delta", 0.05, "-study's threshold: the warm start's validation accuracy + this")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: trainer [-config file.yaml] [-print-config] [key.path=value ...]\n       trainer -compare name=dir,name=dir,... [-o out.png]\n\n")
 		fs.PrintDefaults()
@@ -50,6 +52,13 @@ func main() {
 	overrides, err := parseArgs(fs, os.Args[1:])
 	if err != nil {
 		os.Exit(2)
+	}
+	if *study != "" {
+		if err := Study(os.Stdout, *study, *outPNG, *studyDelta); err != nil {
+			fmt.Fprintln(os.Stderr, "trainer:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if *compare != "" {
 		if err := Compare(os.Stdout, *compare, *outPNG); err != nil {

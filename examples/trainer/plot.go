@@ -24,6 +24,9 @@ type Series struct {
 	Smooth int
 	// Points marks every value (for sparse series such as validation every few steps).
 	Points bool
+	// Band, when set, is a half-width per point: the area Y±Band is shaded under the line
+	// (mean ± standard error of several runs).
+	Band []float64
 }
 
 // PlotPNG draws series over a shared x axis with the y axis fixed to [ylo, yhi] (so plots of
@@ -47,6 +50,22 @@ func PlotPNG(title, xlabel, ylabel string, ylo, yhi float64, series []Series) ([
 		n := min(len(s.X), len(s.Y))
 		x, y := s.X[:n], s.Y[:n]
 		var thumbs []plot.Thumbnailer
+		if len(s.Band) >= n && n > 1 {
+			pts := make(plotter.XYs, 0, 2*n)
+			for i := 0; i < n; i++ {
+				pts = append(pts, plotter.XY{X: x[i], Y: y[i] + s.Band[i]})
+			}
+			for i := n - 1; i >= 0; i-- {
+				pts = append(pts, plotter.XY{X: x[i], Y: y[i] - s.Band[i]})
+			}
+			poly, err := plotter.NewPolygon(pts)
+			if err != nil {
+				return nil, err
+			}
+			poly.Color = color.NRGBA{R: s.Colour.R, G: s.Colour.G, B: s.Colour.B, A: 50}
+			poly.LineStyle.Width = 0
+			p.Add(poly)
+		}
 		if s.Smooth > 1 {
 			faint := color.NRGBA{R: s.Colour.R, G: s.Colour.G, B: s.Colour.B, A: 70}
 			raw, err := lines(x, y, faint, 0.75, false)

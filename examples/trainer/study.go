@@ -1,0 +1,274 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// studyArmOrder is the order of the study's arms in its table and plot (others follow by name).
+var studyArmOrder = []string{"grpo", "grpo_tgf", "grpo_tas", "vppo", "grpo_entropy"}
+
+// studyRun is one seed of one arm: validation accuracy per validated step and the mean
+// perception-mask precision and recall over the first and the last fifth of the steps.
+type studyRun struct {
+	seed           string
+	val            map[int]float64
+	prec, rec      [2]float64 // first, last fifth of the steps
+	base           float64    // visual-token fraction (a random mask's precision)
+	lastStep       int
+	perceptionSeen bool
+}
+
+// Study reads root/<arm>/<seed>/metrics.jsonl (scripts/study.sh writes that layout), prints a
+// table of validation accuracy (mean ± standard error over seeds) at fixed steps, the steps to
+// reach the warm start's accuracy + delta, a paired t-test of every arm against the first arm
+// (same seeds, hence the same warm starts), and the perception mask's precision/recall against
+// the labelled visual tokens early and late in training; it plots mean ± s.e. per arm into out.
+func Study(w io.Writer, root, out string, delta float64) error {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
+	runs := map[string][]studyRun{}
+	var arms []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		seeds, err := os.ReadDir(filepath.Join(root, e.Name()))
+		if err != nil {
+			return err
+		}
+		for _, s := range seeds {
+			path := filepath.Join(root, e.Name(), s.Name(), "metrics.jsonl")
+			lines, err := ReadMetrics(path)
+			if err != nil {
+				continue // an unfinished or absent run
+			}
+			runs[e.Name()] = append(runs[e.Name()], readStudyRun(s.Name(), lines))
+		}
+		if len(runs[e.Name()]) > 0 {
+			arms = append(arms, e.Name())
+		}
+	}
+	if len(arms) == 0 {
+		return fmt.Errorf("-study: no runs under %s (want %s/<arm>/<seed>/metrics.jsonl)", root, root)
+	}
+	rank := func(a string) int {
+		for i, v := range studyArmOrder {
+			if v == a {
+				return i
+			}
+		}
+		return len(studyArmOrder)
+	}
+	sort.SliceStable(arms, func(i, j int) bool {
+		if rank(arms[i]) != rank(arms[j]) {
+			return rank(arms[i]) < rank(arms[j])
+		}
+		return arms[i] < arms[j]
+	})
+	for _, a := range arms {
+		sort.Slice(runs[a], func(i, j int) bool { return runs[a][i].seed < runs[a][j].seed })
+	}
+	// The validated steps every run of every arm has.
+	var steps []int
+	for st := range runs[arms[0]][0].val {
+		all := true
+		for _, a := range arms {
+			for _, r := range runs[a] {
+				if _, ok := r.val[st]; !ok {
+					all = false
+				}
+			}
+		}
+		if all {
+			steps = append(steps, st)
+		}
+	}
+	sort.Ints(steps)
+	if len(steps) == 0 {
+		return fmt.Errorf("-study: the runs share no validated step")
+	}
+	last := steps[len(steps)-1]
+	show := []int{steps[0]}
+	for _, f := range []float64{0.25, 0.5, 0.75, 1} {
+		st := nearest(steps, int(math.Round(f*float64(last))))
+		if st != show[len(show)-1] {
+			show = append(show, st)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "arm\tseeds")
+	for _, st := range show {
+		fmt.Fprintf(tw, "\tval acc @%d", st)
+	}
+	fmt.Fprintf(tw, "\tsteps to start+%.2f (reached)\tpaired Δ end vs %s\tt (df)\tp\n", delta, arms[0])
+	palette := []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {255, 127, 14, 255}, {23, 190, 207, 255}}
+	var series []Series
+	base := map[string]float64{}
+	for _, r := range runs[arms[0]] {
+		base[r.seed] = r.val[last]
+	}
+	for i, a := range arms {
+		rs := runs[a]
+		fmt.Fprintf(tw, "%s\t%d", a, len(rs))
+		for _, st := range show {
+			m, se := meanSE(collect(rs, func(r studyRun) float64 { return r.val[st] }))
+			fmt.Fprintf(tw, "\t%.3f ± %.3f", m, se)
+		}
+		// Steps to threshold; a run that never reaches it counts as the last step (censored).
+		var tt []float64
+		reached := 0
+		for _, r := range rs {
+			at := float64(last)
+			for _, st := range steps {
+				if st > 0 && r.val[st] >= r.val[steps[0]]+delta {
+					at = float64(st)
+					reached++
+					break
+				}
+			}
+			tt = append(tt, at)
+		}
+		m, se := meanSE(tt)
+		fmt.Fprintf(tw, "\t%.0f ± %.0f (%d/%d)", m, se, reached, len(rs))
+		if i == 0 {
+			fmt.Fprint(tw, "\t—\t—\t—\n")
+		} else {
+			var d []float64
+			for _, r := range rs {
+				if b, ok := base[r.seed]; ok {
+					d = append(d, r.val[last]-b)
+				}
+			}
+			dm, dse := meanSE(d)
+			tval, p := pairedT(d)
+			fmt.Fprintf(tw, "\t%+.3f ± %.3f\t%.2f (%d)\t%.3f\n", dm, dse, tval, len(d)-1, p)
+		}
+		s := Series{Name: fmt.Sprintf("%s (%d seeds): val/accuracy mean ± s.e.", a, len(rs)), Colour: palette[i%len(palette)], Points: true}
+		for _, st := range steps {
+			m, se := meanSE(collect(rs, func(r studyRun) float64 { return r.val[st] }))
+			s.X, s.Y, s.Band = append(s.X, float64(st)), append(s.Y, m), append(s.Band, se)
+		}
+		series = append(series, s)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "arm\tperception precision, first → last fifth\trecall, first → last fifth\tvisual-token fraction (random mask's precision)")
+	for _, a := range arms {
+		rs := runs[a]
+		if !rs[0].perceptionSeen {
+			continue
+		}
+		p0, _ := meanSE(collect(rs, func(r studyRun) float64 { return r.prec[0] }))
+		p1, _ := meanSE(collect(rs, func(r studyRun) float64 { return r.prec[1] }))
+		r0, _ := meanSE(collect(rs, func(r studyRun) float64 { return r.rec[0] }))
+		r1, _ := meanSE(collect(rs, func(r studyRun) float64 { return r.rec[1] }))
+		b, _ := meanSE(collect(rs, func(r studyRun) float64 { return r.base }))
+		fmt.Fprintf(tw, "%s\t%.3f → %.3f\t%.3f → %.3f\t%.3f\n", a, p0, p1, r0, r1, b)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	png, err := PlotPNG("validation accuracy, mean ± standard error over seeds", "RL step", "val/accuracy", 0, 1, series)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(out, png)
+}
+
+func readStudyRun(seed string, lines []MetricsLine) studyRun {
+	r := studyRun{seed: seed, val: map[int]float64{}}
+	var prec, rec, base []float64
+	var pst []int
+	for _, l := range lines {
+		if v := l.Metrics["val/accuracy"]; v != nil {
+			r.val[l.Step] = *v
+		}
+		r.lastStep = max(r.lastStep, l.Step)
+		p, q := l.Metrics["perception/precision"], l.Metrics["perception/recall"]
+		if p != nil && q != nil && l.Step > 0 {
+			prec, rec, pst = append(prec, *p), append(rec, *q), append(pst, l.Step)
+			r.perceptionSeen = true
+		}
+		if v := l.Metrics["perception/visual_token_fraction"]; v != nil {
+			base = append(base, *v)
+		}
+	}
+	fifth := max(1, r.lastStep/5)
+	var p0, p1, r0, r1 []float64
+	for i, st := range pst {
+		if st <= max(fifth, pst[0]) {
+			p0, r0 = append(p0, prec[i]), append(r0, rec[i])
+		}
+		if st > r.lastStep-fifth {
+			p1, r1 = append(p1, prec[i]), append(r1, rec[i])
+		}
+	}
+	r.prec = [2]float64{mean(p0), mean(p1)}
+	r.rec = [2]float64{mean(r0), mean(r1)}
+	r.base = mean(base)
+	return r
+}
+
+func collect(rs []studyRun, f func(studyRun) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+// meanSE returns the mean and the standard error of the mean (0 for fewer than two values).
+func meanSE(xs []float64) (float64, float64) {
+	m := mean(xs)
+	if len(xs) < 2 {
+		return m, 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return m, math.Sqrt(ss / float64(len(xs)-1) / float64(len(xs)))
+}
+
+// pairedT is the one-sample t-test of the paired differences d against 0: t and the two-sided
+// p-value (NaN with fewer than two pairs or no spread).
+func pairedT(d []float64) (float64, float64) {
+	m, se := meanSE(d)
+	if len(d) < 2 || se == 0 {
+		return math.NaN(), math.NaN()
+	}
+	t := m / se
+	dist := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(len(d) - 1)}
+	return t, 2 * dist.CDF(-math.Abs(t))
+}
+
+func nearest(xs []int, v int) int {
+	best := xs[0]
+	for _, x := range xs {
+		if abs(x-v) < abs(best-v) {
+			best = x
+		}
+	}
+	return best
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

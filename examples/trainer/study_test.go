@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPairedT(t *testing.T) {
+	// d = 1, 2, 3: mean 2, s.e. 1/sqrt(3), t = 2*sqrt(3) = 3.464, df 2, two-sided p = 0.0742.
+	tv, p := pairedT([]float64{1, 2, 3})
+	if math.Abs(tv-2*math.Sqrt(3)) > 1e-12 || math.Abs(p-0.07418) > 1e-4 {
+		t.Fatalf("t %v p %v", tv, p)
+	}
+	if _, p := pairedT([]float64{1}); !math.IsNaN(p) {
+		t.Fatal("one pair must give NaN")
+	}
+}
+
+func TestStudy(t *testing.T) {
+	root := t.TempDir()
+	for ai, arm := range []string{"vppo", "grpo"} {
+		for s := 1; s <= 3; s++ {
+			dir := filepath.Join(root, arm, fmt.Sprintf("s%d", s))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			for st := 0; st <= 20; st += 10 {
+				acc := 0.3 + float64(st)/100*float64(2-ai) + 0.01*float64(s)
+				fmt.Fprintf(&b, `{"step":%d,"val/accuracy":%g,"perception/precision":0.2,"perception/recall":0.5,"perception/visual_token_fraction":0.1}`+"\n", st, acc)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var out bytes.Buffer
+	png := filepath.Join(root, "study.png")
+	if err := Study(&out, root, png, 0.05); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	// grpo comes first (the baseline); vppo gains 0.1 more per 10 steps than grpo at every seed.
+	if !strings.Contains(got, "grpo  3") || strings.Index(got, "grpo") > strings.Index(got, "vppo") {
+		t.Fatalf("arm order or seed count wrong:\n%s", got)
+	}
+	for _, want := range []string{"0.320 ± 0.006", "0.420 ± 0.006", "+0.200 ± 0.000", "10 ± 0 (3/3)", "0.200 → 0.200"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
+		t.Fatal("no plot", err)
+	}
+}
