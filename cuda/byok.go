@@ -17,7 +17,8 @@ import (
 // declaration (backend, dtype, kind, liveness of the storage).
 
 // Param declares one kernel parameter: a tensor of one dtype (passed as its device pointer,
-// `T*` in the kernel), an int (`long long` / `int64_t`), an int32 (`int`) or a float32 (`float`).
+// `T*` in the kernel), an int (`long long` / `int64_t`), an int32 (`int`), a float32 (`float`)
+// or a float64 (`double`).
 type Param struct {
 	kind  paramKind
 	dtype tensor.DType
@@ -30,6 +31,7 @@ const (
 	kindInt
 	kindInt32
 	kindFloat32
+	kindFloat64
 )
 
 // TensorParam is a parameter receiving the device pointer of a tensor of dtype dt (its first
@@ -37,11 +39,12 @@ const (
 func TensorParam(dt tensor.DType) Param { return Param{kind: kindTensor, dtype: dt} }
 
 // The scalar parameters: IntParam takes a Go int as a 64-bit integer, Int32Param an int (range
-// checked) as a 32-bit one, Float32Param a float32.
+// checked) as a 32-bit one, Float32Param a float32, Float64Param a float64 (`double`).
 var (
 	IntParam     = Param{kind: kindInt}
 	Int32Param   = Param{kind: kindInt32}
 	Float32Param = Param{kind: kindFloat32}
+	Float64Param = Param{kind: kindFloat64}
 )
 
 // size is the parameter's size in bytes, as the PTX declares it.
@@ -63,6 +66,8 @@ func (p Param) String() string {
 		return "int32"
 	case kindFloat32:
 		return "float32"
+	case kindFloat64:
+		return "float64"
 	}
 	return "invalid"
 }
@@ -146,7 +151,7 @@ func checkSignature(op, kernel string, sizes []int, params []Param) error {
 		return tensor.Errorf(tensor.ErrParam, op, "params", "kernel %s takes %d parameters, %d declared", kernel, len(sizes), len(params))
 	}
 	for i, p := range params {
-		if p.kind < kindTensor || p.kind > kindFloat32 {
+		if p.kind < kindTensor || p.kind > kindFloat64 {
 			return tensor.Errorf(tensor.ErrParam, op, "params", "parameter %d of %s is the zero Param", i, kernel)
 		}
 		if sizes[i] != p.size() {
@@ -198,6 +203,12 @@ func checkArgs(op, kernel string, b tensor.Backend, params []Param, args []any) 
 				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects a float32, got %T", kernel, a)
 			}
 			slots[i] = uint64(math.Float32bits(v))
+		case kindFloat64:
+			v, ok := a.(float64)
+			if !ok {
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects a float64, got %T", kernel, a)
+			}
+			slots[i] = math.Float64bits(v)
 		}
 	}
 	return ts, slots, nil

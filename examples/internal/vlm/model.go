@@ -113,6 +113,27 @@ func (m *Model) checkImages(op string, images *tensor.Tensor, b int) ([]uint8, e
 	return px, nil
 }
 
+// checkTokens validates tokens [B, L] int32 with B ≥ 1 and 1 ≤ L ≤ MaxLen and returns B, L.
+func checkTokens(op string, c Config, tokens *tensor.Tensor) (b, l int, err error) {
+	if tokens == nil {
+		return 0, 0, tensor.Errorf(tensor.ErrShape, op, "tokens", "is nil")
+	}
+	if err := tensor.CheckDType(op, "tokens", tokens, tensor.Int32); err != nil {
+		return 0, 0, err
+	}
+	if err := tensor.CheckShape(op, "tokens", tokens, -1, -1); err != nil {
+		return 0, 0, err
+	}
+	b, l = tokens.Dim(0), tokens.Dim(1)
+	if b < 1 || l < 1 {
+		return 0, 0, tensor.Errorf(tensor.ErrShape, op, "tokens", "shape %v is empty", tokens.Shape())
+	}
+	if l > c.MaxLen {
+		return 0, 0, tensor.Errorf(tensor.ErrShape, op, "tokens", "length %d exceeds MaxLen %d", l, c.MaxLen)
+	}
+	return b, l, nil
+}
+
 // Forward runs the model on a batch: images [B, H, W, C] uint8 (H = W = ImageSize,
 // C = Channels) and tokens [B, L] int32 (prompt then response, right-padded with PAD;
 // 1 ≤ L ≤ MaxLen, ids in [0, Vocab)). It returns logits [B, L, V] float32 where logits[b, t]
@@ -122,21 +143,9 @@ func (m *Model) checkImages(op string, images *tensor.Tensor, b int) ([]uint8, e
 func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activations, error) {
 	const op = "vlm.Model.Forward"
 	c := m.Config
-	if tokens == nil {
-		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "is nil")
-	}
-	if err := tensor.CheckDType(op, "tokens", tokens, tensor.Int32); err != nil {
+	b, l, err := checkTokens(op, c, tokens)
+	if err != nil {
 		return nil, nil, err
-	}
-	if err := tensor.CheckShape(op, "tokens", tokens, -1, -1); err != nil {
-		return nil, nil, err
-	}
-	b, l := tokens.Dim(0), tokens.Dim(1)
-	if b < 1 || l < 1 {
-		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "shape %v is empty", tokens.Shape())
-	}
-	if l > c.MaxLen {
-		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "length %d exceeds MaxLen %d", l, c.MaxLen)
 	}
 	if m.dev != nil {
 		return m.forwardOps(images, tokens)

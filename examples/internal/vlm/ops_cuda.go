@@ -3,6 +3,8 @@
 package vlm
 
 import (
+	"math"
+
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm/kernels"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -51,6 +53,11 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_token_embed_bwd_f32":   {f32, f32, f32, i32, I, I, I, I, I},
 		"vlm_text_rows_fwd_f32":     {f32, f32, I, I, I, I, I},
 		"vlm_text_rows_bwd_f32":     {f32, f32, I, I, I, I, I},
+		// probs is float64 scratch, passed as an int32 tensor of twice the length.
+		"vlm_sample_f32": {i32, f32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I, I, I},
+		"vlm_adamw_f32":  {f32, f32, f32, f32, I, F, F, F, F, F, F},
+		"vlm_sumsq_f32":  {i32, f32, I}, // out: one float64 as two int32
+		"vlm_scale_f32":  {f32, I, F},
 	}
 	for _, m := range kernels.Modules() {
 		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
@@ -257,6 +264,97 @@ func (o *CUDAOps) TextRowsBack(dx *tensor.Tensor, b, l, s int, dxt *tensor.Tenso
 		return err
 	}
 	return o.run("vlm_text_rows_bwd_f32", b*s*d, dx, dxt, b, l, s, o.Config.Patches(), d)
+}
+
+// Sample draws one token per row from logits [rows, V] into out [rows] int32 on the device,
+// with the host sampler's temperature, top-p and top-k rules and the uniform of
+// SampleBits(seed, row, step) (one thread per row; see kernels/sample.cu). Only the token ids
+// need to come back to the host.
+func (o *CUDAOps) Sample(out, logits *tensor.Tensor, rows int, temperature, topP float64, topK int, seed uint64, step int) error {
+	const op = "vlm.CUDAOps.Sample"
+	v := o.Config.Vocab
+	if err := need(op, []string{"out", "logits"}, []*tensor.Tensor{out, logits}, []int{rows, rows * v}); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	probs, err := tensor.New(o.b, tensor.Int32, 2*rows*v)
+	if err != nil {
+		return err
+	}
+	defer probs.Release()
+	order, err := tensor.New(o.b, tensor.Int32, rows*v)
+	if err != nil {
+		return err
+	}
+	defer order.Release()
+	return o.run("vlm_sample_f32", rows, out, logits, probs, order, rows, v, temperature, topP, topK, int(seed), step)
+}
+
+// AdamWStep holds the scalars of one AdamW step, computed on the host as the trainer's AdamW
+// computes them: Beta1, Beta2, StepSize = lr/(1-β1^t), InvSqrtBC2 = 1/√(1-β2^t), Eps, and
+// Shrink = 1 - lr·wd for a decayed parameter (1 otherwise), all rounded to float32.
+type AdamWStep struct {
+	Beta1, Beta2, StepSize, InvSqrtBC2, Eps, Shrink float32
+}
+
+// AdamW updates w, m and v [n] in place from g on the device, elementwise as the trainer's
+// AdamW.Step (same float32 operations, float64 square root: its bits).
+func (o *CUDAOps) AdamW(w, g, m, v *tensor.Tensor, n int, s AdamWStep) error {
+	if err := need("vlm.CUDAOps.AdamW", []string{"w", "g", "m", "v"}, []*tensor.Tensor{w, g, m, v}, []int{n, n, n, n}); err != nil {
+		return err
+	}
+	return o.run("vlm_adamw_f32", n, w, g, m, v, n, s.Beta1, s.Beta2, s.StepSize, s.InvSqrtBC2, s.Eps, s.Shrink)
+}
+
+// GradNorm returns the global L2 norm of gs (float64 squares summed per tensor on the device in
+// a fixed tree, the tensors' sums added in order on the host: one 8-byte scalar per tensor
+// crosses). A NaN or Inf norm is the non-finite check's answer; the caller skips the step.
+func (o *CUDAOps) GradNorm(gs []*tensor.Tensor) (float64, error) {
+	if len(gs) == 0 {
+		return 0, nil
+	}
+	out, err := tensor.New(o.b, tensor.Int32, 2*len(gs))
+	if err != nil {
+		return 0, err
+	}
+	defer out.Release()
+	for i, g := range gs {
+		slot, err := out.Rows(2*i, 2*i+2)
+		if err != nil {
+			return 0, err
+		}
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1}, Block: cuda.Dim3{X: 256}}
+		if err := o.k["vlm_sumsq_f32"].Launch(cfg, slot, g, g.Len()); err != nil {
+			return 0, err
+		}
+	}
+	h, err := tensor.To(tensor.CPU(), out)
+	if err != nil {
+		return 0, err
+	}
+	bits, _ := h.Int32s()
+	var sum float64
+	for i := range gs {
+		sum += math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
+	}
+	return math.Sqrt(sum), nil
+}
+
+// ClipGrads scales every gradient by maxNorm/(norm+1e-6) when norm > maxNorm > 0, as the
+// trainer's ClipGradNorm does after measuring the norm.
+func (o *CUDAOps) ClipGrads(gs []*tensor.Tensor, norm, maxNorm float64) error {
+	if !(maxNorm > 0 && norm > maxNorm) || math.IsInf(norm, 0) {
+		return nil
+	}
+	s := float32(maxNorm / (norm + 1e-6))
+	for _, g := range gs {
+		if err := o.run("vlm_scale_f32", g.Len(), g, g.Len(), s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close releases the op set's scratch memory (the modules live as long as the backend).

@@ -468,3 +468,109 @@ func TestCUDAUseOps(t *testing.T) {
 		t.Fatalf("attention split: device %v/%v, host %v/%v", di, dt, hi, ht)
 	}
 }
+
+// bitsSource is a rand.Source returning fixed bits: the host sampler then draws the device's
+// uniform.
+type bitsSource uint64
+
+func (s bitsSource) Uint64() uint64 { return uint64(s) }
+
+// TestCUDASample: the device sampler picks the host sampler's token for every row, given the
+// same uniforms (SampleBits), over greedy, plain, top-p, top-k and both, with ties in the
+// logits (the stable order matters) and several temperatures.
+func TestCUDASample(t *testing.T) {
+	c := layerConfig()
+	p := newPair(t, c)
+	rows, v := 64, c.Vocab
+	lg := make([]float32, rows*v)
+	for i := range lg {
+		lg[i] = float32(p.rng.NormFloat64() * 2)
+		if i%7 == 3 {
+			lg[i] = lg[i-1] // ties
+		}
+	}
+	_, ld := p.both(lg)
+	out, err := tensor.New(p.dev.Backend(), tensor.Int32, rows)
+	must(t, err)
+	probs, order := make([]float64, v), make([]int, v)
+	for _, cs := range []struct {
+		temp, topP float64
+		topK       int
+	}{{0, 1, 0}, {1, 1, 0}, {0.7, 1, 0}, {1, 0.9, 0}, {1.3, 0.5, 0}, {1, 1, 5}, {0.8, 0.8, 7}} {
+		for step := range 3 {
+			const seed = 12345
+			must(t, p.dev.Sample(out, ld, rows, cs.temp, cs.topP, cs.topK, seed, step))
+			h, err := tensor.To(tensor.CPU(), out)
+			must(t, err)
+			got, _ := h.Int32s()
+			for r := range rows {
+				rng := rand.New(bitsSource(SampleBits(seed, uint64(r), uint64(step))))
+				want := sample(lg[r*v:(r+1)*v], cs.temp, cs.topP, cs.topK, rng, probs, order)
+				if got[r] != want {
+					t.Fatalf("%+v step %d row %d: device %d, host %d", cs, step, r, got[r], want)
+				}
+			}
+		}
+	}
+}
+
+// TestCUDAOptimizer: AdamW on the device gives the bits of the trainer's update (reproduced
+// here from adamw.go's formula: m, v, the float64 square root, the decayed weight), the
+// gradient norm agrees with a float64 sum in index order to 1e-12 relative (both are float64
+// sums of the same float32 squares, only the order differs: n·2⁻⁵³ at most), clipping scales
+// as ClipGradNorm does (bitwise: one float32 product), and a NaN gradient gives a NaN norm.
+func TestCUDAOptimizer(t *testing.T) {
+	p := newPair(t, layerConfig())
+	const n = 1000
+	wh, wd := p.rand(n, 1)
+	gh, gd := p.rand(n, 0.1)
+	mh, md := p.rand(n, 0.01)
+	vh, vd := p.both(make([]float32, n))
+	vv, _ := vh.Float32s()
+	for i := range vv {
+		vv[i] = float32(p.rng.Float64() * 1e-3)
+	}
+	must(t, tensor.CopyInto(vd, vh))
+	const lr, wdecay, b1, b2, eps, step = 3e-4, 0.01, 0.9, 0.999, 1e-8, 3
+	bc1, bc2 := 1-math.Pow(b1, step), 1-math.Pow(b2, step)
+	s := AdamWStep{Beta1: b1, Beta2: b2, StepSize: float32(lr / bc1), InvSqrtBC2: float32(1 / math.Sqrt(bc2)), Eps: eps, Shrink: float32(1 - lr*wdecay)}
+	must(t, p.dev.AdamW(wd, gd, md, vd, n, s))
+	w, _ := wh.Float32s()
+	g, _ := gh.Float32s()
+	m, _ := mh.Float32s()
+	for j := range w {
+		m[j] = s.Beta1*m[j] + (1-s.Beta1)*g[j]
+		vv[j] = s.Beta2*vv[j] + (1-s.Beta2)*g[j]*g[j]
+		denom := float32(math.Sqrt(float64(vv[j])))*s.InvSqrtBC2 + s.Eps
+		w[j] = w[j]*s.Shrink - s.StepSize*m[j]/denom
+	}
+	bitwise(t, "AdamW", wh, wd, mh, md, vh, vd)
+
+	_, g2d := p.rand(37, 3)
+	gs := []*tensor.Tensor{gd, g2d}
+	norm, err := p.dev.GradNorm(gs)
+	must(t, err)
+	var sum float64
+	for _, gt := range gs {
+		for _, x := range download(t, gt) {
+			sum += float64(x) * float64(x)
+		}
+	}
+	if want := math.Sqrt(sum); math.Abs(norm-want) > 1e-12*want {
+		t.Fatalf("GradNorm %v, float64 %v", norm, want)
+	}
+	before := download(t, g2d)
+	must(t, p.dev.ClipGrads(gs, norm, norm/2))
+	sc := float32(norm / 2 / (norm + 1e-6))
+	for i, x := range download(t, g2d) {
+		if x != before[i]*sc {
+			t.Fatalf("clip [%d]: %v, want %v", i, x, before[i]*sc)
+		}
+	}
+	bad := download(t, g2d)
+	bad[5] = float32(math.NaN())
+	_, badd := p.both(bad)
+	if norm, err := p.dev.GradNorm([]*tensor.Tensor{gd, badd}); err != nil || !math.IsNaN(norm) {
+		t.Fatalf("non-finite gradient: norm %v, err %v; want NaN", norm, err)
+	}
+}

@@ -129,18 +129,9 @@ func (om *OpsModel) alloc(owned *[]*tensor.Tensor, n int) (*tensor.Tensor, error
 func (om *OpsModel) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *OpsActivations, error) {
 	const op = "vlm.OpsModel.Forward"
 	c := om.Config
-	if tokens == nil {
-		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "is nil")
-	}
-	if err := tensor.CheckDType(op, "tokens", tokens, tensor.Int32); err != nil {
+	b, l, err := checkTokens(op, c, tokens)
+	if err != nil {
 		return nil, nil, err
-	}
-	if err := tensor.CheckShape(op, "tokens", tokens, -1, -1); err != nil {
-		return nil, nil, err
-	}
-	b, l := tokens.Dim(0), tokens.Dim(1)
-	if b < 1 || l < 1 || l > c.MaxLen {
-		return nil, nil, tensor.Errorf(tensor.ErrShape, op, "tokens", "shape %v: need B ≥ 1 and 1 ≤ L ≤ MaxLen %d", tokens.Shape(), c.MaxLen)
 	}
 	a := &OpsActivations{om: om, b: b, l: l, s: c.Patches() + l, layers: make([]tlayer, c.Layers)}
 	logits, err := om.forward(op, a, images, tokens)
