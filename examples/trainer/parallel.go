@@ -115,7 +115,9 @@ func (t *Trainer) gatherRows(lo, hi int, ts ...*tensor.Tensor) error {
 	return nil
 }
 
-// shardedLogProbs is logProbsWith on this rank's rows of b, the other rows gathered.
+// shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response
+// tokens under m for this rank's rows, in chunks of micro rows without keeping activations
+// (onAct, when set, sees each chunk's), and gathers the other ranks' rows.
 func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
 	lo, hi := t.shard(b.rows)
 	for s := lo; s < hi; s += micro {

@@ -351,36 +351,6 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 	return m.Backward(act, tensor.Must(tensor.FromFloat32(d, hi-lo, L, V)))
 }
 
-// logProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response tokens
-// under m, in chunks of micro rows, without keeping activations.
-func (t *Trainer) logProbs(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32) error {
-	return t.logProbsWith(m, b, images, logp, ent, micro, temp, nil)
-}
-
-// logProbsWith is logProbs that also hands each micro-batch's activations to onAct.
-func (t *Trainer) logProbsWith(m *vlm.Model, b *batch, images *tensor.Tensor, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
-	for lo := 0; lo < b.rows; lo += micro {
-		hi := min(lo+micro, b.rows)
-		g, act, err := t.forwardResponse(m, b, images, lo, hi)
-		if err != nil {
-			return err
-		}
-		if onAct != nil {
-			onAct(act, lo, hi)
-		}
-		lp, tg := tensor.Must(logp.Rows(lo, hi)), tensor.Must(b.targets.Rows(lo, hi))
-		if ent == nil {
-			err = tensor.LogProbs(lp, g, tg, temp)
-		} else {
-			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(lo, hi)), g, tg, temp)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // optimizerStep clips m's accumulated gradients, and takes an AdamW step unless the norm is
 // not finite (then the step is skipped and counted). It returns the pre-clip norm.
 func (t *Trainer) optimizerStep(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {

@@ -11,7 +11,8 @@ func TopPCount(n int, p float32) int {
 	return max(0, min(k, n))
 }
 
-// RowSelection is what TopPRow found in one row.
+// RowSelection describes the top-p selection of one row: TopPRow fills K and Valid,
+// SelectionRowStats every field.
 type RowSelection struct {
 	// K is the number of selected positions, TopPCount(Valid, p).
 	K int
@@ -83,21 +84,10 @@ func TopPRow(sel, scores, mask []float32, p float32, sc *TopPScratch) RowSelecti
 	k := r.K
 	switch {
 	case k == 0:
-		for _, t := range pos {
-			r.RejectedSum += float64(scores[t])
-		}
 		return r
 	case k == nv:
-		// The k-th largest is the smallest; among equal keys the stable order puts the
-		// highest index last.
-		least := uint32(math.MaxUint32)
-		for i, t := range pos {
-			v := scores[t]
+		for _, t := range pos {
 			sel[t] = 1
-			r.SelectedSum += float64(v)
-			if keys[i] <= least {
-				least, r.Threshold = keys[i], v
-			}
 		}
 		return r
 	}
@@ -132,20 +122,14 @@ func TopPRow(sel, scores, mask []float32, p float32, sc *TopPScratch) RowSelecti
 	kth := keys[cand[0]]
 	// need is now the number of positions with key == kth to take (lowest indices first).
 	for i, t := range pos {
-		v := scores[t]
 		switch key := keys[i]; {
 		case key > kth:
 		case key == kth && need > 0:
 			need--
-			if need == 0 {
-				r.Threshold = v
-			}
 		default:
-			r.RejectedSum += float64(v)
 			continue
 		}
 		sel[t] = 1
-		r.SelectedSum += float64(v)
 	}
 	return r
 }
@@ -177,23 +161,13 @@ func orderKey(x float32) uint32 {
 	return b | 1<<31
 }
 
-// keyValue is the number of an order key: the inverse of orderKey, with +0 for the zeros and a
-// quiet NaN for the NaN key.
-func keyValue(k uint32) float32 {
-	if k == math.MaxUint32 {
-		return float32(math.NaN())
-	}
-	if k&(1<<31) != 0 {
-		return math.Float32frombits(k ^ 1<<31)
-	}
-	return math.Float32frombits(^k)
-}
-
 // SelectionRowStats measures a finished selection sel (0/1) of one row: the valid positions
-// (mask != 0), how many of them are selected, the float64 sums in position order of the
-// selected and of the rejected valid scores, and the threshold, the selected score with the
-// smallest order key (TopPRow's K-th largest valid score, +0 for a zero; 0 when nothing is
-// selected). Device kernels compute the same per row (cuda/kernels/tprl.cu).
+// (mask != 0), how many of them are selected (K), the float64 sums in position order of the
+// selected and of the rejected valid scores, and the threshold: the K-th largest valid score,
+// i.e. the selected score with the smallest order key, the last in position order among equal
+// keys as in a stable descending sort (0 when nothing is selected). Device kernels compute the
+// same per row (cuda/kernels/tprl.cu; there a tie of -0 and +0 reads +0 and a NaN threshold is
+// the quiet NaN).
 func SelectionRowStats(sel, scores, mask []float32) RowSelection {
 	var r RowSelection
 	least := uint32(math.MaxUint32)
@@ -209,10 +183,9 @@ func SelectionRowStats(sel, scores, mask []float32) RowSelection {
 		}
 		r.K++
 		r.SelectedSum += float64(v)
-		least = min(least, orderKey(v))
-	}
-	if r.K > 0 {
-		r.Threshold = keyValue(least)
+		if key := orderKey(v); key <= least {
+			least, r.Threshold = key, v
+		}
 	}
 	return r
 }

@@ -58,11 +58,14 @@ func compareDesc(a, b float32) int {
 	return 0
 }
 
-// sameSelection reports how got differs from the oracle's want ("" when it does not): K and
-// Valid equal, Threshold bit for bit (the same position is chosen), sums equal or both NaN.
-func sameSelection(got, want RowSelection) string {
+// sameSelection reports how TopPRow's result sel and the statistics got of its selection differ
+// from the oracle's want ("" when they do not): K and Valid equal, Threshold bit for bit (the
+// same position is chosen), sums equal or both NaN.
+func sameSelection(sel, got, want RowSelection) string {
 	sameSum := func(a, b float64) bool { return a == b || (a != a && b != b) }
 	switch {
+	case sel.K != want.K || sel.Valid != want.Valid:
+		return fmt.Sprintf("TopPRow K, Valid = %d, %d; want %d, %d", sel.K, sel.Valid, want.K, want.Valid)
 	case got.K != want.K || got.Valid != want.Valid:
 		return fmt.Sprintf("K, Valid = %d, %d; want %d, %d", got.K, got.Valid, want.K, want.Valid)
 	case math.Float32bits(got.Threshold) != math.Float32bits(want.Threshold):
@@ -152,7 +155,7 @@ func TestTopPRowMatchesStableSort(t *testing.T) {
 		if !slices.Equal(want, got) {
 			t.Fatalf("iter %d n %d p %v: selection\n got %v\nwant %v\nvals %v\nmask %v", iter, n, p, got, want, vals, mask)
 		}
-		if d := sameSelection(gs, ws); d != "" {
+		if d := sameSelection(gs, SelectionRowStats(got, vals, mask), ws); d != "" {
 			t.Fatalf("iter %d n %d p %v: %s", iter, n, p, d)
 		}
 		switch {
@@ -195,11 +198,12 @@ func TestTopPRowEdgeCases(t *testing.T) {
 				sel[i] = 5
 			}
 			got := TopPRow(sel, c.scores, c.mask, c.p, nil) // nil scratch allocates
-			if !slices.Equal(sel, c.sel) || got.K != c.k || math.Float32bits(got.Threshold) != math.Float32bits(c.thr) && !(c.thr != c.thr && got.Threshold != got.Threshold) {
-				t.Fatalf("sel %v k %d thr %v; want %v %d %v", sel, got.K, got.Threshold, c.sel, c.k, c.thr)
+			st := SelectionRowStats(sel, c.scores, c.mask)
+			if !slices.Equal(sel, c.sel) || got.K != c.k || math.Float32bits(st.Threshold) != math.Float32bits(c.thr) && !(c.thr != c.thr && st.Threshold != st.Threshold) {
+				t.Fatalf("sel %v k %d thr %v; want %v %d %v", sel, got.K, st.Threshold, c.sel, c.k, c.thr)
 			}
 			want := stableTopPRow(make([]float32, len(c.scores)), c.scores, c.mask, c.p)
-			if d := sameSelection(got, want); d != "" {
+			if d := sameSelection(got, st, want); d != "" {
 				t.Fatal(d)
 			}
 		})
@@ -251,7 +255,7 @@ func FuzzTopPRow(f *testing.F) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("selection %v, want %v", got, want)
 		}
-		if d := sameSelection(gs, ws); d != "" {
+		if d := sameSelection(gs, SelectionRowStats(got, scores, mask), ws); d != "" {
 			t.Fatal(d)
 		}
 	})
