@@ -173,14 +173,11 @@ func ComputeWithReturns(adv, returns *tensor.Tensor, in Inputs, cfg Config) erro
 }
 
 func compute(op string, adv, returns *tensor.Tensor, in Inputs, cfg Config) error {
-	err := runEstimator(op, adv, returns, in, cfg)
-	if e, ok := err.(*tensor.Error); ok { // name the caller's entry point and fields
-		c := *e
-		c.Op = op
-		if f, ok := inputFields[c.Arg]; ok {
-			c.Arg = f
+	err := retag(runEstimator(op, adv, returns, in, cfg), op)
+	if e, ok := err.(*tensor.Error); ok { // a copy: name the fields the caller set
+		if f, ok := inputFields[e.Arg]; ok {
+			e.Arg = f
 		}
-		return &c
 	}
 	return err
 }

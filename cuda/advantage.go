@@ -19,7 +19,7 @@ var (
 // GAE is the device kernel of advantage.Compute with EstimatorGAE: the reverse recurrence one thread per row, then the
 // batch-wide masked whitening of masked.cu in place.
 func (b deviceKernels) GAE(adv, returns, rewards, values, mask *tensor.Tensor, gamma, lam float64) error {
-	const op = "advantage.GAE"
+	const op = "advantage.Compute"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"adv", "returns", "rewards", "values", "mask"}, adv, returns, rewards, values, mask)
@@ -37,7 +37,7 @@ func (b deviceKernels) GAE(adv, returns, rewards, values, mask *tensor.Tensor, g
 
 // ReinforcePlusPlus is the device kernel of advantage.Compute with EstimatorReinforcePlusPlus.
 func (b deviceKernels) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Tensor, gamma float64) error {
-	const op = "advantage.ReinforcePlusPlus"
+	const op = "advantage.Compute"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"adv", "returns", "rewards", "mask"}, adv, returns, rewards, mask)
@@ -54,7 +54,7 @@ func (b deviceKernels) ReinforcePlusPlus(adv, returns, rewards, mask *tensor.Ten
 
 // ReMax is the device kernel of advantage.Compute with EstimatorReMax.
 func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tensor) error {
-	const op = "advantage.ReMax"
+	const op = "advantage.Compute"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"adv", "returns", "rewards", "mask", "baselines"}, adv, returns, rewards, mask, baselines)
@@ -88,7 +88,7 @@ func (b deviceKernels) ReMax(adv, returns, rewards, mask, baselines *tensor.Tens
 // the host from the downloaded scores and ids by advantage.GroupRowAdvantages, the pure-Go
 // kernel's own code, and the per-row advantages are broadcast back under the mask on the device.
 func (b deviceKernels) GroupAdvantage(adv, returns, rewards, mask, index *tensor.Tensor, est advantage.Estimator, opts advantage.GRPOOptions) error {
-	name := groupOp(est)
+	const name = "advantage.Compute"
 	rows, cols := rewards.Dim(0), rewards.Dim(1)
 	return b.do(name, func() error {
 		p, err := b.ptrs(name, []string{"adv", "returns", "rewards", "mask", "index"}, adv, returns, rewards, mask, index)
@@ -120,14 +120,4 @@ func (b deviceKernels) GroupAdvantage(adv, returns, rewards, mask, index *tensor
 		n := rows * cols
 		return b.elementwise(name, "advantage_broadcast_fwd_f32", n, ptrArg(p[0]), ptrArg(p[1]), ptrArg(sp), ptrArg(p[3]), intArg(n), intArg(cols))
 	})
-}
-
-func groupOp(est advantage.Estimator) string {
-	switch est {
-	case advantage.EstimatorGRPOPassK:
-		return "advantage.GRPOPassK"
-	case advantage.EstimatorRLOO:
-		return "advantage.RLOO"
-	}
-	return "advantage.GRPO"
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -147,12 +148,14 @@ func selectTokens(op, valuesArg string, dst, values, mask *tensor.Tensor, p floa
 		v, _ := h[1].Float32s()
 		m, _ := h[2].Float32s()
 		cols := values.Dim(1)
-		for i := range rows {
-			a, b := i*cols, (i+1)*cols
-			r := hostops.SelectionRowStats(d[a:b], v[a:b], m[a:b])
-			rows[i] = SelectionRow{Valid: r.Valid, Selected: r.K, SelectedSum: r.SelectedSum,
-				RejectedSum: r.RejectedSum, Threshold: r.Threshold}
-		}
+		parallel.For(len(rows), parallel.Grain(cols, 1<<15), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				a, b := i*cols, (i+1)*cols
+				r := hostops.SelectionRowStats(d[a:b], v[a:b], m[a:b])
+				rows[i] = SelectionRow{Valid: r.Valid, Selected: r.K, SelectedSum: r.SelectedSum,
+					RejectedSum: r.RejectedSum, Threshold: r.Threshold}
+			}
+		})
 		return nil
 	}); err != nil {
 		return SelectionStats{}, err
