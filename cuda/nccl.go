@@ -57,11 +57,12 @@ static int mtrl_nccl_comm_init_rank(mtrl_nccl_comm *c, int n, mtrl_nccl_id id, i
 static int mtrl_nccl_all_reduce(CUdeviceptr buf, size_t n, int dt, int op, mtrl_nccl_comm c, CUstream s) {
 	return mtrl_nccl.all_reduce((const void *)buf, (void *)buf, n, dt, op, c, s);
 }
+#define MTRL_NCCL_UINT8 1 // ncclUint8: broadcast and all-gather move bytes
 static int mtrl_nccl_broadcast(CUdeviceptr buf, size_t n, int root, mtrl_nccl_comm c, CUstream s) {
-	return mtrl_nccl.broadcast((const void *)buf, (void *)buf, n, 1, root, c, s);
+	return mtrl_nccl.broadcast((const void *)buf, (void *)buf, n, MTRL_NCCL_UINT8, root, c, s);
 }
 static int mtrl_nccl_all_gather(CUdeviceptr send, CUdeviceptr recv, size_t n, mtrl_nccl_comm c, CUstream s) {
-	return mtrl_nccl.all_gather((const void *)send, (void *)recv, n, 1, c, s);
+	return mtrl_nccl.all_gather((const void *)send, (void *)recv, n, MTRL_NCCL_UINT8, c, s);
 }
 static int mtrl_nccl_comm_destroy(mtrl_nccl_comm c) { return mtrl_nccl.comm_destroy(c); }
 static int mtrl_nccl_comm_abort(mtrl_nccl_comm c) { return mtrl_nccl.comm_abort(c); }
@@ -80,7 +81,6 @@ import (
 
 // NCCL's enum values (nccl.h, stable across 2.x).
 const (
-	ncclUint8   = 1
 	ncclFloat32 = 7
 	ncclSum     = 0
 	ncclMax     = 2

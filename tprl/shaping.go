@@ -98,6 +98,23 @@ func ShapingStatsOf(sensitivity, mask *tensor.Tensor) (ShapingStats, error) {
 	return s, err
 }
 
+// ShapingStatsOfScore returns the shaping statistics of a perception score [B, T] under mask
+// [B, T]: SensitivityScores, then ShapingStatsOf, through a temporary [B] it releases.
+func ShapingStatsOfScore(score, mask *tensor.Tensor) (ShapingStats, error) {
+	if err := tensor.CheckShape("tprl.ShapingStatsOfScore", "mask", mask, -1, -1); err != nil {
+		return ShapingStats{}, err
+	}
+	sens, err := tensor.New(mask.Backend(), tensor.Float32, mask.Dim(0))
+	if err != nil {
+		return ShapingStats{}, err
+	}
+	defer sens.Release()
+	if err := SensitivityScores(sens, score, mask); err != nil {
+		return ShapingStats{}, err
+	}
+	return ShapingStatsOf(sens, mask)
+}
+
 func rowCounts(m []float32, cols int) []float32 {
 	rows := 0
 	if cols > 0 {

@@ -165,17 +165,7 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 		}
 	}
 	if c.Tokens.Shaping() && u.stats == nil {
-		sens, err := tensor.New(mb.ResponseMask.Backend(), tensor.Float32, mb.ResponseMask.Dim(0))
-		if err != nil {
-			_ = u.Release()
-			return nil, err
-		}
-		defer sens.Release()
-		if err := SensitivityScores(sens, u.score, mb.ResponseMask); err != nil {
-			_ = u.Release()
-			return nil, err
-		}
-		st, err := ShapingStatsOf(sens, mb.ResponseMask)
+		st, err := ShapingStatsOfScore(u.score, mb.ResponseMask)
 		if err != nil {
 			_ = u.Release()
 			return nil, err

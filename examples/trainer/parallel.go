@@ -265,11 +265,7 @@ func (t *Trainer) globalMiniBatch(mask, score *tensor.Tensor) (miniBatchTotals, 
 	if t.world() == 1 || !t.update.Tokens.Shaping() || t.update.Tokens.TrajectoryShapingScope != tprl.GlobalScope {
 		return g, nil
 	}
-	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, mask.Dim(0)))
-	if err := tprl.SensitivityScores(sens, score, mask); err != nil {
-		return g, err
-	}
-	st, err := tprl.ShapingStatsOf(sens, mask)
+	st, err := tprl.ShapingStatsOfScore(score, mask)
 	if err != nil {
 		return g, err
 	}

@@ -87,7 +87,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	if err := t.shardedLogProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
 		return nil, fmt.Errorf("old log-probs: %w", err)
 	}
-	if mdi != nil && t.world() > 1 {
+	if mdi != nil { // gatherValues returns the rows as they are on one rank
 		lo, hi := t.shard(B)
 		if mdi, err = gatherValues(t, mdi[lo:hi]); err != nil {
 			return nil, fmt.Errorf("attention statistics: %w", err)
@@ -202,6 +202,15 @@ func (t *Trainer) Step() (*StepResult, error) {
 	var gradNorms, lrs []float64
 	shaped := f32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
 	tUpdate := time.Now()
+	// What each mini-batch's shards need from the whole of it, once for every PPO epoch.
+	var totals []miniBatchTotals
+	for mlo := 0; mlo < B; mlo += miniRows {
+		g, err := t.globalMiniBatch(tensor.Must(b.mask.Rows(mlo, mlo+miniRows)), tensor.Must(score.Rows(mlo, mlo+miniRows)))
+		if err != nil {
+			return nil, fmt.Errorf("update: %w", err)
+		}
+		totals = append(totals, g)
+	}
 	for range act.PPOEpochs {
 		for mlo := 0; mlo < B; mlo += miniRows {
 			mhi := mlo + miniRows
@@ -212,10 +221,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 				return tensor.Must(x.Rows(mlo, mhi))
 			}
 			var lossRef *tensor.Tensor
-			global, err := t.globalMiniBatch(rows(b.mask), rows(score))
-			if err != nil {
-				return nil, fmt.Errorf("update: %w", err)
-			}
+			global := totals[mlo/miniRows]
 			local := func(x *tensor.Tensor) *tensor.Tensor {
 				if x == nil {
 					return nil
@@ -356,10 +362,6 @@ func (t *Trainer) diagnostics(b *batch, exs []example, score, entropy *tensor.Te
 		return nil, err
 	}
 	if _, err := tprl.EntropyMask(em, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
-		return nil, err
-	}
-	sens := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B))
-	if err := tprl.SensitivityScores(sens, score, b.mask); err != nil {
 		return nil, err
 	}
 	pv, _ := pm.Float32s()
