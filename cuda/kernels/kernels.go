@@ -16,7 +16,7 @@
 // Kernel names follow `<family>_<op>_<fwd|bwd>_<dtype>`.
 package kernels
 
-//go:generate go run gen.go
+//go:generate go run github.com/mtrl-go/mtrl/internal/kernelbuild/ptxgen .
 
 import (
 	"embed"

@@ -1,6 +1,6 @@
 // Package kernelbuild compiles the CUDA kernel sources of one directory (cuda/kernels, the
 // example model's kernels, …) with nvcc and describes them in a
-// manifest; it is shared by the generator (gen.go) and the drift test, and has no embedded files,
+// manifest; it is shared by the generator (ptxgen) and the drift tests, and has no embedded files,
 // so it builds before any PTX exists.
 package kernelbuild
 
