@@ -170,43 +170,43 @@ func checkArgs(op, kernel string, b tensor.Backend, params []Param, args []any) 
 	ts := make([]*tensor.Tensor, len(args))
 	slots := make([]uint64, len(args))
 	for i, a := range args {
-		name := fmt.Sprintf("args[%d]", i)
+		name := func() string { return fmt.Sprintf("args[%d]", i) } // formatted on errors only
 		p := params[i]
 		switch p.kind {
 		case kindTensor:
 			t, ok := a.(*tensor.Tensor)
 			if !ok || t == nil {
-				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects a non-nil *tensor.Tensor, got %T", kernel, a)
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name(), "kernel %s expects a non-nil *tensor.Tensor, got %T", kernel, a)
 			}
 			if t.Backend() != b {
-				return nil, nil, tensor.Errorf(tensor.ErrBackend, op, name, "tensor is on %s, the kernel runs on %s", t.Backend().Name(), b.Name())
+				return nil, nil, tensor.Errorf(tensor.ErrBackend, op, name(), "tensor is on %s, the kernel runs on %s", t.Backend().Name(), b.Name())
 			}
-			if err := tensor.CheckDType(op, name, t, p.dtype); err != nil {
-				return nil, nil, err
+			if t.DType() != p.dtype {
+				return nil, nil, tensor.CheckDType(op, name(), t, p.dtype)
 			}
 			ts[i] = t
 		case kindInt:
 			v, ok := a.(int)
 			if !ok {
-				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects an int, got %T", kernel, a)
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name(), "kernel %s expects an int, got %T", kernel, a)
 			}
 			slots[i] = uint64(int64(v))
 		case kindInt32:
 			v, ok := a.(int)
 			if !ok || int(int32(v)) != v {
-				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects an int in the int32 range, got %T %v", kernel, a, a)
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name(), "kernel %s expects an int in the int32 range, got %T %v", kernel, a, a)
 			}
 			slots[i] = uint64(uint32(int32(v)))
 		case kindFloat32:
 			v, ok := a.(float32)
 			if !ok {
-				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects a float32, got %T", kernel, a)
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name(), "kernel %s expects a float32, got %T", kernel, a)
 			}
 			slots[i] = uint64(math.Float32bits(v))
 		case kindFloat64:
 			v, ok := a.(float64)
 			if !ok {
-				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name, "kernel %s expects a float64, got %T", kernel, a)
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, name(), "kernel %s expects a float64, got %T", kernel, a)
 			}
 			slots[i] = math.Float64bits(v)
 		}

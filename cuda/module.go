@@ -22,6 +22,7 @@ type Module struct {
 type Kernel struct {
 	m      *Module
 	name   string
+	op     string // "cuda.Kernel.Launch(name)", for errors
 	params []Param
 	fn     cu.Function
 }
@@ -66,7 +67,7 @@ func (m *Module) Kernel(name string, params ...Param) (*Kernel, error) {
 	if err := checkSignature(op, name, sizes, params); err != nil {
 		return nil, err
 	}
-	k := &Kernel{m: m, name: name, params: append([]Param(nil), params...)}
+	k := &Kernel{m: m, name: name, op: "cuda.Kernel.Launch(" + name + ")", params: append([]Param(nil), params...)}
 	err := m.b.do(op, func() error {
 		f, err := m.mod.Function(name)
 		if err != nil {
@@ -91,7 +92,7 @@ func (k *Kernel) Name() string { return k.name }
 // The kernel's own memory accesses are not checked: it must stay inside the tensors it is given.
 // Errors of the kernel itself may surface here or at the next synchronising call.
 func (k *Kernel) Launch(cfg LaunchConfig, args ...any) error {
-	op := "cuda.Kernel.Launch(" + k.name + ")"
+	op := k.op
 	cfg, err := cfg.validate(op)
 	if err != nil {
 		return err

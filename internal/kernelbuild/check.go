@@ -15,10 +15,7 @@ import (
 // next to them (removing stale *.ptx without a source) and rewrites dir/manifest.json. It is the
 // body of a directory's `go generate` program.
 func Generate(dir string) error {
-	nvcc := os.Getenv("NVCC")
-	if nvcc == "" {
-		nvcc = "nvcc"
-	}
+	nvcc := nvccPath()
 	ver, err := NVCCVersion(nvcc)
 	if err != nil {
 		return fmt.Errorf("%s --version: %v (install nvidia-cuda-toolkit)", nvcc, err)
@@ -89,10 +86,7 @@ func Check(t *testing.T, dir, regen string) {
 		t.Errorf("%d sources but %d PTX files: run %s", len(srcs), len(want.Outputs), regen)
 	}
 
-	nvcc := os.Getenv("NVCC")
-	if nvcc == "" {
-		nvcc = "nvcc"
-	}
+	nvcc := nvccPath()
 	if _, err := exec.LookPath(nvcc); err != nil {
 		if os.Getenv("MTRL_REQUIRE_NVCC") == "1" {
 			t.Fatalf("MTRL_REQUIRE_NVCC=1 but %s is not on PATH", nvcc)
@@ -143,3 +137,11 @@ func diff(t *testing.T, regen, what string, recorded, actual map[string]string) 
 }
 
 func short(h string) string { return strings.TrimSpace(h)[:min(12, len(h))] }
+
+// nvccPath is the compiler: $NVCC, default nvcc on PATH.
+func nvccPath() string {
+	if nvcc := os.Getenv("NVCC"); nvcc != "" {
+		return nvcc
+	}
+	return "nvcc"
+}
