@@ -55,6 +55,12 @@ func (b *Backend) LoadModule(name, ptx string) (*Module, error) {
 // Name returns the name given to LoadModule.
 func (m *Module) Name() string { return m.name }
 
+// Has reports whether the module has an entry called name (see Kernel).
+func (m *Module) Has(name string) bool {
+	_, ok := m.entries[name]
+	return ok
+}
+
 // Kernel returns the kernel called name (its extern "C" name) with its parameters declared in
 // order. The declaration must match the PTX entry: as many parameters, each of the declared
 // size (a pointer and an int are 8 bytes, an int32 and a float32 4); otherwise an ErrParam.

@@ -49,6 +49,9 @@ func (*Backend) LoadModule(name, ptx string) (*Module, error) { return nil, ErrN
 // Name returns "".
 func (*Module) Name() string { return "" }
 
+// Has reports false.
+func (*Module) Has(name string) bool { return false }
+
 // Kernel returns ErrNotCompiled.
 func (*Module) Kernel(name string, params ...Param) (*Kernel, error) { return nil, ErrNotCompiled }
 

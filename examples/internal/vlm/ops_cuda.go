@@ -65,8 +65,11 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 			return nil, err
 		}
 		for name, sig := range sigs {
-			if k, err := mod.Kernel(name, sig...); err == nil {
-				o.k[name] = k
+			if !mod.Has(name) {
+				continue
+			}
+			if o.k[name], err = mod.Kernel(name, sig...); err != nil { // a stale declaration here
+				return nil, err
 			}
 		}
 	}
