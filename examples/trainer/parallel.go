@@ -166,20 +166,14 @@ func (t *Trainer) generateShard(images *tensor.Tensor, prompts [][]int32, round 
 	return gatherValues(t, out)
 }
 
-// collectGrad moves the gradient of the micro-batch just backpropagated out of m into
-// t.microGrads (and zeroes m's), so that reduceGrads can add the micro-batches in one fixed
+// collectGrad moves the gradient of the micro-batch just backpropagated out of m onto the end
+// of t.microGrads (and zeroes m's), so that reduceGrads can add the micro-batches in one fixed
 // order.
 func (t *Trainer) collectGrad(m *vlm.Model) {
 	_, gs := paramSlices(m)
-	n := 0
 	for _, g := range gs {
-		n += len(g)
+		t.microGrads = append(t.microGrads, g...)
 	}
-	flat := make([]float32, 0, n)
-	for _, g := range gs {
-		flat = append(flat, g...)
-	}
-	t.microGrads = append(t.microGrads, flat)
 	m.ZeroGrad()
 }
 
@@ -192,23 +186,26 @@ func (t *Trainer) collectGrad(m *vlm.Model) {
 // a ring all-reduce of one (perf/allreduce_bytes), which suits this model, not a 7B one.
 func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
 	t0 := time.Now()
+	_, gs := paramSlices(m)
+	per := 0
+	for _, g := range gs {
+		per += len(g)
+	}
 	local := t.microGrads
 	t.microGrads = nil
 	if len(local) == 0 {
 		return fmt.Errorf("gradient reduction: no micro-batch on rank %d", t.rank())
 	}
-	per := len(local[0])
-	all := local
-	if t.world() > 1 {
-		flat := make([]float32, 0, per*len(local))
-		for _, g := range local {
-			flat = append(flat, g...)
+	var all [][]float32 // the micro-batches' gradients in the global order
+	if t.world() == 1 {
+		for off := 0; off+per <= len(local); off += per {
+			all = append(all, local[off:off+per])
 		}
-		parts, err := collective.AllGatherBytes(t.ctxOrBackground(), t.comm, collective.Float32Bytes(flat))
+	} else {
+		parts, err := collective.AllGatherBytes(t.ctxOrBackground(), t.comm, collective.Float32Bytes(local))
 		if err != nil {
 			return fmt.Errorf("gradient all-gather: %w", err)
 		}
-		all = nil
 		for _, p := range parts {
 			v := make([]float32, len(p)/4)
 			collective.BytesFloat32(v, p)
@@ -224,7 +221,6 @@ func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
 			acc[i] += x
 		}
 	}
-	_, gs := paramSlices(m)
 	off := 0
 	for _, g := range gs {
 		for i := range g {

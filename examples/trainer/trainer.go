@@ -69,7 +69,7 @@ type Trainer struct {
 	ctx        context.Context // the rank's context for collectives (cancelled when a rank fails)
 	commTime   time.Duration   // gradient all-reduce time of the current step
 	commBytes  float64         // gradient bytes received per rank in the current step
-	microGrads [][]float32     // gradients of the micro-batches since the last reduceGrads
+	microGrads []float32       // gradients of the micro-batches since the last reduceGrads, concatenated
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
