@@ -228,7 +228,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 				}
 				return tensor.Must(x.Rows(mlo+slo, mlo+shi))
 			}
-			if t.update.UseKLLoss {
+			if t.update.KLLoss != nil {
 				lossRef = local(refLogp)
 			}
 			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: local(b.mask), OldLogProbs: local(oldLogp),

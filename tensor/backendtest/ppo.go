@@ -44,7 +44,8 @@ func ppoOps(rows, cols int) []op {
 				if rows > 64 && mode != ppo.Token && v.name != "plain" {
 					continue // the variants are covered at the smaller sizes
 				}
-				cfg := ppo.PolicyConfig{LossType: lt, Agg: agg, GradOptions: v.opts}
+				cfg := ppo.DefaultPolicyConfig(lt)
+				cfg.Agg, cfg.GradOptions = agg, v.opts
 				// Per-token gradients are about 1/S: an absolute tolerance must be far below that.
 				ops = append(ops, op{fmt.Sprintf("PolicyLoss/%v/%v/%s", lt, mode, v.name), 2e-5, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 					g := Upload(t, be, gradInit, rows, cols)
