@@ -37,7 +37,7 @@
 //     (MaskedMeanRows one block per row; MaskedVar and MaskedWhiten as fixed-split float64
 //     passes, the scalars finished on the host as internal/hostops does);
 //   - tensor.TopPKernel (per-row radix selection, stable ties, NaN first);
-//   - divergence.PenaltyKernel, PenaltyGradKernel (every kind, full included),
+//   - divergence.PenaltyKernel, PenaltyBackwardKernel (every kind, full included),
 //     PerceptionScoreKernel, RewardsKernel;
 //   - ppo.PolicyLossKernel (every loss type and aggregation mode, token mask, Scale and
 //     Accumulate, the metrics), ppo.ValueLossKernel, ppo.AverageLossKernel: per-row mask sums

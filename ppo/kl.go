@@ -33,7 +33,7 @@ type KLResult struct {
 // For the token kinds (kl, abs, mse, low_var_kl), logp, ref, mask and grad are float32 [B, T].
 // For divergence.Full, logp, ref and grad are full log-distributions [B, T, V] and mask is
 // [B, T]. The per-token penalty and its gradient come from divergence.Penalty and
-// divergence.PenaltyGrad; the aggregation weights are those of Agg.LossGrad. It allocates two
+// divergence.PenaltyBackward; the aggregation weights are those of Agg.LossGrad. It allocates two
 // [B, T] temporaries (one [B, T, V] for Full with Accumulate) on logp's backend.
 func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error) {
 	const op = "ppo.KLLoss"
@@ -106,50 +106,36 @@ func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error
 	if grad == nil {
 		return res, nil
 	}
-	// Penalty gradient, into grad directly unless we must accumulate.
-	pg := grad
-	if cfg.Accumulate {
-		if pg, err = tensor.NewLike(logp, tensor.Float32); err != nil {
-			return KLResult{}, err
+	// d loss / d penalty = Scale * Coef * the aggregation weights, then through the penalty.
+	f := coef * scale
+	if err := tensor.OnHost(1, []*tensor.Tensor{aggGrad}, func(h []*tensor.Tensor) error {
+		a, _ := h[0].Float32s()
+		for j := range a {
+			a[j] *= f
 		}
-		defer pg.Release()
-	}
-	if err := divergence.PenaltyGrad(pg, logp, ref, cfg.Kind); err != nil {
+		return nil
+	}); err != nil {
 		return KLResult{}, err
 	}
-	v := 1
-	if cfg.Kind == divergence.Full {
-		v = logp.Dim(-1)
+	in := divergence.PenaltyGrad{LogProbs: logp, Ref: ref, DPenalty: aggGrad, Kind: cfg.Kind}
+	if !cfg.Accumulate {
+		return res, divergence.PenaltyBackward(grad, in)
 	}
-	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg, aggGrad}, func(h []*tensor.Tensor) error {
+	pg, err := tensor.NewLike(logp, tensor.Float32)
+	if err != nil {
+		return KLResult{}, err
+	}
+	defer pg.Release()
+	if err := divergence.PenaltyBackward(pg, in); err != nil {
+		return KLResult{}, err
+	}
+	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg}, func(h []*tensor.Tensor) error {
 		g, _ := h[0].Float32s()
 		p, _ := h[1].Float32s()
-		a, _ := h[2].Float32s()
-		chainHost(g, p, a, v, coef*scale, cfg.Accumulate)
-		return nil
-	})
-}
-
-// chainHost writes (or adds) f * a[j] * p[j*v+k] into g[j*v+k]: the chain rule of a per-token
-// aggregation gradient a [N] through a penalty gradient p [N, v]. Where a[j] == 0 (masked) it
-// writes exactly 0, whatever p holds.
-func chainHost[F hostops.Float](g, p, a []F, v int, f F, acc bool) {
-	parallel.For(len(a), parallel.Grain(v, 1<<15), func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			aj := f * a[j]
-			gs, ps := g[j*v:(j+1)*v], p[j*v:(j+1)*v]
-			for k := range gs {
-				var x F
-				if aj != 0 {
-					x = aj * ps[k]
-				}
-				if acc {
-					gs[k] += x
-				} else {
-					gs[k] = x
-				}
-			}
+		for i, x := range p {
+			g[i] += x
 		}
+		return nil
 	})
 }
 
