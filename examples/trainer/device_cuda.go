@@ -24,12 +24,18 @@ type cudaActor struct {
 
 type deviceMoments struct{ m, v []*tensor.Tensor }
 
+// testDeviceOpened, when set (tests), sees the device each trainer opens.
+var testDeviceOpened func(ordinal int, name string)
+
 // useDevice opens CUDA device ordinal and moves m there (vlm.Model.UseOps with the model's
 // CUDA op set) for the rest of the run.
 func useDevice(m *vlm.Model, ordinal int) (actorDevice, error) {
 	b, err := cuda.New(ordinal)
 	if err != nil {
 		return nil, err
+	}
+	if testDeviceOpened != nil {
+		testDeviceOpened(ordinal, b.Name())
 	}
 	o, err := vlm.NewCUDAOps(m.Config, b)
 	if err != nil {

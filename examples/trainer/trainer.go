@@ -575,7 +575,7 @@ func (t *Trainer) FreezeReference() error {
 		return err
 	}
 	for i, p := range ref.Params() {
-		if err := tensor.CopyInto(p.W, t.model.Params()[i].W); err != nil {
+		if err := tensor.CopyInto(p.W, t.model.HostParams()[i].W); err != nil {
 			return err
 		}
 	}
@@ -720,7 +720,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 		}
 	}
 	var model, optim []NamedTensor
-	for i, p := range t.model.Params() {
+	for i, p := range t.model.HostParams() {
 		w, _ := p.W.Float32s()
 		shape := []int(p.W.Shape())
 		model = append(model, NamedTensor{Name: p.Name, Shape: shape, Data: w})
@@ -747,7 +747,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	files := map[string][]byte{ckptModel: mb, ckptOptimizer: ob, ckptState: append(st, '\n'), ckptConfig: t.cfg.YAML()}
 	if t.ref != nil {
 		var ref []NamedTensor
-		for _, p := range t.ref.Params() {
+		for _, p := range t.ref.HostParams() {
 			w, _ := p.W.Float32s()
 			ref = append(ref, NamedTensor{Name: p.Name, Shape: []int(p.W.Shape()), Data: w})
 		}

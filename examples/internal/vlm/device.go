@@ -60,6 +60,14 @@ func (m *Model) Ops() Ops {
 	return m.dev.om.ops
 }
 
+// HostParams returns Params for reading (a checkpoint, a copy): brought up to date on the host
+// like Params, without marking them for upload. Changes to them are not seen by the device
+// copy; write through Params.
+func (m *Model) HostParams() []*Param {
+	_ = m.hostRead() // a failure is sticky: the model's next device use returns it
+	return m.params
+}
+
 // DeviceParams returns the parameters on the op set's backend (UseOps; nil on the host), in
 // Params' order, for an optimizer that runs there: the caller may change W and G in place,
 // and the host copy is refreshed from them when the host next reads it.
