@@ -122,19 +122,20 @@ func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *ten
 	lo, hi := t.shard(b.rows)
 	for s := lo; s < hi; s += micro {
 		e := min(s+micro, hi)
-		g, act, err := t.forwardResponse(m, b, images, s, e)
+		ml, act, err := t.forwardResponse(m, b, images, s, e)
 		if err != nil {
 			return err
 		}
 		if onAct != nil {
 			onAct(act, s, e)
 		}
-		lp, tg := tensor.Must(logp.Rows(s, e)), tensor.Must(b.targets.Rows(s, e))
-		if ent == nil {
-			err = tensor.LogProbs(lp, g, tg, temp)
-		} else {
-			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(s, e)), g, tg, temp)
+		act.Release()
+		var er *tensor.Tensor
+		if ent != nil {
+			er = tensor.Must(ent.Rows(s, e))
 		}
+		err = ml.logProbs(tensor.Must(logp.Rows(s, e)), er, temp)
+		ml.release()
 		if err != nil {
 			return err
 		}
@@ -168,13 +169,22 @@ func (t *Trainer) generateShard(images *tensor.Tensor, prompts [][]int32, round 
 
 // collectGrad moves the gradient of the micro-batch just backpropagated out of m onto the end
 // of t.microGrads (and zeroes m's), so that reduceGrads can add the micro-batches in one fixed
-// order.
-func (t *Trainer) collectGrad(m *vlm.Model) {
+// order. On one device the sum runs there, in the same order, and nothing is moved.
+func (t *Trainer) collectGrad(m *vlm.Model) error {
+	if t.onDevice(m) {
+		if t.world() == 1 {
+			return t.dev.accumulate(m)
+		}
+		var err error
+		t.microGrads, err = t.dev.appendGrad(m, t.microGrads)
+		return err
+	}
 	_, gs := paramSlices(m)
 	for _, g := range gs {
 		t.microGrads = append(t.microGrads, g...)
 	}
 	m.ZeroGrad()
+	return nil
 }
 
 // reduceGrads sets m's gradients to scale × the sum of every rank's collected micro-batch
@@ -185,12 +195,16 @@ func (t *Trainer) collectGrad(m *vlm.Model) {
 // device's bit for bit. The price is an all-gather of each micro-batch's gradient instead of
 // a ring all-reduce of one (perf/allreduce_bytes), which suits this model, not a 7B one.
 func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
-	t0 := time.Now()
-	_, gs := paramSlices(m)
-	per := 0
-	for _, g := range gs {
-		per += len(g)
+	dev := t.onDevice(m)
+	if dev && t.world() == 1 {
+		return t.dev.finish(m, scale)
 	}
+	t0 := time.Now()
+	var gs [][]float32
+	if !dev {
+		_, gs = paramSlices(m)
+	}
+	per := m.NumParams()
 	local := t.microGrads
 	t.microGrads = nil
 	if len(local) == 0 {
@@ -221,14 +235,19 @@ func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
 			acc[i] += x
 		}
 	}
+	if scale != 1 {
+		for i := range acc {
+			acc[i] *= scale
+		}
+	}
+	if dev {
+		if err := t.dev.setGrad(m, acc); err != nil {
+			return err
+		}
+	}
 	off := 0
 	for _, g := range gs {
-		for i := range g {
-			g[i] = acc[off+i]
-			if scale != 1 {
-				g[i] *= scale
-			}
-		}
+		copy(g, acc[off:off+len(g)])
 		off += len(g)
 	}
 	if t.world() > 1 {

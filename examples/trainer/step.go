@@ -246,13 +246,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
 				// Forward: the current policy's log-probs and entropies of the micro-batch.
-				logits, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+				// (With worker.actor.device=cuda the logits and their gradient stay on the
+				// device; only the per-token log-probs, entropies and d loss / d log-probs cross.)
+				ml, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
 				if err != nil {
 					return nil, err
 				}
 				logp, ent, grad := f32(hi-lo, T), f32(hi-lo, T), f32(hi-lo, T)
-				targets := tensor.Must(b.targets.Rows(lo, hi))
-				if err := tensor.LogProbEntropy(logp, ent, logits, targets, temp); err != nil {
+				if err := ml.logProbs(logp, ent, temp); err != nil {
 					return nil, err
 				}
 				// Loss and d loss / d log-probs: token masks, shaping, clipped objective, scaling.
@@ -264,17 +265,19 @@ func (t *Trainer) Step() (*StepResult, error) {
 					return nil, err
 				}
 				// Back to the logits, then through the model.
-				dlogits := tensor.Must(tensor.NewLike(logits, tensor.Float32))
-				if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{
-					Logits: logits, Targets: targets, LogProbs: logp, DLogProbs: grad,
-					Temperature: temp,
-				}); err != nil {
+				dlogits, err := ml.dLogits(grad, temp)
+				if err != nil {
 					return nil, err
 				}
-				if err := t.backwardResponse(t.model, b, record, dlogits, lo, hi); err != nil {
+				err = t.backwardResponse(t.model, b, record, dlogits, lo, hi)
+				ml.release()
+				record.Release()
+				if err != nil {
 					return nil, err
 				}
-				t.collectGrad(t.model)
+				if err := t.collectGrad(t.model); err != nil {
+					return nil, err
+				}
 			}
 			if err := t.reduceGrads(t.model, 1/float32(t.world())); err != nil {
 				return nil, err

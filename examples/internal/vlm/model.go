@@ -19,7 +19,7 @@ type Model struct {
 	params []*Param
 	w, g   weights[float32] // views of the Param tensors' host slices
 
-	dev *OpsModel // where Forward and Backward run, when UseOps was called
+	dev *resident // the copy on an op set's backend, where Forward and Backward run (UseOps)
 }
 
 // New builds a model with weights drawn deterministically from seed: linear weights
@@ -52,7 +52,12 @@ func New(cfg Config, seed uint64) (*Model, error) {
 // Params returns the trainable parameters in a stable order with stable names ("patch.w",
 // "tok.emb", "block0.attn.wqkv", …, "head.b"). Updating W's values in place (an optimizer step,
 // loading a checkpoint with tensor.CopyInto) changes the model; replacing the tensors does not.
-func (m *Model) Params() []*Param { return m.params }
+// After UseOps the host tensors are brought up to date first, and the device copy is refreshed
+// from them at its next use (see UseOps).
+func (m *Model) Params() []*Param {
+	m.hostAccess()
+	return m.params
+}
 
 // NumParams is the total number of trainable values.
 func (m *Model) NumParams() int {
@@ -63,11 +68,12 @@ func (m *Model) NumParams() int {
 	return n
 }
 
-// ZeroGrad sets every gradient to zero.
+// ZeroGrad sets every gradient to zero (on the op set's backend too, after UseOps).
 func (m *Model) ZeroGrad() {
 	for _, g := range m.g.slots() {
 		clear(*g)
 	}
+	m.zeroDeviceGrad()
 }
 
 // Activations is the record of one Forward pass that Backward needs. It holds all

@@ -58,6 +58,8 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_adamw_f32":  {f32, f32, f32, f32, I, F, F, F, F, F, F},
 		"vlm_sumsq_f32":  {i32, f32, I}, // out: one float64 as two int32
 		"vlm_scale_f32":  {f32, I, F},
+		"vlm_zero_f32":   {f32, I},
+		"vlm_add_f32":    {f32, f32, I},
 	}
 	for _, m := range kernels.Modules() {
 		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
@@ -358,6 +360,31 @@ func (o *CUDAOps) ClipGrads(gs []*tensor.Tensor, norm, maxNorm float64) error {
 		}
 	}
 	return nil
+}
+
+// Zero sets the first n values of x to zero (the gradients' ZeroGrad, with no upload).
+func (o *CUDAOps) Zero(x *tensor.Tensor, n int) error {
+	if err := need("vlm.CUDAOps.Zero", []string{"x"}, []*tensor.Tensor{x}, []int{n}); err != nil {
+		return err
+	}
+	return o.run("vlm_zero_f32", n, x, n)
+}
+
+// Scale multiplies the first n values of x by s (float32).
+func (o *CUDAOps) Scale(x *tensor.Tensor, n int, s float32) error {
+	if err := need("vlm.CUDAOps.Scale", []string{"x"}, []*tensor.Tensor{x}, []int{n}); err != nil {
+		return err
+	}
+	return o.run("vlm_scale_f32", n, x, n, s)
+}
+
+// Add adds g to acc elementwise in float32 (acc += g over n values): the in-order sum of
+// micro-batch gradients that the trainer otherwise runs on the host.
+func (o *CUDAOps) Add(acc, g *tensor.Tensor, n int) error {
+	if err := need("vlm.CUDAOps.Add", []string{"acc", "g"}, []*tensor.Tensor{acc, g}, []int{n, n}); err != nil {
+		return err
+	}
+	return o.run("vlm_add_f32", n, acc, g, n)
 }
 
 // Close releases the op set's scratch memory (the modules live as long as the backend).
