@@ -128,7 +128,9 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 	tt.rollout = time.Since(t0)
 
 	t0 = time.Now()
-	f32 := func(shape ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...)) }
+	f32 := func(shape ...int) *tensor.Tensor {
+		return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
+	}
 	old, ent, aug, ref := f32(twinRows, twinResp), f32(twinRows, twinResp), f32(twinRows, twinResp), f32(twinRows, twinResp)
 	pass := func(m *vlm.Model, images, logp, entropy *tensor.Tensor) {
 		for lo := 0; lo < twinRows; lo += twinMicroExp {
