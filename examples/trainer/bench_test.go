@@ -135,19 +135,19 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 	pass := func(m *vlm.Model, images, logp, entropy *tensor.Tensor) {
 		for lo := 0; lo < twinRows; lo += twinMicroExp {
 			hi := lo + twinMicroExp
-			logits, _, err := s.t.forwardResponse(m, b, images, lo, hi)
+			ml, record, err := s.t.forwardResponse(m, b, images, lo, hi)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			lp, tg := tensor.Must(logp.Rows(lo, hi)), tensor.Must(b.targets.Rows(lo, hi))
-			if entropy == nil {
-				err = tensor.LogProbs(lp, logits, tg, 1)
-			} else {
-				err = tensor.LogProbEntropy(lp, tensor.Must(entropy.Rows(lo, hi)), logits, tg, 1)
+			record.Release()
+			var ent *tensor.Tensor
+			if entropy != nil {
+				ent = tensor.Must(entropy.Rows(lo, hi))
 			}
-			if err != nil {
+			if err := ml.logProbs(tensor.Must(logp.Rows(lo, hi)), ent, 1); err != nil {
 				tb.Fatal(err)
 			}
+			ml.release()
 		}
 	}
 	pass(s.policy, b.images, old, ent)
@@ -161,13 +161,12 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 		s.policy.ZeroGrad()
 		for lo := mlo; lo < mlo+twinMiniRows; lo += twinMicroUpd {
 			hi := lo + twinMicroUpd
-			logits, record, err := s.t.forwardResponse(s.policy, b, b.images, lo, hi)
+			ml, record, err := s.t.forwardResponse(s.policy, b, b.images, lo, hi)
 			if err != nil {
 				tb.Fatal(err)
 			}
 			logp, entropy, dlogp := f32(hi-lo, twinResp), f32(hi-lo, twinResp), f32(hi-lo, twinResp)
-			targets := tensor.Must(b.targets.Rows(lo, hi))
-			if err := tensor.LogProbEntropy(logp, entropy, logits, targets, 1); err != nil {
+			if err := ml.logProbs(logp, entropy, 1); err != nil {
 				tb.Fatal(err)
 			}
 			// loss = -Σ adv·exp(logp - old) / tokens of the mini-batch, adv = ±1 by row
@@ -177,11 +176,14 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 				adv := float32(1 - 2*((lo+i/twinResp)%2))
 				dv[i] = -adv * float32(math.Exp(float64(lv[i]-oldv[lo*twinResp+i]))) / (twinMiniRows * twinResp)
 			}
-			dlogits := tensor.Must(tensor.NewLike(logits, tensor.Float32))
-			if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{Logits: logits, Targets: targets, LogProbs: logp, DLogProbs: dlogp, Temperature: 1}); err != nil {
+			dlogits, err := ml.dLogits(dlogp, 1)
+			if err != nil {
 				tb.Fatal(err)
 			}
-			if err := s.t.backwardResponse(s.policy, b, record, dlogits, lo, hi); err != nil {
+			err = s.t.backwardResponse(s.policy, b, record, dlogits, lo, hi)
+			ml.release()
+			record.Release()
+			if err != nil {
 				tb.Fatal(err)
 			}
 		}
