@@ -3,6 +3,7 @@
 package vlm
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -38,9 +39,9 @@ func TestCUDAGradKernels(t *testing.T) {
 
 // TestCUDAResident: after UseOps the weights and gradients live on the device and move only
 // when the other side needs them. Forward and Backward transfer no weights; a change made on
-// the device (DeviceParams) is what Params, Generate and UseOps(nil) then see on the host; a
-// change written through Params is what the next device Forward uses; ZeroGrad clears both
-// copies.
+// the device (DeviceParams) is what Params and UseOps(nil) then see on the host; a change
+// written through Params is what the next device use (Generate, Forward) sees; ZeroGrad clears
+// both copies.
 func TestCUDAResident(t *testing.T) {
 	c := tinyConfig()
 	p := newPair(t, c)
@@ -90,7 +91,7 @@ func TestCUDAResident(t *testing.T) {
 		}
 	}
 	transfers(1, 1)
-	// Generation reads the host copy: the device change included (greedy, so exact tokens).
+	// Generation (on the device since UseOps) sees the change too: greedy, the host's tokens.
 	prompts := [][]int32{{BOS, 5, 6}, {BOS, 7}}
 	gh, err := host.Generate(img, prompts, 4, 0, 1, nil)
 	must(t, err)
@@ -119,7 +120,7 @@ func TestCUDAResident(t *testing.T) {
 	dlg, da, err := dev.Forward(img, tok)
 	must(t, err)
 	da.Release()
-	transfers(2, 1)
+	transfers(3, 1) // Params marked the host copy as written: uploaded by Generate, then by Forward
 	hv, _ := hl.Float32s()
 	dv, _ := dlg.Float32s()
 	for i := range hv {
@@ -150,4 +151,60 @@ func TestCUDAResident(t *testing.T) {
 			t.Fatalf("patch.b[%d] = %v after UseOps(nil), want the device's 0", i, v)
 		}
 	}
+}
+
+// TestCUDAGenerate: KV-cached generation on the device (prefill, decode steps, the device
+// sampler fed the host's uniforms) returns the host generator's tokens for the same weights
+// and random sources: greedy, temperature, top-p and top-k, prompts of different lengths, rows
+// that stop at EOS or at maxNew, per-row and shared random sources. The device's logits differ
+// from the host's in the last bits (GEMM order, expf), so a token could flip only if a uniform
+// fell within that of a boundary; none does here (a flip would fail the test, not hide).
+func TestCUDAGenerate(t *testing.T) {
+	c := tinyConfig()
+	c.MaxLen = 12 // room for several decode steps
+	p := newPair(t, c)
+	host, err := New(c, 6)
+	must(t, err)
+	dev, err := New(c, 6)
+	must(t, err)
+	must(t, dev.UseOps(p.dev))
+	defer dev.UseOps(nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	prompts := [][]int32{{BOS, 5, 6, 7}, {BOS, 9}, {BOS, 4, 4}, {BOS, 10, 3, 8}}
+	img := randImages(rng, c, len(prompts))
+	for _, tc := range []struct {
+		temp, topP float64
+		topK       int
+	}{{0, 1, 0}, {1, 1, 0}, {0.7, 0.9, 0}, {1.3, 1, 5}, {1, 0.8, 7}} {
+		src := func() []*rand.Rand {
+			rs := make([]*rand.Rand, len(prompts))
+			for i := range rs {
+				rs[i] = rand.New(rand.NewPCG(uint64(i), 77))
+			}
+			return rs
+		}
+		want, err := host.GenerateRows(img, prompts, 9, tc.temp, tc.topP, tc.topK, src())
+		must(t, err)
+		got, err := dev.GenerateRows(img, prompts, 9, tc.temp, tc.topP, tc.topK, src())
+		must(t, err)
+		sameTokens(t, fmt.Sprintf("per-row %+v", tc), want, got)
+		want, err = host.GenerateTopK(img, prompts, 9, tc.temp, tc.topP, tc.topK, rand.New(rand.NewPCG(5, 5)))
+		must(t, err)
+		got, err = dev.GenerateTopK(img, prompts, 9, tc.temp, tc.topP, tc.topK, rand.New(rand.NewPCG(5, 5)))
+		must(t, err)
+		sameTokens(t, fmt.Sprintf("shared %+v", tc), want, got)
+	}
+	if up, down := dev.Transfers(); up != 1 || down != 0 {
+		t.Fatalf("generation moved weights: %d uploads, %d downloads", up, down)
+	}
+}
+
+func sameTokens(t *testing.T, what string, want, got [][]int32) {
+	t.Helper()
+	for r := range want {
+		if fmt.Sprint(want[r]) != fmt.Sprint(got[r]) {
+			t.Fatalf("%s row %d: device %v, host %v", what, r, got[r], want[r])
+		}
+	}
+	t.Logf("%s: %v", what, got)
 }

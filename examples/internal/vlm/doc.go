@@ -37,4 +37,13 @@
 // finite differences of the same code in float64, and the float32 results against the float64
 // ones. All parameter-gradient reductions run in a fixed order, so results do not depend on
 // GOMAXPROCS.
+//
+// # On a device
+//
+// UseOps moves a model onto an op set (CUDAOps, built with the cuda tag): weights and gradients
+// live on its backend from then on, Forward, Backward and Generate run there (KV-cached, with
+// the device sampler drawing the host's uniforms), and the host copy is synchronised only when
+// it is read (Params, HostParams) or written (Params). DeviceParams hands the device tensors to
+// an optimizer on the device; ForwardOnBackend leaves the logits there; Transfers counts the
+// whole-model copies.
 package vlm

@@ -314,12 +314,12 @@ func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, t
 	if err != nil {
 		return nil, err
 	}
-	if err := m.hostRead(); err != nil { // the weights an op set's backend changed (UseOps)
-		return nil, err
-	}
 	pv := patchVectors[float32](c, px, len(prompts))
 	if rng == nil { // greedy: sample draws nothing
 		rng = func(int) *rand.Rand { return nil }
+	}
+	if m.dev != nil { // on the op set's backend (UseOps): generate_ops.go
+		return m.generateOnOps(pv, prompts, maxNew, temperature, topP, topK, rng, record)
 	}
 	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, topK, rng, record), nil
 }
