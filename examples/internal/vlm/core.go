@@ -280,10 +280,7 @@ func attention[F Float](c Config, b, s int, qkv, p, ao []F, simd bool) {
 					}
 					clear(sc[:w])
 					axpy(simd, dh, qkv[(base+i)*3*d+qo:], kt, sk, sc, w)
-					for j := range lim {
-						sc[j] *= scale
-					}
-					softmax(simd, sc, lim)
+					softmax(simd, sc, lim, scale)
 					o := ao[(base+i)*d+hd*dh:][:dh]
 					clear(o)
 					axpy(simd, lim, sc, qkv[base*3*d+vo:], 3*d, o, dh)
@@ -371,8 +368,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 		la.xhat1, la.rstd1, la.h1 = make([]F, n*d), make([]F, n), make([]F, n*d)
 		layerNorm(n, d, x, bw.ln1G, bw.ln1B, la.xhat1, la.rstd1, la.h1)
 		la.qkv = make([]F, n*3*d)
-		gemm(false, false, n, 3*d, d, la.h1, bw.wqkv, 0, la.qkv)
-		addBias(n, 3*d, la.qkv, bw.bqkv)
+		gemmBias(n, 3*d, d, la.h1, bw.wqkv, bw.bqkv, la.qkv)
 		la.p = make([]F, b*c.Heads*s*s)
 		la.ao = make([]F, n*d)
 		attention(c, b, s, la.qkv, la.p, la.ao, modelSIMD)
@@ -383,8 +379,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 		la.xhat2, la.rstd2, la.h2 = make([]F, n*d), make([]F, n), make([]F, n*d)
 		layerNorm(n, d, x, bw.ln2G, bw.ln2B, la.xhat2, la.rstd2, la.h2)
 		la.u, la.a = make([]F, n*m), make([]F, n*m)
-		gemm(false, false, n, m, d, la.h2, bw.w1, 0, la.u)
-		addBias(n, m, la.u, bw.b1)
+		gemmBias(n, m, d, la.h2, bw.w1, bw.b1, la.u)
 		gelu(la.u, la.a, modelSIMD)
 		gemm(false, false, n, d, m, la.a, bw.w2, 1, x)
 		addBias(n, d, x, bw.b2)
@@ -395,8 +390,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 	a.xhatF, a.rstdF, a.hF = make([]F, nt*d), make([]F, nt), make([]F, nt*d)
 	layerNorm(nt, d, xt, w.lnfG, w.lnfB, a.xhatF, a.rstdF, a.hF)
 	logits := make([]F, nt*v)
-	gemm(false, false, nt, v, d, a.hF, w.headW, 0, logits)
-	addBias(nt, v, logits, w.headB)
+	gemmBias(nt, v, d, a.hF, w.headW, w.headB, logits)
 	return logits, a
 }
 

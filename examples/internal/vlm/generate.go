@@ -38,8 +38,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 	for li := range c.Layers {
 		bw := &w.blocks[li]
 		layerNorm(n, d, x, bw.ln1G, bw.ln1B, nil, nil, h)
-		gemm(false, false, n, 3*d, d, h, bw.wqkv, 0, qkv)
-		addBias(n, 3*d, qkv, bw.bqkv)
+		gemmBias(n, 3*d, d, h, bw.wqkv, bw.bqkv, qkv)
 		kc, vc := kv.k[li], kv.v[li]
 		parallel.For(len(rows), parallel.Grain(n/len(rows)*d*16, 1<<15), func(lo, hi int) {
 			sc := make([]F, kv.stride)
@@ -65,10 +64,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 					for hd := range nh {
 						clear(sc[:wd])
 						axpy(simd, dh, qkv[row*3*d+hd*dh:], kt[hd*dh*kv.stride:], kv.stride, sc, wd)
-						for t := range lim {
-							sc[t] *= scale
-						}
-						softmax(simd, sc, lim)
+						softmax(simd, sc, lim, scale)
 						o := ao[row*d+hd*dh:][:dh]
 						clear(o)
 						axpy(simd, lim, sc, vc[cache+hd*dh:], d, o, dh)
@@ -79,8 +75,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 		gemm(false, false, n, d, d, ao, bw.wo, 1, x)
 		addBias(n, d, x, bw.bo)
 		layerNorm(n, d, x, bw.ln2G, bw.ln2B, nil, nil, h)
-		gemm(false, false, n, m, d, h, bw.w1, 0, u)
-		addBias(n, m, u, bw.b1)
+		gemmBias(n, m, d, h, bw.w1, bw.b1, u)
 		gelu(u, u, simd)
 		gemm(false, false, n, d, m, u, bw.w2, 1, x)
 		addBias(n, d, x, bw.b2)
@@ -92,8 +87,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 	hl := make([]F, len(rows)*d)
 	layerNorm(len(rows), d, last, w.lnfG, w.lnfB, nil, nil, hl)
 	logits := make([]F, len(rows)*v)
-	gemm(false, false, len(rows), v, d, hl, w.headW, 0, logits)
-	addBias(len(rows), v, logits, w.headB)
+	gemmBias(len(rows), v, d, hl, w.headW, w.headB, logits)
 	return logits
 }
 

@@ -14,11 +14,6 @@ func kern4x16(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc i
 //go:noescape
 func axpyRows(k int, a *float32, b *float32, ldb int, c *float32, n int)
 
-// expShift sets x[i] = exp(x[i] − m) for i < n, n a multiple of 8 (AVX2+FMA).
-//
-//go:noescape
-func expShift(n int, x *float32, m float32)
-
 // geluFwd sets a[i] = u[i]·σ(1.702·u[i]) for i < n, n a multiple of 8; a may be u.
 //
 //go:noescape
@@ -28,5 +23,10 @@ func geluFwd(n int, u, a *float32)
 //
 //go:noescape
 func geluBwd(n int, u, da *float32)
+
+// softmaxRow sets x[0:n] = softmax(scale·x[0:n]), n a multiple of 8; −Inf lanes give 0.
+//
+//go:noescape
+func softmaxRow(n int, x *float32, scale float32)
 
 var hasKernel = cpu.X86.HasAVX2 && cpu.X86.HasFMA

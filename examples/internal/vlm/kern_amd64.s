@@ -137,28 +137,6 @@ GLOBL expp<>(SB), RODATA|NOPTR, $24
 	VMULPS Y2, Y3, Y0; \
 	VANDPS Y4, Y0, Y0
 
-// func expShift(n int, x *float32, m float32)
-// x[i] = exp(x[i] − m) for i < n, n a multiple of 8. Needs AVX2 and FMA.
-TEXT ·expShift(SB), NOSPLIT, $0-20
-	MOVQ         n+0(FP), CX
-	MOVQ         x+8(FP), SI
-	VBROADCASTSS m+16(FP), Y7
-	EXPCONST
-
-expLoop:
-	SUBQ    $8, CX
-	JLT     expDone
-	VMOVUPS (SI), Y0
-	VSUBPS  Y7, Y0, Y0
-	EXP
-	VMOVUPS Y0, (SI)
-	ADDQ    $32, SI
-	JMP     expLoop
-
-expDone:
-	VZEROUPPER
-	RET
-
 // func geluFwd(n int, u, a *float32)
 // a[i] = u[i]·σ(1.702·u[i]) for i < n, n a multiple of 8 (a may be u).
 TEXT ·geluFwd(SB), NOSPLIT, $0-24
@@ -318,5 +296,71 @@ ax8e:
 	JMP     ax8
 
 axDone:
+	VZEROUPPER
+	RET
+
+// func softmaxRow(n int, x *float32, scale float32)
+// x[0:n] = softmax(scale·x[0:n]) for n a multiple of 8 (pad with −Inf: padded lanes come out 0):
+// the maximum, exp(scale·x − scale·max) with the sum kept in 8 lanes, then times 1/sum.
+TEXT ·softmaxRow(SB), NOSPLIT, $0-20
+	MOVQ         n+0(FP), CX
+	MOVQ         x+8(FP), SI
+	VBROADCASTSS scale+16(FP), Y7
+	EXPCONST
+	MOVQ         SI, DI
+	MOVQ         CX, R8
+	VMOVUPS      (SI), Y6
+
+smMax:
+	SUBQ    $8, R8
+	JLE     smMaxDone
+	ADDQ    $32, DI
+	VMAXPS  (DI), Y6, Y6
+	JMP     smMax
+
+smMaxDone:
+	VEXTRACTF128 $1, Y6, X5
+	VMAXPS       X5, X6, X6
+	VPERMILPS    $0x4e, X6, X5
+	VMAXPS       X5, X6, X6
+	VPERMILPS    $0xb1, X6, X5
+	VMAXPS       X5, X6, X6
+	VBROADCASTSS X6, Y6
+	VMULPS       Y7, Y6, Y6 // scale·max
+	VXORPS       Y5, Y5, Y5 // lane sums
+	MOVQ         SI, DI
+	MOVQ         CX, R8
+
+smExp:
+	SUBQ    $8, R8
+	JLT     smExpDone
+	VMOVUPS (DI), Y0
+	VMULPS  Y7, Y0, Y0
+	VSUBPS  Y6, Y0, Y0
+	EXP
+	VADDPS  Y0, Y5, Y5
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	JMP     smExp
+
+smExpDone:
+	VEXTRACTF128 $1, Y5, X4
+	VADDPS       X4, X5, X5
+	VPERMILPS    $0x4e, X5, X4
+	VADDPS       X4, X5, X5
+	VPERMILPS    $0xb1, X5, X4
+	VADDPS       X4, X5, X5
+	VBROADCASTSS X5, Y5
+	VDIVPS       Y5, Y15, Y5 // 1/sum
+
+smNorm:
+	SUBQ    $8, CX
+	JLT     smDone
+	VMULPS  (SI), Y5, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ    $32, SI
+	JMP     smNorm
+
+smDone:
 	VZEROUPPER
 	RET

@@ -12,6 +12,6 @@ func axpyRows(k int, a *float32, b *float32, ldb int, c *float32, n int) {
 	panic("vlm: axpyRows without assembly")
 }
 
-func expShift(n int, x *float32, m float32) { panic("vlm: expShift without assembly") }
-func geluFwd(n int, u, a *float32)          { panic("vlm: geluFwd without assembly") }
-func geluBwd(n int, u, da *float32)         { panic("vlm: geluBwd without assembly") }
+func geluFwd(n int, u, a *float32)                { panic("vlm: geluFwd without assembly") }
+func geluBwd(n int, u, da *float32)               { panic("vlm: geluBwd without assembly") }
+func softmaxRow(n int, x *float32, scale float32) { panic("vlm: softmaxRow without assembly") }

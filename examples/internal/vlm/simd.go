@@ -48,20 +48,25 @@ func axpy[F Float](simd bool, k int, a, b []F, ldb int, c []F, n int) {
 	}
 }
 
-// softmax turns the scores sc[:lim] into probabilities in place: exp(x − max), divided by
-// their sum (taken in order). With simd, sc must have room for ceil8(lim) values (the lanes
-// past lim are computed and ignored).
-func softmax[F Float](simd bool, sc []F, lim int) {
-	mx := F(math.Inf(-1))
-	for _, v := range sc[:lim] {
-		mx = max(mx, v)
-	}
+// softmax turns the scores scale·sc[:lim] into probabilities in place: exp(x − max), divided by
+// their sum. Without simd the arithmetic is the reference's (scale, then exp, then the sum in
+// order). With simd, sc must have room for ceil8(lim) values; the AVX2 kernel sums in 8 lanes.
+func softmax[F Float](simd bool, sc []F, lim int, scale F) {
 	if simd && hasKernel && isF32[F]() {
-		expShift(ceil8(lim), f32p(sc[:ceil8(lim)]), float32(mx))
-	} else {
-		for j := range lim {
-			sc[j] = hostops.Exp(sc[j] - mx)
+		w := ceil8(lim)
+		for j := lim; j < w; j++ {
+			sc[j] = F(math.Inf(-1))
 		}
+		softmaxRow(w, f32p(sc), float32(scale))
+		return
+	}
+	mx := F(math.Inf(-1))
+	for j := range lim {
+		sc[j] *= scale
+		mx = max(mx, sc[j])
+	}
+	for j := range lim {
+		sc[j] = hostops.Exp(sc[j] - mx)
 	}
 	var sum F
 	for _, v := range sc[:lim] {

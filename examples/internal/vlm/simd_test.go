@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/mtrl-go/mtrl/internal/hostops"
 )
 
 // useReferenceKernels makes Model run the pure-Go reference kernels (HostOps') for the test.
@@ -34,28 +32,32 @@ func within(t *testing.T, what string, got, want []float32, tol float64) {
 	}
 }
 
-// TestExpShiftMatchesExp32: the vector exp against hostops.Exp32 over softmax's range and the
-// special values.
-func TestExpShiftMatchesExp32(t *testing.T) {
+// TestSoftmaxSIMDMatchesReference: rows of every length up to 64 with scores spread over exp's
+// whole range (down to below expMin, where the reference's exp is 0), and NaN.
+func TestSoftmaxSIMDMatchesReference(t *testing.T) {
 	requireKernels(t)
 	rng := rand.New(rand.NewPCG(1, 1))
-	x := []float32{0, -0.0, -87.3, -87.34, -88, -100, -1e30, float32(math.Inf(-1)), float32(math.NaN()), 1e-8, -1e-8, 0.34, 10, 80, 88}
-	for len(x)%8 != 0 || len(x) < 4096 {
-		x = append(x, float32(-90*rng.Float64()))
-	}
-	got := append([]float32(nil), x...)
-	expShift(len(got), &got[0], 0)
-	for i, v := range x {
-		want := hostops.Exp32(v)
-		g := got[i]
-		switch {
-		case math.IsNaN(float64(want)):
-			if !math.IsNaN(float64(g)) {
-				t.Fatalf("exp(%v) = %v, want NaN", v, g)
+	for lim := 1; lim <= 64; lim++ {
+		for _, spread := range []float64{1, 30, 400} {
+			ref, got := make([]float32, ceil8(lim)), make([]float32, ceil8(lim))
+			for j := range lim {
+				ref[j] = float32(spread * rng.NormFloat64())
 			}
-		case math.Abs(float64(g-want)) > 4e-7*float64(want):
-			t.Fatalf("exp(%v) = %v, Exp32 %v", v, g, want)
+			copy(got, ref)
+			softmax(false, ref, lim, 0.25)
+			softmax(true, got, lim, 0.25)
+			within(t, "softmax", got[:lim], ref[:lim], 1e-6)
+			for j := lim; j < len(got); j++ {
+				if got[j] != 0 {
+					t.Fatalf("padding lane %d of %d: %v, want 0", j, lim, got[j])
+				}
+			}
 		}
+	}
+	nan := []float32{1, float32(math.NaN()), 2, 0, 0, 0, 0, 0}
+	softmax(true, nan, 3, 1)
+	if !math.IsNaN(float64(nan[0])) {
+		t.Fatalf("softmax with a NaN score: %v, want NaN", nan[:3])
 	}
 }
 
