@@ -132,7 +132,7 @@ func (o HostOps) GELU(a *tensor.Tensor, n int, u *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	gelu(v[1], v[0])
+	gelu(v[1], v[0], false)
 	return nil
 }
 
@@ -141,7 +141,7 @@ func (o HostOps) GELUBack(da *tensor.Tensor, n int, u *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	geluBack(v[1], v[0])
+	geluBack(v[1], v[0], false)
 	return nil
 }
 
@@ -153,7 +153,7 @@ func (o HostOps) Attention(ao, p *tensor.Tensor, b, s int, qkv *tensor.Tensor) e
 		return err
 	}
 	clear(v[1])
-	attention(c, b, s, v[2], v[1], v[0])
+	attention(c, b, s, v[2], v[1], v[0], false)
 	return nil
 }
 
@@ -164,7 +164,7 @@ func (o HostOps) AttentionBack(dqkv *tensor.Tensor, b, s int, qkv, p, dao *tenso
 	if err != nil {
 		return err
 	}
-	attentionBack(c, b, s, v[1], v[2], v[3], v[0])
+	attentionBack(c, b, s, v[1], v[2], v[3], v[0], false)
 	return nil
 }
 
