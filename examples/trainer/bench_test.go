@@ -235,11 +235,11 @@ func BenchmarkVPPOStep(b *testing.B) {
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
+	n := len(s)
+	if n%2 == 1 {
 		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
 	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // TestTwinFixture writes what the PyTorch twin needs into $VLM_TWIN_DIR (skipped without it):

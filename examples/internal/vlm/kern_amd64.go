@@ -29,4 +29,13 @@ func geluBwd(n int, u, da *float32)
 //go:noescape
 func softmaxRow(n int, x *float32, scale float32)
 
-var hasKernel = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// kern4x32 is kern4x16 for 32 columns on AVX-512 registers.
+//
+//go:noescape
+func kern4x32(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
+
+var (
+	hasKernel = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	// hasKernel512 selects kern4x32 for the GEMM's 32-column blocks.
+	hasKernel512 = hasKernel && cpu.X86.HasAVX512F
+)
