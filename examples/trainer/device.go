@@ -47,18 +47,26 @@ func (t *Trainer) onDevice(m *vlm.Model) bool {
 // microLogits are the logits [rows, T, V] that predict one micro-batch's response tokens, on
 // the backend of the model that computed them, and the targets there. On a device they never
 // come to the host: the log-prob op reads them there and its backward writes d loss / d logits
-// there; only the per-token log-probs, entropies and their gradients [rows, T] cross.
+// there. The per-token log-probs, entropies and d loss / d log-probs [rows, T] stay there too
+// when the caller's tensors are on the logits' backend (the trainer's device path); host
+// tensors are filled by a download (and d loss / d log-probs uploaded).
 type microLogits struct {
 	logits, targets *tensor.Tensor
 	logp            *tensor.Tensor // the forward's log-probs on the logits' backend (logProbs sets it)
 	owned           []*tensor.Tensor
 }
 
+// perToken returns a float32 [rows, T] tensor on the logits' backend, released with the
+// logits (a host tensor on the CPU).
+func (g *microLogits) perToken() (*tensor.Tensor, error) {
+	return g.alloc(g.logits.Backend(), g.targets.Shape()...)
+}
+
 // logProbs writes the log-probs of the targets (and the entropies when ent is not nil) into
-// the host tensors logp and ent [rows, T].
+// logp and ent [rows, T], on the host or on the logits' backend.
 func (g *microLogits) logProbs(logp, ent *tensor.Tensor, temp float32) error {
 	b := g.logits.Backend()
-	if b == tensor.CPU() {
+	if logp.Backend() == b && (ent == nil || ent.Backend() == b) {
 		g.logp = logp
 		if ent == nil {
 			return tensor.LogProbs(logp, g.logits, g.targets, temp)
@@ -87,13 +95,14 @@ func (g *microLogits) logProbs(logp, ent *tensor.Tensor, temp float32) error {
 }
 
 // dLogits returns d loss / d logits [rows, T, V] on the logits' backend from d loss / d
-// log-probs [rows, T] (a host tensor), through the log-prob op's backward (after logProbs).
+// log-probs [rows, T] (on the host or on that backend), through the log-prob op's backward
+// (after logProbs).
 func (g *microLogits) dLogits(dlogp *tensor.Tensor, temp float32) (*tensor.Tensor, error) {
 	if g.logp == nil {
 		return nil, fmt.Errorf("dLogits before logProbs")
 	}
 	b := g.logits.Backend()
-	if b != tensor.CPU() {
+	if dlogp.Backend() != b {
 		d, err := g.alloc(b, dlogp.Shape()...)
 		if err != nil {
 			return nil, err
@@ -118,7 +127,7 @@ func (g *microLogits) dLogits(dlogp *tensor.Tensor, temp float32) (*tensor.Tenso
 
 func (g *microLogits) alloc(b tensor.Backend, shape ...int) (*tensor.Tensor, error) {
 	t, err := tensor.New(b, tensor.Float32, shape...)
-	if err == nil {
+	if err == nil && b != tensor.CPU() {
 		g.owned = append(g.owned, t)
 	}
 	return t, err

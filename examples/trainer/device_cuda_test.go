@@ -128,3 +128,50 @@ func TestDeviceDataParallel(t *testing.T) {
 	require.Empty(t, diffs)
 	require.Zero(t, wd)
 }
+
+// TestDeviceStepTraffic: in an RL step on one device no per-token tensor comes to the host:
+// every device-to-host copy (the backend counts them all: tensor downloads, host staging of
+// ops without a device kernel, kernels' own small results) is smaller than one micro-batch's
+// [rows, T] float32 tensor — what comes down is the sampled token ids of each decode step,
+// reductions, per-row statistics and the gradient norm. The response length is long enough
+// (T = 48, 2 rows per update micro-batch: 384 bytes) that per-row values stay below it.
+// Trajectory shaping and the MDI reward still stage [rows, T] tensors (shaping) and attention
+// maps (MDI) through the host, and so does the KL loss's gradient (ppo.KLLoss scales and
+// accumulates it on the host) (README "The GPU trainer"): their traffic is logged, and the
+// claim is checked with them off.
+func TestDeviceStepTraffic(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		extra    []string
+		resident bool // no per-token tensor may come down
+	}{
+		{"resident", []string{"worker.reward.mdi_weight=0", "optimization.enable_trajectory_reweighting=false"}, true},
+		{"kl_loss", []string{"worker.reward.mdi_weight=0", "optimization.enable_trajectory_reweighting=false", "worker.actor.use_kl_loss=true"}, false},
+		{"default", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyConfig(t, t.TempDir(), append([]string{"worker.actor.device=cuda", "worker.rollout.max_response_length=48"}, c.extra...)...)
+			tr, err := NewTrainer(cfg)
+			require.NoError(t, err)
+			defer tr.Close()
+			_, err = tr.WarmStart(context.Background(), NewProgress(&bytes.Buffer{}, "", 0, false))
+			require.NoError(t, err)
+			require.NoError(t, tr.FreezeReference())
+			b, ok := tr.dev.backend().(*cuda.Backend)
+			require.True(t, ok, "the actor's backend is %T", tr.dev.backend())
+			rows, T := cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate, tr.respLen
+			perToken := int64(rows * T * 4)
+			for step := range 2 {
+				b.ResetTraffic()
+				_, err := tr.Step()
+				require.NoError(t, err)
+				up, down := b.Traffic()
+				t.Logf("step %d: down %d copies, %d bytes, largest %d; up %d copies, %d bytes, largest %d (a [%d, %d] float32 tensor: %d bytes)",
+					step+1, down.Copies, down.Bytes, down.Largest, up.Copies, up.Bytes, up.Largest, rows, T, perToken)
+				if c.resident {
+					require.Less(t, down.Largest, perToken, "step %d: a device-to-host copy of a per-token tensor's size", step+1)
+				}
+			}
+		})
+	}
+}

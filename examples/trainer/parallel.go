@@ -85,13 +85,20 @@ func gatherValues[T any](t *Trainer, local []T) ([]T, error) {
 }
 
 // gatherRows fills rows outside this rank's shard [lo, hi) of the float32 tensors (each
-// [B, ...], this rank's rows already computed) from the other ranks.
+// [B, ...], this rank's rows already computed) from the other ranks. A device tensor goes
+// through the host (no NCCL here): its shard comes down, the other ranks' rows go up.
 func (t *Trainer) gatherRows(lo, hi int, ts ...*tensor.Tensor) error {
 	if t.world() == 1 {
 		return nil
 	}
 	for _, x := range ts {
 		if x == nil {
+			continue
+		}
+		if !x.IsHost() {
+			if err := t.gatherDeviceRows(lo, hi, x); err != nil {
+				return err
+			}
 			continue
 		}
 		v, err := x.Float32s()
@@ -115,8 +122,33 @@ func (t *Trainer) gatherRows(lo, hi int, ts ...*tensor.Tensor) error {
 	return nil
 }
 
-// shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response
-// tokens under m for this rank's rows, in chunks of micro rows without keeping activations
+// gatherDeviceRows is gatherRows of a device tensor x: only this rank's rows come down and
+// only the others' go up.
+func (t *Trainer) gatherDeviceRows(lo, hi int, x *tensor.Tensor) error {
+	h, err := tensor.New(tensor.CPU(), tensor.Float32, x.Shape()...)
+	if err != nil {
+		return err
+	}
+	if hi > lo {
+		if err := tensor.CopyInto(tensor.Must(h.Rows(lo, hi)), tensor.Must(x.Rows(lo, hi))); err != nil {
+			return err
+		}
+	}
+	if err := t.gatherRows(lo, hi, h); err != nil {
+		return err
+	}
+	for _, r := range [][2]int{{0, lo}, {hi, x.Dim(0)}} {
+		if r[1] > r[0] {
+			if err := tensor.CopyInto(tensor.Must(x.Rows(r[0], r[1])), tensor.Must(h.Rows(r[0], r[1]))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] (host or
+// device tensors) of b's response tokens under m for this rank's rows, in chunks of micro rows without keeping activations
 // (onAct, when set, sees each chunk's), and gathers the other ranks' rows.
 func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
 	lo, hi := t.shard(b.rows)

@@ -61,7 +61,10 @@ type Trainer struct {
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
-	valOOV        int  // validation prompt words outside the training vocabulary
+	// rolloutDetail asks the next Step for the per-token rollout records (rollouts.md) even on a
+	// device, where they cost a download of [B, T] tensors; on the host they are always there.
+	rolloutDetail bool
+	valOOV        int // validation prompt words outside the training vocabulary
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
 
