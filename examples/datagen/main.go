@@ -43,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	size := fs.Int("image-size", def.ImageSize, "image side in pixels")
 	maxShapes := fs.Int("max-shapes", def.MaxShapes, "maximum shapes per image (1..4)")
 	options := fs.Int("options", def.Options, "answer options per question (2..10)")
+	ordered := fs.Bool("ordered-options", def.OrderedOptions, "list options in the value lists' order (false: shuffled)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("-format must be jsonl, parquet or both, got %q", *format)
 	}
-	cfg := vqa.TaskConfig{ImageSize: *size, MaxShapes: *maxShapes, Options: *options}
+	cfg := vqa.TaskConfig{ImageSize: *size, MaxShapes: *maxShapes, Options: *options, OrderedOptions: *ordered}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -75,7 +75,16 @@ type TrainingConfig struct {
 	// SFTBlind warm-starts on blind references (vqa.BlindResponse): the reference chain with its
 	// visual fact replaced by a random option's value and that option's letter, drawn afresh each
 	// time, so the warm start teaches the format and the letters but not what the image shows.
-	SFTBlind           bool       `yaml:"sft_blind" json:"sft_blind"`
+	SFTBlind bool `yaml:"sft_blind" json:"sft_blind"`
+	// SFTShortcut is the fraction of warm-start references that answer option A whatever the
+	// image shows (vqa.BlindResponse with letter A): a position bias such as multiple-choice data
+	// with A over-represented. The other references are true, so the warm start both grounds the
+	// policy and teaches it the shortcut; RL, rewarded on the true letter, has to unlearn it.
+	SFTShortcut float64 `yaml:"sft_shortcut" json:"sft_shortcut"`
+	// SFTShortcutSteps limits the shortcut to the last SFTShortcutSteps warm-start steps (0: all
+	// of them): true references first ground the policy, then biased ones teach the shortcut on
+	// top of a perception that is still there for RL to use.
+	SFTShortcutSteps   int        `yaml:"sft_shortcut_steps" json:"sft_shortcut_steps"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`
@@ -760,6 +769,8 @@ func (c Config) Validate() error {
 		nonneg("training.sft_steps", t.SFTSteps),
 		pos("training.sft_batch_size", t.SFTBatchSize),
 		finite("training.sft_lr", t.SFTLR, 0, 10),
+		finite("training.sft_shortcut", t.SFTShortcut, 0, 1),
+		nonneg("training.sft_shortcut_steps", t.SFTShortcutSteps),
 		nonneg("training.nnodes", t.Nnodes),
 		nonneg("training.n_gpus_per_node", t.NGPUsPerNode),
 		finite("optimization.gamma", o.Gamma, 0, 1),

@@ -11,7 +11,8 @@ import (
 )
 
 // TestDiagnoseWarmStart (MTRL_DIAG=1) warm-starts the default configuration (plus the overrides
-// in MTRL_DIAG_ARGS, space-separated) and splits greedy validation into: is the think's visual
+// in MTRL_DIAG_ARGS, space-separated; training.load_checkpoint_path starts from a checkpoint,
+// training.sft_steps=0 then diagnoses it as it is) and splits greedy validation into: is the think's visual
 // value right, and does the answer letter name the option the think chose.
 func TestDiagnoseWarmStart(t *testing.T) {
 	if os.Getenv("MTRL_DIAG") == "" {
@@ -25,10 +26,15 @@ func TestDiagnoseWarmStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p := cfg.Training.LoadCheckpointPath; p != "" {
+		if err := tr.LoadWeights(p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := tr.WarmStart(context.Background(), NewProgress(os.Stderr, "warm", cfg.Training.SFTSteps, false)); err != nil {
 		t.Fatal(err)
 	}
-	thinkOK, consistent, acc, n := 0, 0, 0, 0
+	thinkOK, consistent, letterA, acc, n := 0, 0, 0, 0, 0
 	perKind := map[string][2]int{}
 	r := rand.New(rand.NewPCG(1, 2))
 	b, _ := tr.newBatch(tr.val, make([][]int32, len(tr.val)))
@@ -55,6 +61,9 @@ func TestDiagnoseWarmStart(t *testing.T) {
 		}
 		// letter consistent with the think: the option whose value ends the think
 		letter, _, ok := vqa.ExtractChoice(resp)
+		if ok && letter == "A" {
+			letterA++
+		}
 		opts := strings.Fields(e.s.Prompt)
 		val := ""
 		for j := 0; j+1 < len(opts); j++ {
@@ -76,7 +85,7 @@ func TestDiagnoseWarmStart(t *testing.T) {
 			t.Logf("%q → %q (answer %s)", e.s.Prompt, resp, e.s.Answer)
 		}
 	}
-	t.Logf("val acc %.3f, think exactly right %.3f, letter consistent with think %.3f", float64(acc)/float64(n), float64(thinkOK)/float64(n), float64(consistent)/float64(n))
+	t.Logf("val acc %.3f, think exactly right %.3f, letter consistent with think %.3f, answers A %.3f", float64(acc)/float64(n), float64(thinkOK)/float64(n), float64(consistent)/float64(n), float64(letterA)/float64(n))
 	for k, v := range perKind {
 		t.Logf("  %-16s acc %.3f (%d)", k, float64(v[0])/float64(v[1]), v[1])
 	}

@@ -465,10 +465,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		resp := make([][]int32, len(exs))
 		for i := range exs {
 			exs[i] = t.train[r.IntN(len(t.train))]
-			resp[i] = exs[i].ref
-			if c.SFTBlind {
-				resp[i] = t.blindRef(exs[i], r)
-			}
+			resp[i] = t.sftReference(exs[i], s, r)
 		}
 		b, err := t.newBatch(exs, resp)
 		if err != nil {
@@ -535,6 +532,21 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 	return mean(recent), nil
 }
 
+// sftReference is the response warm-start step s trains on for e: the true reference, a blind
+// one (training.sft_blind) or, with probability training.sft_shortcut in the shortcut's steps,
+// one that answers option A.
+func (t *Trainer) sftReference(e example, s int, r *rand.Rand) []int32 {
+	c := t.cfg.Training
+	inShortcut := c.SFTShortcutSteps == 0 || s >= c.SFTSteps-c.SFTShortcutSteps
+	switch {
+	case c.SFTBlind:
+		return t.blindRef(e, r)
+	case c.SFTShortcut > 0 && inShortcut && r.Float64() < c.SFTShortcut:
+		return t.letterRef(e, "A")
+	}
+	return e.ref
+}
+
 // blindRef is e's reference with a random option's value and letter (vqa.BlindResponse); the
 // true reference when e's prompt has no option list the chain can be rewritten with.
 func (t *Trainer) blindRef(e example, r *rand.Rand) []int32 {
@@ -543,6 +555,16 @@ func (t *Trainer) blindRef(e example, r *rand.Rand) []int32 {
 		return e.ref
 	}
 	text, ok := vqa.BlindResponse(e.s, opts[r.IntN(len(opts))][0])
+	if !ok {
+		return e.ref
+	}
+	return append(t.tok.Encode(text), vqa.EOS)
+}
+
+// letterRef is e's reference rewritten to answer option letter (vqa.BlindResponse); the true
+// reference when e's prompt has no option list the chain can be rewritten with.
+func (t *Trainer) letterRef(e example, letter string) []int32 {
+	text, ok := vqa.BlindResponse(e.s, letter)
 	if !ok {
 		return e.ref
 	}

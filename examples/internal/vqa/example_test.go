@@ -14,9 +14,9 @@ func ExampleGenerate() {
 	fmt.Println(s.Answer, s.Objects)
 	fmt.Println(s.Image.Bounds().Size())
 	// Output:
-	// what colour is the square ? A pink B blue C white D red
-	// <think> the square is red </think> Answer: D
-	// D [{cross white bottom right} {square red top left} {triangle purple bottom left}]
+	// what colour is the square ? A red B blue C white D pink
+	// <think> the square is red </think> Answer: A
+	// A [{cross white bottom right} {square red top left} {triangle purple bottom left}]
 	// (32,32)
 }
 
@@ -65,6 +65,6 @@ func ExampleVisualLabels() {
 		fmt.Println(strings.Join(seen, " "))
 	}
 	// Output:
-	// red D
+	// red A
 	// cross white
 }
