@@ -69,4 +69,13 @@ __global__ void __launch_bounds__(MTRL_BLOCK) tprl_select_stats_fwd_f32(double* 
     }
 }
 
+// Trajectory shaping (tprl.ShapingKernel.ScaleRows): dst[i, t] = src[i, t] * f[i] in float32
+// (dst may be src). The host computes the factors f [B] from per-row sums
+// (ppo_rowsums_fwd_f32) with tprl's own plan and uploads them.
+__global__ void __launch_bounds__(MTRL_BLOCK) tprl_scale_rows_fwd_f32(float* dst, const float* src, const float* f, int64_t n, int64_t cols) {
+    for (int64_t i = (int64_t)blockIdx.x * MTRL_BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * MTRL_BLOCK) {
+        dst[i] = src[i] * f[i / cols];
+    }
+}
+
 }  // extern "C"
