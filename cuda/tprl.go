@@ -12,6 +12,7 @@ import (
 var (
 	_ tprl.SelectionStatsKernel = deviceKernels{}
 	_ tprl.ShapingKernel        = deviceKernels{}
+	_ tprl.UnionKernel          = deviceKernels{}
 )
 
 // SelectionRows is the device kernel of the statistics of tprl.EntropyMask and
@@ -107,4 +108,42 @@ func (b deviceKernels) ScaleRows(dst, src *tensor.Tensor, factors []float32) err
 		}
 		return b.elementwise(op, "tprl_scale_rows_fwd_f32", n, ptrArg(ps[0]), ptrArg(ps[1]), ptrArg(sp), intArg(n), intArg(cols))
 	})
+}
+
+// UnionRows is the device kernel of tprl.UnionMask: tprl_union_fwd_f32 writes the union and
+// each row's counts and float64 sums (7 doubles per row come down); tprl combines the rows.
+func (b deviceKernels) UnionRows(rows []tprl.UnionRow, dst *tensor.Tensor, in tprl.UnionInputs) error {
+	const op = "tprl.UnionRows"
+	n, cols := in.ResponseMask.Dim(0), in.ResponseMask.Dim(1)
+	if n == 0 || cols == 0 {
+		clear(rows)
+		return nil
+	}
+	const per = 7
+	st := make([]float64, per*n)
+	err := b.do(op, func() error {
+		ps, err := b.ptrs(op, []string{"dst", "EntropyMask", "PerceptionMask", "Entropy", "PerceptionScore", "ResponseMask"},
+			dst, in.EntropyMask, in.PerceptionMask, in.Entropy, in.PerceptionScore, in.ResponseMask)
+		if err != nil {
+			return err
+		}
+		sp, err := b.scratchPtr(op, 8*per*int64(n))
+		if err != nil {
+			return err
+		}
+		if err := b.launch(op, "tprl_union_fwd_f32", n, 1, blockSize, 0, ptrArg(sp), ptrArg(ps[0]), ptrArg(ps[1]),
+			ptrArg(ps[2]), ptrArg(ps[3]), ptrArg(ps[4]), ptrArg(ps[5]), intArg(cols)); err != nil {
+			return err
+		}
+		return b.download(op, unsafe.Pointer(&st[0]), sp, 8*per*n)
+	})
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		r := st[per*i : per*(i+1)]
+		rows[i] = tprl.UnionRow{Valid: int(r[0]), Selected: int(r[1]), Rejected: int(r[2]),
+			EntSel: r[3], EntRej: r[4], PercSel: r[5], PercRej: r[6]}
+	}
+	return nil
 }

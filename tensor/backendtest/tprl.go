@@ -9,7 +9,8 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// tprlOps: the top-p token selection with its statistics (ties and a NaN score included), and
+// tprlOps: the top-p token selection with its statistics (ties and a NaN score included), the
+// union of two selections with its statistics (in place), and
 // trajectory shaping: the sensitivity scores, the shaping statistics and the shaped
 // advantages with their factors and per-micro-batch records, in both scopes, with mini- and
 // micro-batches and a fully padded row (row 0 of paddedMask).
@@ -30,6 +31,29 @@ func tprlOps(rows, cols int) []op {
 		}
 		return [][]float32{Host(t, d), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
 	}}}
+	ops = append(ops, op{"UnionMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+		// The entropy mask of sc and a perception mask of -sc, their union in place of the
+		// first.
+		mask, ent := Upload(t, be, m, rows, cols), Upload(t, be, sc, rows, cols)
+		neg := make([]float32, n)
+		for i, x := range sc {
+			neg[i] = -x
+		}
+		score := Upload(t, be, neg, rows, cols)
+		em, pm := newF32(be, rows, cols), newF32(be, rows, cols)
+		if _, err := tprl.EntropyMask(em, ent, mask, 0.2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tprl.PerceptionMask(pm, score, mask, 0.3); err != nil {
+			t.Fatal(err)
+		}
+		st, err := tprl.UnionMask(em, tprl.UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{Host(t, em), {float32(st.Valid), float32(st.Selected), st.EntropySelectedMean,
+			st.EntropyRejectedMean, st.PerceptionSelectedMean, st.PerceptionRejectedMean}}
+	}})
 	// A non-negative perception score (low_var_kl is >= 0) and the advantages to shape.
 	perc := make([]float32, n)
 	for i, x := range Randn(r, n, 1) {
