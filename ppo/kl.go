@@ -18,6 +18,20 @@ type KLConfig struct {
 	GradOptions
 }
 
+// GradKernel is the optional backend kernel behind the elementwise gradient bookkeeping of
+// KLLoss and EntropyPenalty, so that their [B, T] (or [B, T, V]) gradients stay on the device.
+// The tensors are validated, float32, and every operation is one float32 operation per
+// element, the same as the pure-Go path's.
+type GradKernel interface {
+	// ScaleGrad multiplies x by f in place: x[i] *= f.
+	ScaleGrad(x *tensor.Tensor, f float32) error
+	// AddGrad adds src into dst of the same shape: dst[i] += src[i].
+	AddGrad(dst, src *tensor.Tensor) error
+	// MaskGrad writes x[i] = f*m[i] where m[i] != 0 and 0 elsewhere into grad (mask's shape),
+	// or adds x[i] into it with accumulate.
+	MaskGrad(grad, mask *tensor.Tensor, f float32, accumulate bool) error
+}
+
 // KLResult is the outcome of KLLoss.
 type KLResult struct {
 	// Loss is Scale * Coef * KL, the term added to the micro-batch loss.
@@ -108,7 +122,12 @@ func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error
 	}
 	// d loss / d penalty = Scale * Coef * the aggregation weights, then through the penalty.
 	f := coef * scale
-	if err := tensor.OnHost(1, []*tensor.Tensor{aggGrad}, func(h []*tensor.Tensor) error {
+	gk, onDevice := tensor.KernelOf[GradKernel](mask.Backend())
+	if onDevice {
+		if err := gk.ScaleGrad(aggGrad, f); err != nil {
+			return KLResult{}, err
+		}
+	} else if err := tensor.OnHost(1, []*tensor.Tensor{aggGrad}, func(h []*tensor.Tensor) error {
 		a, _ := h[0].Float32s()
 		for j := range a {
 			a[j] *= f
@@ -128,6 +147,9 @@ func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error
 	defer pg.Release()
 	if err := divergence.PenaltyBackward(pg, in); err != nil {
 		return KLResult{}, err
+	}
+	if onDevice {
+		return res, gk.AddGrad(grad, pg)
 	}
 	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg}, func(h []*tensor.Tensor) error {
 		g, _ := h[0].Float32s()
@@ -162,6 +184,17 @@ func EntropyPenalty(grad, logp, mask *tensor.Tensor, cfg EntropyConfig) (float32
 	if err := cfg.GradOptions.validate(op); err != nil {
 		return 0, err
 	}
+	if gk, ok := tensor.KernelOf[GradKernel](mask.Backend()); ok {
+		sum, n, err := tensor.MaskedSum(logp, mask)
+		if err != nil {
+			return 0, err
+		}
+		loss, f := entropyPlan[float32](sum, n, cfg)
+		if grad == nil {
+			return loss, nil
+		}
+		return loss, gk.MaskGrad(grad, mask, f, cfg.Accumulate)
+	}
 	var loss float32
 	err := tensor.OnHost(1, []*tensor.Tensor{grad, logp, mask}, func(h []*tensor.Tensor) error {
 		var g []float32
@@ -185,11 +218,8 @@ func entropyHost[F hostops.Float](g, lp, m []F, cfg EntropyConfig) F {
 			n += float64(w)
 		}
 	}
-	coef, scale := F(cfg.Coef), F(cfg.scale())
-	denom := F(n) + F(DefaultEps)
-	loss := coef * -(F(s) / denom)
+	loss, f := entropyPlan[F](s, n, cfg)
 	if g != nil {
-		f := -(scale * coef) / denom
 		parallel.For(len(m), 1<<15, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				x := F(0)
@@ -204,5 +234,15 @@ func entropyHost[F hostops.Float](g, lp, m []F, cfg EntropyConfig) F {
 			}
 		})
 	}
-	return loss * scale
+	return loss
+}
+
+// entropyPlan returns EntropyPenalty's scaled loss and gradient factor from the float64 masked
+// sum s of logp and the mask sum n (shared by the pure-Go kernel and GradKernel backends).
+func entropyPlan[F hostops.Float](s, n float64, cfg EntropyConfig) (loss, f F) {
+	coef, scale := F(cfg.Coef), F(cfg.scale())
+	denom := F(n) + F(DefaultEps)
+	loss = coef * -(F(s) / denom)
+	f = -(scale * coef) / denom
+	return loss * scale, f
 }

@@ -135,10 +135,10 @@ func TestDeviceDataParallel(t *testing.T) {
 // [rows, T] float32 tensor — what comes down is the sampled token ids of each decode step,
 // reductions, per-row statistics and the gradient norm. The response length is long enough
 // (T = 48, 2 rows per update micro-batch: 384 bytes) that per-row values stay below it.
-// Trajectory shaping and the MDI reward still stage [rows, T] tensors (shaping) and attention
-// maps (MDI) through the host, and so does the KL loss's gradient (ppo.KLLoss scales and
-// accumulates it on the host) (README "The GPU trainer"): their traffic is logged, and the
-// claim is checked with them off.
+// The claim is checked with and without trajectory shaping (on by default; tprl's
+// ShapingKernel moves only [B] vectors), with the KL loss, and with the KL loss, the entropy
+// penalty and both token filters (their union). The MDI reward (on by default) still stages
+// attention maps through the host (README "The GPU trainer"): its traffic is logged.
 func TestDeviceStepTraffic(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -146,7 +146,10 @@ func TestDeviceStepTraffic(t *testing.T) {
 		resident bool // no per-token tensor may come down
 	}{
 		{"resident", []string{"worker.reward.mdi_weight=0", "optimization.enable_trajectory_reweighting=false"}, true},
-		{"kl_loss", []string{"worker.reward.mdi_weight=0", "optimization.enable_trajectory_reweighting=false", "worker.actor.use_kl_loss=true"}, false},
+		{"shaping", []string{"worker.reward.mdi_weight=0"}, true},
+		{"kl_loss", []string{"worker.reward.mdi_weight=0", "worker.actor.use_kl_loss=true"}, true},
+		{"kl_entropy_union", []string{"worker.reward.mdi_weight=0", "worker.actor.use_kl_loss=true",
+			"optimization.use_entropy_penalty=true", "optimization.entropy_penalty_coef=0.01", "optimization.enable_entropy_filtering=true"}, true},
 		{"default", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
