@@ -150,7 +150,7 @@ func (t *Trainer) gatherDeviceRows(lo, hi int, x *tensor.Tensor) error {
 // shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] (host or
 // device tensors) of b's response tokens under m for this rank's rows, in chunks of micro rows without keeping activations
 // (onAct, when set, sees each chunk's), and gathers the other ranks' rows.
-func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
+func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int) error) error {
 	lo, hi := t.shard(b.rows)
 	for s := lo; s < hi; s += micro {
 		e := min(s+micro, hi)
@@ -159,7 +159,11 @@ func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *ten
 			return err
 		}
 		if onAct != nil {
-			onAct(act, s, e)
+			if err := onAct(act, s, e); err != nil {
+				act.Release()
+				ml.release()
+				return err
+			}
 		}
 		act.Release()
 		var er *tensor.Tensor

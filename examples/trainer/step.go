@@ -87,13 +87,22 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	// The same pass gives the attention of the MDI reward (TRL-MDI), when it has a weight.
 	var mdi []mdiStats
-	var onAct func(*vlm.Activations, int, int)
+	var onAct func(*vlm.Activations, int, int) error
 	if t.cfg.Worker.Reward.MDIWeight > 0 {
 		mdi = make([]mdiStats, B)
-		onAct = func(a *vlm.Activations, lo, hi int) {
-			for r := lo; r < hi; r++ {
-				mdi[r] = t.attentionStats(a, r-lo, b.plen[r], len(b.resp[r]))
+		onAct = func(a *vlm.Activations, lo, hi int) error {
+			n := make([]int, hi-lo)
+			for r := range n {
+				n[r] = len(b.resp[lo+r])
 			}
+			sums, err := a.ResponseAttention(b.plen[lo:hi], n, len(layerRanges))
+			if err != nil {
+				return fmt.Errorf("attention statistics: %w", err)
+			}
+			for r := lo; r < hi; r++ {
+				mdi[r] = t.attentionStats(sums[r-lo], a.Layers(), n[r-lo])
+			}
+			return nil
 		}
 	}
 	if err := t.shardedLogProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {

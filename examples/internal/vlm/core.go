@@ -442,3 +442,36 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 	colSum(b*np, d, dimg, g.patchB)
 	tokenEmbedBack(c, b, l, s, g.tokEmb, g.tokPos, dx, a.tokens)
 }
+
+// attentionMass adds one block's response attention to acc [b, 2+2·groups] float64, for b rows
+// with probabilities p [b, H, s, s] and span [b, 2] = (plen, n) per row (prompt tokens, BOS
+// included, and response tokens): for each response query t = plen−1+j (j < n), the mass on
+// the image keys and on the text keys 0..t, summed over heads in head-then-key order and
+// divided by H, each divided by its number of keys (NP, t+1), is added to acc[r, 0] (text),
+// acc[r, 1] (vision), acc[r, 2+2·group] and acc[r, 3+2·group], in query order. Summed over the
+// blocks in order, these are Activations.Attention's values added as the MDI reward adds them.
+func attentionMass(c Config, b, s, group, groups int, p []float32, span []int32, acc []float64) {
+	np, nh := c.Patches(), c.Heads
+	w := 2 + 2*groups
+	for r := range b {
+		plen, n := int(span[2*r]), int(span[2*r+1])
+		a := acc[r*w:][:w]
+		for j := range n {
+			q := np + plen - 1 + j
+			var im, tx float64
+			for h := range nh {
+				base := ((r*nh+h)*s + q) * s
+				for k := range np {
+					im += float64(p[base+k])
+				}
+				for k := np; k <= q; k++ {
+					tx += float64(p[base+k])
+				}
+			}
+			im, tx = im/float64(nh), tx/float64(nh)
+			pt, pv := tx/float64(plen+j), im/float64(np)
+			a[0], a[1] = a[0]+pt, a[1]+pv
+			a[2+2*group], a[3+2*group] = a[2+2*group]+pt, a[3+2*group]+pv
+		}
+	}
+}

@@ -47,6 +47,7 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_attention_fwd_f32":     {f32, f32, f32, I, I, I, I, I, F},
 		"vlm_attention_bwd_q_f32":   {f32, f32, f32, f32, f32, I, I, I, I, I, F},
 		"vlm_attention_bwd_kv_f32":  {f32, f32, f32, f32, f32, I, I, I, I, I, F},
+		"vlm_attention_mass_f32":    {i32, f32, i32, I, I, I, I, I, I}, // acc: float64 as int32 pairs
 		"vlm_patch_embed_fwd_f32":   {f32, f32, f32, f32, I, I, I, I},
 		"vlm_token_embed_fwd_f32":   {f32, i32, f32, f32, I, I, I, I, I},
 		"vlm_patch_embed_bwd_f32":   {f32, f32, f32, I, I, I, I},
@@ -217,6 +218,21 @@ func (o *CUDAOps) AttentionBack(dqkv *tensor.Tensor, b, s int, qkv, p, dao *tens
 		return err
 	}
 	return o.run("vlm_attention_bwd_kv_f32", rows, args...)
+}
+
+// AttentionMass runs one thread per row: the rows' response queries are summed in the
+// reference's order, so the device adds the host's float64 bits.
+func (o *CUDAOps) AttentionMass(acc *tensor.Tensor, b, s, group, groups int, p, span *tensor.Tensor) error {
+	const op = "vlm.CUDAOps.AttentionMass"
+	c := o.Config
+	if err := need(op, []string{"acc", "p", "span"}, []*tensor.Tensor{acc, p, span},
+		[]int{2 * b * (2 + 2*groups), b * c.Heads * s * s, 2 * b}); err != nil {
+		return err
+	}
+	if group < 0 || group >= groups {
+		return tensor.Errorf(tensor.ErrParam, op, "group", "%d is outside [0, %d)", group, groups)
+	}
+	return o.run("vlm_attention_mass_f32", b, acc, p, span, b, s, c.Heads, c.Patches(), group, groups)
 }
 
 func (o *CUDAOps) PatchEmbed(x *tensor.Tensor, b, s int, e, pb, pos *tensor.Tensor) error {
