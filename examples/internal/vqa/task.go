@@ -56,9 +56,9 @@ type Sample struct {
 	ID       uint64
 	Image    image.Image // ImageSize x ImageSize RGB (an *image.RGBA when generated)
 	Objects  []Object    // the scene drawn in Image: distinct shapes, colours and positions
-	Prompt   string      // question + lettered options, e.g. "what colour is the circle ? A red B blue C green D yellow"
-	Answer   string      // the correct letter, e.g. "B"
-	Response string      // the reference chain, e.g. "<think> the circle is blue </think> Answer: B"
+	Prompt   string      // question + lettered options, e.g. "what colour is the circle ? A red B green C blue D yellow"
+	Answer   string      // the correct letter, e.g. "C"
+	Response string      // the reference chain, e.g. "<think> the circle is blue </think> Answer: C"
 }
 
 // Colours, Shapes and Positions return copies of the task's value lists.
