@@ -46,7 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"top_p = 1.5", func() error { _, err := tprl.EntropyMask(f32(2, 4), f32(2, 4), ones(2, 4), 1.5); return err },
 			tensor.ErrParam, "tprl.EntropyMask", "p"},
 		{"empty batch", func() error {
-			_, err := tprl.UpdateConfig{}.Prepare(tprl.MiniBatch{ResponseMask: f32(0, 4), OldLogProbs: f32(0, 4), Advantages: f32(0, 4)})
+			_, err := tprl.UpdateConfig{Policy: ppo.DefaultPolicyConfig(ppo.Vanilla)}.Prepare(tprl.MiniBatch{ResponseMask: f32(0, 4), OldLogProbs: f32(0, 4), Advantages: f32(0, 4)})
 			return err
 		}, tensor.ErrShape, "tprl.UpdateConfig.Prepare", "ResponseMask"},
 		{"empty vocabulary", func() error {
@@ -59,7 +59,7 @@ func TestBadInput(t *testing.T) {
 			a, _ := adv.Float32s()
 			a[1] = float32(math.NaN())
 			_, err := ppo.PolicyLoss(nil, ppo.PolicyInputs{OldLogProbs: f32(2, 3), LogProbs: f32(2, 3), Advantages: adv, ResponseMask: ones(2, 3)},
-				ppo.PolicyConfig{CheckFinite: true})
+				ppo.PolicyConfig{ClipDual: 3, TauPos: 1, TauNeg: 1, CheckFinite: true})
 			return err
 		}, tensor.ErrNotFinite, "ppo.PolicyLoss", "Advantages"},
 		{"unknown loss type", func() error { _, err := ppo.ParseLossType("ppo2"); return err },

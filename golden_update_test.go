@@ -45,11 +45,16 @@ func goldenUpdatePolicy(c *golden.Case) error {
 		Policy: ppo.PolicyConfig{
 			LossType: lossType,
 			ClipLow:  c.Float("clip_ratio_low"), ClipHigh: c.Float("clip_ratio_high"), ClipDual: c.Float("clip_ratio_dual"),
+			TauPos: c.FloatOr("tau_positive", ppo.DefaultTauPos), TauNeg: c.FloatOr("tau_negative", ppo.DefaultTauNeg),
 			Agg: ppo.Agg{Mode: agg},
 		},
-		UseKLLoss: c.Bool("use_kl_loss"), KLPenalty: klKind, KLCoef: c.Float("kl_coef"),
-		UseEntropyPenalty: c.Bool("use_entropy_penalty"), EntropyPenaltyCoef: c.Float("entropy_penalty_coef"),
 		WorldSize: c.Int("world_size"),
+	}
+	if c.Bool("use_kl_loss") {
+		cfg.KLLoss = &ppo.KLConfig{Kind: klKind, Coef: c.Float("kl_coef")}
+	}
+	if c.Bool("use_entropy_penalty") {
+		cfg.EntropyPenalty = &ppo.EntropyConfig{Coef: c.Float("entropy_penalty_coef")}
 	}
 	temperature := float32(c.Float("temperature"))
 	logits, responses := c.F32("logits"), c.I32("responses")

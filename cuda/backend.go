@@ -28,6 +28,7 @@ type Backend struct {
 	exited chan struct{}
 
 	liveBytes, liveCount atomic.Int64 // storages allocated and not yet released (Allocated)
+	traffic              trafficCounters
 
 	// Owned by the backend's goroutine (touched only inside b.do closures).
 	ctx      cu.CUContext
@@ -322,6 +323,7 @@ func (b *Backend) Upload(dst tensor.Storage, off int, src []byte) error {
 		if err := cu.MemcpyHtoD(d.ptr+cu.DevicePtr(off), unsafe.Pointer(unsafe.SliceData(src)), int64(len(src))); err != nil {
 			return devErr(op, "cuMemcpyHtoD", "", err)
 		}
+		b.traffic.up.add(len(src))
 		return nil
 	})
 }
@@ -340,6 +342,7 @@ func (b *Backend) Download(dst []byte, src tensor.Storage, off int) error {
 		if err := cu.MemcpyDtoH(unsafe.Pointer(unsafe.SliceData(dst)), s.ptr+cu.DevicePtr(off), int64(len(dst))); err != nil {
 			return devErr(op, "cuMemcpyDtoH", "", err)
 		}
+		b.traffic.down.add(len(dst))
 		return nil
 	})
 }
@@ -473,6 +476,7 @@ func (b *Backend) readFlag(op, kernel string) (int64, error) {
 	if err := cu.MemcpyDtoH(unsafe.Pointer(&v), b.aux+auxFlag, 8); err != nil {
 		return 0, devErr(op, "cuMemcpyDtoH", kernel, err)
 	}
+	b.traffic.down.add(8)
 	if v == math.MaxUint64 {
 		return -1, nil
 	}
@@ -533,6 +537,7 @@ func (b *Backend) download(op string, dst unsafe.Pointer, p cu.DevicePtr, n int)
 	if err := cu.MemcpyDtoH(dst, p, int64(n)); err != nil {
 		return devErr(op, "cuMemcpyDtoH", "", err)
 	}
+	b.traffic.down.add(n)
 	return nil
 }
 
@@ -545,5 +550,52 @@ func (b *Backend) upload(op string, p cu.DevicePtr, src unsafe.Pointer, n int) e
 	if err := cu.MemcpyHtoD(p, src, int64(n)); err != nil {
 		return devErr(op, "cuMemcpyHtoD", "", err)
 	}
+	b.traffic.up.add(n)
 	return nil
+}
+
+// Traffic counts the copies between host and device memory of one direction: every copy the
+// backend makes, tensor uploads and downloads (tensor.CopyInto, tensor.To, host staging by
+// tensor.OnHost) and the kernels' own small results (sums, flags, row statistics) alike.
+type Traffic struct {
+	Copies  int64 // number of copies
+	Bytes   int64 // bytes moved
+	Largest int64 // bytes of the largest copy
+}
+
+// Traffic returns the host-to-device (up) and device-to-host (down) copies since the backend
+// was opened or the last ResetTraffic. Callers use it to check what crosses per step.
+func (b *Backend) Traffic() (up, down Traffic) {
+	return b.traffic.up.get(), b.traffic.down.get()
+}
+
+// ResetTraffic zeroes the counters of Traffic.
+func (b *Backend) ResetTraffic() {
+	b.traffic.up.reset()
+	b.traffic.down.reset()
+}
+
+type trafficCounters struct{ up, down trafficCounter }
+
+type trafficCounter struct{ copies, bytes, largest atomic.Int64 }
+
+func (c *trafficCounter) add(n int) {
+	c.copies.Add(1)
+	c.bytes.Add(int64(n))
+	for {
+		l := c.largest.Load()
+		if int64(n) <= l || c.largest.CompareAndSwap(l, int64(n)) {
+			return
+		}
+	}
+}
+
+func (c *trafficCounter) get() Traffic {
+	return Traffic{Copies: c.copies.Load(), Bytes: c.bytes.Load(), Largest: c.largest.Load()}
+}
+
+func (c *trafficCounter) reset() {
+	c.copies.Store(0)
+	c.bytes.Store(0)
+	c.largest.Store(0)
 }

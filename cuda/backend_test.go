@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -127,5 +128,34 @@ func TestNoLeakedTemporaries(t *testing.T) {
 	}
 	if _, after := b.Allocated(); after != before {
 		t.Fatalf("%d device storages live before the updates, %d after", before, after)
+	}
+}
+
+// TestTraffic: the backend counts every host<->device copy, tensor copies and a kernel's own
+// result download (MaskedSum's two float64s) alike; device-to-device copies are not traffic.
+func TestTraffic(t *testing.T) {
+	b := device(t)
+	b.ResetTraffic()
+	x := up(t, b, make([]float32, 100), 100)             // 400 bytes up
+	y := tensor.Must(tensor.New(b, tensor.Float32, 100)) // zeroed on the device: no copy
+	if err := tensor.CopyInto(y, x); err != nil {        // device to device
+		t.Fatal(err)
+	}
+	if _, err := tensor.To(tensor.CPU(), tensor.Must(y.Rows(0, 10))); err != nil { // 40 bytes down
+		t.Fatal(err)
+	}
+	if _, _, err := tensor.MaskedSum(x, y); err != nil { // 16 bytes down
+		t.Fatal(err)
+	}
+	u, d := b.Traffic()
+	if u != (cuda.Traffic{Copies: 1, Bytes: 400, Largest: 400}) {
+		t.Errorf("up: %+v, want 1 copy of 400 bytes", u)
+	}
+	if d.Copies < 2 || d.Bytes < 56 || d.Largest != 40 {
+		t.Errorf("down: %+v, want the 40-byte download and the sum's 16 bytes at least", d)
+	}
+	b.ResetTraffic()
+	if u, d := b.Traffic(); u != (cuda.Traffic{}) || d != (cuda.Traffic{}) {
+		t.Errorf("after ResetTraffic: %+v, %+v", u, d)
 	}
 }

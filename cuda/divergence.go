@@ -10,7 +10,7 @@ import (
 // The divergence family: package divergence (kernels/divergence.cu).
 var (
 	_ divergence.PenaltyKernel         = deviceKernels{}
-	_ divergence.PenaltyGradKernel     = deviceKernels{}
+	_ divergence.PenaltyBackwardKernel = deviceKernels{}
 	_ divergence.PerceptionScoreKernel = deviceKernels{}
 	_ divergence.RewardsKernel         = deviceKernels{}
 )
@@ -36,15 +36,20 @@ func (b deviceKernels) Penalty(dst, logp, ref *tensor.Tensor, kind divergence.Ki
 	})
 }
 
-// PenaltyGrad is the device kernel of divergence.PenaltyGrad (every kind).
-func (b deviceKernels) PenaltyGrad(dst, logp, ref *tensor.Tensor, kind divergence.Kind) error {
-	const op = "divergence.PenaltyGrad"
+// PenaltyBackward is the device kernel of divergence.PenaltyBackward (every kind).
+func (b deviceKernels) PenaltyBackward(dlogp *tensor.Tensor, in divergence.PenaltyGrad) error {
+	const op = "divergence.PenaltyBackward"
 	return b.do(op, func() error {
-		p, err := b.ptrs(op, []string{"dst", "logp", "ref"}, dst, logp, ref)
+		p, err := b.ptrs(op, []string{"dlogp", "LogProbs", "Ref", "DPenalty"}, dlogp, in.LogProbs, in.Ref, in.DPenalty)
 		if err != nil {
 			return err
 		}
-		return b.elementwise(op, "divergence_penalty_bwd_f32", dst.Len(), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), intArg(dst.Len()), intArg(int(kind)))
+		v := 1
+		if in.Kind == divergence.Full {
+			v = in.LogProbs.Dim(-1)
+		}
+		return b.elementwise(op, "divergence_penalty_bwd_f32", dlogp.Len(), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]),
+			intArg(dlogp.Len()), intArg(v), intArg(int(in.Kind)))
 	})
 }
 

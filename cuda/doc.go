@@ -37,19 +37,23 @@
 //     (MaskedMeanRows one block per row; MaskedVar and MaskedWhiten as fixed-split float64
 //     passes, the scalars finished on the host as internal/hostops does);
 //   - tensor.TopPKernel (per-row radix selection, stable ties, NaN first);
-//   - divergence.PenaltyKernel, PenaltyGradKernel (every kind, full included),
+//   - divergence.PenaltyKernel, PenaltyBackwardKernel (every kind, full included),
 //     PerceptionScoreKernel, RewardsKernel;
 //   - ppo.PolicyLossKernel (every loss type and aggregation mode, token mask, Scale and
 //     Accumulate, the metrics), ppo.ValueLossKernel, ppo.AverageLossKernel: per-row mask sums
 //     on the device, the aggregation weights (B floats) computed on the host and uploaded, one
 //     block per row for the loss, gradient and float64 metric sums, rows combined in order on
-//     the host (two synchronisations per call);
+//     the host (two synchronisations per call); ppo.GradKernel (KLLoss's scaled weights and
+//     accumulated gradient, EntropyPenalty's gradient, one float32 operation per element);
 //   - advantage.GAEKernel and ReinforcePlusPlusKernel (the reverse recurrence one thread per
 //     row, then the masked whitening on the device), ReMaxKernel, GroupKernel (GRPO, pass@k,
 //     RLOO: row scores on the device, the group statistics on the host from the downloaded
 //     scores and ids, the per-row advantages broadcast under the mask on the device);
-//   - tprl.SelectionKernel (SelectTopP: the TopPMask selection, then per-row counts, float64
-//     sums and thresholds, combined in row order on the host);
+//   - tprl.SelectionStatsKernel (EntropyMask, PerceptionMask: the TopPMask selection, then
+//     per-row counts, float64 sums and thresholds, combined in row order on the host);
+//     tprl.UnionKernel (UnionMask: the union and its per-row statistics); tprl.ShapingKernel
+//     (trajectory shaping: per-row masked sums come down, the host computes the statistics and
+//     factors with tprl's own plan, the B factors go up and the rows are scaled on the device);
 //   - perturb.BlackenKernel (Blackening.ApplyBatch: grids drawn on the host from the seeded
 //     generators, one pass on the device).
 //

@@ -145,7 +145,9 @@ func BenchmarkTokenOps(b *testing.B) {
 			})
 		}
 		bench("LowVarKL", 12*n, func() error { return divergence.Penalty(dst, lp, ref, divergence.LowVarKL) })
-		bench("LowVarKLGrad", 12*n, func() error { return divergence.PenaltyGrad(dst, lp, ref, divergence.LowVarKL) })
+		bench("LowVarKLBackward", 16*n, func() error {
+			return divergence.PenaltyBackward(dst, divergence.PenaltyGrad{LogProbs: lp, Ref: ref, DPenalty: m, Kind: divergence.LowVarKL})
+		})
 		bench("PerceptionScore", 12*n, func() error { return divergence.PerceptionScore(dst, lp, ref) })
 		bench("MaskedMean", 8*n, func() error { _, err := tensor.MaskedMean(lp, m); return err })
 	}

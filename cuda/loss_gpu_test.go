@@ -65,7 +65,7 @@ func BenchmarkLossOps(b *testing.B) {
 		bench("MaskedMeanRows", 8*n, func() error { return tensor.MaskedMeanRows(rowsOut, lp, m) })
 		bench("MaskedVar", 16*n, func() error { _, err := tensor.MaskedVar(lp, m, true); return err })
 		for _, lt := range []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.SAPO} {
-			cfg := ppo.PolicyConfig{LossType: lt}
+			cfg := ppo.DefaultPolicyConfig(lt)
 			bench("PolicyLoss/"+lt.String(), 24*n, func() error { _, err := ppo.PolicyLoss(dst, in, cfg); return err })
 		}
 		bench("ValueLoss", 24*n, func() error {

@@ -53,6 +53,7 @@ func (b deviceKernels) MaskedSum(values, mask *tensor.Tensor) (sum, count float6
 		if err := cu.MemcpyDtoH(unsafe.Pointer(&out[0]), b.aux+auxResult, 16); err != nil {
 			return devErr(op, "cuMemcpyDtoH", k2, err)
 		}
+		b.traffic.down.add(16)
 		sum, count = out[0], out[1]
 		return nil
 	})

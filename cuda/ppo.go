@@ -16,7 +16,53 @@ var (
 	_ ppo.PolicyLossKernel  = deviceKernels{}
 	_ ppo.ValueLossKernel   = deviceKernels{}
 	_ ppo.AverageLossKernel = deviceKernels{}
+	_ ppo.GradKernel        = deviceKernels{}
 )
+
+// ScaleGrad is the device kernel of ppo.KLLoss's gradient scaling: x *= f (ppo_scale_fwd_f32).
+func (b deviceKernels) ScaleGrad(x *tensor.Tensor, f float32) error {
+	const op = "ppo.ScaleGrad"
+	return b.do(op, func() error {
+		p, err := b.ptrOf(op, "x", x)
+		if err != nil {
+			return err
+		}
+		n := x.Len()
+		return b.elementwise(op, "ppo_scale_fwd_f32", n, ptrArg(p), intArg(n), f32Arg(f))
+	})
+}
+
+// AddGrad is the device kernel of the Accumulate option of ppo.KLLoss: dst += src
+// (ppo_add_fwd_f32).
+func (b deviceKernels) AddGrad(dst, src *tensor.Tensor) error {
+	const op = "ppo.AddGrad"
+	return b.do(op, func() error {
+		p, err := b.ptrs(op, []string{"dst", "src"}, dst, src)
+		if err != nil {
+			return err
+		}
+		n := dst.Len()
+		return b.elementwise(op, "ppo_add_fwd_f32", n, ptrArg(p[0]), ptrArg(p[1]), intArg(n))
+	})
+}
+
+// MaskGrad is the device kernel of ppo.EntropyPenalty's gradient: f * m where m != 0, written
+// or added (ppo_mask_grad_fwd_f32).
+func (b deviceKernels) MaskGrad(grad, mask *tensor.Tensor, f float32, accumulate bool) error {
+	const op = "ppo.MaskGrad"
+	acc := 0
+	if accumulate {
+		acc = 1
+	}
+	return b.do(op, func() error {
+		p, err := b.ptrs(op, []string{"grad", "mask"}, grad, mask)
+		if err != nil {
+			return err
+		}
+		n := grad.Len()
+		return b.elementwise(op, "ppo_mask_grad_fwd_f32", n, ptrArg(p[0]), ptrArg(p[1]), intArg(n), f32Arg(f), intArg(acc))
+	})
+}
 
 // The PPO losses run in two or three launches: ppo_rowsums_fwd_f32 (per-row mask sums, and the
 // masked value sums for Agg.Loss), then on the host the aggregation weights (uploaded as

@@ -60,3 +60,17 @@ func (*Kernel) Name() string { return "" }
 
 // Launch returns ErrNotCompiled.
 func (*Kernel) Launch(cfg LaunchConfig, args ...any) error { return ErrNotCompiled }
+
+// Traffic counts the copies between host and device memory of one direction (see the cuda
+// build); in this build nothing is ever copied.
+type Traffic struct {
+	Copies  int64 // number of copies
+	Bytes   int64 // bytes moved
+	Largest int64 // bytes of the largest copy
+}
+
+// Traffic returns zeros.
+func (*Backend) Traffic() (up, down Traffic) { return Traffic{}, Traffic{} }
+
+// ResetTraffic does nothing.
+func (*Backend) ResetTraffic() {}

@@ -22,14 +22,15 @@ func benchInputs(b *testing.B, rows, cols int) (dst, x, y *tensor.Tensor) {
 
 // benchElementwise runs fn as cpu/impl=<name>/shape=RxC for every implementation of the
 // elementwise kernels (the SIMD ones and the pure-Go reference) on [64, 1024] and [512, 2048].
-func benchElementwise(b *testing.B, fn func(dst, x, y *tensor.Tensor) error) {
+// bytes is the traffic per element (three float32 streams for the forward kernels).
+func benchElementwise(b *testing.B, bytes int, fn func(dst, x, y *tensor.Tensor) error) {
 	for _, name := range penaltyImpls.Names() {
 		for _, sh := range [][2]int{{64, 1024}, {512, 2048}} {
 			b.Run(fmt.Sprintf("cpu/impl=%s/shape=%dx%d", name, sh[0], sh[1]), func(b *testing.B) {
 				defer penaltyImpls.Use(name)()
 				dst, x, y := benchInputs(b, sh[0], sh[1])
 				n := sh[0] * sh[1]
-				b.SetBytes(int64(3 * 4 * n))
+				b.SetBytes(int64(bytes * n))
 				for b.Loop() {
 					if err := fn(dst, x, y); err != nil {
 						b.Fatal(err)
@@ -42,15 +43,26 @@ func benchElementwise(b *testing.B, fn func(dst, x, y *tensor.Tensor) error) {
 }
 
 func BenchmarkLowVarKL(b *testing.B) {
-	benchElementwise(b, func(dst, lp, ref *tensor.Tensor) error { return Penalty(dst, lp, ref, LowVarKL) })
+	benchElementwise(b, 12, func(dst, lp, ref *tensor.Tensor) error { return Penalty(dst, lp, ref, LowVarKL) })
 }
 
-func BenchmarkLowVarKLGrad(b *testing.B) {
-	benchElementwise(b, func(dst, lp, ref *tensor.Tensor) error { return PenaltyGrad(dst, lp, ref, LowVarKL) })
+// BenchmarkLowVarKLBackward reads d loss / d penalty as a fourth stream (16 bytes per token).
+func BenchmarkLowVarKLBackward(b *testing.B) {
+	var dpen *tensor.Tensor
+	benchElementwise(b, 16, func(dst, lp, ref *tensor.Tensor) error {
+		if dpen == nil || dpen.Len() != lp.Len() {
+			dpen = tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, lp.Shape()...))
+			d, _ := dpen.Float32s()
+			for i := range d {
+				d[i] = 0.5
+			}
+		}
+		return PenaltyBackward(dst, PenaltyGrad{LogProbs: lp, Ref: ref, DPenalty: dpen, Kind: LowVarKL})
+	})
 }
 
 func BenchmarkPerceptionScore(b *testing.B) {
-	benchElementwise(b, PerceptionScore)
+	benchElementwise(b, 12, PerceptionScore)
 }
 
 func BenchmarkRewards(b *testing.B) {

@@ -7,7 +7,8 @@
 //
 //   - Penalty: the per-token KL penalty of compute_kl, [B, T] (kl/k1, abs, mse/k2,
 //     low_var_kl/k3, or full over [B, T, V] log-distributions), used as an in-reward penalty
-//     (Rewards) or as a KL loss term, with PenaltyGrad giving d penalty / d logp for the loss;
+//     (Rewards) or as a KL loss term, with PenaltyBackward carrying d loss / d penalty to the
+//     log-probs (dlogp = DPenalty · d penalty / d logp);
 //   - Rewards: token rewards scores - (logp - ref) * klRatio, [B, T];
 //   - PerceptionScore: the VPPO token perception score clamp(exp(d) - d - 1, 0, 10) with
 //     d = clamp(aug - old, -20, 20), [B, T], from which package tprl picks the top-p tokens;
@@ -16,7 +17,7 @@
 // Shapes use [B, T] for (responses, response tokens) and [B, T, V] for full distributions. All
 // tensors are float32; every entry point validates shapes, dtypes and backends and returns errors
 // wrapping tensor.ErrShape, ErrDType, ErrBackend or ErrParam naming the op and argument. A backend
-// may provide the optional PenaltyKernel, PenaltyGradKernel, PerceptionScoreKernel and
+// may provide the optional PenaltyKernel, PenaltyBackwardKernel, PerceptionScoreKernel and
 // RewardsKernel interfaces; otherwise the pure-Go kernels run on host memory (zero-copy on the CPU
 // backend), parallel over elements with a chunking that does not depend on GOMAXPROCS.
 //
@@ -28,7 +29,7 @@
 // propagate; Full with a -Inf log-prob gives NaN, as the reference does. The KL controllers work
 // in float64 exactly as the reference, with no floor on the coefficient.
 //
-// Performance: on amd64, LowVarKL (Penalty and PenaltyGrad) and PerceptionScore run in
+// Performance: on amd64, LowVarKL (Penalty and PenaltyBackward) and PerceptionScore run in
 // AVX-512 or AVX2+FMA kernels generated with avo (internal/asmgen; go generate ./divergence, and
 // a test fails if penalty_amd64.s is stale), chosen at start-up; -tags noasm and other
 // architectures use the pure-Go loops, which stay the reference. The vector exp has the same

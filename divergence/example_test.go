@@ -20,6 +20,21 @@ func ExamplePenalty() {
 	// Output: low_var_kl [0.1065 0.7183 0.0000 4.3891]
 }
 
+// The gradient of a loss sum(w * mse penalty) with respect to the log-probs: w * (logp - ref),
+// and exactly 0 where w is 0 (a masked token).
+func ExamplePenaltyBackward() {
+	logp := tensor.Must(tensor.FromFloat32([]float32{-1, -2, -0.5}, 1, 3))
+	ref := tensor.Must(tensor.FromFloat32([]float32{-1.5, -1, -0.5}, 1, 3))
+	w := tensor.Must(tensor.FromFloat32([]float32{2, 0.5, 0}, 1, 3))
+	out := make([]float32, 3)
+	in := divergence.PenaltyGrad{LogProbs: logp, Ref: ref, DPenalty: w, Kind: divergence.MSE}
+	if err := divergence.PenaltyBackward(tensor.Must(tensor.FromFloat32(out, 1, 3)), in); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(out)
+	// Output: [1 -0.5 0]
+}
+
 func ExamplePerceptionScore() {
 	old := tensor.Must(tensor.FromFloat32([]float32{-0.1, -2, -0.7}, 1, 3))
 	aug := tensor.Must(tensor.FromFloat32([]float32{-0.1, -0.5, -30}, 1, 3))

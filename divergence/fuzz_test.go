@@ -56,7 +56,7 @@ func FuzzPenaltyShapes(f *testing.F) {
 		dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
 		var err error
 		if grad {
-			err = PenaltyGrad(dst, lpT, refT, kind)
+			err = derivative(dst, lpT, refT, kind)
 		} else {
 			err = Penalty(dst, lpT, refT, kind)
 		}

@@ -19,9 +19,9 @@ type PenaltyKernel interface {
 	Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error
 }
 
-// PenaltyGradKernel is the optional backend kernel for PenaltyGrad.
-type PenaltyGradKernel interface {
-	PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error
+// PenaltyBackwardKernel is the optional backend kernel for PenaltyBackward.
+type PenaltyBackwardKernel interface {
+	PenaltyBackward(dlogp *tensor.Tensor, in PenaltyGrad) error
 }
 
 // PerceptionScoreKernel is the optional backend kernel for PerceptionScore.
@@ -29,42 +29,54 @@ type PerceptionScoreKernel interface {
 	PerceptionScore(dst, old, aug *tensor.Tensor) error
 }
 
-// checkPenalty validates the arguments shared by Penalty and PenaltyGrad. grad selects whether
-// dst has logp's shape (gradient) or the reduced shape (penalty, Full only reduces).
-func checkPenalty(op string, dst, logp, ref *tensor.Tensor, kind Kind, grad bool) error {
+// penaltyArgs names the tensors of Penalty (dst, logp, ref) or PenaltyBackward (dlogp,
+// LogProbs, Ref) in error messages.
+type penaltyArgs struct{ dst, logp, ref string }
+
+// checkPenalty validates the arguments shared by Penalty and PenaltyBackward. grad selects
+// whether dst has logp's shape (gradient) or the penalty's shape (penaltyShape).
+func checkPenalty(op string, names penaltyArgs, dst, logp, ref *tensor.Tensor, kind Kind, grad bool) error {
 	if !kind.valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "kind", "unknown kind %v", kind)
 	}
-	if err := tensor.CheckSameShape(op, "logp", logp, "ref", ref); err != nil {
+	if err := tensor.CheckSameShape(op, names.logp, logp, names.ref, ref); err != nil {
 		return err
 	}
 	if dst == nil {
-		return tensor.Errorf(tensor.ErrShape, op, "dst", "is nil")
+		return tensor.Errorf(tensor.ErrShape, op, names.dst, "is nil")
 	}
 	for _, a := range []struct {
 		name string
 		t    *tensor.Tensor
-	}{{"dst", dst}, {"logp", logp}, {"ref", ref}} {
+	}{{names.dst, dst}, {names.logp, logp}, {names.ref, ref}} {
 		if err := tensor.CheckDType(op, a.name, a.t, tensor.Float32); err != nil {
 			return err
 		}
 	}
-	if err := tensor.CheckSameBackend(op, []string{"dst", "logp", "ref"}, dst, logp, ref); err != nil {
+	if err := tensor.CheckSameBackend(op, []string{names.dst, names.logp, names.ref}, dst, logp, ref); err != nil {
 		return err
 	}
 	if kind == Full {
 		if logp.Rank() < 1 {
-			return tensor.Errorf(tensor.ErrShape, op, "logp", "kind full needs log-distributions [..., V], got a scalar")
+			return tensor.Errorf(tensor.ErrShape, op, names.logp, "kind full needs log-distributions [..., V], got a scalar")
 		}
 		if logp.Dim(-1) == 0 {
-			return tensor.Errorf(tensor.ErrShape, op, "logp", "kind full needs V > 0, shape is %v", logp.Shape())
-		}
-		if !grad {
-			s := logp.Shape()
-			return tensor.CheckShape(op, "dst", dst, s[:len(s)-1]...)
+			return tensor.Errorf(tensor.ErrShape, op, names.logp, "kind full needs V > 0, shape is %v", logp.Shape())
 		}
 	}
-	return tensor.CheckSameShape(op, "logp", logp, "dst", dst)
+	if !grad {
+		return tensor.CheckShape(op, names.dst, dst, penaltyShape(logp, kind)...)
+	}
+	return tensor.CheckSameShape(op, names.logp, logp, names.dst, dst)
+}
+
+// penaltyShape is the shape of Penalty's output: logp's, without the last dimension for Full.
+func penaltyShape(logp *tensor.Tensor, kind Kind) []int {
+	s := logp.Shape()
+	if kind == Full {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // Penalty writes the per-token KL penalty of compute_kl (docs/semantics.md#kl-penalty) into dst.
@@ -76,7 +88,7 @@ func checkPenalty(op string, dst, logp, ref *tensor.Tensor, kind Kind, grad bool
 // as in the reference (a -Inf log-prob in Full gives NaN, as torch does).
 func Penalty(dst, logp, ref *tensor.Tensor, kind Kind) error {
 	const op = "divergence.Penalty"
-	if err := checkPenalty(op, dst, logp, ref, kind, false); err != nil {
+	if err := checkPenalty(op, penaltyArgs{"dst", "logp", "ref"}, dst, logp, ref, kind, false); err != nil {
 		return err
 	}
 	if k, ok := tensor.KernelOf[PenaltyKernel](logp.Backend()); ok {
@@ -162,38 +174,85 @@ func fullKL[F hostops.Float](dst, lp, ref []F, v int) {
 	}
 }
 
-// PenaltyGrad writes the elementwise derivative d Penalty / d logp into dst, which has logp's
-// shape (for Full, [B, T, V]: d kl[b,t] / d lp[b,t,v] = exp(lp)*(lp - ref + 1), treating each
-// log-prob as an independent input). It is the derivative of the exact expression Penalty
-// computes, as autograd would give it:
+// PenaltyGrad is what PenaltyBackward reads: Penalty's inputs and the gradient that flows into
+// its output.
+type PenaltyGrad struct {
+	// LogProbs and Ref are Penalty's logp and ref (float32, one shape; [..., V] for Full).
+	LogProbs, Ref *tensor.Tensor
+	// DPenalty is d loss / d penalty (float32, Penalty's output shape: LogProbs' shape, or
+	// LogProbs' shape without V for Full).
+	DPenalty *tensor.Tensor
+	// Kind is Penalty's kind.
+	Kind Kind
+}
+
+// PenaltyBackward writes into dlogp (LogProbs' shape) the gradient of sum(DPenalty * Penalty)
+// with respect to the log-probs: dlogp = DPenalty * d penalty / d lp, the derivative of the exact
+// expression Penalty computes, as autograd would give it (for Full, with each log-prob an
+// independent input):
 //
 //	kl:         1
 //	abs:        sign(lp - ref) (0 at lp == ref, like torch.abs)
 //	mse:        lp - ref
 //	low_var_kl: 1 - exp(x), x = ref - lp, and 0 where either clamp is active
+//	full:       exp(lp)*(lp - ref + 1)
 //
 // A clamp passes the gradient when its input lies inside the bounds, ends inclusive
-// (docs/semantics.md#clamps).
-func PenaltyGrad(dst, logp, ref *tensor.Tensor, kind Kind) error {
-	const op = "divergence.PenaltyGrad"
-	if err := checkPenalty(op, dst, logp, ref, kind, true); err != nil {
+// (docs/semantics.md#clamps). Where DPenalty is 0 (masked tokens) dlogp is exactly 0, whatever
+// the log-probs hold, so NaN or ±Inf there do not propagate. ppo.KLLoss uses it with DPenalty =
+// Coef times the aggregation weights.
+func PenaltyBackward(dlogp *tensor.Tensor, in PenaltyGrad) error {
+	const op = "divergence.PenaltyBackward"
+	logp, ref, dpen, kind := in.LogProbs, in.Ref, in.DPenalty, in.Kind
+	if err := checkPenalty(op, penaltyArgs{"dlogp", "LogProbs", "Ref"}, dlogp, logp, ref, kind, true); err != nil {
 		return err
 	}
-	if k, ok := tensor.KernelOf[PenaltyGradKernel](logp.Backend()); ok {
-		return k.PenaltyGrad(dst, logp, ref, kind)
+	if dpen == nil {
+		return tensor.Errorf(tensor.ErrShape, op, "DPenalty", "is nil")
 	}
-	return tensor.OnHost(1, []*tensor.Tensor{dst, logp, ref}, func(h []*tensor.Tensor) error {
+	if err := tensor.CheckDType(op, "DPenalty", dpen, tensor.Float32); err != nil {
+		return err
+	}
+	if err := tensor.CheckShape(op, "DPenalty", dpen, penaltyShape(logp, kind)...); err != nil {
+		return err
+	}
+	if err := tensor.CheckSameBackend(op, []string{"LogProbs", "DPenalty"}, logp, dpen); err != nil {
+		return err
+	}
+	if k, ok := tensor.KernelOf[PenaltyBackwardKernel](logp.Backend()); ok {
+		return k.PenaltyBackward(dlogp, in)
+	}
+	return tensor.OnHost(1, []*tensor.Tensor{dlogp, logp, ref, dpen}, func(h []*tensor.Tensor) error {
 		d, _ := h[0].Float32s()
 		lp, _ := h[1].Float32s()
 		rf, _ := h[2].Float32s()
+		u, _ := h[3].Float32s()
 		if k := penaltyImpls.Active(); k != nil && kind == LowVarKL {
 			k.run(d, lp, rf, k.grad, func(d, lp, rf []float32) { penaltyGradKernel(d, lp, rf, kind) })
-			return nil
+		} else {
+			parallel.For(len(d), 1<<15, func(lo, hi int) {
+				penaltyGradKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
+			})
 		}
-		parallel.For(len(d), 1<<15, func(lo, hi int) {
-			penaltyGradKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
-		})
+		chainHost(d, u, len(d)/max(len(u), 1))
 		return nil
+	})
+}
+
+// chainHost multiplies each run of v derivatives in d by its upstream gradient u[j], writing
+// exactly 0 where u[j] == 0.
+func chainHost[F hostops.Float](d, u []F, v int) {
+	parallel.For(len(u), parallel.Grain(v, 1<<15), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			uj, dj := u[j], d[j*v:(j+1)*v]
+			for k := range dj {
+				if uj != 0 {
+					dj[k] = uj * dj[k]
+				} else {
+					dj[k] = 0
+				}
+			}
+		}
 	})
 }
 

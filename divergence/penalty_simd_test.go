@@ -73,7 +73,7 @@ func TestPenaltySIMDVsGo(t *testing.T) {
 					case "low_var_kl":
 						return Penalty(dst, ta, tb, LowVarKL)
 					case "grad":
-						return PenaltyGrad(dst, ta, tb, LowVarKL)
+						return derivative(dst, ta, tb, LowVarKL)
 					}
 					return PerceptionScore(dst, ta, tb)
 				}

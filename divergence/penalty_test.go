@@ -181,13 +181,17 @@ func penaltyF64(lp, ref []float64, kind Kind, v int) []float64 {
 	return dst
 }
 
-func TestPenaltyGradFiniteDifferences(t *testing.T) {
+func TestPenaltyBackwardFiniteDifferences(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const rows, v = 4, 5
 	for _, k := range allKinds {
 		n := rows
 		if k == Full {
 			n = rows * v
+		}
+		w := make([]float64, rows)
+		for i := range w {
+			w[i] = r.NormFloat64()
 		}
 		lp, ref := make([]float64, n), make([]float64, n)
 		for i := range n {
@@ -198,10 +202,6 @@ func TestPenaltyGradFiniteDifferences(t *testing.T) {
 			// Two points deep inside clamp regions (gradient 0): x clamped at 20, y clamped at 10.
 			ref[0] = lp[0] + 25
 			ref[1] = lp[1] + 5
-		}
-		w := make([]float64, n)
-		for i := range w {
-			w[i] = r.NormFloat64()
 		}
 		f := func(x []float64) float64 {
 			out := penaltyF64(x, ref, k, v)
@@ -231,30 +231,56 @@ func TestPenaltyGradFiniteDifferences(t *testing.T) {
 		if k == Full {
 			shape = []int{rows, v}
 		}
+		// PenaltyBackward with DPenalty = w gives w ⊙ d penalty / d lp, the gradient of f.
+		w32 := make([]float32, len(w))
+		for i, x := range w {
+			w32[i] = float32(x)
+		}
+		w32[2] = 0 // a masked token: exactly 0 whatever the derivative
 		g32 := make([]float32, n)
-		require.NoError(t, PenaltyGrad(mustT(t, g32, shape...), mustT(t, lp32, shape...), mustT(t, ref32, shape...), k))
-		g64 := make([]float64, n)
-		penaltyGradKernel(g64, lp, ref, k)
+		in := PenaltyGrad{LogProbs: mustT(t, lp32, shape...), Ref: mustT(t, ref32, shape...), DPenalty: mustT(t, w32, rows), Kind: k}
+		require.NoError(t, PenaltyBackward(mustT(t, g32, shape...), in))
 		for i := range n {
-			assert.InDelta(t, g64[i], g32[i], 1e-5*(1+math.Abs(g64[i])), "%v[%d]", k, i)
+			j := i
+			if k == Full {
+				j = i / v
+			}
+			want := g[i]
+			if j == 2 {
+				want = 0
+			}
+			assert.InDelta(t, want, g32[i], 1e-5*(1+math.Abs(want)), "%v[%d]", k, i)
 		}
 	}
 }
 
-func TestPenaltyGradClampEnds(t *testing.T) {
+// derivative is PenaltyBackward with d loss / d penalty = 1: the elementwise derivative itself.
+func derivative(dst, lp, ref *tensor.Tensor, k Kind) error {
+	ones, err := tensor.New(lp.Backend(), tensor.Float32, penaltyShape(lp, k)...)
+	if err != nil {
+		return err
+	}
+	o, _ := ones.Float32s()
+	for i := range o {
+		o[i] = 1
+	}
+	return PenaltyBackward(dst, PenaltyGrad{LogProbs: lp, Ref: ref, DPenalty: ones, Kind: k})
+}
+
+func TestPenaltyBackwardClampEnds(t *testing.T) {
 	// ref - lp exactly 20: the x clamp is inclusive, but y = exp(20)-21 > 10 clamps → 0.
 	// y exactly at the clamp cannot be hit in float32; check the x clamp alone via values.
 	lp := []float32{0, 0, 0, 0}
 	ref := []float32{20, -20, -21, 1}
 	g := make([]float32, 4)
-	require.NoError(t, PenaltyGrad(mustT(t, g), mustT(t, lp), mustT(t, ref), LowVarKL))
+	require.NoError(t, derivative(mustT(t, g), mustT(t, lp), mustT(t, ref), LowVarKL))
 	assert.Equal(t, float32(0), g[0]) // y clamped
 	// x = -20: y = exp(-20)+19 > 10 → 0 as well.
 	assert.Equal(t, float32(0), g[1])
 	assert.Equal(t, float32(0), g[2])
 	assert.InDelta(t, 1-math.E, g[3], 1e-6)
 	// abs at 0 has gradient 0.
-	require.NoError(t, PenaltyGrad(mustT(t, g[:1]), mustT(t, []float32{1}), mustT(t, []float32{1}), Abs))
+	require.NoError(t, derivative(mustT(t, g[:1]), mustT(t, []float32{1}), mustT(t, []float32{1}), Abs))
 	assert.Equal(t, float32(0), g[0])
 }
 
@@ -270,7 +296,7 @@ func TestInputsUnchanged(t *testing.T) {
 		}
 		dst := make([]float32, 24)
 		require.NoError(t, Penalty(mustT(t, dst[:tensor.Shape(dshape).NumElements()], dshape...), mustT(t, lp, shape...), mustT(t, ref, shape...), k))
-		require.NoError(t, PenaltyGrad(mustT(t, dst, shape...), mustT(t, lp, shape...), mustT(t, ref, shape...), k))
+		require.NoError(t, derivative(mustT(t, dst, shape...), mustT(t, lp, shape...), mustT(t, ref, shape...), k))
 		assert.Equal(t, lp0, lp)
 		assert.Equal(t, ref0, ref)
 	}
@@ -305,8 +331,18 @@ func TestPenaltyBadInputs(t *testing.T) {
 		{"dtype", "logp", tensor.ErrDType, func() error { return Penalty(f(2, 3), i32, f(2, 3), KL) }},
 		{"full dst", "dst", tensor.ErrShape, func() error { return Penalty(f(2, 3), f(2, 3), f(2, 3), Full) }},
 		{"full V=0", "logp", tensor.ErrShape, func() error { return Penalty(f(2, 3), f(2, 3, 0), f(2, 3, 0), Full) }},
-		{"grad dst", "dst", tensor.ErrShape, func() error { return PenaltyGrad(f(2, 3), f(2, 3, 4), f(2, 3, 4), Full) }},
-		{"grad kind", "kind", tensor.ErrParam, func() error { return PenaltyGrad(f(2), f(2), f(2), Kind(-1)) }},
+		{"backward dlogp", "dlogp", tensor.ErrShape, func() error {
+			return PenaltyBackward(f(2, 3), PenaltyGrad{LogProbs: f(2, 3, 4), Ref: f(2, 3, 4), DPenalty: f(2, 3), Kind: Full})
+		}},
+		{"backward kind", "kind", tensor.ErrParam, func() error {
+			return PenaltyBackward(f(2), PenaltyGrad{LogProbs: f(2), Ref: f(2), DPenalty: f(2), Kind: Kind(-1)})
+		}},
+		{"backward nil DPenalty", "DPenalty", tensor.ErrShape, func() error {
+			return PenaltyBackward(f(2), PenaltyGrad{LogProbs: f(2), Ref: f(2)})
+		}},
+		{"backward DPenalty shape", "DPenalty", tensor.ErrShape, func() error {
+			return PenaltyBackward(f(2, 3, 4), PenaltyGrad{LogProbs: f(2, 3, 4), Ref: f(2, 3, 4), DPenalty: f(2, 3, 4), Kind: Full})
+		}},
 		{"score shape", "aug", tensor.ErrShape, func() error { return PerceptionScore(f(2, 3), f(2, 3), f(2, 4)) }},
 		{"score dst", "dst", tensor.ErrShape, func() error { return PerceptionScore(f(3), f(2, 3), f(2, 3)) }},
 		{"score dtype", "old", tensor.ErrDType, func() error { return PerceptionScore(f(2, 3), i32, i32) }},

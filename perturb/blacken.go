@@ -61,6 +61,9 @@ func checkBlackening(op, sizeName string, patchSize int, probName string, prob f
 }
 
 func (b Blackening) validate(op string) error {
+	if b.PatchSize == 0 {
+		return tensor.Errorf(tensor.ErrParam, op, "PatchSize", "is 0, want > 0 (perturb.DefaultBlackening gives %d)", DefaultPatchSize)
+	}
 	return checkBlackening(op, "PatchSize", b.PatchSize, "Prob", b.Prob)
 }
 

@@ -17,7 +17,7 @@ func ExamplePolicyLoss() {
 	grad := tensor.Must(tensor.NewLike(lp, tensor.Float32))
 
 	res, err := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask},
-		ppo.PolicyConfig{ClipLow: 0.2, ClipHigh: 0.28, ClipDual: 3})
+		ppo.PolicyConfig{ClipLow: 0.2, ClipHigh: 0.28, ClipDual: 3, TauPos: 1, TauNeg: 1})
 	if err != nil {
 		panic(err)
 	}
@@ -77,8 +77,9 @@ func ExampleTokenScale() {
 	// This micro-batch holds 3 of the mini-batch's 12 tokens, on one of two ranks.
 	s, _ := ppo.TokenScale(mask, 12, 2)
 	opt := ppo.GradOptions{Scale: s, Accumulate: true}
-	pg, _ := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask},
-		ppo.PolicyConfig{GradOptions: opt})
+	pcfg := ppo.DefaultPolicyConfig(ppo.Vanilla)
+	pcfg.GradOptions = opt
+	pg, _ := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask}, pcfg)
 	kl, _ := ppo.KLLoss(grad, lp, ref, mask, ppo.KLConfig{Kind: divergence.LowVarKL, Coef: 0.01, GradOptions: opt})
 	ent, _ := ppo.EntropyPenalty(grad, lp, mask, ppo.EntropyConfig{Coef: 0.001, GradOptions: opt})
 	g, _ := grad.Float32s()

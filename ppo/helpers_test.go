@@ -107,7 +107,7 @@ func (b batch) seqRatios() []float64 {
 // nearKink reports whether any valid token's log ratio lies within tol of a clamp bound or the
 // dual-clip switch, where finite differences are not meaningful.
 func nearKink(b batch, cfg PolicyConfig, tol float64) bool {
-	cfg = cfg.withDefaults()
+	cfg = fill(cfg)
 	clo, chi := math.Log(1-cfg.ClipLow), math.Log(1+cfg.ClipHigh)
 	seq := b.seqRatios()
 	for i := range b.B {
@@ -147,3 +147,20 @@ func wantErr(t *testing.T, err, sentinel error, op, arg string) {
 var allAggs = []Agg{{Mode: Token}, {Mode: Seq}, {Mode: SeqMeanTokenSum}, {Mode: SeqMeanTokenSumNorm, Horizon: 16}}
 
 var allLossTypes = []LossType{Vanilla, GSPO, GSPOToken, CISPO, SAPO}
+
+// fill returns c with its zero clip and tau fields set to DefaultPolicyConfig's values: the tests'
+// way of writing "the defaults, except these fields".
+func fill(c PolicyConfig) PolicyConfig {
+	d := DefaultPolicyConfig(c.LossType)
+	for _, f := range []struct {
+		v *float64
+		d float64
+	}{
+		{&c.ClipLow, d.ClipLow}, {&c.ClipHigh, d.ClipHigh}, {&c.ClipDual, d.ClipDual}, {&c.TauPos, d.TauPos}, {&c.TauNeg, d.TauNeg},
+	} {
+		if *f.v == 0 {
+			*f.v = f.d
+		}
+	}
+	return c
+}

@@ -18,6 +18,20 @@ type KLConfig struct {
 	GradOptions
 }
 
+// GradKernel is the optional backend kernel behind the elementwise gradient bookkeeping of
+// KLLoss and EntropyPenalty, so that their [B, T] (or [B, T, V]) gradients stay on the device.
+// The tensors are validated, float32, and every operation is one float32 operation per
+// element, the same as the pure-Go path's.
+type GradKernel interface {
+	// ScaleGrad multiplies x by f in place: x[i] *= f.
+	ScaleGrad(x *tensor.Tensor, f float32) error
+	// AddGrad adds src into dst of the same shape: dst[i] += src[i].
+	AddGrad(dst, src *tensor.Tensor) error
+	// MaskGrad writes x[i] = f*m[i] where m[i] != 0 and 0 elsewhere into grad (mask's shape),
+	// or adds x[i] into it with accumulate.
+	MaskGrad(grad, mask *tensor.Tensor, f float32, accumulate bool) error
+}
+
 // KLResult is the outcome of KLLoss.
 type KLResult struct {
 	// Loss is Scale * Coef * KL, the term added to the micro-batch loss.
@@ -33,7 +47,7 @@ type KLResult struct {
 // For the token kinds (kl, abs, mse, low_var_kl), logp, ref, mask and grad are float32 [B, T].
 // For divergence.Full, logp, ref and grad are full log-distributions [B, T, V] and mask is
 // [B, T]. The per-token penalty and its gradient come from divergence.Penalty and
-// divergence.PenaltyGrad; the aggregation weights are those of Agg.LossGrad. It allocates two
+// divergence.PenaltyBackward; the aggregation weights are those of Agg.LossGrad. It allocates two
 // [B, T] temporaries (one [B, T, V] for Full with Accumulate) on logp's backend.
 func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error) {
 	const op = "ppo.KLLoss"
@@ -106,50 +120,44 @@ func KLLoss(grad, logp, ref, mask *tensor.Tensor, cfg KLConfig) (KLResult, error
 	if grad == nil {
 		return res, nil
 	}
-	// Penalty gradient, into grad directly unless we must accumulate.
-	pg := grad
-	if cfg.Accumulate {
-		if pg, err = tensor.NewLike(logp, tensor.Float32); err != nil {
+	// d loss / d penalty = Scale * Coef * the aggregation weights, then through the penalty.
+	f := coef * scale
+	gk, onDevice := tensor.KernelOf[GradKernel](mask.Backend())
+	if onDevice {
+		if err := gk.ScaleGrad(aggGrad, f); err != nil {
 			return KLResult{}, err
 		}
-		defer pg.Release()
-	}
-	if err := divergence.PenaltyGrad(pg, logp, ref, cfg.Kind); err != nil {
+	} else if err := tensor.OnHost(1, []*tensor.Tensor{aggGrad}, func(h []*tensor.Tensor) error {
+		a, _ := h[0].Float32s()
+		for j := range a {
+			a[j] *= f
+		}
+		return nil
+	}); err != nil {
 		return KLResult{}, err
 	}
-	v := 1
-	if cfg.Kind == divergence.Full {
-		v = logp.Dim(-1)
+	in := divergence.PenaltyGrad{LogProbs: logp, Ref: ref, DPenalty: aggGrad, Kind: cfg.Kind}
+	if !cfg.Accumulate {
+		return res, divergence.PenaltyBackward(grad, in)
 	}
-	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg, aggGrad}, func(h []*tensor.Tensor) error {
+	pg, err := tensor.NewLike(logp, tensor.Float32)
+	if err != nil {
+		return KLResult{}, err
+	}
+	defer pg.Release()
+	if err := divergence.PenaltyBackward(pg, in); err != nil {
+		return KLResult{}, err
+	}
+	if onDevice {
+		return res, gk.AddGrad(grad, pg)
+	}
+	return res, tensor.OnHost(1, []*tensor.Tensor{grad, pg}, func(h []*tensor.Tensor) error {
 		g, _ := h[0].Float32s()
 		p, _ := h[1].Float32s()
-		a, _ := h[2].Float32s()
-		chainHost(g, p, a, v, coef*scale, cfg.Accumulate)
-		return nil
-	})
-}
-
-// chainHost writes (or adds) f * a[j] * p[j*v+k] into g[j*v+k]: the chain rule of a per-token
-// aggregation gradient a [N] through a penalty gradient p [N, v]. Where a[j] == 0 (masked) it
-// writes exactly 0, whatever p holds.
-func chainHost[F hostops.Float](g, p, a []F, v int, f F, acc bool) {
-	parallel.For(len(a), parallel.Grain(v, 1<<15), func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			aj := f * a[j]
-			gs, ps := g[j*v:(j+1)*v], p[j*v:(j+1)*v]
-			for k := range gs {
-				var x F
-				if aj != 0 {
-					x = aj * ps[k]
-				}
-				if acc {
-					gs[k] += x
-				} else {
-					gs[k] = x
-				}
-			}
+		for i, x := range p {
+			g[i] += x
 		}
+		return nil
 	})
 }
 
@@ -176,6 +184,17 @@ func EntropyPenalty(grad, logp, mask *tensor.Tensor, cfg EntropyConfig) (float32
 	if err := cfg.GradOptions.validate(op); err != nil {
 		return 0, err
 	}
+	if gk, ok := tensor.KernelOf[GradKernel](mask.Backend()); ok {
+		sum, n, err := tensor.MaskedSum(logp, mask)
+		if err != nil {
+			return 0, err
+		}
+		loss, f := entropyPlan[float32](sum, n, cfg)
+		if grad == nil {
+			return loss, nil
+		}
+		return loss, gk.MaskGrad(grad, mask, f, cfg.Accumulate)
+	}
 	var loss float32
 	err := tensor.OnHost(1, []*tensor.Tensor{grad, logp, mask}, func(h []*tensor.Tensor) error {
 		var g []float32
@@ -199,11 +218,8 @@ func entropyHost[F hostops.Float](g, lp, m []F, cfg EntropyConfig) F {
 			n += float64(w)
 		}
 	}
-	coef, scale := F(cfg.Coef), F(cfg.scale())
-	denom := F(n) + F(DefaultEps)
-	loss := coef * -(F(s) / denom)
+	loss, f := entropyPlan[F](s, n, cfg)
 	if g != nil {
-		f := -(scale * coef) / denom
 		parallel.For(len(m), 1<<15, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				x := F(0)
@@ -218,5 +234,15 @@ func entropyHost[F hostops.Float](g, lp, m []F, cfg EntropyConfig) F {
 			}
 		})
 	}
-	return loss * scale
+	return loss
+}
+
+// entropyPlan returns EntropyPenalty's scaled loss and gradient factor from the float64 masked
+// sum s of logp and the mask sum n (shared by the pure-Go kernel and GradKernel backends).
+func entropyPlan[F hostops.Float](s, n float64, cfg EntropyConfig) (loss, f F) {
+	coef, scale := F(cfg.Coef), F(cfg.scale())
+	denom := F(n) + F(DefaultEps)
+	loss = coef * -(F(s) / denom)
+	f = -(scale * coef) / denom
+	return loss * scale, f
 }

@@ -163,7 +163,7 @@ func TestTokenScale(t *testing.T) {
 	// Summing scaled micro-batch token-mean losses gives the mini-batch token mean.
 	rng := rand.New(rand.NewPCG(47, 48))
 	b := randBatch(rng, 6, 5, 0.5, false)
-	whole, err := PolicyLoss(nil, b.inputs(), PolicyConfig{})
+	whole, err := PolicyLoss(nil, b.inputs(), fill(PolicyConfig{}))
 	require.NoError(t, err)
 	var total float64
 	for _, w := range b.m {
@@ -175,7 +175,7 @@ func TestTokenScale(t *testing.T) {
 		in := mb.inputs()
 		s, err := TokenScale(in.ResponseMask, total, 1)
 		require.NoError(t, err)
-		r, err := PolicyLoss(nil, in, PolicyConfig{GradOptions: GradOptions{Scale: s}})
+		r, err := PolicyLoss(nil, in, fill(PolicyConfig{GradOptions: GradOptions{Scale: s}}))
 		require.NoError(t, err)
 		sum += float64(r.Loss)
 	}

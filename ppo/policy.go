@@ -92,9 +92,10 @@ const (
 // logRatioClamp bounds the log importance ratio before exp (the reference's ±20).
 const logRatioClamp = 20
 
-// PolicyConfig configures PolicyLoss. Zero fields take the reference's defaults: ClipLow 0.2,
-// ClipHigh 0.3, ClipDual 3, TauPos 1, TauNeg 1.05, Agg token mean. (A literal clip of 0 is
-// therefore not expressible; use a tiny value such as 1e-12.)
+// PolicyConfig configures PolicyLoss. Start from DefaultPolicyConfig (the reference's values:
+// ClipLow 0.2, ClipHigh 0.3, ClipDual 3, TauPos 1, TauNeg 1.05, Agg token mean) and change
+// fields: every field means what it says, a clip of 0 included, so the zero value
+// PolicyConfig{} is invalid (ClipDual and the taus must be positive) and Validate says so.
 type PolicyConfig struct {
 	LossType LossType
 	// ClipLow and ClipHigh bound the ratio to [1-ClipLow, 1+ClipHigh] (clip-higher when
@@ -117,27 +118,18 @@ type PolicyConfig struct {
 
 // DefaultPolicyConfig returns the reference's defaults with the given loss type.
 func DefaultPolicyConfig(t LossType) PolicyConfig {
-	return PolicyConfig{LossType: t}.withDefaults()
-}
-
-func (c PolicyConfig) withDefaults() PolicyConfig {
-	def := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
+	return PolicyConfig{
+		LossType: t,
+		ClipLow:  DefaultClipLow, ClipHigh: DefaultClipHigh, ClipDual: DefaultClipDual,
+		TauPos: DefaultTauPos, TauNeg: DefaultTauNeg,
 	}
-	def(&c.ClipLow, DefaultClipLow)
-	def(&c.ClipHigh, DefaultClipHigh)
-	def(&c.ClipDual, DefaultClipDual)
-	def(&c.TauPos, DefaultTauPos)
-	def(&c.TauNeg, DefaultTauNeg)
-	return c
 }
 
 // Validate reports an ErrParam error naming the bad field: an unknown loss type, ClipLow outside
 // [0, 1], a negative ClipHigh, ClipDual <= 1, a non-positive or non-finite tau, a NaN anywhere,
-// a bad Agg or Scale. Zero fields are replaced by the defaults first.
-func (c PolicyConfig) Validate() error { return c.withDefaults().validate("ppo.PolicyConfig.Validate") }
+// a bad Agg or Scale. Every field is checked whatever the loss type, so a zero ClipDual or tau is
+// an error even where the loss type does not read it (start from DefaultPolicyConfig).
+func (c PolicyConfig) Validate() error { return c.validate("ppo.PolicyConfig.Validate") }
 
 func (c PolicyConfig) validate(op string) error {
 	switch {
@@ -148,11 +140,11 @@ func (c PolicyConfig) validate(op string) error {
 	case !(c.ClipHigh >= 0):
 		return tensor.Errorf(tensor.ErrParam, op, "ClipHigh", "is %v, want a value >= 0", c.ClipHigh)
 	case !(c.ClipDual > 1):
-		return tensor.Errorf(tensor.ErrParam, op, "ClipDual", "is %v, want a value > 1", c.ClipDual)
+		return tensor.Errorf(tensor.ErrParam, op, "ClipDual", "is %v, want a value > 1 (+Inf disables the dual clip; ppo.DefaultPolicyConfig gives %v)", c.ClipDual, DefaultClipDual)
 	case !(c.TauPos > 0) || math.IsInf(c.TauPos, 0):
-		return tensor.Errorf(tensor.ErrParam, op, "TauPos", "is %v, want a finite value > 0", c.TauPos)
+		return tensor.Errorf(tensor.ErrParam, op, "TauPos", "is %v, want a finite value > 0 (ppo.DefaultPolicyConfig gives %v)", c.TauPos, DefaultTauPos)
 	case !(c.TauNeg > 0) || math.IsInf(c.TauNeg, 0):
-		return tensor.Errorf(tensor.ErrParam, op, "TauNeg", "is %v, want a finite value > 0", c.TauNeg)
+		return tensor.Errorf(tensor.ErrParam, op, "TauNeg", "is %v, want a finite value > 0 (ppo.DefaultPolicyConfig gives %v)", c.TauNeg, DefaultTauNeg)
 	}
 	if err := c.Agg.validate(op, "Agg"); err != nil {
 		return err
@@ -233,7 +225,6 @@ func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyR
 	if err := checkBT(op, names, 4, ts...); err != nil {
 		return PolicyResult{}, err
 	}
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(op); err != nil {
 		return PolicyResult{}, err
 	}

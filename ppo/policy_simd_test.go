@@ -89,7 +89,7 @@ func TestPolicySIMDVsGo(t *testing.T) {
 					for _, finite := range []bool{false, true} {
 						tag := fmt.Sprintf("%s T=%d ltm=%v acc=%v finite=%v", im.Name, T, withLTM, acc, finite)
 						in, _ := simdPolicyInputs(r, 3, T, withLTM, finite)
-						cfg := PolicyConfig{ClipHigh: 0.3}
+						cfg := fill(PolicyConfig{ClipHigh: 0.3})
 						cfg.Accumulate = acc
 						init := make([]float32, 3*T)
 						for j := range init {
@@ -138,7 +138,7 @@ func TestPolicySIMDGOMAXPROCS(t *testing.T) {
 	in, _ := simdPolicyInputs(rand.New(rand.NewPCG(1, 9)), 200, 1000, true, true)
 	run := func() (PolicyResult, []float32) {
 		g := make([]float32, 200*1000)
-		res, err := PolicyLoss(tensor.Must(tensor.FromFloat32(g, 200, 1000)), in, PolicyConfig{})
+		res, err := PolicyLoss(tensor.Must(tensor.FromFloat32(g, 200, 1000)), in, fill(PolicyConfig{}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,16 +33,22 @@ func TestParseLossTypeRoundTrip(t *testing.T) {
 func TestPolicyConfigDefaults(t *testing.T) {
 	c := DefaultPolicyConfig(SAPO)
 	require.Equal(t, PolicyConfig{LossType: SAPO, ClipLow: 0.2, ClipHigh: 0.3, ClipDual: 3, TauPos: 1, TauNeg: 1.05}, c)
-	require.NoError(t, PolicyConfig{}.Validate())
 	require.NoError(t, c.Validate())
-	require.NoError(t, PolicyConfig{ClipLow: 1, ClipHigh: math.Inf(1), ClipDual: math.Inf(1)}.Validate())
+	// The zero value is not silently the defaults: it is an error that points to them.
+	err := PolicyConfig{}.Validate()
+	wantErr(t, err, tensor.ErrParam, "ppo.PolicyConfig.Validate", "ClipDual")
+	require.Contains(t, err.Error(), "DefaultPolicyConfig")
+	// Every field means what it says: clips of 0 are valid (and the ratio is then pinned at 1).
+	c.ClipLow, c.ClipHigh = 0, 0
+	require.NoError(t, c.Validate())
+	require.NoError(t, PolicyConfig{ClipLow: 1, ClipHigh: math.Inf(1), ClipDual: math.Inf(1), TauPos: 1, TauNeg: 1}.Validate())
 }
 
 // policyGradCase checks the analytic gradient of one config on one random batch against central
 // differences of the float64 kernel.
 func policyGradCase(t *testing.T, name string, b batch, cfg PolicyConfig) {
 	t.Helper()
-	cfg = cfg.withDefaults()
+	cfg = fill(cfg)
 	n := b.B * b.T
 	g := make([]float64, n)
 	policyHost(g, b.old, b.lp, b.adv, b.m, b.ltm, b.B, b.T, cfg)
@@ -81,7 +87,7 @@ func TestPolicyLossGradFiniteDifferences(t *testing.T) {
 			for _, ltm := range []bool{false, true} {
 				for trial := range 3 {
 					spread := []float64{0.15, 0.6, 1.6}[trial] // inside the clip, around it, dual clip
-					cfg := PolicyConfig{LossType: lt, ClipLow: 0.2, ClipHigh: 0.28, Agg: agg}
+					cfg := fill(PolicyConfig{LossType: lt, ClipLow: 0.2, ClipHigh: 0.28, Agg: agg})
 					if lt == SAPO {
 						cfg.TauPos, cfg.TauNeg = 0.7, 1.6
 					}
@@ -118,7 +124,7 @@ func TestPolicyLossCISPOInsideClipClosedForm(t *testing.T) {
 	// Inside the clip range clipped == ratio, but it is detached: grad = -A * ratio * w * m.
 	rng := rand.New(rand.NewPCG(7, 8))
 	b := randBatch(rng, 3, 8, 0.1, false)
-	cfg := PolicyConfig{LossType: CISPO}.withDefaults()
+	cfg := fill(PolicyConfig{LossType: CISPO})
 	g := make([]float64, len(b.lp))
 	policyHost(g, b.old, b.lp, b.adv, b.m, nil, b.B, b.T, cfg)
 	var S float64
@@ -141,7 +147,7 @@ func TestPolicyLossGSPOBroadcastPerRow(t *testing.T) {
 	m := []float32{1, 1, 1, 1, 1, 1}
 	in := PolicyInputs{ten(f64s(old), B, T), ten(f64s(lp), B, T), ten(f64s(adv), B, T), ten(f64s(m), B, T), nil}
 	in.OldLogProbs, in.LogProbs = tensor.Must(tensor.FromFloat32(old, B, T)), tensor.Must(tensor.FromFloat32(lp, B, T))
-	res, err := PolicyLoss(nil, in, PolicyConfig{LossType: GSPO, ClipHigh: 0.28})
+	res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: GSPO, ClipHigh: 0.28}))
 	require.NoError(t, err)
 	// row 0: seq = 0.1, ratio 1.105 inside [0.8, 1.28] -> T = -1.105; row 1: seq = -0.5, ratio
 	// 0.607, clipped 0.8 -> T = max(-0.607, -0.8) = -0.607.
@@ -161,7 +167,7 @@ func TestPolicyLossProperties(t *testing.T) {
 				}
 			}
 			in := b.inputs()
-			cfg := PolicyConfig{LossType: lt, Agg: agg}
+			cfg := fill(PolicyConfig{LossType: lt, Agg: agg})
 			grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
 			before := [][]float32{}
 			for _, x := range []*tensor.Tensor{in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask} {
@@ -220,7 +226,7 @@ func TestPolicyLossRatioOneConstantAdvantage(t *testing.T) {
 				OldLogProbs: tensor.Must(tensor.FromFloat32(lp, B, T)), LogProbs: tensor.Must(tensor.FromFloat32(lp, B, T)),
 				Advantages: tensor.Must(tensor.FromFloat32(adv, B, T)), ResponseMask: tensor.Must(tensor.FromFloat32(m, B, T)),
 			}
-			res, err := PolicyLoss(nil, in, PolicyConfig{LossType: lt})
+			res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: lt}))
 			require.NoError(t, err)
 			require.InDelta(t, -a, res.PGLoss, 1e-6, "%v a=%v", lt, a)
 			require.Zero(t, res.PPOKL)
@@ -235,7 +241,7 @@ func TestPolicyLossScaleAndAccumulate(t *testing.T) {
 	b := randBatch(rng, 3, 10, 0.8, true)
 	in := b.inputs()
 	plain := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-	res, err := PolicyLoss(plain, in, PolicyConfig{})
+	res, err := PolicyLoss(plain, in, fill(PolicyConfig{}))
 	require.NoError(t, err)
 	require.Equal(t, res.PGLoss, res.Loss)
 	acc := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
@@ -243,7 +249,7 @@ func TestPolicyLossScaleAndAccumulate(t *testing.T) {
 	for j := range av {
 		av[j] = 1
 	}
-	res2, err := PolicyLoss(acc, in, PolicyConfig{GradOptions: GradOptions{Scale: 0.25, Accumulate: true}})
+	res2, err := PolicyLoss(acc, in, fill(PolicyConfig{GradOptions: GradOptions{Scale: 0.25, Accumulate: true}}))
 	require.NoError(t, err)
 	require.Equal(t, res.PGLoss, res2.PGLoss)
 	require.InDelta(t, 0.25*res.PGLoss, res2.Loss, 1e-7)
@@ -261,7 +267,7 @@ func TestPolicyLossDeterministicAcrossProcs(t *testing.T) {
 		prev := runtime.GOMAXPROCS(procs)
 		defer runtime.GOMAXPROCS(prev)
 		g := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-		res, err := PolicyLoss(g, in, PolicyConfig{LossType: GSPO, Agg: Agg{Mode: Seq}})
+		res, err := PolicyLoss(g, in, fill(PolicyConfig{LossType: GSPO, Agg: Agg{Mode: Seq}}))
 		require.NoError(t, err)
 		v, _ := g.Float32s()
 		return res, v
@@ -276,7 +282,7 @@ func TestPolicyLossMetricsKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	in := randBatch(rng, 2, 4, 0.5, false).inputs()
 	for _, lt := range allLossTypes {
-		res, err := PolicyLoss(nil, in, PolicyConfig{LossType: lt})
+		res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: lt}))
 		require.NoError(t, err)
 		keys := []string{}
 		for k := range res.Metrics() {
@@ -298,10 +304,10 @@ func TestPolicyLossNaNAdvantage(t *testing.T) {
 	b := randBatch(rng, 2, 4, 0.3, false)
 	b.m[0], b.adv[0] = 1, math.NaN()
 	in := b.inputs()
-	res, err := PolicyLoss(nil, in, PolicyConfig{})
+	res, err := PolicyLoss(nil, in, fill(PolicyConfig{}))
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(float64(res.PGLoss)))
-	_, err = PolicyLoss(nil, in, PolicyConfig{CheckFinite: true})
+	_, err = PolicyLoss(nil, in, fill(PolicyConfig{CheckFinite: true}))
 	wantErr(t, err, tensor.ErrNotFinite, "ppo.PolicyLoss", "Advantages")
 }
 
@@ -321,29 +327,29 @@ func TestPolicyLossBadInputs(t *testing.T) {
 		sentinel error
 		arg      string
 	}{
-		{"unknown loss type", nil, good, PolicyConfig{LossType: 42}, tensor.ErrParam, "LossType"},
-		{"clip dual one", nil, good, PolicyConfig{ClipDual: 1}, tensor.ErrParam, "ClipDual"},
-		{"clip dual below one", nil, good, PolicyConfig{ClipDual: 0.5}, tensor.ErrParam, "ClipDual"},
-		{"clip dual NaN", nil, good, PolicyConfig{ClipDual: math.NaN()}, tensor.ErrParam, "ClipDual"},
-		{"clip low above one", nil, good, PolicyConfig{ClipLow: 1.5}, tensor.ErrParam, "ClipLow"},
-		{"clip low negative", nil, good, PolicyConfig{ClipLow: -0.1}, tensor.ErrParam, "ClipLow"},
-		{"clip high negative", nil, good, PolicyConfig{ClipHigh: -0.1}, tensor.ErrParam, "ClipHigh"},
-		{"tau pos negative", nil, good, PolicyConfig{LossType: SAPO, TauPos: -1}, tensor.ErrParam, "TauPos"},
-		{"tau neg NaN", nil, good, PolicyConfig{LossType: SAPO, TauNeg: math.NaN()}, tensor.ErrParam, "TauNeg"},
-		{"tau neg inf", nil, good, PolicyConfig{TauNeg: math.Inf(1)}, tensor.ErrParam, "TauNeg"},
-		{"agg mode", nil, good, PolicyConfig{Agg: Agg{Mode: 17}}, tensor.ErrParam, "Agg.Mode"},
-		{"horizon", nil, good, PolicyConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}, tensor.ErrParam, "Agg.Horizon"},
-		{"scale", nil, good, PolicyConfig{GradOptions: GradOptions{Scale: -1}}, tensor.ErrParam, "Scale"},
-		{"scale inf", nil, good, PolicyConfig{GradOptions: GradOptions{Scale: math.Inf(1)}}, tensor.ErrParam, "Scale"},
-		{"nil logprobs", nil, with(func(in *PolicyInputs) { in.LogProbs = nil }), PolicyConfig{}, tensor.ErrShape, "LogProbs"},
-		{"nil mask", nil, with(func(in *PolicyInputs) { in.ResponseMask = nil }), PolicyConfig{}, tensor.ErrShape, "ResponseMask"},
-		{"rank 1", nil, with(func(in *PolicyInputs) { in.LogProbs = rank1 }), PolicyConfig{}, tensor.ErrShape, "LogProbs"},
-		{"advantages shape", nil, with(func(in *PolicyInputs) { in.Advantages = wrong }), PolicyConfig{}, tensor.ErrShape, "Advantages"},
-		{"old shape", nil, with(func(in *PolicyInputs) { in.OldLogProbs = wrong }), PolicyConfig{}, tensor.ErrShape, "OldLogProbs"},
-		{"token mask shape", nil, with(func(in *PolicyInputs) { in.TokenMask = wrong }), PolicyConfig{}, tensor.ErrShape, "TokenMask"},
-		{"grad shape", wrong, good, PolicyConfig{}, tensor.ErrShape, "grad"},
-		{"mask dtype", nil, with(func(in *PolicyInputs) { in.ResponseMask = ints }), PolicyConfig{}, tensor.ErrDType, "ResponseMask"},
-		{"grad dtype", ints, good, PolicyConfig{}, tensor.ErrDType, "grad"},
+		{"unknown loss type", nil, good, fill(PolicyConfig{LossType: 42}), tensor.ErrParam, "LossType"},
+		{"clip dual one", nil, good, fill(PolicyConfig{ClipDual: 1}), tensor.ErrParam, "ClipDual"},
+		{"clip dual below one", nil, good, fill(PolicyConfig{ClipDual: 0.5}), tensor.ErrParam, "ClipDual"},
+		{"clip dual NaN", nil, good, fill(PolicyConfig{ClipDual: math.NaN()}), tensor.ErrParam, "ClipDual"},
+		{"clip low above one", nil, good, fill(PolicyConfig{ClipLow: 1.5}), tensor.ErrParam, "ClipLow"},
+		{"clip low negative", nil, good, fill(PolicyConfig{ClipLow: -0.1}), tensor.ErrParam, "ClipLow"},
+		{"clip high negative", nil, good, fill(PolicyConfig{ClipHigh: -0.1}), tensor.ErrParam, "ClipHigh"},
+		{"tau pos negative", nil, good, fill(PolicyConfig{LossType: SAPO, TauPos: -1}), tensor.ErrParam, "TauPos"},
+		{"tau neg NaN", nil, good, fill(PolicyConfig{LossType: SAPO, TauNeg: math.NaN()}), tensor.ErrParam, "TauNeg"},
+		{"tau neg inf", nil, good, fill(PolicyConfig{TauNeg: math.Inf(1)}), tensor.ErrParam, "TauNeg"},
+		{"agg mode", nil, good, fill(PolicyConfig{Agg: Agg{Mode: 17}}), tensor.ErrParam, "Agg.Mode"},
+		{"horizon", nil, good, fill(PolicyConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}), tensor.ErrParam, "Agg.Horizon"},
+		{"scale", nil, good, fill(PolicyConfig{GradOptions: GradOptions{Scale: -1}}), tensor.ErrParam, "Scale"},
+		{"scale inf", nil, good, fill(PolicyConfig{GradOptions: GradOptions{Scale: math.Inf(1)}}), tensor.ErrParam, "Scale"},
+		{"nil logprobs", nil, with(func(in *PolicyInputs) { in.LogProbs = nil }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
+		{"nil mask", nil, with(func(in *PolicyInputs) { in.ResponseMask = nil }), fill(PolicyConfig{}), tensor.ErrShape, "ResponseMask"},
+		{"rank 1", nil, with(func(in *PolicyInputs) { in.LogProbs = rank1 }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
+		{"advantages shape", nil, with(func(in *PolicyInputs) { in.Advantages = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "Advantages"},
+		{"old shape", nil, with(func(in *PolicyInputs) { in.OldLogProbs = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "OldLogProbs"},
+		{"token mask shape", nil, with(func(in *PolicyInputs) { in.TokenMask = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "TokenMask"},
+		{"grad shape", wrong, good, fill(PolicyConfig{}), tensor.ErrShape, "grad"},
+		{"mask dtype", nil, with(func(in *PolicyInputs) { in.ResponseMask = ints }), fill(PolicyConfig{}), tensor.ErrDType, "ResponseMask"},
+		{"grad dtype", ints, good, fill(PolicyConfig{}), tensor.ErrDType, "grad"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := PolicyLoss(c.grad, c.in, c.cfg)
@@ -394,7 +400,7 @@ func FuzzPolicyLoss(f *testing.F) {
 			in.ResponseMask = tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, rows, cols))
 			in.TokenMask = nil
 		}
-		cfg := PolicyConfig{LossType: LossType(lt % 5), Agg: allAggs[mode%4]}
+		cfg := fill(PolicyConfig{LossType: LossType(lt % 5), Agg: allAggs[mode%4]})
 		grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
 		res, err := PolicyLoss(grad, in, cfg)
 		if err != nil {
@@ -437,7 +443,7 @@ func benchBatch(B, T int, adversarial bool) batch {
 func benchPolicy(b *testing.B, lt LossType, B, T int, adversarial bool) {
 	in := benchBatch(B, T, adversarial).inputs()
 	grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-	cfg := PolicyConfig{LossType: lt, ClipHigh: 0.28}
+	cfg := fill(PolicyConfig{LossType: lt, ClipHigh: 0.28})
 	b.SetBytes(int64(B * T * 4 * 5)) // four inputs read, one gradient written
 	for b.Loop() {
 		if _, err := PolicyLoss(grad, in, cfg); err != nil {

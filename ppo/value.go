@@ -6,9 +6,9 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// ValueConfig configures ValueLoss. The zero value clips with range 0 (vpreds are clipped to
-// the old values, the reference's cliprange_value = 0) and averages per token; EasyR1's default
-// cliprange_value is 0.5 (DefaultClipRangeValue).
+// ValueConfig configures ValueLoss. Every field means what it says: the zero value clips with
+// range 0 (vpreds are clipped to the old values, the reference's cliprange_value = 0) and
+// averages per token. DefaultValueConfig gives EasyR1's cliprange_value 0.5.
 type ValueConfig struct {
 	// ClipRange is the reference's cliprange_value c >= 0 (+Inf disables the clip).
 	ClipRange float64
@@ -20,6 +20,11 @@ type ValueConfig struct {
 
 // DefaultClipRangeValue is EasyR1's default cliprange_value.
 const DefaultClipRangeValue = 0.5
+
+// DefaultValueConfig returns EasyR1's defaults: ClipRange 0.5, token-mean aggregation.
+func DefaultValueConfig() ValueConfig {
+	return ValueConfig{ClipRange: DefaultClipRangeValue, Agg: Agg{Mode: Token}}
+}
 
 // Validate reports an ErrParam error for a negative or NaN ClipRange, a bad Agg or Scale.
 func (c ValueConfig) Validate() error { return c.validate("ppo.ValueConfig.Validate") }

@@ -79,6 +79,13 @@ func UnionMask(dst *tensor.Tensor, in UnionInputs) (CombinedStats, error) {
 	if err := tensor.CheckSameBackend(op, names, ts...); err != nil {
 		return CombinedStats{}, err
 	}
+	if kk, ok := tensor.KernelOf[UnionKernel](mask.Backend()); ok {
+		rows := make([]UnionRow, mask.Dim(0))
+		if err := kk.UnionRows(rows, dst, in); err != nil {
+			return CombinedStats{}, err
+		}
+		return combineUnion(rows), nil
+	}
 	var s CombinedStats
 	err := tensor.OnHost(1, []*tensor.Tensor{dst, in.EntropyMask, in.PerceptionMask, in.Entropy, in.PerceptionScore, mask}, func(h []*tensor.Tensor) error {
 		var v [6][]float32
@@ -91,9 +98,21 @@ func UnionMask(dst *tensor.Tensor, in UnionInputs) (CombinedStats, error) {
 	return s, err
 }
 
-type unionRow struct {
-	valid, selected, rejected        int
-	entSel, entRej, percSel, percRej float64
+// UnionRow is one row's part of CombinedStats: what a UnionKernel measures per row, combined in
+// row order by the host so every backend reports the same statistics.
+type UnionRow struct {
+	// Valid counts the positions with mask != 0, Selected those in the union (mask or not),
+	// Rejected the valid positions not in it.
+	Valid, Selected, Rejected int
+	// Float64 sums of the entropy and the perception score over the selected and the rejected
+	// positions.
+	EntSel, EntRej, PercSel, PercRej float64
+}
+
+// UnionKernel is the optional backend kernel behind UnionMask: it writes the union into dst
+// and fills rows (len B) with each row's statistics; the tensors are validated.
+type UnionKernel interface {
+	UnionRows(rows []UnionRow, dst *tensor.Tensor, in UnionInputs) error
 }
 
 func unionHost(dst, a, b, ent, score, mask []float32, cols int) CombinedStats {
@@ -101,45 +120,50 @@ func unionHost(dst, a, b, ent, score, mask []float32, cols int) CombinedStats {
 	if cols > 0 {
 		rows = len(mask) / cols
 	}
-	per := make([]unionRow, rows)
+	per := make([]UnionRow, rows)
 	parallel.For(rows, parallel.Grain(cols, 1<<15), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			var r unionRow
+			var r UnionRow
 			for t := i * cols; t < (i+1)*cols; t++ {
 				on := a[t] != 0 || b[t] != 0
 				if on {
 					dst[t] = 1
-					r.selected++
-					r.entSel += float64(ent[t])
-					r.percSel += float64(score[t])
+					r.Selected++
+					r.EntSel += float64(ent[t])
+					r.PercSel += float64(score[t])
 				} else {
 					dst[t] = 0
 				}
 				if mask[t] != 0 {
-					r.valid++
+					r.Valid++
 					if !on {
-						r.rejected++
-						r.entRej += float64(ent[t])
-						r.percRej += float64(score[t])
+						r.Rejected++
+						r.EntRej += float64(ent[t])
+						r.PercRej += float64(score[t])
 					}
 				}
 			}
 			per[i] = r
 		}
 	})
+	return combineUnion(per)
+}
+
+// combineUnion reduces the per-row statistics of UnionMask in row order.
+func combineUnion(per []UnionRow) CombinedStats {
 	var (
 		s                                CombinedStats
 		entSel, entRej, percSel, percRej float64
 		rejected                         int
 	)
 	for _, r := range per {
-		s.Valid += r.valid
-		s.Selected += r.selected
-		rejected += r.rejected
-		entSel += r.entSel
-		entRej += r.entRej
-		percSel += r.percSel
-		percRej += r.percRej
+		s.Valid += r.Valid
+		s.Selected += r.Selected
+		rejected += r.Rejected
+		entSel += r.EntSel
+		entRej += r.EntRej
+		percSel += r.PercSel
+		percRej += r.PercRej
 	}
 	s.EntropySelectedMean = meanOrNaN(entSel, s.Selected)
 	s.EntropyRejectedMean = meanOrNaN(entRej, rejected)

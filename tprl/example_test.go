@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
 )
@@ -111,4 +112,53 @@ func ExampleConfig_Apply() {
 	// [1 1 0 0 1 1]
 	// [1.20 1.20 1.20 0.80 0.80 0.80]
 	// [0.667]
+}
+
+// One mini-batch of 4 responses × 3 tokens updated in two micro-batches of 2 rows: Prepare takes
+// the perception score and the token count once, each MicroBatch gets the current policy's
+// log-probs of its rows and writes d loss / d log-probs (policy loss on the perception-selected
+// tokens plus the low_var_kl loss to the reference), scaled so the two halves add up to the
+// whole mini-batch's gradient.
+func ExampleUpdateConfig_Prepare() {
+	f32 := func(v ...float32) *tensor.Tensor { return tensor.Must(tensor.FromFloat32(v, 4, 3)) }
+	mb := tprl.MiniBatch{
+		ResponseMask: f32(1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0),
+		OldLogProbs:  f32(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+		AugLogProbs:  f32(-1, -2, -1, -1.5, -1, -1, -1, -1, -3, -1.2, -1, -1),
+		RefLogProbs:  f32(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+		Advantages:   f32(1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1),
+	}
+	tokens := tprl.DefaultConfig()
+	tokens.EnablePerceptionFiltering = true
+	tokens.TopPPerceptionTokens = 0.5
+	cfg := tprl.UpdateConfig{
+		Tokens: tokens,
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla),
+		KLLoss: &ppo.KLConfig{Kind: divergence.LowVarKL, Coef: 0.1},
+	}
+	upd, err := cfg.Prepare(mb)
+	if err != nil {
+		panic(err)
+	}
+	defer upd.Release()
+
+	logp := f32(-0.9, -1, -1, -1, -1.1, -1, -1, -1, -1.2, -1, -1, -1) // the policy after a few steps
+	grad := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 4, 3))
+	for lo := 0; lo < 4; lo += 2 {
+		g := tensor.Must(grad.Rows(lo, lo+2))
+		rows := tprl.MicroInputs{LogProbs: tensor.Must(logp.Rows(lo, lo+2))}
+		res, err := upd.MicroBatch(g, rows, lo, lo+2)
+		if err != nil {
+			panic(err)
+		}
+		mask, _ := res.LossTokenMask.Float32s()
+		fmt.Printf("rows %d-%d: token mask %v, loss %.4f\n", lo, lo+2, mask, res.Loss)
+		res.Release()
+	}
+	g, _ := grad.Float32s()
+	fmt.Printf("d loss / d logp: %.4f\n", g)
+	// Output:
+	// rows 0-2: token mask [1 1 0 1 0 0], loss -0.3449
+	// rows 2-4: token mask [1 0 1 1 0 0], loss 0.3134
+	// d loss / d logp: [-0.1217 -0.1111 0.0000 -0.1111 -0.0012 0.0000 0.1111 0.0000 0.0885 0.1111 0.0000 0.0000]
 }

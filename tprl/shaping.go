@@ -14,6 +14,78 @@ const rangeEps float32 = 1e-6
 // muEps is added to the mean normalised score before taking its reciprocal (float32).
 const muEps float32 = 1e-8
 
+// ShapingKernel is the optional backend kernel behind trajectory shaping (SensitivityScores,
+// ShapingStatsOf, ShapeAdvantages, ShapeBatch). The host keeps the plan: the kernel measures
+// per-row sums and applies per-row factors, so only [B] vectors cross between host and device,
+// and the statistics, the factors and the records are computed by the same host code on every
+// backend. The tensors are validated.
+type ShapingKernel interface {
+	// ShapingRows fills, for each row i of mask [B, T], counts[i] with the float64 sum of
+	// mask[i, t] over mask != 0 and, when values [B, T] is not nil, sums[i] with the float64
+	// sum of float32(values*mask) over mask != 0 (hostops.MaskedSum per row). sums is nil
+	// exactly when values is.
+	ShapingRows(sums, counts []float64, values, mask *tensor.Tensor) error
+	// ScaleRows writes dst[i, t] = src[i, t] * factors[i] in float32 for src [B, T] (dst may be
+	// src); factors has B entries.
+	ScaleRows(dst, src *tensor.Tensor, factors []float32) error
+}
+
+// shapingKernel returns the backend's ShapingKernel of t, if any.
+func shapingKernel(t *tensor.Tensor) (ShapingKernel, bool) {
+	return tensor.KernelOf[ShapingKernel](t.Backend())
+}
+
+// hostVec copies the [B] tensor t to a host slice (B floats; t itself when on the host).
+func hostVec(t *tensor.Tensor) ([]float32, error) {
+	h, err := tensor.To(tensor.CPU(), t)
+	if err != nil {
+		return nil, err
+	}
+	v, err := h.Float32s()
+	if err != nil {
+		return nil, err
+	}
+	return append([]float32(nil), v...), nil
+}
+
+// setVec writes the host slice v into the [len(v)] tensor dst.
+func setVec(dst *tensor.Tensor, v []float32) error {
+	h, err := tensor.FromFloat32(v, len(v))
+	if err != nil {
+		return err
+	}
+	return tensor.CopyInto(dst, h)
+}
+
+// sensitivityOf computes the scores and the mask row sums of perception [B, T] with the kernel,
+// finishing each score on the host as sensitivityHost does.
+func sensitivityOf(kk ShapingKernel, perception, mask *tensor.Tensor) (scores, counts []float32, err error) {
+	rows := mask.Dim(0)
+	sums, n := make([]float64, rows), make([]float64, rows)
+	if err := kk.ShapingRows(sums, n, perception, mask); err != nil {
+		return nil, nil, err
+	}
+	scores, counts = make([]float32, rows), make([]float32, rows)
+	for i := range scores {
+		scores[i] = float32(sums[i]) / float32(max(n[i], 1))
+		counts[i] = float32(n[i])
+	}
+	return scores, counts, nil
+}
+
+// countsOf returns the mask row sums of mask [B, T] with the kernel, as rowCounts.
+func countsOf(kk ShapingKernel, mask *tensor.Tensor) ([]float32, error) {
+	n := make([]float64, mask.Dim(0))
+	if err := kk.ShapingRows(nil, n, nil, mask); err != nil {
+		return nil, err
+	}
+	counts := make([]float32, len(n))
+	for i, x := range n {
+		counts[i] = float32(x)
+	}
+	return counts, nil
+}
+
 // SensitivityScores writes the per-response sensitivity score of trajectory shaping into dst [B]:
 // the masked mean sum_t(perception*mask)[i] / max(n_i, 1) of the perception score [B, T]
 // (docs/semantics.md#advantage-shaping), where n_i = sum_t mask[i, t]. A row with n_i = 0 scores 0
@@ -28,6 +100,13 @@ func SensitivityScores(dst, perception, mask *tensor.Tensor) error {
 	}
 	if err := tensor.CheckSameBackend(op, []string{"perception", "mask", "dst"}, perception, mask, dst); err != nil {
 		return err
+	}
+	if kk, ok := shapingKernel(perception); ok {
+		scores, _, err := sensitivityOf(kk, perception, mask)
+		if err != nil {
+			return err
+		}
+		return setVec(dst, scores)
 	}
 	return tensor.OnHost(1, []*tensor.Tensor{dst, perception, mask}, func(h []*tensor.Tensor) error {
 		d, _ := h[0].Float32s()
@@ -87,6 +166,17 @@ func ShapingStatsOf(sensitivity, mask *tensor.Tensor) (ShapingStats, error) {
 	}
 	if err := tensor.CheckSameBackend(op, []string{"sensitivity", "mask"}, sensitivity, mask); err != nil {
 		return ShapingStats{}, err
+	}
+	if kk, ok := shapingKernel(mask); ok {
+		v, err := hostVec(sensitivity)
+		if err != nil {
+			return ShapingStats{}, err
+		}
+		counts, err := countsOf(kk, mask)
+		if err != nil {
+			return ShapingStats{}, err
+		}
+		return statsHost(v, counts), nil
 	}
 	var s ShapingStats
 	err := tensor.OnHost(0, []*tensor.Tensor{sensitivity, mask}, func(h []*tensor.Tensor) error {
@@ -316,6 +406,19 @@ func ShapeAdvantages(out ShapingOutputs, in ShapingInputs, stats ShapingStats, o
 	if err := tensor.CheckSameBackend(op, []string{"Advantages", "Sensitivity"}, adv, sensitivity); err != nil {
 		return MicroBatchShaping{}, err
 	}
+	if kk, ok := shapingKernel(adv); ok {
+		scores, err := hostVec(sensitivity)
+		if err != nil {
+			return MicroBatchShaping{}, err
+		}
+		counts, err := countsOf(kk, mask)
+		if err != nil {
+			return MicroBatchShaping{}, err
+		}
+		f := make([]float32, len(scores))
+		res := shapePlan(f, scores, counts, stats, opt)
+		return res, applyFactors(kk, shaped, factors, adv, f)
+	}
 	var res MicroBatchShaping
 	err := tensor.OnHost(2, []*tensor.Tensor{shaped, factors, adv, sensitivity, mask}, func(h []*tensor.Tensor) error {
 		sh, _ := h[0].Float32s()
@@ -365,6 +468,20 @@ func ShapeBatch(out ShapingOutputs, in ShapingInputs, opt ShapingOptions) ([]Mic
 	if err := tensor.CheckSameBackend(op, []string{"Advantages", "PerceptionScore", "Sensitivity"}, adv, perception, sensitivity); err != nil {
 		return nil, err
 	}
+	if kk, ok := shapingKernel(adv); ok {
+		scores, counts, err := sensitivityOf(kk, perception, mask)
+		if err != nil {
+			return nil, err
+		}
+		if sensitivity != nil {
+			if err := setVec(sensitivity, scores); err != nil {
+				return nil, err
+			}
+		}
+		f := make([]float32, len(scores))
+		res := shapeBatchPlan(f, scores, counts, opt)
+		return res, applyFactors(kk, shaped, factors, adv, f)
+	}
 	var res []MicroBatchShaping
 	err := tensor.OnHost(3, []*tensor.Tensor{shaped, factors, sensitivity, adv, perception, mask}, func(h []*tensor.Tensor) error {
 		rows, cols := adv.Dim(0), adv.Dim(1)
@@ -389,6 +506,14 @@ func ShapeBatch(out ShapingOutputs, in ShapingInputs, opt ShapingOptions) ([]Mic
 }
 
 func shapeBatchHost(shaped, factors, adv, scores, counts []float32, cols int, opt ShapingOptions) []MicroBatchShaping {
+	out := shapeBatchPlan(factors, scores, counts, opt)
+	scaleRowsHost(shaped, adv, factors, cols)
+	return out
+}
+
+// shapeBatchPlan writes the factors of every row of a batch and returns the micro-batches'
+// records: ShapeBatch's plan, shared by the host and the kernel paths.
+func shapeBatchPlan(factors, scores, counts []float32, opt ShapingOptions) []MicroBatchShaping {
 	rows := len(scores)
 	mini := opt.MiniBatchSize
 	if mini == 0 {
@@ -404,15 +529,36 @@ func shapeBatchHost(shaped, factors, adv, scores, counts []float32, cols int, op
 		}
 		for a := lo; a < hi; a += micro {
 			b := min(a+micro, hi)
-			out = append(out, shapeHost(shaped[a*cols:b*cols], factors[a:b], adv[a*cols:b*cols],
-				scores[a:b], counts[a:b], cols, stats, opt))
+			out = append(out, shapePlan(factors[a:b], scores[a:b], counts[a:b], stats, opt))
 		}
 	}
 	return out
 }
 
+// applyFactors scales the advantages by the factors with the kernel and writes the factors to
+// factors when it is set.
+func applyFactors(kk ShapingKernel, shaped, factors, adv *tensor.Tensor, f []float32) error {
+	if factors != nil {
+		if err := setVec(factors, f); err != nil {
+			return err
+		}
+	}
+	if len(f) == 0 || adv.Dim(1) == 0 {
+		return nil
+	}
+	return kk.ScaleRows(shaped, adv, f)
+}
+
 // shapeHost shapes one micro-batch on host slices.
 func shapeHost(shaped, factors, adv, scores, counts []float32, cols int, stats ShapingStats, opt ShapingOptions) MicroBatchShaping {
+	out := shapePlan(factors, scores, counts, stats, opt)
+	scaleRowsHost(shaped, adv, factors, cols)
+	return out
+}
+
+// shapePlan writes the factors of one micro-batch and returns its record: the host plan of
+// ShapeAdvantages, shared by the host and the kernel paths.
+func shapePlan(factors, scores, counts []float32, stats ShapingStats, opt ShapingOptions) MicroBatchShaping {
 	nan := float32(math.NaN())
 	out := MicroBatchShaping{Rows: len(scores), GlobalMin: nan, GlobalMax: nan, TargetMax: nan}
 	var scoreSum float64
@@ -458,6 +604,12 @@ func shapeHost(shaped, factors, adv, scores, counts []float32, cols int, stats S
 		fsum += float64(f)
 	}
 	out.FactorMean = meanOrNaN(fsum, len(factors))
+	return out
+}
+
+// scaleRowsHost is the pure-Go kernel of ShapingKernel.ScaleRows: shaped[i, t] = adv[i, t] *
+// factors[i].
+func scaleRowsHost(shaped, adv, factors []float32, cols int) {
 	parallel.For(len(factors), parallel.Grain(cols, 1<<15), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			f := factors[i]
@@ -468,7 +620,6 @@ func shapeHost(shaped, factors, adv, scores, counts []float32, cols int, stats S
 			}
 		}
 	})
-	return out
 }
 
 func checkShape(op string, shaped, factors, adv, mask *tensor.Tensor, opt ShapingOptions) error {

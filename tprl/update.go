@@ -16,13 +16,14 @@ type UpdateConfig struct {
 	// Policy is the clipped policy objective and its aggregation (loss_type, clip ratios,
 	// loss_avg_mode).
 	Policy ppo.PolicyConfig
-	// UseKLLoss adds KLCoef * average_loss(KLPenalty(log_probs, ref_log_probs)).
-	UseKLLoss bool
-	KLPenalty divergence.Kind
-	KLCoef    float64
-	// UseEntropyPenalty adds EntropyPenaltyCoef * (-masked_mean(log_probs)), token-averaged.
-	UseEntropyPenalty  bool
-	EntropyPenaltyCoef float64
+	// KLLoss, when not nil, adds ppo.KLLoss to the loss: Coef * average_loss(Kind penalty of
+	// log_probs to ref_log_probs) (the reference's use_kl_loss, kl_penalty, kl_coef); set Kind
+	// and Coef. The update supplies Agg (the policy's) and GradOptions (the micro-batch's token
+	// scale): leave them zero.
+	KLLoss *ppo.KLConfig
+	// EntropyPenalty, when not nil, adds ppo.EntropyPenalty: Coef * (-masked_mean(log_probs)),
+	// token-averaged (use_entropy_penalty, entropy_penalty_coef); set Coef, leave GradOptions zero.
+	EntropyPenalty *ppo.EntropyConfig
 	// WorldSize is the number of data-parallel ranks (0 means 1); it enters the global token
 	// scaling sum(m_micro) * WorldSize / GlobalTokens.
 	WorldSize int
@@ -40,10 +41,26 @@ func (c UpdateConfig) Validate() error {
 	switch {
 	case c.WorldSize < 0:
 		return tensor.Errorf(tensor.ErrParam, op, "WorldSize", "is %d, want >= 1 (0 means 1)", c.WorldSize)
-	case c.UseKLLoss && (math.IsNaN(c.KLCoef) || math.IsInf(c.KLCoef, 0)):
-		return tensor.Errorf(tensor.ErrParam, op, "KLCoef", "is %v, want a finite value", c.KLCoef)
-	case c.UseEntropyPenalty && (math.IsNaN(c.EntropyPenaltyCoef) || math.IsInf(c.EntropyPenaltyCoef, 0)):
-		return tensor.Errorf(tensor.ErrParam, op, "EntropyPenaltyCoef", "is %v, want a finite value", c.EntropyPenaltyCoef)
+	}
+	if kl := c.KLLoss; kl != nil {
+		switch {
+		case !knownKind(kl.Kind):
+			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Kind", "unknown divergence kind %v", kl.Kind)
+		case math.IsNaN(kl.Coef) || math.IsInf(kl.Coef, 0):
+			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Coef", "is %v, want a finite value", kl.Coef)
+		case kl.Agg != (ppo.Agg{}):
+			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Agg", "is %+v; the update uses Policy.Agg, leave it zero", kl.Agg)
+		case kl.GradOptions != (ppo.GradOptions{}):
+			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.GradOptions", "is %+v; the update sets the token scale, leave it zero", kl.GradOptions)
+		}
+	}
+	if ent := c.EntropyPenalty; ent != nil {
+		switch {
+		case math.IsNaN(ent.Coef) || math.IsInf(ent.Coef, 0):
+			return tensor.Errorf(tensor.ErrParam, op, "EntropyPenalty.Coef", "is %v, want a finite value", ent.Coef)
+		case ent.GradOptions != (ppo.GradOptions{}):
+			return tensor.Errorf(tensor.ErrParam, op, "EntropyPenalty.GradOptions", "is %+v; the update sets the token scale, leave it zero", ent.GradOptions)
+		}
 	}
 	return nil
 }
@@ -59,7 +76,7 @@ type MiniBatch struct {
 	// already has it (for example for its own diagnostics, or across PPO epochs); AugLogProbs
 	// is then not needed. When nil, Prepare computes it once for the mini-batch.
 	PerceptionScore *tensor.Tensor
-	RefLogProbs     *tensor.Tensor // reference policy log-probs; UseKLLoss
+	RefLogProbs     *tensor.Tensor // reference policy log-probs; needed with KLLoss
 	// GlobalTokens is sum(response_mask) over this mini-batch on every rank (all-reduced);
 	// 0 means this mini-batch's own count (one device).
 	GlobalTokens float64
@@ -120,7 +137,7 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 		{"Advantages", mb.Advantages, true},
 		{"AugLogProbs", mb.AugLogProbs, needAug && mb.PerceptionScore == nil},
 		{"PerceptionScore", mb.PerceptionScore, false},
-		{"RefLogProbs", mb.RefLogProbs, c.UseKLLoss},
+		{"RefLogProbs", mb.RefLogProbs, c.KLLoss != nil},
 	} {
 		if in.t == nil {
 			if in.need {
@@ -261,23 +278,34 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 	u.Metrics["actor/pg_loss"] = append(u.Metrics["actor/pg_loss"], float64(pol.PGLoss))
 	total := pol.Loss
 	acc := ppo.GradOptions{Scale: scale, Accumulate: true}
-	if u.cfg.UseKLLoss {
-		kl, err := ppo.KLLoss(grad, logp, ref, mask, ppo.KLConfig{Kind: u.cfg.KLPenalty, Coef: u.cfg.KLCoef, Agg: pcfg.Agg, GradOptions: acc})
+	if u.cfg.KLLoss != nil {
+		kcfg := *u.cfg.KLLoss
+		kcfg.Agg, kcfg.GradOptions = pcfg.Agg, acc
+		kl, err := ppo.KLLoss(grad, logp, ref, mask, kcfg)
 		if err != nil {
 			return MicroResult{}, err
 		}
 		total += kl.Loss
 		u.Metrics["actor/kl_loss"] = []float64{float64(kl.KL)}
-		u.Metrics["actor/kl_coef"] = []float64{u.cfg.KLCoef}
+		u.Metrics["actor/kl_coef"] = []float64{kcfg.Coef}
 	}
-	if u.cfg.UseEntropyPenalty {
-		pen, err := ppo.EntropyPenalty(grad, logp, mask, ppo.EntropyConfig{Coef: u.cfg.EntropyPenaltyCoef, GradOptions: acc})
+	if u.cfg.EntropyPenalty != nil {
+		ecfg := *u.cfg.EntropyPenalty
+		ecfg.GradOptions = acc
+		pen, err := ppo.EntropyPenalty(grad, logp, mask, ecfg)
 		if err != nil {
 			return MicroResult{}, err
 		}
 		total += pen
-		u.Metrics["actor/entropy_penalty_coef"] = []float64{u.cfg.EntropyPenaltyCoef}
+		u.Metrics["actor/entropy_penalty_coef"] = []float64{ecfg.Coef}
 	}
 	done = true
 	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages, tokens: tok}, nil
+}
+
+// knownKind reports whether k is one of divergence's kinds (its String of an unknown kind does
+// not parse back).
+func knownKind(k divergence.Kind) bool {
+	_, err := divergence.ParseKind(k.String())
+	return err == nil
 }

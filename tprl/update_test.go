@@ -66,9 +66,9 @@ func TestUpdateMicroBatchSplitInvariance(t *testing.T) {
 	cfg := tprl.UpdateConfig{
 		Tokens: tprl.Config{EnableEntropyFiltering: true, TopPEntropyTokens: 0.5, EnablePerceptionFiltering: true,
 			TopPPerceptionTokens: 0.4, EnableTrajectoryReweighting: true, TrajectoryScalingMin: 0.8},
-		Policy:    ppo.DefaultPolicyConfig(ppo.Vanilla),
-		UseKLLoss: true, KLPenalty: divergence.LowVarKL, KLCoef: 0.05,
-		UseEntropyPenalty: true, EntropyPenaltyCoef: 0.01,
+		Policy:         ppo.DefaultPolicyConfig(ppo.Vanilla),
+		KLLoss:         &ppo.KLConfig{Kind: divergence.LowVarKL, Coef: 0.05},
+		EntropyPenalty: &ppo.EntropyConfig{Coef: 0.01},
 	}
 	want, wantLoss := runUpdate(t, cfg, mb, logp, ent, 12)
 	for _, micro := range []int{1, 2, 5, 7} {
@@ -90,7 +90,7 @@ func TestUpdateMaskedTokensGetNoGradient(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	mb, logp, ent := updateInputs(r, 6, 11)
 	cfg := tprl.UpdateConfig{Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.3},
-		Policy: ppo.DefaultPolicyConfig(ppo.GSPO), UseEntropyPenalty: true, EntropyPenaltyCoef: 0.1}
+		Policy: ppo.DefaultPolicyConfig(ppo.GSPO), EntropyPenalty: &ppo.EntropyConfig{Coef: 0.1}}
 	g, _ := runUpdate(t, cfg, mb, logp, ent, 2)
 	m, _ := mb.ResponseMask.Float32s()
 	for i, w := range m {
@@ -103,7 +103,8 @@ func TestUpdateMaskedTokensGetNoGradient(t *testing.T) {
 func TestUpdateBadInput(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	mb, logp, ent := updateInputs(r, 4, 5)
-	cfg := tprl.UpdateConfig{Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.3}}
+	cfg := tprl.UpdateConfig{Tokens: tprl.Config{EnablePerceptionFiltering: true, TopPPerceptionTokens: 0.3},
+		Policy: ppo.DefaultPolicyConfig(ppo.Vanilla)}
 	noAug := mb
 	noAug.AugLogProbs = nil
 	_, err := cfg.Prepare(noAug)
@@ -115,6 +116,24 @@ func TestUpdateBadInput(t *testing.T) {
 	_, err = bad.Prepare(mb)
 	require.ErrorIs(t, err, tensor.ErrParam)
 	require.ErrorContains(t, err, "top_p_perception_tokens")
+
+	// The zero Policy is an error pointing to ppo.DefaultPolicyConfig, not silently the defaults.
+	bad = cfg
+	bad.Policy = ppo.PolicyConfig{}
+	_, err = bad.Prepare(mb)
+	require.ErrorIs(t, err, tensor.ErrParam)
+	require.ErrorContains(t, err, "DefaultPolicyConfig")
+
+	// The KL term's aggregation and scale belong to the update; setting them is an error, not ignored.
+	bad = cfg
+	bad.KLLoss = &ppo.KLConfig{Kind: divergence.KL, Coef: 0.1, Agg: ppo.Agg{Mode: ppo.Seq}}
+	_, err = bad.Prepare(mb)
+	require.ErrorIs(t, err, tensor.ErrParam)
+	require.ErrorContains(t, err, "KLLoss.Agg")
+	bad.KLLoss = &ppo.KLConfig{Kind: divergence.Kind(99), Coef: 0.1}
+	require.ErrorContains(t, bad.Validate(), "KLLoss.Kind")
+	bad.KLLoss, bad.EntropyPenalty = nil, &ppo.EntropyConfig{Coef: 0.1, GradOptions: ppo.GradOptions{Scale: 2}}
+	require.ErrorContains(t, bad.Validate(), "EntropyPenalty.GradOptions")
 
 	u, err := cfg.Prepare(mb)
 	require.NoError(t, err)

@@ -36,8 +36,15 @@ __global__ void divergence_penalty_fwd_f32(float* dst, const float* lp, const fl
     }
 }
 
-__global__ void divergence_penalty_bwd_f32(float* dst, const float* lp, const float* ref, int64_t n, int64_t kind) {
+// dst = dpen[i / v] * d penalty / d lp[i], exactly 0 where dpen is 0 (v = V for full, else 1).
+__global__ void divergence_penalty_bwd_f32(float* dst, const float* lp, const float* ref, const float* dpen, int64_t n, int64_t v,
+                                           int64_t kind) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float u = dpen[i / v];
+        if (u == 0.f) {
+            dst[i] = 0.f;
+            continue;
+        }
         float a = lp[i], b = ref[i], r;
         switch (kind) {
         case 0:
@@ -62,7 +69,7 @@ __global__ void divergence_penalty_bwd_f32(float* dst, const float* lp, const fl
         default:
             r = expf(a) * (a - b + 1.f);
         }
-        dst[i] = r;
+        dst[i] = u * r;
     }
 }
 

@@ -278,4 +278,26 @@ __global__ void __launch_bounds__(MTRL_BLOCK) ppo_value_fwd_f32(
     }
 }
 
+// Gradient bookkeeping of KLLoss and EntropyPenalty (ppo.GradKernel), one float32 operation per
+// element as the host: x *= f; dst += src; grad = (m != 0 ? f * m : 0), added with acc.
+__global__ void __launch_bounds__(MTRL_BLOCK) ppo_scale_fwd_f32(float* x, int64_t n, float f) {
+    for (int64_t i = (int64_t)blockIdx.x * MTRL_BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * MTRL_BLOCK) {
+        x[i] = x[i] * f;
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) ppo_add_fwd_f32(float* dst, const float* src, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * MTRL_BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * MTRL_BLOCK) {
+        dst[i] = dst[i] + src[i];
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) ppo_mask_grad_fwd_f32(float* grad, const float* m, int64_t n, float f, int64_t acc) {
+    for (int64_t i = (int64_t)blockIdx.x * MTRL_BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.x * MTRL_BLOCK) {
+        float w = m[i];
+        float x = w != 0.f ? f * w : 0.f;
+        grad[i] = acc ? grad[i] + x : x;
+    }
+}
+
 }  // extern "C"

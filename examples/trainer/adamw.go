@@ -35,22 +35,14 @@ func (o *AdamW) Step(ws, gs [][]float32, decay []bool, lr float64) error {
 	if len(ws) != len(o.M) || len(gs) != len(ws) || len(decay) != len(ws) {
 		return fmt.Errorf("adamw: %d weights, %d grads, %d decay flags for %d parameters", len(ws), len(gs), len(decay), len(o.M))
 	}
-	o.T++
-	bc1 := 1 - math.Pow(o.Beta1, float64(o.T))
-	bc2 := 1 - math.Pow(o.Beta2, float64(o.T))
-	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	stepSize := float32(lr / bc1)
-	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
-	eps := float32(o.Eps)
+	s := o.next(lr)
+	b1, b2, stepSize, invSqrtBC2, eps := s.beta1, s.beta2, s.stepSize, s.invSqrtBC2, s.eps
 	for i, w := range ws {
 		g, m, v := gs[i], o.M[i], o.V[i]
 		if len(w) != len(m) || len(g) != len(m) {
 			return fmt.Errorf("adamw: parameter %d has %d weights and %d grads, want %d", i, len(w), len(g), len(m))
 		}
-		shrink := float32(1)
-		if decay[i] {
-			shrink = float32(1 - lr*o.WeightDecay)
-		}
+		shrink := o.shrink(decay[i], lr)
 		for j := range w {
 			gj := g[j]
 			m[j] = b1*m[j] + (1-b1)*gj
@@ -60,6 +52,29 @@ func (o *AdamW) Step(ws, gs [][]float32, decay []bool, lr float64) error {
 		}
 	}
 	return nil
+}
+
+// adamwScalars are one step's float32 constants, shared by Step and the device's step.
+type adamwScalars struct {
+	beta1, beta2, stepSize, invSqrtBC2, eps float32
+}
+
+// next advances the step count and returns the new step's constants: lr/(1-β1^t) and
+// 1/√(1-β2^t) computed in float64, then rounded.
+func (o *AdamW) next(lr float64) adamwScalars {
+	o.T++
+	bc1 := 1 - math.Pow(o.Beta1, float64(o.T))
+	bc2 := 1 - math.Pow(o.Beta2, float64(o.T))
+	return adamwScalars{beta1: float32(o.Beta1), beta2: float32(o.Beta2), stepSize: float32(lr / bc1),
+		invSqrtBC2: float32(1 / math.Sqrt(bc2)), eps: float32(o.Eps)}
+}
+
+// shrink is the decoupled weight decay's factor 1 - lr·wd of a decayed parameter (1 otherwise).
+func (o *AdamW) shrink(decay bool, lr float64) float32 {
+	if !decay {
+		return 1
+	}
+	return float32(1 - lr*o.WeightDecay)
 }
 
 // ClipGradNorm computes the global L2 norm of gs (accumulated in float64, in a fixed order)

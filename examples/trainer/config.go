@@ -791,8 +791,8 @@ func (c Config) Validate() error {
 		pos("worker.actor.micro_batch_size_per_device_for_update", a.MicroBatchSizePerDeviceForUpdate),
 		pos("worker.actor.micro_batch_size_per_device_for_experience", a.MicroBatchSizePerDeviceForExperience),
 		pos("worker.actor.ppo_epochs", a.PPOEpochs),
-		finite("worker.actor.clip_ratio_low", a.ClipRatioLow, 1e-12, 1),
-		finite("worker.actor.clip_ratio_high", a.ClipRatioHigh, 1e-12, math.Inf(1)),
+		finite("worker.actor.clip_ratio_low", a.ClipRatioLow, 0, 1),
+		finite("worker.actor.clip_ratio_high", a.ClipRatioHigh, 0, math.Inf(1)),
 		finite("worker.actor.clip_ratio_dual", a.ClipRatioDual, 1+1e-12, math.Inf(1)),
 		finite("worker.actor.max_grad_norm", a.MaxGradNorm, 0, math.Inf(1)),
 		pos("worker.actor.model.patch_size", a.Model.PatchSize),
@@ -965,10 +965,12 @@ func (c Config) Update() (tprl.UpdateConfig, error) {
 	pol := ppo.DefaultPolicyConfig(a.LossType)
 	pol.ClipLow, pol.ClipHigh, pol.ClipDual = a.ClipRatioLow, a.ClipRatioHigh, a.ClipRatioDual
 	pol.Agg = ppo.Agg{Mode: a.LossAvgMode, Horizon: c.Dataset.MaxResponseLength}
-	u := tprl.UpdateConfig{
-		Tokens: c.Tokens(), Policy: pol,
-		UseKLLoss: c.DivergenceInLoss(), KLPenalty: o.DivergencePenalty, KLCoef: o.DivergenceCoef,
-		UseEntropyPenalty: o.UseEntropyPenalty, EntropyPenaltyCoef: o.EntropyPenaltyCoef,
+	u := tprl.UpdateConfig{Tokens: c.Tokens(), Policy: pol}
+	if c.DivergenceInLoss() {
+		u.KLLoss = &ppo.KLConfig{Kind: o.DivergencePenalty, Coef: o.DivergenceCoef}
+	}
+	if o.UseEntropyPenalty {
+		u.EntropyPenalty = &ppo.EntropyConfig{Coef: o.EntropyPenaltyCoef}
 	}
 	if err := u.Validate(); err != nil {
 		return u, fmt.Errorf("config: worker.actor / optimization: %w", err)

@@ -45,12 +45,12 @@ func (t *Trainer) values(dst *tensor.Tensor, b *batch, micro int) error {
 	out, _ := dst.Float32s()
 	for lo := 0; lo < b.rows; lo += micro {
 		hi := min(lo+micro, b.rows)
-		g, _, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
+		ml, _, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
 		if err != nil {
 			return err
 		}
-		lg, _ := g.Float32s()
-		V := g.Dim(2)
+		lg, _ := ml.logits.Float32s()
+		V := ml.logits.Dim(2)
 		for i := range (hi - lo) * T {
 			out[lo*T+i] = lg[i*V]
 		}
@@ -81,12 +81,12 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 			var micLoss, micClip []float64
 			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
-				g, record, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
+				ml, record, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
 				if err != nil {
 					return nil, err
 				}
-				lg, _ := g.Float32s()
-				V := g.Dim(2)
+				lg, _ := ml.logits.Float32s()
+				V := ml.logits.Dim(2)
 				vp := make([]float32, (hi-lo)*T)
 				for i := range vp {
 					vp[i] = lg[i*V]
@@ -113,7 +113,9 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				if err := t.backwardResponse(t.critic.model, b, record, tensor.Must(tensor.FromFloat32(dl, hi-lo, T, V)), lo, hi); err != nil {
 					return nil, err
 				}
-				t.collectGrad(t.critic.model)
+				if err := t.collectGrad(t.critic.model); err != nil {
+					return nil, err
+				}
 			}
 			if err := t.reduceGrads(t.critic.model, 1/float32(t.world())); err != nil {
 				return nil, err

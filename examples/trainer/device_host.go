@@ -8,4 +8,4 @@ import (
 )
 
 // useDevice fails: this binary was built without -tags cuda.
-func useDevice(*vlm.Model, int) (func() error, error) { return nil, cuda.ErrNotCompiled }
+func useDevice(*vlm.Model, int) (actorDevice, error) { return nil, cuda.ErrNotCompiled }

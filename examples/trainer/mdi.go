@@ -34,23 +34,11 @@ type mdiStats struct {
 	RangeText, RangeVision [3]float64
 }
 
-// attentionStats computes the MDI of row (of the recorded micro-batch) whose prompt has plen
-// tokens (BOS included) and whose response has n tokens.
-func (t *Trainer) attentionStats(a *vlm.Activations, row, plen, n int) mdiStats {
-	L := a.Layers()
-	var text, vis float64
-	var rt, rv [3]float64
-	var rn [3]int
-	for l := range L {
-		g := l * 3 / L
-		for j := range n {
-			im, tx, ni, nt := a.Attention(l, row, plen-1+j)
-			pt, pv := tx/float64(nt), im/float64(ni)
-			text, vis = text+pt, vis+pv
-			rt[g], rv[g] = rt[g]+pt, rv[g]+pv
-			rn[g]++
-		}
-	}
+// attentionStats computes the MDI of one response from its attention sums
+// (vlm.Activations.ResponseAttention over the thirds of the blocks) and its n tokens. The sums
+// run where the record is: on the device the attention maps stay there and only a row's eight
+// float64 sums come down.
+func (t *Trainer) attentionStats(a vlm.AttentionSums, layers, n int) mdiStats {
 	s := mdiStats{MDI: math.NaN(), Balance: 0}
 	if n == 0 {
 		s.Text, s.Vision = math.NaN(), math.NaN()
@@ -59,9 +47,15 @@ func (t *Trainer) attentionStats(a *vlm.Activations, row, plen, n int) mdiStats 
 		}
 		return s
 	}
-	s.Text, s.Vision = text/float64(L*n), vis/float64(L*n)
+	s.Text, s.Vision = a.Text/float64(layers*n), a.Vision/float64(layers*n)
 	for g := range 3 {
-		s.RangeText[g], s.RangeVision[g] = rt[g]/float64(rn[g]), rv[g]/float64(rn[g]) // NaN when empty
+		rn := 0 // the range's blocks times the response's tokens
+		for l := range layers {
+			if l*3/layers == g {
+				rn += n
+			}
+		}
+		s.RangeText[g], s.RangeVision[g] = a.GroupText[g]/float64(rn), a.GroupVision[g]/float64(rn) // NaN when empty
 	}
 	s.MDI = s.Text / s.Vision
 	s.Balance = mdiBalance(s.MDI, t.cfg.Worker.Reward.MDIBalanceRatio)

@@ -85,13 +85,20 @@ func gatherValues[T any](t *Trainer, local []T) ([]T, error) {
 }
 
 // gatherRows fills rows outside this rank's shard [lo, hi) of the float32 tensors (each
-// [B, ...], this rank's rows already computed) from the other ranks.
+// [B, ...], this rank's rows already computed) from the other ranks. A device tensor goes
+// through the host (no NCCL here): its shard comes down, the other ranks' rows go up.
 func (t *Trainer) gatherRows(lo, hi int, ts ...*tensor.Tensor) error {
 	if t.world() == 1 {
 		return nil
 	}
 	for _, x := range ts {
 		if x == nil {
+			continue
+		}
+		if !x.IsHost() {
+			if err := t.gatherDeviceRows(lo, hi, x); err != nil {
+				return err
+			}
 			continue
 		}
 		v, err := x.Float32s()
@@ -115,26 +122,56 @@ func (t *Trainer) gatherRows(lo, hi int, ts ...*tensor.Tensor) error {
 	return nil
 }
 
-// shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] of b's response
-// tokens under m for this rank's rows, in chunks of micro rows without keeping activations
+// gatherDeviceRows is gatherRows of a device tensor x: only this rank's rows come down and
+// only the others' go up.
+func (t *Trainer) gatherDeviceRows(lo, hi int, x *tensor.Tensor) error {
+	h, err := tensor.New(tensor.CPU(), tensor.Float32, x.Shape()...)
+	if err != nil {
+		return err
+	}
+	if hi > lo {
+		if err := tensor.CopyInto(tensor.Must(h.Rows(lo, hi)), tensor.Must(x.Rows(lo, hi))); err != nil {
+			return err
+		}
+	}
+	if err := t.gatherRows(lo, hi, h); err != nil {
+		return err
+	}
+	for _, r := range [][2]int{{0, lo}, {hi, x.Dim(0)}} {
+		if r[1] > r[0] {
+			if err := tensor.CopyInto(tensor.Must(x.Rows(r[0], r[1])), tensor.Must(h.Rows(r[0], r[1]))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// shardedLogProbs computes log-probs (and entropies when ent is not nil) [B, T] (host or
+// device tensors) of b's response tokens under m for this rank's rows, in chunks of micro rows without keeping activations
 // (onAct, when set, sees each chunk's), and gathers the other ranks' rows.
-func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int)) error {
+func (t *Trainer) shardedLogProbs(m *vlm.Model, b *batch, images, logp, ent *tensor.Tensor, micro int, temp float32, onAct func(act *vlm.Activations, lo, hi int) error) error {
 	lo, hi := t.shard(b.rows)
 	for s := lo; s < hi; s += micro {
 		e := min(s+micro, hi)
-		g, act, err := t.forwardResponse(m, b, images, s, e)
+		ml, act, err := t.forwardResponse(m, b, images, s, e)
 		if err != nil {
 			return err
 		}
 		if onAct != nil {
-			onAct(act, s, e)
+			if err := onAct(act, s, e); err != nil {
+				act.Release()
+				ml.release()
+				return err
+			}
 		}
-		lp, tg := tensor.Must(logp.Rows(s, e)), tensor.Must(b.targets.Rows(s, e))
-		if ent == nil {
-			err = tensor.LogProbs(lp, g, tg, temp)
-		} else {
-			err = tensor.LogProbEntropy(lp, tensor.Must(ent.Rows(s, e)), g, tg, temp)
+		act.Release()
+		var er *tensor.Tensor
+		if ent != nil {
+			er = tensor.Must(ent.Rows(s, e))
 		}
+		err = ml.logProbs(tensor.Must(logp.Rows(s, e)), er, temp)
+		ml.release()
 		if err != nil {
 			return err
 		}
@@ -168,13 +205,22 @@ func (t *Trainer) generateShard(images *tensor.Tensor, prompts [][]int32, round 
 
 // collectGrad moves the gradient of the micro-batch just backpropagated out of m onto the end
 // of t.microGrads (and zeroes m's), so that reduceGrads can add the micro-batches in one fixed
-// order.
-func (t *Trainer) collectGrad(m *vlm.Model) {
+// order. On one device the sum runs there, in the same order, and nothing is moved.
+func (t *Trainer) collectGrad(m *vlm.Model) error {
+	if t.onDevice(m) {
+		if t.world() == 1 {
+			return t.dev.accumulate(m)
+		}
+		var err error
+		t.microGrads, err = t.dev.appendGrad(m, t.microGrads)
+		return err
+	}
 	_, gs := paramSlices(m)
 	for _, g := range gs {
 		t.microGrads = append(t.microGrads, g...)
 	}
 	m.ZeroGrad()
+	return nil
 }
 
 // reduceGrads sets m's gradients to scale × the sum of every rank's collected micro-batch
@@ -185,12 +231,16 @@ func (t *Trainer) collectGrad(m *vlm.Model) {
 // device's bit for bit. The price is an all-gather of each micro-batch's gradient instead of
 // a ring all-reduce of one (perf/allreduce_bytes), which suits this model, not a 7B one.
 func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
-	t0 := time.Now()
-	_, gs := paramSlices(m)
-	per := 0
-	for _, g := range gs {
-		per += len(g)
+	dev := t.onDevice(m)
+	if dev && t.world() == 1 {
+		return t.dev.finish(m, scale)
 	}
+	t0 := time.Now()
+	var gs [][]float32
+	if !dev {
+		_, gs = paramSlices(m)
+	}
+	per := m.NumParams()
 	local := t.microGrads
 	t.microGrads = nil
 	if len(local) == 0 {
@@ -221,14 +271,19 @@ func (t *Trainer) reduceGrads(m *vlm.Model, scale float32) error {
 			acc[i] += x
 		}
 	}
+	if scale != 1 {
+		for i := range acc {
+			acc[i] *= scale
+		}
+	}
+	if dev {
+		if err := t.dev.setGrad(m, acc); err != nil {
+			return err
+		}
+	}
 	off := 0
 	for _, g := range gs {
-		for i := range g {
-			g[i] = acc[off+i]
-			if scale != 1 {
-				g[i] *= scale
-			}
-		}
+		copy(g, acc[off:off+len(g)])
 		off += len(g)
 	}
 	if t.world() > 1 {

@@ -308,6 +308,10 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	}
 
 	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
+	// writesRollouts says whether step s (1-based) appends to rollouts.md.
+	writesRollouts := func(s int) bool {
+		return lead && c.RolloutSamples > 0 && (s == 1 || s == t.steps || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0))
+	}
 	interrupted := false
 	for t.step < t.steps {
 		stop, err := t.agree(ctx.Err() != nil)
@@ -319,6 +323,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			break
 		}
 		// A step is not interruptible: it takes seconds, and finishing it loses nothing.
+		t.rolloutDetail = writesRollouts(t.step + 1)
 		res, err := t.Step()
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", t.step+1, err)
@@ -337,7 +342,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		if err := logStep(s, m); err != nil {
 			return nil, err
 		}
-		if lead && c.RolloutSamples > 0 && (s == 1 || last || (c.RolloutLogFreq > 0 && s%c.RolloutLogFreq == 0)) {
+		if writesRollouts(s) {
 			if err := writeRollouts(dir, s, cfg.Worker.Rollout.N, c.RolloutSamples, res.Rollouts); err != nil {
 				return nil, err
 			}

@@ -55,6 +55,11 @@ func (t *Trainer) Step() (*StepResult, error) {
 	f32 := func(shape ...int) *tensor.Tensor {
 		return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
 	}
+	// The step's per-token tensors [B, T] live on the actor's backend: with
+	// worker.actor.device=cuda they stay on the device, and only scalars, per-row values and
+	// the sampled token ids come back to the host (README "The GPU trainer").
+	st := t.newStepTensors()
+	defer st.release()
 
 	// 1. Rollout: each prompt repeated n times (rows of a group are adjacent), sampled together;
 	// with online filtering, only groups whose mean reward lies inside the band are kept, and
@@ -72,16 +77,32 @@ func (t *Trainer) Step() (*StepResult, error) {
 
 	// 2. Old log-probs and entropies of the sampled tokens under the rollout policy.
 	xmicro := act.MicroBatchSizePerDeviceForExperience
-	oldLogp, entropy := f32(B, T), f32(B, T)
+	mask, err := st.put(b.mask)
+	if err != nil {
+		return nil, err
+	}
+	oldLogp, entropy, err := st.float32x2(B, T)
+	if err != nil {
+		return nil, err
+	}
 	// The same pass gives the attention of the MDI reward (TRL-MDI), when it has a weight.
 	var mdi []mdiStats
-	var onAct func(*vlm.Activations, int, int)
+	var onAct func(*vlm.Activations, int, int) error
 	if t.cfg.Worker.Reward.MDIWeight > 0 {
 		mdi = make([]mdiStats, B)
-		onAct = func(a *vlm.Activations, lo, hi int) {
-			for r := lo; r < hi; r++ {
-				mdi[r] = t.attentionStats(a, r-lo, b.plen[r], len(b.resp[r]))
+		onAct = func(a *vlm.Activations, lo, hi int) error {
+			n := make([]int, hi-lo)
+			for r := range n {
+				n[r] = len(b.resp[lo+r])
 			}
+			sums, err := a.ResponseAttention(b.plen[lo:hi], n, len(layerRanges))
+			if err != nil {
+				return fmt.Errorf("attention statistics: %w", err)
+			}
+			for r := lo; r < hi; r++ {
+				mdi[r] = t.attentionStats(sums[r-lo], a.Layers(), n[r-lo])
+			}
+			return nil
 		}
 	}
 	if err := t.shardedLogProbs(t.model, b, b.images, oldLogp, entropy, xmicro, temp, onAct); err != nil {
@@ -95,8 +116,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 
 	// 3. Rewards: the response's score at its last token, 0 elsewhere (token_level_rewards).
-	rewards := f32(B, T)
-	rw, _ := rewards.Float32s()
+	rewardsHost := f32(B, T)
+	rw, _ := rewardsHost.Float32s()
 	var acc, format, overall, respTokens float64
 	for i := range exs {
 		if mdi != nil {
@@ -110,6 +131,10 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	met["reward/overall"], met["reward/accuracy"], met["reward/format"] = overall/float64(B), acc/float64(B), format/float64(B)
 	met["response_length/mean"] = respTokens / float64(B)
+	rewards, err := st.put(rewardsHost) // uploaded once: one score per response, at its last token
+	if err != nil {
+		return nil, err
+	}
 	if mdi != nil {
 		putMDIMetrics(met, mdi)
 	}
@@ -123,13 +148,15 @@ func (t *Trainer) Step() (*StepResult, error) {
 	if err := t.pert.ApplyBatch(augImages, b.images, cfg.Training.Seed, b.ids); err != nil {
 		return nil, fmt.Errorf("perturb: %w", err)
 	}
-	augLogp := f32(B, T)
+	augLogp, score, err := st.float32x2(B, T)
+	if err != nil {
+		return nil, err
+	}
 	if err := t.shardedLogProbs(t.model, b, augImages, augLogp, nil, xmicro, temp, nil); err != nil {
 		return nil, fmt.Errorf("perturbed log-probs: %w", err)
 	}
 	// The perception score, once per batch: the update's masks and shaping and the diagnostics
 	// read row views of it.
-	score := f32(B, T)
 	if err := divergence.PerceptionScore(score, oldLogp, augLogp); err != nil {
 		return nil, err
 	}
@@ -137,7 +164,9 @@ func (t *Trainer) Step() (*StepResult, error) {
 	// 5. Reference log-probs for the KL loss.
 	var refLogp *tensor.Tensor
 	if t.ref != nil {
-		refLogp = f32(B, T)
+		if refLogp, err = st.float32(B, T); err != nil {
+			return nil, err
+		}
 		if err := t.shardedLogProbs(t.ref, b, b.images, refLogp, nil, xmicro, temp, nil); err != nil {
 			return nil, fmt.Errorf("reference log-probs: %w", err)
 		}
@@ -146,7 +175,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 	// 5b. The divergence in the reward (EasyR1's apply_kl_penalty): token rewards minus
 	// coef * penalty(old, ref), the coefficient from the fixed or adaptive controller.
 	if t.cfg.DivergenceInReward() {
-		kl, err := t.rewardPenalty(rewards, oldLogp, refLogp, b.mask)
+		kl, err := t.rewardPenalty(st, b, rewards, oldLogp, refLogp, mask)
 		if err != nil {
 			return nil, err
 		}
@@ -159,33 +188,50 @@ func (t *Trainer) Step() (*StepResult, error) {
 	for i := range index {
 		index[i] = int32(i / n)
 	}
-	in := advantage.Inputs{Rewards: rewards, ResponseMask: b.mask, Index: tensor.Must(tensor.FromInt32(index, B))}
+	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask}
+	if in.Index, err = st.put(tensor.Must(tensor.FromInt32(index, B))); err != nil {
+		return nil, err
+	}
+	var values *tensor.Tensor // the critic's, on the host
 	switch t.adv.Estimator {
 	case advantage.EstimatorGAE:
-		in.Values = f32(B, T)
-		if err := t.values(in.Values, b, xmicro); err != nil {
+		values = f32(B, T)
+		if err := t.values(values, b, xmicro); err != nil {
 			return nil, fmt.Errorf("critic values: %w", err)
 		}
+		if in.Values, err = st.put(values); err != nil {
+			return nil, err
+		}
 	case advantage.EstimatorReMax:
-		if in.Baselines, err = t.greedyBaselines(b, exs); err != nil {
+		bl, err := t.greedyBaselines(b, exs)
+		if err != nil {
+			return nil, err
+		}
+		if in.Baselines, err = st.put(bl); err != nil {
 			return nil, err
 		}
 	}
-	adv, returns := f32(B, T), f32(B, T)
+	adv, returns, err := st.float32x2(B, T)
+	if err != nil {
+		return nil, err
+	}
 	if err := advantage.ComputeWithReturns(adv, returns, in, t.adv); err != nil {
 		return nil, fmt.Errorf("advantages: %w", err)
 	}
 	// 6b. The critic's update toward the returns (verl updates it before the actor, on the
-	// same batch).
+	// same batch). The critic runs on the host: the returns come down for it.
 	if t.critic != nil {
-		cm, err := t.updateCritic(b, in.Values, returns)
+		if returns, err = st.host(returns); err != nil {
+			return nil, err
+		}
+		cm, err := t.updateCritic(b, values, returns)
 		if err != nil {
 			return nil, err
 		}
 		for k, v := range cm {
 			met[k] = v
 		}
-		vm, _ := tensor.MaskedMean(in.Values, b.mask)
+		vm, _ := tensor.MaskedMean(values, b.mask)
 		rm, _ := tensor.MaskedMean(returns, b.mask)
 		met["critic/values/mean"], met["critic/returns/mean"] = float64(vm), float64(rm)
 	}
@@ -200,12 +246,15 @@ func (t *Trainer) Step() (*StepResult, error) {
 	micro := act.MicroBatchSizePerDeviceForUpdate
 	actor := map[string][]float64{}
 	var gradNorms, lrs []float64
-	shaped := f32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
+	shaped, err := st.float32(B, T) // the advantages the loss used (shaped when trajectory shaping is on)
+	if err != nil {
+		return nil, err
+	}
 	tUpdate := time.Now()
 	// What each mini-batch's shards need from the whole of it, once for every PPO epoch.
 	var totals []miniBatchTotals
 	for mlo := 0; mlo < B; mlo += miniRows {
-		g, err := t.globalMiniBatch(tensor.Must(b.mask.Rows(mlo, mlo+miniRows)), tensor.Must(score.Rows(mlo, mlo+miniRows)))
+		g, err := t.globalMiniBatch(tensor.Must(mask.Rows(mlo, mlo+miniRows)), tensor.Must(score.Rows(mlo, mlo+miniRows)))
 		if err != nil {
 			return nil, fmt.Errorf("update: %w", err)
 		}
@@ -228,10 +277,10 @@ func (t *Trainer) Step() (*StepResult, error) {
 				}
 				return tensor.Must(x.Rows(mlo+slo, mlo+shi))
 			}
-			if t.update.UseKLLoss {
+			if t.update.KLLoss != nil {
 				lossRef = local(refLogp)
 			}
-			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: local(b.mask), OldLogProbs: local(oldLogp),
+			upd, err := t.update.Prepare(tprl.MiniBatch{ResponseMask: local(mask), OldLogProbs: local(oldLogp),
 				PerceptionScore: local(score), RefLogProbs: lossRef, Advantages: local(adv),
 				GlobalTokens: global.tokens, ShapingStats: global.stats})
 			if err != nil {
@@ -246,13 +295,19 @@ func (t *Trainer) Step() (*StepResult, error) {
 			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
 				// Forward: the current policy's log-probs and entropies of the micro-batch.
-				logits, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+				// (With worker.actor.device=cuda the logits, the log-probs, entropies, the loss's
+				// gradient and d loss / d logits all stay on the device.)
+				ml, record, err := t.forwardResponse(t.model, b, b.images, lo, hi)
 				if err != nil {
 					return nil, err
 				}
-				logp, ent, grad := f32(hi-lo, T), f32(hi-lo, T), f32(hi-lo, T)
-				targets := tensor.Must(b.targets.Rows(lo, hi))
-				if err := tensor.LogProbEntropy(logp, ent, logits, targets, temp); err != nil {
+				var logp, ent, grad *tensor.Tensor
+				for _, p := range []**tensor.Tensor{&logp, &ent, &grad} {
+					if *p, err = ml.perToken(); err != nil {
+						return nil, err
+					}
+				}
+				if err := ml.logProbs(logp, ent, temp); err != nil {
 					return nil, err
 				}
 				// Loss and d loss / d log-probs: token masks, shaping, clipped objective, scaling.
@@ -260,21 +315,27 @@ func (t *Trainer) Step() (*StepResult, error) {
 				if err != nil {
 					return nil, fmt.Errorf("update: %w", err)
 				}
-				if err := tensor.CopyInto(tensor.Must(shaped.Rows(lo, hi)), mr.Advantages); err != nil {
+				err = tensor.CopyInto(tensor.Must(shaped.Rows(lo, hi)), mr.Advantages)
+				if rerr := mr.Release(); err == nil {
+					err = rerr
+				}
+				if err != nil {
 					return nil, err
 				}
 				// Back to the logits, then through the model.
-				dlogits := tensor.Must(tensor.NewLike(logits, tensor.Float32))
-				if err := tensor.LogProbEntropyBackward(dlogits, tensor.LogProbGrad{
-					Logits: logits, Targets: targets, LogProbs: logp, DLogProbs: grad,
-					Temperature: temp,
-				}); err != nil {
+				dlogits, err := ml.dLogits(grad, temp)
+				if err != nil {
 					return nil, err
 				}
-				if err := t.backwardResponse(t.model, b, record, dlogits, lo, hi); err != nil {
+				err = t.backwardResponse(t.model, b, record, dlogits, lo, hi)
+				ml.release()
+				record.Release()
+				if err != nil {
 					return nil, err
 				}
-				t.collectGrad(t.model)
+				if err := t.collectGrad(t.model); err != nil {
+					return nil, err
+				}
 			}
 			if err := t.reduceGrads(t.model, 1/float32(t.world())); err != nil {
 				return nil, err
@@ -310,15 +371,18 @@ func (t *Trainer) Step() (*StepResult, error) {
 	met["actor/skipped_steps"] = float64(t.skipped)
 
 	// Perception diagnostics: the masks of the whole batch against the task's visual labels.
-	res, err := t.diagnostics(b, exs, score, entropy, met)
+	res, pm, err := t.diagnostics(st, b, exs, mask, score, entropy, met)
 	if err != nil {
 		return nil, err
 	}
 	for i := range res {
 		res[i].Reward = scores[i]
-		res[i].Advantage = firstValid(adv, b.mask, i)
-		if a := res[i].Advantage; a != 0 {
-			res[i].ScaleFactor = firstValid(shaped, b.mask, i) / a
+	}
+	// The per-token records of rollouts.md: on a device they come down only for a step that
+	// writes them.
+	if !st.device() || t.rolloutDetail {
+		if err := t.rolloutTokens(st, b, res, pm, score, adv, shaped); err != nil {
+			return nil, err
 		}
 	}
 
@@ -353,53 +417,64 @@ func (t *Trainer) Step() (*StepResult, error) {
 
 // diagnostics computes the perception mask and the entropy mask of the whole batch (whether or
 // not they are used for training) and their precision and recall against vqa.VisualLabels, and
-// returns per-row token records.
-func (t *Trainer) diagnostics(b *batch, exs []example, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, error) {
+// returns per-row token records (rolloutTokens adds the per-token values) and the perception
+// mask. The counts are masked sums on the masks' backend: on a device only they come back.
+func (t *Trainer) diagnostics(st *stepTensors, b *batch, exs []example, mask, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, *tensor.Tensor, error) {
 	B, T := b.rows, t.respLen
 	o := t.cfg.Optimization
-	pm, em := tensor.Must(tensor.NewLike(b.mask, tensor.Float32)), tensor.Must(tensor.NewLike(b.mask, tensor.Float32))
-	if _, err := tprl.PerceptionMask(pm, score, b.mask, float32(o.TopPPerceptionTokens)); err != nil {
-		return nil, err
+	pm, em, err := st.float32x2(B, T)
+	if err != nil {
+		return nil, nil, err
 	}
-	if _, err := tprl.EntropyMask(em, entropy, b.mask, float32(o.TopPEntropyTokens)); err != nil {
-		return nil, err
+	if _, err := tprl.PerceptionMask(pm, score, mask, float32(o.TopPPerceptionTokens)); err != nil {
+		return nil, nil, err
 	}
-	pv, _ := pm.Float32s()
-	ev, _ := em.Float32s()
-	sv, _ := score.Float32s()
-	mk, _ := b.mask.Float32s()
-	var visual, valid, pSel, pHit, eSel, eHit float64
+	if _, err := tprl.EntropyMask(em, entropy, mask, float32(o.TopPEntropyTokens)); err != nil {
+		return nil, nil, err
+	}
+	visualHost := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B, T)) // 1 on labelled visual response tokens
+	vh, _ := visualHost.Float32s()
 	out := make([]Rollout, B)
 	for i, e := range exs {
 		labels := vqa.VisualLabels(e.s, t.tok, b.resp[i])
 		r := Rollout{Sample: e.s, ScaleFactor: 1}
-		for j := range T {
-			if mk[i*T+j] == 0 {
-				continue
+		for j, id := range b.resp[i] { // the response mask's tokens: a prefix of the row
+			r.Tokens = append(r.Tokens, t.tok.Word(id))
+			r.Visual = append(r.Visual, labels[j])
+			if labels[j] {
+				vh[i*T+j] = 1
 			}
-			vis := labels[j]
-			valid++
-			if vis {
-				visual++
-			}
-			if pv[i*T+j] != 0 {
-				pSel++
-				if vis {
-					pHit++
-				}
-			}
-			if ev[i*T+j] != 0 {
-				eSel++
-				if vis {
-					eHit++
-				}
-			}
-			r.Tokens = append(r.Tokens, t.tok.Word(b.resp[i][j]))
-			r.Perception = append(r.Perception, pv[i*T+j] != 0)
-			r.Visual = append(r.Visual, vis)
-			r.Score = append(r.Score, sv[i*T+j])
 		}
 		out[i] = r
+	}
+	meanScore, err := tensor.MaskedMean(score, mask)
+	if err != nil {
+		return nil, nil, err
+	}
+	met["perception/score_mean"] = float64(meanScore)
+	if !t.hasObjects {
+		return out, pm, nil // no scene, no labels: nothing to measure the masks against
+	}
+	visualMask, err := st.put(visualHost)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The masks are 0/1, so these float64 sums are exact counts on any backend.
+	pHit, visual, err := tensor.MaskedSum(pm, visualMask)
+	if err != nil {
+		return nil, nil, err
+	}
+	pSel, valid, err := tensor.MaskedSum(pm, mask)
+	if err != nil {
+		return nil, nil, err
+	}
+	eHit, _, err := tensor.MaskedSum(em, visualMask)
+	if err != nil {
+		return nil, nil, err
+	}
+	eSel, _, err := tensor.MaskedSum(em, mask)
+	if err != nil {
+		return nil, nil, err
 	}
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
@@ -407,17 +482,41 @@ func (t *Trainer) diagnostics(b *batch, exs []example, score, entropy *tensor.Te
 		}
 		return a / b
 	}
-	meanScore, _ := tensor.MaskedMean(score, b.mask)
-	met["perception/score_mean"] = float64(meanScore)
-	if !t.hasObjects {
-		return out, nil // no scene, no labels: nothing to measure the masks against
-	}
 	met["perception/precision"] = ratio(pHit, pSel)
 	met["perception/recall"] = ratio(pHit, visual)
 	met["entropy_mask/precision"] = ratio(eHit, eSel)
 	met["entropy_mask/recall"] = ratio(eHit, visual)
 	met["perception/visual_token_fraction"] = ratio(visual, valid) // the precision of a random mask
-	return out, nil
+	return out, pm, nil
+}
+
+// rolloutTokens adds each response's per-token perception mask and score, its advantage and its
+// trajectory shaping factor to the records of diagnostics; on a device these [B, T] tensors
+// come down for it.
+func (t *Trainer) rolloutTokens(st *stepTensors, b *batch, res []Rollout, pm, score, adv, shaped *tensor.Tensor) error {
+	T := t.respLen
+	var hs [4][]float32
+	for k, x := range []*tensor.Tensor{pm, score, adv, shaped} {
+		h, err := st.host(x)
+		if err != nil {
+			return err
+		}
+		hs[k], _ = h.Float32s()
+	}
+	pv, sv, av, shv := hs[0], hs[1], hs[2], hs[3]
+	for i := range res {
+		for j := range b.resp[i] {
+			res[i].Perception = append(res[i].Perception, pv[i*T+j] != 0)
+			res[i].Score = append(res[i].Score, sv[i*T+j])
+		}
+		if len(b.resp[i]) > 0 { // the first valid token's
+			res[i].Advantage = av[i*T]
+			if a := res[i].Advantage; a != 0 {
+				res[i].ScaleFactor = shv[i*T] / a
+			}
+		}
+	}
+	return nil
 }
 
 // greedyBaselines is ReMax's baseline: the reward of each prompt's greedy response.
@@ -437,22 +536,69 @@ func (t *Trainer) greedyBaselines(b *batch, exs []example) (*tensor.Tensor, erro
 	return tensor.FromFloat32(bl, len(exs))
 }
 
-func firstValid(x, mask *tensor.Tensor, row int) float32 {
-	v, _ := x.Float32s()
-	m, _ := mask.Float32s()
-	T := x.Dim(1)
-	for j := range T {
-		if m[row*T+j] != 0 {
-			return v[row*T+j]
+// rewardPenalty subtracts coef * penalty(logp, ref) from the token rewards in place under the
+// response mask and returns the batch's divergence: the mean over rows of each row's masked
+// token mean (the controller's current_kl). On a device the per-row means come down (B floats).
+func (t *Trainer) rewardPenalty(st *stepTensors, b *batch, rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
+	if !st.device() {
+		return t.rewardPenaltyHost(rewards, logp, ref, b.mask)
+	}
+	kind := t.cfg.Optimization.DivergencePenalty
+	B, T := logp.Dim(0), logp.Dim(1)
+	// ref on each response's tokens and logp on the padding after them (the mask is a prefix of
+	// each row): the penalty of equal log-probs is 0, so the padding's rewards stay as they are
+	// (no masked multiply is needed) and a row's masked mean is its penalty's.
+	refIn, err := st.float32(B, T)
+	if err != nil {
+		return 0, err
+	}
+	if err := tensor.CopyInto(refIn, logp); err != nil {
+		return 0, err
+	}
+	flat := func(x *tensor.Tensor, lo, hi int) *tensor.Tensor {
+		return tensor.Must(tensor.Must(x.Reshape(B*T)).Rows(lo, hi))
+	}
+	for i, r := range b.resp {
+		if l := len(r); l > 0 {
+			if err := tensor.CopyInto(flat(refIn, i*T, i*T+l), flat(ref, i*T, i*T+l)); err != nil {
+				return 0, err
+			}
 		}
 	}
-	return 0
+	pen, zero, err := st.float32x2(B, T) // zero: allocations are zeroed
+	if err != nil {
+		return 0, err
+	}
+	if err := divergence.Penalty(pen, logp, refIn, kind); err != nil {
+		return 0, fmt.Errorf("reward divergence: %w", err)
+	}
+	// rewards - (pen - 0) * coef: the host's r -= coef * p, the same float32 operations.
+	if err := divergence.Rewards(rewards, rewards, pen, zero, float32(t.ctl.Coef())); err != nil {
+		return 0, fmt.Errorf("reward divergence: %w", err)
+	}
+	rowMeans, err := st.float32(B)
+	if err != nil {
+		return 0, err
+	}
+	if err := tensor.MaskedMeanRows(rowMeans, pen, mask); err != nil {
+		return 0, err
+	}
+	h, err := st.host(rowMeans)
+	if err != nil {
+		return 0, err
+	}
+	means, _ := h.Float32s()
+	var total float64
+	for i, r := range b.resp {
+		if len(r) > 0 {
+			total += float64(means[i])
+		}
+	}
+	return total / float64(B), nil
 }
 
-// rewardPenalty subtracts coef * penalty(logp, ref) from the token rewards in place and returns
-// the batch's divergence: the mean over rows of each row's masked token mean (the controller's
-// current_kl).
-func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
+// rewardPenaltyHost is rewardPenalty on host tensors.
+func (t *Trainer) rewardPenaltyHost(rewards, logp, ref, mask *tensor.Tensor) (float64, error) {
 	kind := t.cfg.Optimization.DivergencePenalty
 	pen := tensor.Must(tensor.NewLike(logp, tensor.Float32))
 	if err := divergence.Penalty(pen, logp, ref, kind); err != nil {
@@ -478,6 +624,77 @@ func (t *Trainer) rewardPenalty(rewards, logp, ref, mask *tensor.Tensor) (float6
 		}
 	}
 	return total / float64(B), nil
+}
+
+// stepTensors allocates a step's per-token tensors on the actor's backend (the host, or the
+// device with worker.actor.device=cuda) and releases the device ones at the end of the step.
+type stepTensors struct {
+	b     tensor.Backend
+	owned []*tensor.Tensor
+}
+
+func (t *Trainer) newStepTensors() *stepTensors {
+	st := &stepTensors{b: tensor.CPU()}
+	if t.onDevice(t.model) {
+		st.b = t.dev.backend()
+	}
+	return st
+}
+
+func (s *stepTensors) device() bool { return s.b != tensor.CPU() }
+
+func (s *stepTensors) keep(x *tensor.Tensor) *tensor.Tensor {
+	if s.device() {
+		s.owned = append(s.owned, x)
+	}
+	return x
+}
+
+// float32 returns a zeroed float32 tensor.
+func (s *stepTensors) float32(shape ...int) (*tensor.Tensor, error) {
+	x, err := tensor.New(s.b, tensor.Float32, shape...)
+	if err != nil {
+		return nil, err
+	}
+	return s.keep(x), nil
+}
+
+// float32x2 returns two zeroed float32 tensors of one shape.
+func (s *stepTensors) float32x2(shape ...int) (*tensor.Tensor, *tensor.Tensor, error) {
+	x, err := s.float32(shape...)
+	if err != nil {
+		return nil, nil, err
+	}
+	y, err := s.float32(shape...)
+	return x, y, err
+}
+
+// put returns the host tensor h on the step's backend: h itself on the host, else an uploaded
+// copy.
+func (s *stepTensors) put(h *tensor.Tensor) (*tensor.Tensor, error) {
+	if !s.device() {
+		return h, nil
+	}
+	x, err := tensor.To(s.b, h)
+	if err != nil {
+		return nil, err
+	}
+	return s.keep(x), nil
+}
+
+// host returns x on the host: x itself there, else a downloaded copy.
+func (s *stepTensors) host(x *tensor.Tensor) (*tensor.Tensor, error) {
+	if x.IsHost() {
+		return x, nil
+	}
+	return tensor.To(tensor.CPU(), x)
+}
+
+func (s *stepTensors) release() {
+	for _, x := range s.owned {
+		_ = x.Release()
+	}
+	s.owned = nil
 }
 
 // maxFilterRounds bounds the sampling rounds of online filtering in one step; after them the

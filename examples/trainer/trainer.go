@@ -50,18 +50,21 @@ type Trainer struct {
 	opt   *AdamW
 	decay []bool
 
-	closeDevice func() error // releases the actor's device (worker.actor.device=cuda)
-	rng         *rand.PCG    // rollout sampling
-	epoch       int          // data position: epoch and index into its permutation
-	pos         int
-	order       []int
-	step        int // RL steps done
-	steps       int // RL steps of the run (training.steps, or total_epochs passes over the data)
-	skipped     int // optimizer steps skipped on a non-finite gradient norm
+	dev     actorDevice // the actor's state on a device (worker.actor.device=cuda); nil on the CPU
+	rng     *rand.PCG   // rollout sampling
+	epoch   int         // data position: epoch and index into its permutation
+	pos     int
+	order   []int
+	step    int // RL steps done
+	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
+	skipped int // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
-	valOOV        int  // validation prompt words outside the training vocabulary
+	// rolloutDetail asks the next Step for the per-token rollout records (rollouts.md) even on a
+	// device, where they cost a download of [B, T] tensors; on the host they are always there.
+	rolloutDetail bool
+	valOOV        int // validation prompt words outside the training vocabulary
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
 
@@ -106,7 +109,7 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	}
 	if cfg.Worker.Actor.Device == "cuda" {
 		// Rank r of a process with n_gpus_per_node ranks uses device r mod n_gpus_per_node.
-		if t.closeDevice, err = useDevice(t.model, cfg.deviceOrdinal); err != nil {
+		if t.dev, err = useDevice(t.model, cfg.deviceOrdinal); err != nil {
 			return nil, fmt.Errorf("config: worker.actor.device: %w", err)
 		}
 	}
@@ -307,8 +310,9 @@ func (t *Trainer) newBatch(exs []example, resp [][]int32) (*batch, error) {
 
 // forwardResponse runs m on rows [lo, hi) of b with the given images ([B, H, W, 3]) and returns
 // the logits that predict each response token, gathered into [hi-lo, T, V] (row r, response
-// position t ← sequence position plen_r - 1 + t), and the activations for backward.
-func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor, lo, hi int) (*tensor.Tensor, *vlm.Activations, error) {
+// position t ← sequence position plen_r - 1 + t), and the activations for backward. On a
+// device the gather runs there (one device copy per row) and the logits stay there.
+func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor, lo, hi int) (*microLogits, *vlm.Activations, error) {
 	im, err := images.Rows(lo, hi)
 	if err != nil {
 		return nil, nil, err
@@ -317,11 +321,21 @@ func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor,
 	if err != nil {
 		return nil, nil, err
 	}
-	logits, act, err := m.Forward(im, tk)
+	targets := tensor.Must(b.targets.Rows(lo, hi))
+	logits, act, err := m.ForwardOnBackend(im, tk)
 	if err != nil {
 		return nil, nil, err
 	}
 	L, V, T := b.tokens.Dim(1), logits.Dim(2), t.respLen
+	if !logits.IsHost() {
+		ml, err := t.gatherOnDevice(logits, targets, b.plen[lo:hi], L)
+		_ = logits.Release()
+		if err != nil {
+			act.Release()
+			return nil, nil, err
+		}
+		return ml, act, nil
+	}
 	src, err := logits.Float32s()
 	if err != nil {
 		return nil, nil, err
@@ -331,14 +345,58 @@ func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor,
 		p := b.plen[lo+r] - 1
 		copy(g[r*T*V:(r+1)*T*V], src[(r*L+p)*V:(r*L+p+T)*V])
 	}
-	return tensor.Must(tensor.FromFloat32(g, hi-lo, T, V)), act, nil
+	return &microLogits{logits: tensor.Must(tensor.FromFloat32(g, hi-lo, T, V)), targets: targets}, act, nil
+}
+
+// gatherOnDevice is forwardResponse's gather on the logits' device: row r's T positions from
+// plen[r]-1 on, each a contiguous [T, V] block copied device to device; the targets are
+// uploaded next to them.
+func (t *Trainer) gatherOnDevice(logits, targets *tensor.Tensor, plen []int, L int) (*microLogits, error) {
+	rows, V, T := len(plen), logits.Dim(2), t.respLen
+	ml := &microLogits{}
+	g, err := ml.alloc(logits.Backend(), rows, T, V)
+	if err != nil {
+		return nil, err
+	}
+	src, dst := tensor.Must(logits.Reshape(rows*L, V)), tensor.Must(g.Reshape(rows*T, V))
+	for r, pl := range plen {
+		p := r*L + pl - 1
+		if err := tensor.CopyInto(tensor.Must(dst.Rows(r*T, (r+1)*T)), tensor.Must(src.Rows(p, p+T))); err != nil {
+			ml.release()
+			return nil, err
+		}
+	}
+	tg, err := tensor.To(logits.Backend(), targets)
+	if err != nil {
+		ml.release()
+		return nil, err
+	}
+	ml.owned = append(ml.owned, tg)
+	ml.logits, ml.targets = g, tg
+	return ml, nil
 }
 
 // backwardResponse scatters d loss / d gathered logits [hi-lo, T, V] back to the sequence
-// layout [hi-lo, L, V] and runs the model's backward (accumulating parameter gradients).
+// layout [hi-lo, L, V] and runs the model's backward (accumulating parameter gradients). On a
+// device (dg there) the scatter runs there.
 func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations, dg *tensor.Tensor, lo, hi int) error {
 	L, T := b.tokens.Dim(1), t.respLen
 	V := dg.Dim(2)
+	if !dg.IsHost() {
+		d, err := tensor.New(dg.Backend(), tensor.Float32, hi-lo, L, V)
+		if err != nil {
+			return err
+		}
+		defer d.Release()
+		src, dst := tensor.Must(dg.Reshape((hi-lo)*T, V)), tensor.Must(d.Reshape((hi-lo)*L, V))
+		for r := range hi - lo {
+			p := r*L + b.plen[lo+r] - 1
+			if err := tensor.CopyInto(tensor.Must(dst.Rows(p, p+T)), tensor.Must(src.Rows(r*T, (r+1)*T))); err != nil {
+				return err
+			}
+		}
+		return m.Backward(act, d)
+	}
 	src, err := dg.Float32s()
 	if err != nil {
 		return err
@@ -354,6 +412,13 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 // optimizerStep clips m's accumulated gradients, and takes an AdamW step unless the norm is
 // not finite (then the step is skipped and counted). It returns the pre-clip norm.
 func (t *Trainer) optimizerStep(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
+	if t.onDevice(m) {
+		norm, err := t.dev.step(m, opt, decay, lr, maxNorm)
+		if err == nil && (math.IsNaN(norm) || math.IsInf(norm, 0)) {
+			t.skipped++
+		}
+		return norm, err
+	}
 	ws, gs := paramSlices(m)
 	norm := ClipGradNorm(gs, maxNorm)
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
@@ -381,6 +446,9 @@ func paramSlices(m *vlm.Model) (ws, gs [][]float32) {
 func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, error) {
 	c := t.cfg.Training
 	opt := NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
+	if t.dev != nil {
+		defer t.dev.forget(opt) // the warm start's moments are not the run's
+	}
 	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
 	var recent []float64
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
@@ -410,14 +478,13 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		slo, shi := t.shard(b.rows)
 		for lo := slo; lo < shi; lo += micro {
 			hi := min(lo+micro, shi)
-			g, act, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+			ml, act, err := t.forwardResponse(t.model, b, b.images, lo, hi)
 			if err != nil {
 				return 0, err
 			}
 			mask := tensor.Must(b.mask.Rows(lo, hi))
-			tg := tensor.Must(b.targets.Rows(lo, hi))
 			logp := tensor.Must(tensor.NewLike(mask, tensor.Float32))
-			if err := tensor.LogProbs(logp, g, tg, 1); err != nil {
+			if err := ml.logProbs(logp, nil, 1); err != nil {
 				return 0, err
 			}
 			// loss = -sum(logp * mask) / count  →  d loss / d logp = -mask / count
@@ -428,17 +495,19 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 				loss -= float64(lp[i]*mk[i]) / count
 				dl[i] = -mk[i] / float32(count)
 			}
-			dg := tensor.Must(tensor.NewLike(g, tensor.Float32))
-			if err := tensor.LogProbEntropyBackward(dg, tensor.LogProbGrad{
-				Logits: g, Targets: tg, LogProbs: logp,
-				DLogProbs: tensor.Must(tensor.FromFloat32(dl, hi-lo, t.respLen)), Temperature: 1,
-			}); err != nil {
+			dg, err := ml.dLogits(tensor.Must(tensor.FromFloat32(dl, hi-lo, t.respLen)), 1)
+			if err != nil {
 				return 0, err
 			}
-			if err := t.backwardResponse(t.model, b, act, dg, lo, hi); err != nil {
+			err = t.backwardResponse(t.model, b, act, dg, lo, hi)
+			ml.release()
+			act.Release()
+			if err != nil {
 				return 0, err
 			}
-			t.collectGrad(t.model)
+			if err := t.collectGrad(t.model); err != nil {
+				return 0, err
+			}
 		}
 		if err := t.reduceGrads(t.model, 1); err != nil {
 			return 0, err
@@ -531,7 +600,12 @@ func (t *Trainer) FreezeReference() error {
 		return err
 	}
 	for i, p := range ref.Params() {
-		if err := tensor.CopyInto(p.W, t.model.Params()[i].W); err != nil {
+		if err := tensor.CopyInto(p.W, t.model.HostParams()[i].W); err != nil {
+			return err
+		}
+	}
+	if t.dev != nil { // the reference's log-probs on the actor's device
+		if err := t.dev.attach(ref); err != nil {
 			return err
 		}
 	}
@@ -665,8 +739,13 @@ type trainState struct {
 
 // Save writes a checkpoint of the current step.
 func (t *Trainer) Save(ck *Checkpoints) (string, error) {
+	if t.dev != nil { // the weights come down through Params, the moments here
+		if err := t.dev.saveMoments(t.opt); err != nil {
+			return "", err
+		}
+	}
 	var model, optim []NamedTensor
-	for i, p := range t.model.Params() {
+	for i, p := range t.model.HostParams() {
 		w, _ := p.W.Float32s()
 		shape := []int(p.W.Shape())
 		model = append(model, NamedTensor{Name: p.Name, Shape: shape, Data: w})
@@ -693,7 +772,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	files := map[string][]byte{ckptModel: mb, ckptOptimizer: ob, ckptState: append(st, '\n'), ckptConfig: t.cfg.YAML()}
 	if t.ref != nil {
 		var ref []NamedTensor
-		for _, p := range t.ref.Params() {
+		for _, p := range t.ref.HostParams() {
 			w, _ := p.W.Float32s()
 			ref = append(ref, NamedTensor{Name: p.Name, Shape: []int(p.W.Shape()), Data: w})
 		}
@@ -836,6 +915,9 @@ func (t *Trainer) Load(dir string) error {
 		copy(t.opt.M[i], ms[i])
 		copy(t.opt.V[i], vs[i])
 	}
+	if t.dev != nil {
+		t.dev.forget(t.opt) // the loaded moments go up at the next step
+	}
 	if refW != nil {
 		if err := t.FreezeReference(); err != nil {
 			return err
@@ -878,10 +960,10 @@ func ptr[T any](v T) *T { return &v }
 
 // Close gives back the actor's device (worker.actor.device=cuda); a no-op on the CPU.
 func (t *Trainer) Close() error {
-	if t.closeDevice == nil {
+	if t.dev == nil {
 		return nil
 	}
-	err := t.closeDevice()
-	t.closeDevice = nil
+	err := t.dev.close()
+	t.dev = nil
 	return err
 }

@@ -20,6 +20,12 @@ func divergenceOps(rows, cols int) []op {
 		ref[i] = -float32(math.Abs(float64(ref[i])))
 	}
 	scores := Randn(r, n, 1)
+	// d loss / d penalty for the backward: per token, or per row of V for the full KL; every
+	// fifth entry 0, where the gradient must be exactly 0.
+	dpen := Randn(r, n, 1)
+	for i := 0; i < n; i += 5 {
+		dpen[i] = 0
+	}
 	// low_var_kl, the full KL and the perception score call exp.
 	usesExp := func(k divergence.Kind) bool { return k == divergence.LowVarKL || k == divergence.Full }
 	var ops []op
@@ -33,9 +39,13 @@ func divergenceOps(rows, cols int) []op {
 		}})
 	}
 	for _, kind := range []divergence.Kind{divergence.KL, divergence.Abs, divergence.MSE, divergence.LowVarKL, divergence.Full} {
-		ops = append(ops, op{"PenaltyGrad/" + kind.String(), 1e-6, 1e-6, usesExp(kind), func(t *testing.T, be tensor.Backend) [][]float32 {
-			d := newF32(be, rows, cols)
-			if err := divergence.PenaltyGrad(d, Upload(t, be, lp, rows, cols), Upload(t, be, ref, rows, cols), kind); err != nil {
+		ops = append(ops, op{"PenaltyBackward/" + kind.String(), 1e-6, 1e-6, usesExp(kind), func(t *testing.T, be tensor.Backend) [][]float32 {
+			d, dp := newF32(be, rows, cols), Upload(t, be, dpen, rows, cols)
+			if kind == divergence.Full {
+				dp = Upload(t, be, dpen[:rows], rows)
+			}
+			in := divergence.PenaltyGrad{LogProbs: Upload(t, be, lp, rows, cols), Ref: Upload(t, be, ref, rows, cols), DPenalty: dp, Kind: kind}
+			if err := divergence.PenaltyBackward(d, in); err != nil {
 				t.Fatal(err)
 			}
 			return [][]float32{Host(t, d)}

@@ -6,13 +6,15 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // ppoOps: the aggregated average loss, the policy loss of every loss type and aggregation mode
 // (with and without a token mask, Scale and Accumulate; the forward-only call must agree), and
-// the clipped value loss.
+// the clipped value loss, the KL loss (token kinds and full, written and accumulated) and the
+// entropy penalty (written, accumulated, forward only).
 func ppoOps(rows, cols int) []op {
 	r := rand.New(rand.NewPCG(uint64(rows)+100, uint64(cols)))
 	n := rows * cols
@@ -44,7 +46,8 @@ func ppoOps(rows, cols int) []op {
 				if rows > 64 && mode != ppo.Token && v.name != "plain" {
 					continue // the variants are covered at the smaller sizes
 				}
-				cfg := ppo.PolicyConfig{LossType: lt, Agg: agg, GradOptions: v.opts}
+				cfg := ppo.DefaultPolicyConfig(lt)
+				cfg.Agg, cfg.GradOptions = agg, v.opts
 				// Per-token gradients are about 1/S: an absolute tolerance must be far below that.
 				ops = append(ops, op{fmt.Sprintf("PolicyLoss/%v/%v/%s", lt, mode, v.name), 2e-5, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 					g := Upload(t, be, gradInit, rows, cols)
@@ -84,6 +87,39 @@ func ppoOps(rows, cols int) []op {
 				return [][]float32{Host(t, g), scalars(float64(res.Loss), float64(res.VFLoss), res.VFClipFrac, res.VPredMean)}
 			}})
 		}
+	}
+	ref := make([]float32, n)
+	for i := range ref {
+		ref[i] = lp[i] + float32(r.NormFloat64()*0.2)
+	}
+	for _, kind := range []divergence.Kind{divergence.KL, divergence.LowVarKL} {
+		for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
+			cfg := ppo.KLConfig{Kind: kind, Coef: 0.1, Agg: ppo.Agg{Mode: ppo.Seq, Horizon: cols}, GradOptions: opts}
+			ops = append(ops, op{fmt.Sprintf("KLLoss/%v/acc=%v", kind, opts.Accumulate), 1e-6, 1e-6, kind == divergence.LowVarKL, func(t *testing.T, be tensor.Backend) [][]float32 {
+				g := Upload(t, be, gradInit, rows, cols)
+				res, err := ppo.KLLoss(g, Upload(t, be, lp, rows, cols), Upload(t, be, ref, rows, cols), Upload(t, be, m, rows, cols), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return [][]float32{Host(t, g), {res.Loss, res.KL}}
+			}})
+		}
+	}
+	for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
+		cfg := ppo.EntropyConfig{Coef: 0.01, GradOptions: opts}
+		ops = append(ops, op{fmt.Sprintf("EntropyPenalty/acc=%v", opts.Accumulate), 1e-6, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+			g := Upload(t, be, gradInit, rows, cols)
+			logp, mask := Upload(t, be, lp, rows, cols), Upload(t, be, m, rows, cols)
+			loss, err := ppo.EntropyPenalty(g, logp, mask, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fwd, err := ppo.EntropyPenalty(nil, logp, mask, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return [][]float32{Host(t, g), {loss, fwd}}
+		}})
 	}
 	return ops
 }

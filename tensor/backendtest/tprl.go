@@ -9,7 +9,11 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// tprlOps: the top-p token selection with its statistics (ties and a NaN score included).
+// tprlOps: the top-p token selection with its statistics (ties and a NaN score included), the
+// union of two selections with its statistics (in place), and
+// trajectory shaping: the sensitivity scores, the shaping statistics and the shaped
+// advantages with their factors and per-micro-batch records, in both scopes, with mini- and
+// micro-batches and a fully padded row (row 0 of paddedMask).
 func tprlOps(rows, cols int) []op {
 	r := rand.New(rand.NewPCG(uint64(rows)+400, uint64(cols)))
 	n := rows * cols
@@ -19,7 +23,7 @@ func tprlOps(rows, cols int) []op {
 		sc[i] = 0.25
 	}
 	sc[n/2] = float32(math.NaN())
-	return []op{{"EntropyMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+	ops := []op{{"EntropyMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 		d := newF32(be, rows, cols)
 		st, err := tprl.EntropyMask(d, Upload(t, be, sc, rows, cols), Upload(t, be, m, rows, cols), 0.3)
 		if err != nil {
@@ -27,4 +31,92 @@ func tprlOps(rows, cols int) []op {
 		}
 		return [][]float32{Host(t, d), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
 	}}}
+	ops = append(ops, op{"UnionMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+		// The entropy mask of sc and a perception mask of -sc, their union in place of the
+		// first.
+		mask, ent := Upload(t, be, m, rows, cols), Upload(t, be, sc, rows, cols)
+		neg := make([]float32, n)
+		for i, x := range sc {
+			neg[i] = -x
+		}
+		score := Upload(t, be, neg, rows, cols)
+		em, pm := newF32(be, rows, cols), newF32(be, rows, cols)
+		if _, err := tprl.EntropyMask(em, ent, mask, 0.2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tprl.PerceptionMask(pm, score, mask, 0.3); err != nil {
+			t.Fatal(err)
+		}
+		st, err := tprl.UnionMask(em, tprl.UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{Host(t, em), {float32(st.Valid), float32(st.Selected), st.EntropySelectedMean,
+			st.EntropyRejectedMean, st.PerceptionSelectedMean, st.PerceptionRejectedMean}}
+	}})
+	// A non-negative perception score (low_var_kl is >= 0) and the advantages to shape.
+	perc := make([]float32, n)
+	for i, x := range Randn(r, n, 1) {
+		perc[i] = x * x
+	}
+	adv := Randn(r, n, 1)
+	mini := (rows + 1) / 2
+	opt := tprl.ShapingOptions{ScalingMin: 0.3, MiniBatchSize: mini, MicroBatchSize: max(mini/2, 1)}
+	for _, scope := range []tprl.ShapingScope{tprl.GlobalScope, tprl.PerMicroBatchScope} {
+		opt := opt
+		opt.Scope = scope
+		ops = append(ops, op{"ShapeBatch/" + scope.String(), 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+			shaped, fac, sens := newF32(be, rows, cols), newF32(be, rows), newF32(be, rows)
+			recs, err := tprl.ShapeBatch(tprl.ShapingOutputs{Advantages: shaped, Factors: fac, Sensitivity: sens},
+				tprl.ShapingInputs{Advantages: Upload(t, be, adv, rows, cols), PerceptionScore: Upload(t, be, perc, rows, cols),
+					ResponseMask: Upload(t, be, m, rows, cols)}, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return [][]float32{Host(t, shaped), Host(t, fac), Host(t, sens), shapingRecords(recs...)}
+		}})
+	}
+	ops = append(ops, op{"ShapeAdvantages", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+		// Statistics of the whole batch (ShapingStatsOfScore), shaping in place of rows 1..
+		mask, a := Upload(t, be, m, rows, cols), Upload(t, be, adv, rows, cols)
+		sens := newF32(be, rows)
+		if err := tprl.SensitivityScores(sens, Upload(t, be, perc, rows, cols), mask); err != nil {
+			t.Fatal(err)
+		}
+		st, err := tprl.ShapingStatsOf(sens, mask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fac := newF32(be, rows)
+		views := make([]*tensor.Tensor, 4)
+		for i, x := range []*tensor.Tensor{a, sens, mask, fac} {
+			if views[i], err = x.Rows(1, rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec, err := tprl.ShapeAdvantages(tprl.ShapingOutputs{Advantages: views[0], Factors: views[3]},
+			tprl.ShapingInputs{Advantages: views[0], Sensitivity: views[1], ResponseMask: views[2]}, st, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{Host(t, a), Host(t, fac), Host(t, sens),
+			{float32(st.Count), st.Min, st.Max, float32(st.Sum)}, shapingRecords(rec)}
+	}})
+	return ops
+}
+
+// shapingRecords flattens shaping records for comparison.
+func shapingRecords(recs ...tprl.MicroBatchShaping) []float32 {
+	b := func(x bool) float32 {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	var out []float32
+	for _, r := range recs {
+		out = append(out, float32(r.Rows), float32(r.ValidRows), b(r.HasRange), r.GlobalMin, r.GlobalMax,
+			b(r.Applied), r.TargetMax, r.ScoreMean, r.FactorMean)
+	}
+	return out
 }

@@ -235,22 +235,14 @@ const geluK = 1.702
 
 func sigmoid[F Float](z F) F { return 1 / (1 + hostops.Exp(-z)) }
 
-func gelu[F Float](u, a []F) {
-	parallel.For(len(u), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			a[i] = u[i] * sigmoid(geluK*u[i])
-		}
-	})
+// gelu sets a = u·σ(1.702u) (a may be u); simd selects the AVX2 kernel (modelSIMD).
+func gelu[F Float](u, a []F, simd bool) {
+	parallel.For(len(u), 1<<14, func(lo, hi int) { geluSpan(simd, u[lo:hi], a[lo:hi]) })
 }
 
 // geluBack turns da into du in place: du = da·(σ + k·u·σ(1-σ)).
-func geluBack[F Float](u, da []F) {
-	parallel.For(len(u), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			s := sigmoid(geluK * u[i])
-			da[i] *= s + geluK*u[i]*s*(1-s)
-		}
-	})
+func geluBack[F Float](u, da []F, simd bool) {
+	parallel.For(len(u), 1<<14, func(lo, hi int) { geluBackSpan(simd, u[lo:hi], da[lo:hi]) })
 }
 
 // keyLimit is the number of keys position i may attend to: image tokens (i < np) see all image
@@ -258,47 +250,40 @@ func geluBack[F Float](u, da []F) {
 func keyLimit(i, np int) int { return max(np, i+1) }
 
 // attention computes the output ao [N, D] of multi-head attention from qkv [N, 3D] for b rows
-// of length s, storing probabilities in p [B, H, S, S] when p is non-nil.
-func attention[F Float](c Config, b, s int, qkv, p, ao []F) {
+// of length s, storing probabilities in p [B, H, S, S] when p is non-nil. Per row and head the
+// keys are first transposed, so that a query's scores, like its output, are one axpy: the dot
+// products are then vector operations over keys (simd: AVX2). Without simd the arithmetic is the
+// plain loops' (each dot product summed over the head's dimensions in order).
+func attention[F Float](c Config, b, s int, qkv, p, ao []F, simd bool) {
 	d, nh := c.Dim, c.Heads
 	dh := d / nh
 	np := c.Patches()
 	scale := F(1 / math.Sqrt(float64(dh)))
+	sk := ceil8(s)
 	parallel.For(b, 1, func(lo, hi int) {
-		sc := make([]F, s)
+		kt := make([]F, dh*sk) // the head's keys transposed: kt[e·sk + j] = k_j[e]
+		sc := make([]F, sk)
 		for r := lo; r < hi; r++ {
 			base := r * s
 			for hd := range nh {
 				qo, ko, vo := hd*dh, d+hd*dh, 2*d+hd*dh
+				for j := range s {
+					for e, v := range qkv[(base+j)*3*d+ko:][:dh] {
+						kt[e*sk+j] = v
+					}
+				}
 				for i := range s {
 					lim := min(keyLimit(i, np), s)
-					q := qkv[(base+i)*3*d+qo:][:dh]
-					mx := F(math.Inf(-1))
-					for j := range lim {
-						k := qkv[(base+j)*3*d+ko:][:dh]
-						var dot F
-						for t := range q {
-							dot += q[t] * k[t]
-						}
-						sc[j] = dot * scale
-						mx = max(mx, sc[j])
+					w := lim
+					if simd {
+						w = ceil8(lim)
 					}
-					var sum F
-					for j := range lim {
-						sc[j] = hostops.Exp(sc[j] - mx)
-						sum += sc[j]
-					}
-					inv := 1 / sum
+					clear(sc[:w])
+					axpy(simd, dh, qkv[(base+i)*3*d+qo:], kt, sk, sc, w)
+					softmax(simd, sc, lim, scale)
 					o := ao[(base+i)*d+hd*dh:][:dh]
 					clear(o)
-					for j := range lim {
-						pj := sc[j] * inv
-						sc[j] = pj
-						v := qkv[(base+j)*3*d+vo:][:dh]
-						for t := range o {
-							o[t] += pj * v[t]
-						}
-					}
+					axpy(simd, lim, sc, qkv[base*3*d+vo:], 3*d, o, dh)
 					if p != nil {
 						copy(p[((r*nh+hd)*s+i)*s:][:lim], sc[:lim])
 					}
@@ -308,49 +293,58 @@ func attention[F Float](c Config, b, s int, qkv, p, ao []F) {
 	})
 }
 
-// attentionBack computes dqkv [N, 3D] (overwritten) from dao [N, D].
-func attentionBack[F Float](c Config, b, s int, qkv, p, dao, dqkv []F) {
+// attentionBack computes dqkv [N, 3D] (overwritten) from dao [N, D]. Like attention it works on
+// transposed operands so that every product is an axpy; each gradient element sums its terms in
+// the order of the plain loops (dq over keys, dk and dv over queries).
+func attentionBack[F Float](c Config, b, s int, qkv, p, dao, dqkv []F, simd bool) {
 	d, nh := c.Dim, c.Heads
 	dh := d / nh
 	np := c.Patches()
 	scale := F(1 / math.Sqrt(float64(dh)))
+	sk := ceil8(s)
 	clear(dqkv[:b*s*3*d])
 	parallel.For(b, 1, func(lo, hi int) {
-		dp := make([]F, s)
+		vt := make([]F, dh*sk) // values transposed, as kt in attention
+		dp := make([]F, sk)
+		pt := make([]F, s*s) // pt[j·s + i] = p[i, j]
+		dt := make([]F, s*s) // dt[j·s + i] = d score[i, j]
 		for r := lo; r < hi; r++ {
 			base := r * s
 			for hd := range nh {
 				qo, ko, vo := hd*dh, d+hd*dh, 2*d+hd*dh
+				for j := range s {
+					for e, v := range qkv[(base+j)*3*d+vo:][:dh] {
+						vt[e*sk+j] = v
+					}
+				}
 				for i := range s {
 					lim := min(keyLimit(i, np), s)
+					w := lim
+					if simd {
+						w = ceil8(lim)
+					}
 					pr := p[((r*nh+hd)*s+i)*s:][:lim]
-					do := dao[(base+i)*d+hd*dh:][:dh]
+					clear(dp[:w])
+					axpy(simd, dh, dao[(base+i)*d+hd*dh:], vt, sk, dp, w) // dp[j] = do_i · v_j
 					var dot F
 					for j := range lim {
-						v := qkv[(base+j)*3*d+vo:][:dh]
-						dv := dqkv[(base+j)*3*d+vo:][:dh]
-						var g F
-						for t := range do {
-							g += do[t] * v[t]
-							dv[t] += pr[j] * do[t]
-						}
-						dp[j] = g
-						dot += pr[j] * g
+						dot += pr[j] * dp[j]
 					}
-					q := qkv[(base+i)*3*d+qo:][:dh]
-					dq := dqkv[(base+i)*3*d+qo:][:dh]
 					for j := range lim {
 						ds := pr[j] * (dp[j] - dot) * scale
-						if ds == 0 {
-							continue
-						}
-						k := qkv[(base+j)*3*d+ko:][:dh]
-						dk := dqkv[(base+j)*3*d+ko:][:dh]
-						for t := range q {
-							dq[t] += ds * k[t]
-							dk[t] += ds * q[t]
-						}
+						dp[j] = ds
+						pt[j*s+i], dt[j*s+i] = pr[j], ds
 					}
+					axpy(simd, lim, dp, qkv[base*3*d+ko:], 3*d, dqkv[(base+i)*3*d+qo:][:dh], dh)
+				}
+				// Key j is seen by every query when it is an image token, else by queries j….
+				for j := range s {
+					i0 := 0
+					if j >= np {
+						i0 = j
+					}
+					axpy(simd, s-i0, pt[j*s+i0:], dao[(base+i0)*d+hd*dh:], d, dqkv[(base+j)*3*d+vo:][:dh], dh)
+					axpy(simd, s-i0, dt[j*s+i0:], qkv[(base+i0)*3*d+qo:], 3*d, dqkv[(base+j)*3*d+ko:][:dh], dh)
 				}
 			}
 		}
@@ -374,11 +368,10 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 		la.xhat1, la.rstd1, la.h1 = make([]F, n*d), make([]F, n), make([]F, n*d)
 		layerNorm(n, d, x, bw.ln1G, bw.ln1B, la.xhat1, la.rstd1, la.h1)
 		la.qkv = make([]F, n*3*d)
-		gemm(false, false, n, 3*d, d, la.h1, bw.wqkv, 0, la.qkv)
-		addBias(n, 3*d, la.qkv, bw.bqkv)
+		gemmBias(n, 3*d, d, la.h1, bw.wqkv, bw.bqkv, la.qkv)
 		la.p = make([]F, b*c.Heads*s*s)
 		la.ao = make([]F, n*d)
-		attention(c, b, s, la.qkv, la.p, la.ao)
+		attention(c, b, s, la.qkv, la.p, la.ao, modelSIMD)
 		copy(tmp, x)
 		gemm(false, false, n, d, d, la.ao, bw.wo, 1, tmp)
 		addBias(n, d, tmp, bw.bo)
@@ -386,9 +379,8 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 		la.xhat2, la.rstd2, la.h2 = make([]F, n*d), make([]F, n), make([]F, n*d)
 		layerNorm(n, d, x, bw.ln2G, bw.ln2B, la.xhat2, la.rstd2, la.h2)
 		la.u, la.a = make([]F, n*m), make([]F, n*m)
-		gemm(false, false, n, m, d, la.h2, bw.w1, 0, la.u)
-		addBias(n, m, la.u, bw.b1)
-		gelu(la.u, la.a)
+		gemmBias(n, m, d, la.h2, bw.w1, bw.b1, la.u)
+		gelu(la.u, la.a, modelSIMD)
 		gemm(false, false, n, d, m, la.a, bw.w2, 1, x)
 		addBias(n, d, x, bw.b2)
 	}
@@ -398,8 +390,7 @@ func forward[F Float](c Config, w *weights[F], pv []F, tokens []int32, b, l int)
 	a.xhatF, a.rstdF, a.hF = make([]F, nt*d), make([]F, nt), make([]F, nt*d)
 	layerNorm(nt, d, xt, w.lnfG, w.lnfB, a.xhatF, a.rstdF, a.hF)
 	logits := make([]F, nt*v)
-	gemm(false, false, nt, v, d, a.hF, w.headW, 0, logits)
-	addBias(nt, v, logits, w.headB)
+	gemmBias(nt, v, d, a.hF, w.headW, w.headB, logits)
 	return logits, a
 }
 
@@ -425,7 +416,7 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 		gemm(true, false, m, d, n, la.a, dx, 1, gw.w2)
 		du := dbig[:n*m]
 		gemm(false, true, n, m, d, dx, bw.w2, 0, du)
-		geluBack(la.u, du)
+		geluBack(la.u, du, modelSIMD)
 		colSum(n, m, du, gw.b1)
 		gemm(true, false, d, m, n, la.h2, du, 1, gw.w1)
 		gemm(false, true, n, d, m, du, bw.w1, 0, dsmall)
@@ -436,7 +427,7 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 		dao := dsmall
 		gemm(false, true, n, d, d, dx, bw.wo, 0, dao)
 		dqkv := dbig[:n*3*d]
-		attentionBack(c, b, s, la.qkv, la.p, dao, dqkv)
+		attentionBack(c, b, s, la.qkv, la.p, dao, dqkv, modelSIMD)
 		colSum(n, 3*d, dqkv, gw.bqkv)
 		gemm(true, false, d, 3*d, n, la.h1, dqkv, 1, gw.wqkv)
 		dh1 := dsmall
@@ -450,4 +441,37 @@ func backward[F Float](c Config, w, g *weights[F], a *acts[F], dlogits []F) {
 	gemm(true, false, pl, d, b*np, a.pv, dimg, 1, g.patchW)
 	colSum(b*np, d, dimg, g.patchB)
 	tokenEmbedBack(c, b, l, s, g.tokEmb, g.tokPos, dx, a.tokens)
+}
+
+// attentionMass adds one block's response attention to acc [b, 2+2·groups] float64, for b rows
+// with probabilities p [b, H, s, s] and span [b, 2] = (plen, n) per row (prompt tokens, BOS
+// included, and response tokens): for each response query t = plen−1+j (j < n), the mass on
+// the image keys and on the text keys 0..t, summed over heads in head-then-key order and
+// divided by H, each divided by its number of keys (NP, t+1), is added to acc[r, 0] (text),
+// acc[r, 1] (vision), acc[r, 2+2·group] and acc[r, 3+2·group], in query order. Summed over the
+// blocks in order, these are Activations.Attention's values added as the MDI reward adds them.
+func attentionMass(c Config, b, s, group, groups int, p []float32, span []int32, acc []float64) {
+	np, nh := c.Patches(), c.Heads
+	w := 2 + 2*groups
+	for r := range b {
+		plen, n := int(span[2*r]), int(span[2*r+1])
+		a := acc[r*w:][:w]
+		for j := range n {
+			q := np + plen - 1 + j
+			var im, tx float64
+			for h := range nh {
+				base := ((r*nh+h)*s + q) * s
+				for k := range np {
+					im += float64(p[base+k])
+				}
+				for k := np; k <= q; k++ {
+					tx += float64(p[base+k])
+				}
+			}
+			im, tx = im/float64(nh), tx/float64(nh)
+			pt, pv := tx/float64(plen+j), im/float64(np)
+			a[0], a[1] = a[0]+pt, a[1]+pv
+			a[2+2*group], a[3+2*group] = a[2+2*group]+pt, a[3+2*group]+pv
+		}
+	}
 }

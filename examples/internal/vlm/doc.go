@@ -32,9 +32,21 @@
 //
 // # Numerics
 //
-// The kernels are generic over float32 and float64: the model runs in float32 (matrix products
-// with gonum's Sgemm, exp with hostops.Exp), and the tests check every gradient against central
-// finite differences of the same code in float64, and the float32 results against the float64
-// ones. All parameter-gradient reductions run in a fixed order, so results do not depend on
-// GOMAXPROCS.
+// The kernels are generic over float32 and float64: the model runs in float32 (exp with
+// hostops.Exp), and the tests check every gradient against central finite differences of the
+// same code in float64, and the float32 results against the float64 ones. On amd64 with AVX2
+// (not under the noasm tag) the model's float32 matrix products, attention, softmax and GELU use
+// assembly kernels with fused multiply-adds (AVX-512 GEMM blocks where available); HostOps keeps
+// the pure-Go reference kernels, which the CUDA op set reproduces bit for bit, and tests hold
+// the SIMD kernels to them. All parameter-gradient reductions run in a fixed order, so results
+// do not depend on GOMAXPROCS.
+//
+// # On a device
+//
+// UseOps moves a model onto an op set (CUDAOps, built with the cuda tag): weights and gradients
+// live on its backend from then on, Forward, Backward and Generate run there (KV-cached, with
+// the device sampler drawing the host's uniforms), and the host copy is synchronised only when
+// it is read (Params, HostParams) or written (Params). DeviceParams hands the device tensors to
+// an optimizer on the device; ForwardOnBackend leaves the logits there; Transfers counts the
+// whole-model copies.
 package vlm

@@ -41,3 +41,18 @@ func gemm[F Float](ta, tb bool, m, n, k int, a, b []F, beta F, c []F) {
 		gonum.Implementation{}.Dgemm(tA, tB, m, n, k, 1, any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), cc, n)
 	}
 }
+
+// gemmBias computes c = a·b + bias (a [m,k], b [k,n], bias [n]). With the float32 kernel it starts c
+// at the bias and accumulates (the kernel adds its sum to c once: the same bits as adding the
+// bias after, without a second pass over c).
+func gemmBias[F Float](m, n, k int, a, b, bias, c []F) {
+	if hasKernel && isF32[F]() {
+		for i := range m {
+			copy(c[i*n:(i+1)*n], bias[:n])
+		}
+		gemm(false, false, m, n, k, a, b, 1, c)
+		return
+	}
+	gemm(false, false, m, n, k, a, b, 0, c)
+	addBias(m, n, c, bias)
+}

@@ -5,14 +5,15 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// kvCache holds each row's keys and values per layer: k[l] and v[l] are [B, NP+MaxLen, D].
+// kvCache holds each row's keys and values per layer, for stride = NP + MaxLen rounded up to a
+// multiple of 8 positions: k[l] is [B, H, D/H, stride], each head's keys transposed so that a
+// query's scores are one axpy over positions (as in attention); v[l] is [B, stride, D].
 type kvCache[F Float] struct {
-	stride int // NP + MaxLen
+	stride int
 	k, v   [][]F
 }
 
@@ -23,6 +24,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 	d, np, m, v, nh := c.Dim, c.Patches(), c.MLPDim, c.Vocab, c.Heads
 	dh := d / nh
 	scale := F(1 / math.Sqrt(float64(dh)))
+	simd := modelSIMD
 	n := 0
 	start := make([]int, len(rows))
 	for i, k := range cnt {
@@ -36,50 +38,36 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 	for li := range c.Layers {
 		bw := &w.blocks[li]
 		layerNorm(n, d, x, bw.ln1G, bw.ln1B, nil, nil, h)
-		gemm(false, false, n, 3*d, d, h, bw.wqkv, 0, qkv)
-		addBias(n, 3*d, qkv, bw.bqkv)
+		gemmBias(n, 3*d, d, h, bw.wqkv, bw.bqkv, qkv)
 		kc, vc := kv.k[li], kv.v[li]
 		parallel.For(len(rows), parallel.Grain(n/len(rows)*d*16, 1<<15), func(lo, hi int) {
 			sc := make([]F, kv.stride)
 			for i := lo; i < hi; i++ {
 				r := rows[i]
+				kt := kc[r*kv.stride*d:] // row r's [H, dh, stride] keys
 				cache := r * kv.stride * d
 				for j := range cnt[i] {
 					src := qkv[(start[i]+j)*3*d:]
-					copy(kc[cache+(pos[i]+j)*d:][:d], src[d:2*d])
+					for e, kv1 := range src[d : 2*d] {
+						kt[e*kv.stride+pos[i]+j] = kv1 // e = head·dh + its dimension
+					}
 					copy(vc[cache+(pos[i]+j)*d:][:d], src[2*d:3*d])
 				}
 				for j := range cnt[i] {
 					p := pos[i] + j
 					lim := keyLimit(p, np)
+					wd := lim
+					if simd {
+						wd = ceil8(lim)
+					}
 					row := start[i] + j
 					for hd := range nh {
-						q := qkv[row*3*d+hd*dh:][:dh]
-						mx := F(math.Inf(-1))
-						for t := range lim {
-							k := kc[cache+t*d+hd*dh:][:dh]
-							var dot F
-							for e := range q {
-								dot += q[e] * k[e]
-							}
-							sc[t] = dot * scale
-							mx = max(mx, sc[t])
-						}
-						var sum F
-						for t := range lim {
-							sc[t] = hostops.Exp(sc[t] - mx)
-							sum += sc[t]
-						}
-						inv := 1 / sum
+						clear(sc[:wd])
+						axpy(simd, dh, qkv[row*3*d+hd*dh:], kt[hd*dh*kv.stride:], kv.stride, sc, wd)
+						softmax(simd, sc, lim, scale)
 						o := ao[row*d+hd*dh:][:dh]
 						clear(o)
-						for t := range lim {
-							pt := sc[t] * inv
-							vv := vc[cache+t*d+hd*dh:][:dh]
-							for e := range o {
-								o[e] += pt * vv[e]
-							}
-						}
+						axpy(simd, lim, sc, vc[cache+hd*dh:], d, o, dh)
 					}
 				}
 			}
@@ -87,9 +75,8 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 		gemm(false, false, n, d, d, ao, bw.wo, 1, x)
 		addBias(n, d, x, bw.bo)
 		layerNorm(n, d, x, bw.ln2G, bw.ln2B, nil, nil, h)
-		gemm(false, false, n, m, d, h, bw.w1, 0, u)
-		addBias(n, m, u, bw.b1)
-		gelu(u, u)
+		gemmBias(n, m, d, h, bw.w1, bw.b1, u)
+		gelu(u, u, simd)
 		gemm(false, false, n, d, m, u, bw.w2, 1, x)
 		addBias(n, d, x, bw.b2)
 	}
@@ -100,8 +87,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 	hl := make([]F, len(rows)*d)
 	layerNorm(len(rows), d, last, w.lnfG, w.lnfB, nil, nil, hl)
 	logits := make([]F, len(rows)*v)
-	gemm(false, false, len(rows), v, d, hl, w.headW, 0, logits)
-	addBias(len(rows), v, logits, w.headB)
+	gemmBias(len(rows), v, d, hl, w.headW, w.headB, logits)
 	return logits
 }
 
@@ -110,7 +96,7 @@ func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []i
 func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng func(r int) *rand.Rand, record func(r int, logits []F)) [][]int32 {
 	b := len(prompts)
 	d, np := c.Dim, c.Patches()
-	kv := &kvCache[F]{stride: np + c.MaxLen, k: make([][]F, c.Layers), v: make([][]F, c.Layers)}
+	kv := &kvCache[F]{stride: ceil8(np + c.MaxLen), k: make([][]F, c.Layers), v: make([][]F, c.Layers)}
 	for l := range c.Layers {
 		kv.k[l] = make([]F, b*kv.stride*d)
 		kv.v[l] = make([]F, b*kv.stride*d)
@@ -317,6 +303,9 @@ func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, t
 	pv := patchVectors[float32](c, px, len(prompts))
 	if rng == nil { // greedy: sample draws nothing
 		rng = func(int) *rand.Rand { return nil }
+	}
+	if m.dev != nil { // on the op set's backend (UseOps): generate_ops.go
+		return m.generateOnOps(pv, prompts, maxNew, temperature, topP, topK, rng, record)
 	}
 	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, topK, rng, record), nil
 }

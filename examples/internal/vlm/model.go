@@ -1,6 +1,8 @@
 package vlm
 
 import (
+	"math"
+
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -19,7 +21,7 @@ type Model struct {
 	params []*Param
 	w, g   weights[float32] // views of the Param tensors' host slices
 
-	dev *OpsModel // where Forward and Backward run, when UseOps was called
+	dev *resident // the copy on an op set's backend, where Forward and Backward run (UseOps)
 }
 
 // New builds a model with weights drawn deterministically from seed: linear weights
@@ -52,7 +54,12 @@ func New(cfg Config, seed uint64) (*Model, error) {
 // Params returns the trainable parameters in a stable order with stable names ("patch.w",
 // "tok.emb", "block0.attn.wqkv", …, "head.b"). Updating W's values in place (an optimizer step,
 // loading a checkpoint with tensor.CopyInto) changes the model; replacing the tensors does not.
-func (m *Model) Params() []*Param { return m.params }
+// After UseOps the host tensors are brought up to date first, and the device copy is refreshed
+// from them at its next use (see UseOps).
+func (m *Model) Params() []*Param {
+	m.hostAccess()
+	return m.params
+}
 
 // NumParams is the total number of trainable values.
 func (m *Model) NumParams() int {
@@ -63,11 +70,12 @@ func (m *Model) NumParams() int {
 	return n
 }
 
-// ZeroGrad sets every gradient to zero.
+// ZeroGrad sets every gradient to zero (on the op set's backend too, after UseOps).
 func (m *Model) ZeroGrad() {
 	for _, g := range m.g.slots() {
 		clear(*g)
 	}
+	m.zeroDeviceGrad()
 }
 
 // Activations is the record of one Forward pass that Backward needs. It holds all
@@ -226,4 +234,92 @@ func (a *Activations) Attention(layer, row, t int) (image, text float64, nImage,
 		}
 	}
 	return image / float64(c.Heads), text / float64(c.Heads), np, t + 1
+}
+
+// AttentionSums is one row's response attention (Activations.ResponseAttention).
+type AttentionSums struct {
+	// Text and Vision are the per-key attention on text and on image tokens (Attention's
+	// mass / keys) summed over the blocks and the response queries; GroupText and GroupVision
+	// the same sums per group of blocks.
+	Text, Vision           float64
+	GroupText, GroupVision []float64
+}
+
+// ResponseAttention sums, for each row r of the recorded pass whose prompt has plen[r] tokens
+// (BOS included) and whose response has n[r], the attention of its response queries (text
+// positions plen[r]−1+j, j < n[r]): Attention's image and text masses divided by their numbers
+// of keys, added in block-then-query order, overall and per group of blocks (block l is in
+// group l·groups/Layers). On an op set (UseOps) the sums run there (Ops.AttentionMass) and only
+// the rows' 2+2·groups float64 sums come down, with the host's bits.
+func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionSums, error) {
+	const op = "vlm.Activations.ResponseAttention"
+	b, L := a.Rows(), a.Layers()
+	if len(plen) != b || len(n) != b {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "plen", "has %d and n %d rows, the pass %d", len(plen), len(n), b)
+	}
+	if groups < 1 {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "groups", "%d is below 1", groups)
+	}
+	span := make([]int32, 2*b)
+	for r := range b {
+		if plen[r] < 1 || n[r] < 0 || plen[r]-1+n[r] > a.Len() {
+			return nil, tensor.Errorf(tensor.ErrParam, op, "plen", "row %d: prompt %d and response %d do not fit %d tokens", r, plen[r], n[r], a.Len())
+		}
+		span[2*r], span[2*r+1] = int32(plen[r]), int32(n[r])
+	}
+	w := 2 + 2*groups
+	s := a.m.Config.Patches() + a.Len()
+	acc := make([]float64, b*w)
+	if a.dev == nil {
+		for l := range L {
+			attentionMass(a.m.Config, b, s, l*groups/L, groups, a.a.layers[l].p, span, acc)
+		}
+	} else if err := a.responseAttentionOps(b, s, groups, span, acc); err != nil {
+		return nil, err
+	}
+	out := make([]AttentionSums, b)
+	for r := range out {
+		v := acc[r*w:][:w]
+		o := AttentionSums{Text: v[0], Vision: v[1], GroupText: make([]float64, groups), GroupVision: make([]float64, groups)}
+		for g := range groups {
+			o.GroupText[g], o.GroupVision[g] = v[2+2*g], v[3+2*g]
+		}
+		out[r] = o
+	}
+	return out, nil
+}
+
+// responseAttentionOps runs ResponseAttention's sums on the record's op set: the spans and
+// zero sums go up, every block adds its share there, the sums come down into acc.
+func (a *Activations) responseAttentionOps(b, s, groups int, span []int32, acc []float64) error {
+	ops := a.dev.om.ops
+	be := ops.Backend()
+	sp, err := tensor.To(be, tensor.Must(tensor.FromInt32(span, len(span))))
+	if err != nil {
+		return err
+	}
+	defer sp.Release()
+	dacc, err := tensor.To(be, tensor.Must(tensor.FromInt32(make([]int32, 2*len(acc)), 2*len(acc))))
+	if err != nil {
+		return err
+	}
+	defer dacc.Release()
+	L := a.Layers()
+	for l := range L {
+		if err := ops.AttentionMass(dacc, b, s, l*groups/L, groups, a.dev.layers[l].p, sp); err != nil {
+			return err
+		}
+	}
+	h, err := tensor.To(tensor.CPU(), dacc)
+	if err != nil {
+		return err
+	}
+	bits, err := h.Int32s()
+	if err != nil {
+		return err
+	}
+	for i := range acc {
+		acc[i] = math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
+	}
+	return nil
 }

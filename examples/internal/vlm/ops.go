@@ -41,6 +41,12 @@ type Ops interface {
 	// (zero image rows).
 	TextRows(xt *tensor.Tensor, b, l, s int, x *tensor.Tensor) error
 	TextRowsBack(dx *tensor.Tensor, b, l, s int, dxt *tensor.Tensor) error
+	// AttentionMass adds one block's response attention, from its probabilities p [b, H, s, s],
+	// to acc [b, 2+2·groups] float64 (stored as an int32 tensor of twice the length, each value
+	// little-endian low word first): per row, span [b, 2] int32 gives the prompt length (BOS
+	// included) and the response length, and the block's layer group (see attentionMass). The
+	// spans are trusted to fit s (Activations.ResponseAttention checks them on the host).
+	AttentionMass(acc *tensor.Tensor, b, s, group, groups int, p, span *tensor.Tensor) error
 }
 
 // HostOps is the op set on CPU tensors: the pure-Go kernels the model's Forward and Backward
@@ -58,6 +64,21 @@ func f32(op, arg string, t *tensor.Tensor, n int) ([]float32, error) {
 		return nil, tensor.Errorf(tensor.ErrShape, op, arg, "is nil")
 	}
 	v, err := t.Float32s()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) < n {
+		return nil, tensor.Errorf(tensor.ErrShape, op, arg, "has %d elements, needs %d", len(v), n)
+	}
+	return v[:n], nil
+}
+
+// i32 is f32 for an int32 tensor.
+func i32(op, arg string, t *tensor.Tensor, n int) ([]int32, error) {
+	if t == nil {
+		return nil, tensor.Errorf(tensor.ErrShape, op, arg, "is nil")
+	}
+	v, err := t.Int32s()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +153,7 @@ func (o HostOps) GELU(a *tensor.Tensor, n int, u *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	gelu(v[1], v[0])
+	gelu(v[1], v[0], false)
 	return nil
 }
 
@@ -141,7 +162,7 @@ func (o HostOps) GELUBack(da *tensor.Tensor, n int, u *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	geluBack(v[1], v[0])
+	geluBack(v[1], v[0], false)
 	return nil
 }
 
@@ -153,7 +174,7 @@ func (o HostOps) Attention(ao, p *tensor.Tensor, b, s int, qkv *tensor.Tensor) e
 		return err
 	}
 	clear(v[1])
-	attention(c, b, s, v[2], v[1], v[0])
+	attention(c, b, s, v[2], v[1], v[0], false)
 	return nil
 }
 
@@ -164,7 +185,7 @@ func (o HostOps) AttentionBack(dqkv *tensor.Tensor, b, s int, qkv, p, dao *tenso
 	if err != nil {
 		return err
 	}
-	attentionBack(c, b, s, v[1], v[2], v[3], v[0])
+	attentionBack(c, b, s, v[1], v[2], v[3], v[0], false)
 	return nil
 }
 
@@ -259,6 +280,42 @@ func (o HostOps) TextRowsBack(dx *tensor.Tensor, b, l, s int, dxt *tensor.Tensor
 		return err
 	}
 	textRowsBack(o.Config, b, l, s, v[0], v[1])
+	return nil
+}
+
+func (o HostOps) AttentionMass(acc *tensor.Tensor, b, s, group, groups int, p, span *tensor.Tensor) error {
+	const op = "vlm.HostOps.AttentionMass"
+	c := o.Config
+	pv, err := f32(op, "p", p, b*c.Heads*s*s)
+	if err != nil {
+		return err
+	}
+	sp, err := i32(op, "span", span, 2*b)
+	if err != nil {
+		return err
+	}
+	w := 2 + 2*groups
+	bits, err := i32(op, "acc", acc, 2*b*w)
+	if err != nil {
+		return err
+	}
+	if group < 0 || group >= groups {
+		return tensor.Errorf(tensor.ErrParam, op, "group", "%d is outside [0, %d)", group, groups)
+	}
+	for r := range b {
+		if plen, n := int(sp[2*r]), int(sp[2*r+1]); plen < 1 || n < 0 || c.Patches()+plen-1+n > s {
+			return tensor.Errorf(tensor.ErrParam, op, "span", "row %d: prompt %d and response %d do not fit %d tokens", r, plen, n, s-c.Patches())
+		}
+	}
+	v := make([]float64, b*w)
+	for i := range v {
+		v[i] = math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
+	}
+	attentionMass(c, b, s, group, groups, pv, sp, v)
+	for i, x := range v {
+		u := math.Float64bits(x)
+		bits[2*i], bits[2*i+1] = int32(uint32(u)), int32(uint32(u>>32))
+	}
 	return nil
 }
 

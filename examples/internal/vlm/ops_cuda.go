@@ -47,6 +47,7 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_attention_fwd_f32":     {f32, f32, f32, I, I, I, I, I, F},
 		"vlm_attention_bwd_q_f32":   {f32, f32, f32, f32, f32, I, I, I, I, I, F},
 		"vlm_attention_bwd_kv_f32":  {f32, f32, f32, f32, f32, I, I, I, I, I, F},
+		"vlm_attention_mass_f32":    {i32, f32, i32, I, I, I, I, I, I}, // acc: float64 as int32 pairs
 		"vlm_patch_embed_fwd_f32":   {f32, f32, f32, f32, I, I, I, I},
 		"vlm_token_embed_fwd_f32":   {f32, i32, f32, f32, I, I, I, I, I},
 		"vlm_patch_embed_bwd_f32":   {f32, f32, f32, I, I, I, I},
@@ -54,10 +55,16 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_text_rows_fwd_f32":     {f32, f32, I, I, I, I, I},
 		"vlm_text_rows_bwd_f32":     {f32, f32, I, I, I, I, I},
 		// probs is float64 scratch, passed as an int32 tensor of twice the length.
-		"vlm_sample_f32": {i32, f32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I, I, I},
-		"vlm_adamw_f32":  {f32, f32, f32, f32, I, F, F, F, F, F, F},
-		"vlm_sumsq_f32":  {i32, f32, I}, // out: one float64 as two int32
-		"vlm_scale_f32":  {f32, I, F},
+		"vlm_sample_f32":       {i32, f32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I, I, I},
+		"vlm_adamw_f32":        {f32, f32, f32, f32, I, F, F, F, F, F, F},
+		"vlm_sumsq_f32":        {i32, f32, I}, // out: one float64 as two int32
+		"vlm_scale_f32":        {f32, I, F},
+		"vlm_sample_u_f32":     {i32, f32, i32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I}, // uniforms: float64 as int32 pairs
+		"vlm_kv_store_f32":     {f32, f32, f32, i32, I, I, I},
+		"vlm_kv_attention_f32": {f32, f32, f32, f32, i32, I, I, I, I, I, F},
+		"vlm_embed_at_f32":     {f32, i32, i32, f32, f32, I, I},
+		"vlm_zero_f32":         {f32, I},
+		"vlm_add_f32":          {f32, f32, I},
 	}
 	for _, m := range kernels.Modules() {
 		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
@@ -213,6 +220,21 @@ func (o *CUDAOps) AttentionBack(dqkv *tensor.Tensor, b, s int, qkv, p, dao *tens
 	return o.run("vlm_attention_bwd_kv_f32", rows, args...)
 }
 
+// AttentionMass runs one thread per row: the rows' response queries are summed in the
+// reference's order, so the device adds the host's float64 bits.
+func (o *CUDAOps) AttentionMass(acc *tensor.Tensor, b, s, group, groups int, p, span *tensor.Tensor) error {
+	const op = "vlm.CUDAOps.AttentionMass"
+	c := o.Config
+	if err := need(op, []string{"acc", "p", "span"}, []*tensor.Tensor{acc, p, span},
+		[]int{2 * b * (2 + 2*groups), b * c.Heads * s * s, 2 * b}); err != nil {
+		return err
+	}
+	if group < 0 || group >= groups {
+		return tensor.Errorf(tensor.ErrParam, op, "group", "%d is outside [0, %d)", group, groups)
+	}
+	return o.run("vlm_attention_mass_f32", b, acc, p, span, b, s, c.Heads, c.Patches(), group, groups)
+}
+
 func (o *CUDAOps) PatchEmbed(x *tensor.Tensor, b, s int, e, pb, pos *tensor.Tensor) error {
 	c := o.Config
 	d, np := c.Dim, c.Patches()
@@ -295,6 +317,65 @@ func (o *CUDAOps) Sample(out, logits *tensor.Tensor, rows int, temperature, topP
 	return o.run("vlm_sample_f32", rows, out, logits, probs, order, rows, v, temperature, topP, topK, int(seed), step)
 }
 
+// SampleUniform is Sample with row r's uniform given in uniforms [2·rows] int32 (the bits of
+// one float64 per row, in [0, 1); unread when greedy): a rollout on the device then draws with
+// the host's per-row random sources and picks the host sampler's tokens.
+func (o *CUDAOps) SampleUniform(out, logits *tensor.Tensor, rows int, temperature, topP float64, topK int, uniforms *tensor.Tensor) error {
+	const op = "vlm.CUDAOps.SampleUniform"
+	v := o.Config.Vocab
+	if err := need(op, []string{"out", "logits", "uniforms"}, []*tensor.Tensor{out, logits, uniforms}, []int{rows, rows * v, 2 * rows}); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	probs, err := tensor.New(o.b, tensor.Int32, 2*rows*v)
+	if err != nil {
+		return err
+	}
+	defer probs.Release()
+	order, err := tensor.New(o.b, tensor.Int32, rows*v)
+	if err != nil {
+		return err
+	}
+	defer order.Release()
+	return o.run("vlm_sample_u_f32", rows, out, logits, probs, order, uniforms, rows, v, temperature, topP, topK)
+}
+
+// KVStore writes the keys and values of n new tokens from qkv [n, 3D] into one layer's cache
+// kc, vc [B, stride, D] at (row, position) = meta[2i], meta[2i+1] (int32, trusted: the
+// generator computes them).
+func (o *CUDAOps) KVStore(kc, vc *tensor.Tensor, n, stride int, meta, qkv *tensor.Tensor) error {
+	d := o.Config.Dim
+	if err := need("vlm.CUDAOps.KVStore", []string{"kc", "vc", "meta", "qkv"}, []*tensor.Tensor{kc, vc, meta, qkv},
+		[]int{stride * d, stride * d, 2 * n, n * 3 * d}); err != nil {
+		return err
+	}
+	return o.run("vlm_kv_store_f32", n*d, kc, vc, qkv, meta, n, stride, d)
+}
+
+// KVAttention writes ao [n, D]: each new token's attention over its row's cached keys and
+// values (positions 0..keyLimit of its own, which KVStore wrote first).
+func (o *CUDAOps) KVAttention(ao *tensor.Tensor, n, stride int, meta, qkv, kc, vc *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.KVAttention", []string{"ao", "meta", "qkv", "kc", "vc"}, []*tensor.Tensor{ao, meta, qkv, kc, vc},
+		[]int{n * c.Dim, 2 * n, n * 3 * c.Dim, stride * c.Dim, stride * c.Dim}); err != nil {
+		return err
+	}
+	return o.run("vlm_kv_attention_f32", n*c.Heads, ao, qkv, kc, vc, meta, n, stride, c.Dim, c.Heads, c.Patches(), attnScale(c))
+}
+
+// EmbedAt writes x [n, D]: row i is emb[tokens[i]] + pos[tpos[i]] (ids and text positions
+// trusted), the input of a decode step.
+func (o *CUDAOps) EmbedAt(x *tensor.Tensor, n int, tokens, tpos, emb, pos *tensor.Tensor) error {
+	c := o.Config
+	if err := need("vlm.CUDAOps.EmbedAt", []string{"x", "tokens", "tpos", "emb", "pos"}, []*tensor.Tensor{x, tokens, tpos, emb, pos},
+		[]int{n * c.Dim, n, n, c.Vocab * c.Dim, c.MaxLen * c.Dim}); err != nil {
+		return err
+	}
+	return o.run("vlm_embed_at_f32", n*c.Dim, x, tokens, tpos, emb, pos, n, c.Dim)
+}
+
 // AdamWStep holds the scalars of one AdamW step, computed on the host as the trainer's AdamW
 // computes them: Beta1, Beta2, StepSize = lr/(1-β1^t), InvSqrtBC2 = 1/√(1-β2^t), Eps, and
 // Shrink = 1 - lr·wd for a decayed parameter (1 otherwise), all rounded to float32.
@@ -358,6 +439,31 @@ func (o *CUDAOps) ClipGrads(gs []*tensor.Tensor, norm, maxNorm float64) error {
 		}
 	}
 	return nil
+}
+
+// Zero sets the first n values of x to zero (the gradients' ZeroGrad, with no upload).
+func (o *CUDAOps) Zero(x *tensor.Tensor, n int) error {
+	if err := need("vlm.CUDAOps.Zero", []string{"x"}, []*tensor.Tensor{x}, []int{n}); err != nil {
+		return err
+	}
+	return o.run("vlm_zero_f32", n, x, n)
+}
+
+// Scale multiplies the first n values of x by s (float32).
+func (o *CUDAOps) Scale(x *tensor.Tensor, n int, s float32) error {
+	if err := need("vlm.CUDAOps.Scale", []string{"x"}, []*tensor.Tensor{x}, []int{n}); err != nil {
+		return err
+	}
+	return o.run("vlm_scale_f32", n, x, n, s)
+}
+
+// Add adds g to acc elementwise in float32 (acc += g over n values): the in-order sum of
+// micro-batch gradients that the trainer otherwise runs on the host.
+func (o *CUDAOps) Add(acc, g *tensor.Tensor, n int) error {
+	if err := need("vlm.CUDAOps.Add", []string{"acc", "g"}, []*tensor.Tensor{acc, g}, []int{n, n}); err != nil {
+		return err
+	}
+	return o.run("vlm_add_f32", n, acc, g, n)
 }
 
 // Close releases the op set's scratch memory (the modules live as long as the backend).

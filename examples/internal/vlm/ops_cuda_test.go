@@ -417,6 +417,54 @@ func TestCUDAModelGradients(t *testing.T) {
 	t.Logf("directional derivative: finite difference %.6g, analytic %.6g", fd, norm)
 }
 
+// TestCUDAAttentionMass: the device adds the host's float64 bits (one thread per row runs the
+// reference's loops; only additions and divisions of doubles, which are IEEE on both), over
+// two blocks of different groups accumulating into nonzero sums, with an empty response.
+func TestCUDAAttentionMass(t *testing.T) {
+	c := layerConfig()
+	p := newPair(t, c)
+	b, l, groups := 3, 6, 3
+	s := c.Patches() + l
+	spans := []int32{1, 6, 4, 2, 2, 0}
+	sh := tensor.Must(tensor.FromInt32(append([]int32(nil), spans...), len(spans)))
+	sd, err := tensor.To(p.dev.Backend(), sh)
+	must(t, err)
+	w := 2 + 2*groups
+	init := make([]int32, 2*b*w)
+	for i := 0; i < len(init); i += 2 {
+		u := math.Float64bits(p.rng.Float64())
+		init[i], init[i+1] = int32(uint32(u)), int32(uint32(u>>32))
+	}
+	ah := tensor.Must(tensor.FromInt32(append([]int32(nil), init...), len(init)))
+	ad, err := tensor.To(p.dev.Backend(), ah)
+	must(t, err)
+	for _, g := range []int{0, 2} {
+		ph, pd := p.rand(b*c.Heads*s*s, 0.3)
+		must(t, p.host.AttentionMass(ah, b, s, g, groups, ph, sh))
+		must(t, p.dev.AttentionMass(ad, b, s, g, groups, pd, sd))
+	}
+	hv, _ := ah.Int32s()
+	dh, err := tensor.To(tensor.CPU(), ad)
+	must(t, err)
+	dv, _ := dh.Int32s()
+	changed := 0
+	for i := range hv {
+		if hv[i] != dv[i] {
+			t.Fatalf("acc word %d: device %#x, host %#x (bitwise expected)", i, dv[i], hv[i])
+		}
+		if hv[i] != init[i] {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("no sum changed")
+	}
+	_, pz := p.zeros(b * c.Heads * s * s)
+	if err := p.dev.AttentionMass(ad, b, s, 3, groups, pz, sd); err == nil {
+		t.Fatal("group 3 of 3 accepted")
+	}
+}
+
 // TestCUDAUseOps: Model.Forward and Backward through UseOps(CUDAOps) agree with the host model
 // within twice the float32-vs-float64 tolerances (each side is within them of float64), and
 // the attention statistics read the device record.
@@ -466,6 +514,20 @@ func TestCUDAUseOps(t *testing.T) {
 	di, dt, _, _ := da.Attention(1, 1, 2)
 	if math.Abs(hi-di) > 1e-5 || math.Abs(ht-dt) > 1e-5 {
 		t.Fatalf("attention split: device %v/%v, host %v/%v", di, dt, hi, ht)
+	}
+	// The response sums run on the device: within 1e-5 per summed term of the host's (each
+	// term is a mass per key within the masses' 1e-5 above; the sums themselves add the
+	// host's bits, TestCUDAAttentionMass).
+	plen, n := []int{2, 1}, []int{3, 4}
+	hs, err := ha.ResponseAttention(plen, n, 2)
+	must(t, err)
+	ds, err := da.ResponseAttention(plen, n, 2)
+	must(t, err)
+	for r := range hs {
+		terms := float64(c.Layers * n[r])
+		if math.Abs(hs[r].Text-ds[r].Text) > 1e-5*terms || math.Abs(hs[r].Vision-ds[r].Vision) > 1e-5*terms {
+			t.Fatalf("row %d response attention: device %+v, host %+v", r, ds[r], hs[r])
+		}
 	}
 }
 

@@ -67,8 +67,21 @@ func (om *OpsModel) Params() []*Param { return om.params }
 // Ops returns the op set.
 func (om *OpsModel) Ops() Ops { return om.ops }
 
+// zeroer is an op set that zeroes its tensors in place (CUDAOps), so ZeroGrad uploads nothing.
+type zeroer interface {
+	Zero(x *tensor.Tensor, n int) error
+}
+
 // ZeroGrad sets every gradient to zero.
 func (om *OpsModel) ZeroGrad() error {
+	if z, ok := om.ops.(zeroer); ok {
+		for _, p := range om.params {
+			if err := z.Zero(p.G, p.G.Len()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, p := range om.params {
 		z, err := tensor.New(tensor.CPU(), tensor.Float32, p.G.Shape()...)
 		if err != nil {

@@ -3,8 +3,9 @@ package vlm
 import "github.com/mtrl-go/mtrl/internal/parallel"
 
 // sgemmFast computes c = op(a)·op(b) + beta·c like gemm for float32 with the AVX2 4×16
-// micro-kernel. Transposed operands are first copied into row-major scratch. Each element of c
-// is computed by one goroutine with a fixed summation order, so results are deterministic.
+// micro-kernel, or 4×32 on AVX-512 (the same fused multiply-adds in the same order, so the same
+// bits). Transposed operands are first copied into row-major scratch. Each element of c is
+// computed by one goroutine with a fixed summation order, so results are deterministic.
 func sgemmFast(ta, tb bool, m, n, k int, a, b []float32, beta float32, c []float32) {
 	c = c[:m*n]
 	switch beta {
@@ -35,7 +36,15 @@ func sgemmFast(ta, tb bool, m, n, k int, a, b []float32, beta float32, c []float
 	block := func(i0, i1, j0, j1 int) { // rows [i0,i1) (multiple of 4 long), 16-col blocks in [j0,j1)
 		for p0 := 0; p0 < k; p0 += kc {
 			kk := min(kc, k-p0)
-			for j := j0; j < j1; j += 16 {
+			j := j0
+			if hasKernel512 { // 32-column blocks on AVX-512, then at most one of 16
+				for ; j+32 <= j1; j += 32 {
+					for i := i0; i < i1; i += 4 {
+						kern4x32(kk, &a[i*k+p0], k, &b[p0*n+j], n, &c[i*n+j], n)
+					}
+				}
+			}
+			for ; j < j1; j += 16 {
 				for i := i0; i < i1; i += 4 {
 					kern4x16(kk, &a[i*k+p0], k, &b[p0*n+j], n, &c[i*n+j], n)
 				}

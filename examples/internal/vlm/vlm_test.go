@@ -200,3 +200,47 @@ func TestAttentionSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseAttention: ResponseAttention's sums are, bit for bit, Attention's masses divided
+// by their keys added in block-then-query order (how the MDI reward used to add them), overall
+// and per group of blocks; spans that do not fit the pass are refused.
+func TestResponseAttention(t *testing.T) {
+	c := tinyConfig()
+	c.Layers = 4
+	m, err := New(c, 3)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(2, 3))
+	img := randImages(rng, c, 3)
+	toks := randTokens(rng, c, 3, 6)
+	_, act, err := m.Forward(img, toks)
+	require.NoError(t, err)
+	plen, n := []int{1, 3, 2}, []int{6, 2, 0}
+	const groups = 3
+	got, err := act.ResponseAttention(plen, n, groups)
+	require.NoError(t, err)
+	for r := range 3 {
+		var text, vis float64
+		gt, gv := make([]float64, groups), make([]float64, groups)
+		for l := range c.Layers {
+			g := l * groups / c.Layers
+			for j := range n[r] {
+				im, tx, ni, nt := act.Attention(l, r, plen[r]-1+j)
+				pt, pv := tx/float64(nt), im/float64(ni)
+				text, vis = text+pt, vis+pv
+				gt[g], gv[g] = gt[g]+pt, gv[g]+pv
+			}
+		}
+		want := AttentionSums{Text: text, Vision: vis, GroupText: gt, GroupVision: gv}
+		require.Equal(t, want, got[r], "row %d", r) // float64 ==: the same bits
+		if n[r] > 0 {
+			require.Positive(t, got[r].Text)
+			require.Positive(t, got[r].Vision)
+		}
+	}
+	_, err = act.ResponseAttention([]int{1, 3, 2}, []int{6, 5, 0}, groups) // 3−1+5 > 6
+	require.Error(t, err)
+	_, err = act.ResponseAttention([]int{0, 3, 2}, n, groups)
+	require.Error(t, err)
+	_, err = act.ResponseAttention(plen[:2], n[:2], groups)
+	require.Error(t, err)
+}

@@ -98,3 +98,33 @@ extern "C" __global__ void vlm_attention_bwd_kv_f32(float* dqkv, const float* do
         }
     }
 }
+
+// Response attention of one block (the MDI reward's statistics): one thread per row runs the
+// reference's loops (attentionMass) in float64 — per response query t = plen−1+j, the masses
+// on image keys and on text keys 0..t summed over heads then keys, divided by H and by the
+// number of keys — and adds them to acc [b, 2+2·groups] in query order: text, vision, then the
+// block's group's pair. Only additions and divisions of doubles (IEEE, never contracted):
+// the host's bits.
+extern "C" __global__ void vlm_attention_mass_f32(double* acc, const float* p, const int* span, int64_t b, int64_t s, int64_t heads, int64_t np, int64_t group, int64_t groups) {
+    int64_t w = 2 + 2 * groups;
+    VLM_FOR(r, b) {
+        int64_t plen = span[2 * r], n = span[2 * r + 1];
+        double* a = acc + r * w;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t q = np + plen - 1 + j;
+            double im = 0.0, tx = 0.0;
+            for (int64_t h = 0; h < heads; h++) {
+                const float* pr = p + ((r * heads + h) * s + q) * s;
+                for (int64_t k = 0; k < np; k++) im += (double)pr[k];
+                for (int64_t k = np; k <= q; k++) tx += (double)pr[k];
+            }
+            im = im / (double)heads;
+            tx = tx / (double)heads;
+            double pt = tx / (double)(plen + j), pv = im / (double)np;
+            a[0] = a[0] + pt;
+            a[1] = a[1] + pv;
+            a[2 + 2 * group] = a[2 + 2 * group] + pt;
+            a[3 + 2 * group] = a[3 + 2 * group] + pv;
+        }
+    }
+}

@@ -33,3 +33,13 @@ extern "C" __global__ void __launch_bounds__(VLM_BLOCK) vlm_sumsq_f32(double* ou
 extern "C" __global__ void vlm_scale_f32(float* g, int64_t n, float s) {
     VLM_FOR(i, n) { g[i] *= s; }
 }
+
+// Gradient bookkeeping that stays on the device: zeroing (ZeroGrad, after an optimizer step)
+// and the in-order sum of micro-batch gradients (acc += g, the trainer's host accumulation).
+extern "C" __global__ void vlm_zero_f32(float* x, int64_t n) {
+    VLM_FOR(i, n) { x[i] = 0.f; }
+}
+
+extern "C" __global__ void vlm_add_f32(float* acc, const float* g, int64_t n) {
+    VLM_FOR(i, n) { acc[i] += g[i]; }
+}

@@ -20,75 +20,77 @@ __device__ __forceinline__ uint64_t vlm_uniform_bits(uint64_t seed, uint64_t row
     return vlm_splitmix(vlm_splitmix(vlm_splitmix(seed) ^ row) ^ step);
 }
 
+// One row's draw with the uniform uni in [0, 1) (unused when greedy).
+__device__ int vlm_sample_row(const float* lg, double* p, int* ord, int64_t v, double temperature, double top_p, int64_t top_k, double uni) {
+    if (temperature == 0.0) {
+        int64_t best = 0;
+        for (int64_t i = 0; i < v; i++)
+            if (lg[i] > lg[best]) best = i;
+        return (int)best;
+    }
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < v; i++) {
+        double x = (double)lg[i] / temperature;
+        mx = x > mx ? x : mx;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < v; i++) {
+        p[i] = exp((double)lg[i] / temperature - mx);
+        sum += p[i];
+    }
+    int64_t n = v;
+    if (top_p < 1.0 || (top_k > 0 && top_k < n)) {
+        for (int64_t i = 0; i < v; i++) { // stable insertion sort, larger probability first
+            int o = (int)i;
+            int64_t j = i;
+            while (j > 0 && p[ord[j - 1]] < p[o]) {
+                ord[j] = ord[j - 1];
+                j--;
+            }
+            ord[j] = o;
+        }
+        if (top_k > 0 && top_k < n) {
+            n = top_k;
+            sum = 0.0;
+            for (int64_t i = 0; i < n; i++) sum += p[ord[i]];
+        }
+        int64_t kept = 0;
+        double acc = 0.0;
+        while (kept < n) {
+            acc += p[ord[kept]];
+            kept++;
+            if (acc >= top_p * sum) break;
+        }
+        double u = uni * acc;
+        for (int64_t i = 0; i < kept; i++) {
+            u -= p[ord[i]];
+            if (u < 0) return ord[i];
+        }
+        return ord[kept - 1];
+    }
+    double u = uni * sum;
+    for (int64_t i = 0; i < n; i++) {
+        u -= p[i];
+        if (u < 0) return (int)i;
+    }
+    return (int)(n - 1);
+}
+
 extern "C" __global__ void vlm_sample_f32(int* out, const float* logits, double* probs, int* order, int64_t rows, int64_t v,
                                           double temperature, double top_p, int64_t top_k, int64_t seed, int64_t step) {
     VLM_FOR(r, rows) {
-        const float* lg = logits + r * v;
-        if (temperature == 0.0) {
-            int64_t best = 0;
-            for (int64_t i = 0; i < v; i++)
-                if (lg[i] > lg[best]) best = i;
-            out[r] = (int)best;
-            continue;
-        }
-        double* p = probs + r * v;
-        int* ord = order + r * v;
-        double mx = -INFINITY;
-        for (int64_t i = 0; i < v; i++) {
-            double x = (double)lg[i] / temperature;
-            mx = x > mx ? x : mx;
-        }
-        double sum = 0.0;
-        for (int64_t i = 0; i < v; i++) {
-            p[i] = exp((double)lg[i] / temperature - mx);
-            sum += p[i];
-        }
         uint64_t bits = vlm_uniform_bits((uint64_t)seed, (uint64_t)r, (uint64_t)step);
         double uni = (double)(bits & ((1ull << 53) - 1)) / 9007199254740992.0;
-        int64_t n = v;
-        if (top_p < 1.0 || (top_k > 0 && top_k < n)) {
-            for (int64_t i = 0; i < v; i++) { // stable insertion sort, larger probability first
-                int o = (int)i;
-                int64_t j = i;
-                while (j > 0 && p[ord[j - 1]] < p[o]) {
-                    ord[j] = ord[j - 1];
-                    j--;
-                }
-                ord[j] = o;
-            }
-            if (top_k > 0 && top_k < n) {
-                n = top_k;
-                sum = 0.0;
-                for (int64_t i = 0; i < n; i++) sum += p[ord[i]];
-            }
-            int64_t kept = 0;
-            double acc = 0.0;
-            while (kept < n) {
-                acc += p[ord[kept]];
-                kept++;
-                if (acc >= top_p * sum) break;
-            }
-            double u = uni * acc;
-            int pick = ord[kept - 1];
-            for (int64_t i = 0; i < kept; i++) {
-                u -= p[ord[i]];
-                if (u < 0) {
-                    pick = ord[i];
-                    break;
-                }
-            }
-            out[r] = pick;
-            continue;
-        }
-        double u = uni * sum;
-        int pick = (int)(n - 1);
-        for (int64_t i = 0; i < n; i++) {
-            u -= p[i];
-            if (u < 0) {
-                pick = (int)i;
-                break;
-            }
-        }
-        out[r] = pick;
+        out[r] = vlm_sample_row(logits + r * v, probs + r * v, order + r * v, v, temperature, top_p, top_k, uni);
+    }
+}
+
+// The same draw with row r's uniform given in uniforms[r] (drawn by the caller: the host's
+// per-row random sources, so a device rollout picks the host sampler's tokens).
+extern "C" __global__ void vlm_sample_u_f32(int* out, const float* logits, double* probs, int* order, const double* uniforms,
+                                            int64_t rows, int64_t v, double temperature, double top_p, int64_t top_k) {
+    VLM_FOR(r, rows) {
+        double uni = temperature == 0.0 ? 0.0 : uniforms[r];
+        out[r] = vlm_sample_row(logits + r * v, probs + r * v, order + r * v, v, temperature, top_p, top_k, uni);
     }
 }
