@@ -227,33 +227,35 @@ func PenaltyBackward(dlogp *tensor.Tensor, in PenaltyGrad) error {
 		lp, _ := h[1].Float32s()
 		rf, _ := h[2].Float32s()
 		u, _ := h[3].Float32s()
+		derivative := func(d, lp, rf []float32) { penaltyGradKernel(d, lp, rf, kind) }
 		if k := penaltyImpls.Active(); k != nil && kind == LowVarKL {
-			k.run(d, lp, rf, k.grad, func(d, lp, rf []float32) { penaltyGradKernel(d, lp, rf, kind) })
-		} else {
-			parallel.For(len(d), 1<<15, func(lo, hi int) {
-				penaltyGradKernel(d[lo:hi], lp[lo:hi], rf[lo:hi], kind)
-			})
+			goTail := derivative
+			derivative = func(d, lp, rf []float32) { k.chunk(d, lp, rf, k.grad, goTail) }
 		}
-		chainHost(d, u, len(d)/max(len(u), 1))
+		// One pass per chunk of rows: the derivatives, then the chain while they are in cache.
+		v := len(d) / max(len(u), 1)
+		parallel.For(len(u), parallel.Grain(v, 1<<15), func(lo, hi int) {
+			a, b := lo*v, hi*v
+			derivative(d[a:b], lp[a:b], rf[a:b])
+			chainRows(d[a:b], u[lo:hi], v)
+		})
 		return nil
 	})
 }
 
-// chainHost multiplies each run of v derivatives in d by its upstream gradient u[j], writing
+// chainRows multiplies each run of v derivatives in d by its upstream gradient u[j], writing
 // exactly 0 where u[j] == 0.
-func chainHost[F hostops.Float](d, u []F, v int) {
-	parallel.For(len(u), parallel.Grain(v, 1<<15), func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			uj, dj := u[j], d[j*v:(j+1)*v]
-			for k := range dj {
-				if uj != 0 {
-					dj[k] = uj * dj[k]
-				} else {
-					dj[k] = 0
-				}
+func chainRows[F hostops.Float](d, u []F, v int) {
+	for j, uj := range u {
+		dj := d[j*v : (j+1)*v]
+		for k := range dj {
+			if uj != 0 {
+				dj[k] = uj * dj[k]
+			} else {
+				dj[k] = 0
 			}
 		}
-	})
+	}
 }
 
 // penaltyGradKernel is the elementwise gradient for every kind (Full is elementwise in V too).

@@ -26,13 +26,17 @@ const simdGrain = 1 << 18
 // simdGrain elements (a multiple of every lane count).
 func (k *penaltySIMD) run(dst, a, b []float32, fn func(dst, a, b []float32), tail func(dst, a, b []float32)) {
 	parallel.For(len(dst), simdGrain, func(lo, hi int) {
-		d := dst[lo:hi]
-		n := len(d) &^ (k.lanes - 1)
-		if n > 0 {
-			fn(d[:n], a[lo:lo+n], b[lo:lo+n])
-		}
-		if n < len(d) {
-			tail(d[n:], a[lo+n:hi], b[lo+n:hi])
-		}
+		k.chunk(dst[lo:hi], a[lo:hi], b[lo:hi], fn, tail)
 	})
+}
+
+// chunk applies fn to the whole vectors of one chunk and tail to the rest, on this goroutine.
+func (k *penaltySIMD) chunk(d, a, b []float32, fn func(dst, a, b []float32), tail func(dst, a, b []float32)) {
+	n := len(d) &^ (k.lanes - 1)
+	if n > 0 {
+		fn(d[:n], a[:n], b[:n])
+	}
+	if n < len(d) {
+		tail(d[n:], a[n:], b[n:])
+	}
 }

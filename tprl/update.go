@@ -44,7 +44,7 @@ func (c UpdateConfig) Validate() error {
 	}
 	if kl := c.KLLoss; kl != nil {
 		switch {
-		case !knownKind(kl.Kind):
+		case !isKnown(kl.Kind):
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Kind", "unknown divergence kind %v", kl.Kind)
 		case math.IsNaN(kl.Coef) || math.IsInf(kl.Coef, 0):
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Coef", "is %v, want a finite value", kl.Coef)
@@ -303,9 +303,8 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages, tokens: tok}, nil
 }
 
-// knownKind reports whether k is one of divergence's kinds (its String of an unknown kind does
-// not parse back).
-func knownKind(k divergence.Kind) bool {
-	_, err := divergence.ParseKind(k.String())
+// isKnown reports whether k is one of divergence's kinds (MarshalText refuses the others).
+func isKnown(k divergence.Kind) bool {
+	_, err := k.MarshalText()
 	return err == nil
 }

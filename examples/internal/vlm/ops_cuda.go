@@ -301,9 +301,18 @@ func (o *CUDAOps) Sample(out, logits *tensor.Tensor, rows int, temperature, topP
 	if err := need(op, []string{"out", "logits"}, []*tensor.Tensor{out, logits}, []int{rows, rows * v}); err != nil {
 		return err
 	}
+	return o.sample(rows, func(probs, order *tensor.Tensor) error {
+		return o.run("vlm_sample_f32", rows, out, logits, probs, order, rows, v, temperature, topP, topK, int(seed), step)
+	})
+}
+
+// sample runs launch with the sampler kernels' scratch: probabilities (one float64 per logit,
+// as int32 pairs) and the sort order, [rows, V] each.
+func (o *CUDAOps) sample(rows int, launch func(probs, order *tensor.Tensor) error) error {
 	if rows == 0 {
 		return nil
 	}
+	v := o.Config.Vocab
 	probs, err := tensor.New(o.b, tensor.Int32, 2*rows*v)
 	if err != nil {
 		return err
@@ -314,7 +323,7 @@ func (o *CUDAOps) Sample(out, logits *tensor.Tensor, rows int, temperature, topP
 		return err
 	}
 	defer order.Release()
-	return o.run("vlm_sample_f32", rows, out, logits, probs, order, rows, v, temperature, topP, topK, int(seed), step)
+	return launch(probs, order)
 }
 
 // SampleUniform is Sample with row r's uniform given in uniforms [2·rows] int32 (the bits of
@@ -326,20 +335,9 @@ func (o *CUDAOps) SampleUniform(out, logits *tensor.Tensor, rows int, temperatur
 	if err := need(op, []string{"out", "logits", "uniforms"}, []*tensor.Tensor{out, logits, uniforms}, []int{rows, rows * v, 2 * rows}); err != nil {
 		return err
 	}
-	if rows == 0 {
-		return nil
-	}
-	probs, err := tensor.New(o.b, tensor.Int32, 2*rows*v)
-	if err != nil {
-		return err
-	}
-	defer probs.Release()
-	order, err := tensor.New(o.b, tensor.Int32, rows*v)
-	if err != nil {
-		return err
-	}
-	defer order.Release()
-	return o.run("vlm_sample_u_f32", rows, out, logits, probs, order, uniforms, rows, v, temperature, topP, topK)
+	return o.sample(rows, func(probs, order *tensor.Tensor) error {
+		return o.run("vlm_sample_u_f32", rows, out, logits, probs, order, uniforms, rows, v, temperature, topP, topK)
+	})
 }
 
 // KVStore writes the keys and values of n new tokens from qkv [n, 3D] into one layer's cache
