@@ -1,0 +1,75 @@
+package loop
+
+import (
+	"context"
+
+	"github.com/mtrl-go/mtrl/tensor/collective"
+)
+
+// Gradients sums a policy's micro-batch gradients over the micro-batches of a mini-batch and
+// over the ranks.
+type Gradients interface {
+	// Collect takes the gradient of the micro-batch just backpropagated into the pending sum
+	// and zeroes the policy's.
+	Collect() error
+	// Reduce sets the policy's gradient to scale × the sum of every rank's collected
+	// micro-batch gradients and clears the pending sum. It returns the bytes this rank
+	// received from the others.
+	Reduce(ctx context.Context, comm collective.Comm, scale float32) (received int64, err error)
+}
+
+// HostGradients is the Gradients of host parameters: each micro-batch's gradient is kept apart
+// and the sum runs in the global micro-batch order (collective.OrderedSum), so the result, and
+// every replica's weights, are those of one device bit for bit, whatever the number of ranks.
+type HostGradients struct {
+	params  []Param
+	pending []float32 // the collected micro-batch gradients, concatenated
+	per     int
+}
+
+// NewHostGradients returns the Gradients of params (float32 host tensors).
+func NewHostGradients(params []Param) *HostGradients {
+	g := &HostGradients{params: params}
+	for _, p := range params {
+		g.per += p.Grad.Len()
+	}
+	return g
+}
+
+// Collect implements Gradients.
+func (g *HostGradients) Collect() error {
+	_, gs, err := paramSlices(g.params)
+	if err != nil {
+		return err
+	}
+	for _, x := range gs {
+		g.pending = append(g.pending, x...)
+	}
+	zero(gs)
+	return nil
+}
+
+// Reduce implements Gradients.
+func (g *HostGradients) Reduce(ctx context.Context, comm collective.Comm, scale float32) (int64, error) {
+	local := g.pending
+	g.pending = nil
+	sum, received, err := collective.OrderedSum(ctx, comm, local, g.per)
+	if err != nil {
+		return 0, err
+	}
+	if scale != 1 {
+		for i := range sum {
+			sum[i] *= scale
+		}
+	}
+	_, gs, err := paramSlices(g.params)
+	if err != nil {
+		return 0, err
+	}
+	off := 0
+	for _, x := range gs {
+		copy(x, sum[off:off+len(x)])
+		off += len(x)
+	}
+	return received, nil
+}

@@ -1,0 +1,205 @@
+package loop
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// LogitsModel is a model that produces next-token logits: FromLogits makes it a Policy, with
+// the log-probs, entropies and their backward computed by the fused tensor.LogProbEntropy,
+// which never materialises the softmax.
+type LogitsModel[P any] interface {
+	Backend() tensor.Backend
+	// Generate is Policy.Generate.
+	Generate(prompts []P, s Sampling, rngs []*rand.Rand) ([]Completion, error)
+	// Logits returns, for rows [lo, hi) of b, the logits [hi-lo, b.T, V] (float32 or bfloat16,
+	// on Backend()) whose position t predicts completion token t. With train it also returns
+	// the backward: the gradient of the loss with respect to those logits in, the parameter
+	// gradients accumulated.
+	Logits(b *Batch[P], lo, hi int, in Input, train bool) (Logits, error)
+}
+
+// Logits is one LogitsModel forward.
+type Logits struct {
+	Logits *tensor.Tensor
+	// Backward propagates d loss / d Logits into the parameter gradients (train only).
+	Backward func(dLogits *tensor.Tensor) error
+	// Release, when not nil, frees what the forward kept (the logits and activations).
+	Release func()
+}
+
+// FromLogits adapts m to a Policy. When m also implements Trainable, so does the result.
+func FromLogits[P any](m LogitsModel[P]) Policy[P] {
+	a := logitsPolicy[P]{m: m}
+	if t, ok := m.(Trainable); ok {
+		return trainableLogits[P]{a, t}
+	}
+	return a
+}
+
+type logitsPolicy[P any] struct{ m LogitsModel[P] }
+
+type trainableLogits[P any] struct {
+	logitsPolicy[P]
+	Trainable
+}
+
+func (a logitsPolicy[P]) Backend() tensor.Backend { return a.m.Backend() }
+
+func (a logitsPolicy[P]) Generate(prompts []P, s Sampling, rngs []*rand.Rand) ([]Completion, error) {
+	return a.m.Generate(prompts, s, rngs)
+}
+
+func (a logitsPolicy[P]) LogProbs(b *Batch[P], lo, hi int, in Input, logp, ent *tensor.Tensor) error {
+	p, err := a.forward(b, lo, hi, in, false, logp, ent)
+	if p != nil {
+		p.Release()
+	}
+	return err
+}
+
+func (a logitsPolicy[P]) Forward(b *Batch[P], lo, hi int, logp, ent *tensor.Tensor) (Pass, error) {
+	return a.forward(b, lo, hi, Input{}, true, logp, ent)
+}
+
+// forward runs the model and the fused log-prob op on the logits' backend; logp and ent are
+// filled there or, on another backend, through a copy.
+func (a logitsPolicy[P]) forward(b *Batch[P], lo, hi int, in Input, train bool, logp, ent *tensor.Tensor) (*logitsPass, error) {
+	out, err := a.m.Logits(b, lo, hi, in, train)
+	if err != nil {
+		return nil, err
+	}
+	p := &logitsPass{out: out, temp: b.Temperature}
+	if err := p.run(completionTokens(b, lo, hi), b.T, logp, ent); err != nil {
+		p.Release()
+		return nil, err
+	}
+	return p, nil
+}
+
+type logitsPass struct {
+	out              Logits
+	temp             float32
+	targets, lp, ent *tensor.Tensor // on the logits' backend
+	owned            []*tensor.Tensor
+}
+
+func (p *logitsPass) alloc(dt tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	t, err := tensor.New(p.out.Logits.Backend(), dt, shape...)
+	if err == nil {
+		p.owned = append(p.owned, t)
+	}
+	return t, err
+}
+
+// run computes the log-probs (and entropies) of the completions' tokens from the logits.
+func (p *logitsPass) run(targets [][]int32, T int, logp, ent *tensor.Tensor) error {
+	lg := p.out.Logits
+	rows := len(targets)
+	if s := lg.Shape(); len(s) != 3 || s[0] != rows || s[1] != T {
+		return fmt.Errorf("loop: the model's logits have shape %v, want [%d, %d, V]", s, rows, T)
+	}
+	ids := make([]int32, rows*T)
+	for r, t := range targets {
+		copy(ids[r*T:(r+1)*T], t[:min(len(t), T)])
+	}
+	host, err := tensor.FromInt32(ids, rows, T)
+	if err != nil {
+		return err
+	}
+	if p.targets, err = tensor.To(lg.Backend(), host); err != nil {
+		return err
+	}
+	if !p.targets.IsHost() {
+		p.owned = append(p.owned, p.targets)
+	}
+	// Write straight into the caller's tensors when they live with the logits.
+	p.lp, p.ent = logp, ent
+	if logp.Backend() != lg.Backend() {
+		if p.lp, err = p.alloc(tensor.Float32, rows, T); err != nil {
+			return err
+		}
+	}
+	if ent != nil && ent.Backend() != lg.Backend() {
+		if p.ent, err = p.alloc(tensor.Float32, rows, T); err != nil {
+			return err
+		}
+	}
+	if ent == nil {
+		err = tensor.LogProbs(p.lp, lg, p.targets, p.temp)
+	} else {
+		err = tensor.LogProbEntropy(p.lp, p.ent, lg, p.targets, p.temp)
+	}
+	if err != nil {
+		return err
+	}
+	if p.lp != logp {
+		if err := tensor.CopyInto(logp, p.lp); err != nil {
+			return err
+		}
+	}
+	if ent != nil && p.ent != ent {
+		return tensor.CopyInto(ent, p.ent)
+	}
+	return nil
+}
+
+// onLogits returns x on the logits' backend (x itself, or a copy the pass owns).
+func (p *logitsPass) onLogits(x *tensor.Tensor) (*tensor.Tensor, error) {
+	if x == nil || x.Backend() == p.out.Logits.Backend() {
+		return x, nil
+	}
+	c, err := p.alloc(tensor.Float32, x.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	return c, tensor.CopyInto(c, x)
+}
+
+func (p *logitsPass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
+	if p.out.Backward == nil {
+		return fmt.Errorf("loop: backward of a scoring pass (Logits was called with train=false)")
+	}
+	dlp, err := p.onLogits(dLogProbs)
+	if err != nil {
+		return err
+	}
+	dent, err := p.onLogits(dEntropy)
+	if err != nil {
+		return err
+	}
+	dlogits, err := p.alloc(tensor.Float32, p.out.Logits.Shape()...)
+	if err != nil {
+		return err
+	}
+	g := tensor.LogProbGrad{Logits: p.out.Logits, Targets: p.targets, LogProbs: p.lp, DLogProbs: dlp, Temperature: p.temp}
+	if dent != nil {
+		g.Entropy, g.DEntropy = p.ent, dent
+	}
+	if err := tensor.LogProbEntropyBackward(dlogits, g); err != nil {
+		return err
+	}
+	return p.out.Backward(dlogits)
+}
+
+func (p *logitsPass) Release() {
+	for _, t := range p.owned {
+		_ = t.Release()
+	}
+	p.owned = nil
+	if p.out.Release != nil {
+		p.out.Release()
+		p.out.Release = nil
+	}
+}
+
+// completionTokens returns the token ids of rows [lo, hi) of b.
+func completionTokens[P any](b *Batch[P], lo, hi int) [][]int32 {
+	out := make([][]int32, hi-lo)
+	for i := range out {
+		out[i] = b.Completions[lo+i].Tokens
+	}
+	return out
+}
