@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +13,7 @@ import (
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // TestCriticReducesValueLoss: on one fixed batch, repeated critic updates (each clipped around
@@ -22,32 +24,39 @@ func TestCriticReducesValueLoss(t *testing.T) {
 		"worker.critic.optim.lr=3e-3"))
 	require.NoError(t, err)
 	require.NotNil(t, tr.critic)
-	exs, resp, scores, err := tr.rollout(Metrics{})
+	exs := tr.data.Next(16)
+	rngs := make([]*rand.Rand, len(exs))
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(1, uint64(i)))
+	}
+	comps, err := tr.actor.Generate(exs, loop.Sampling{N: 1, MaxTokens: tr.respLen, Temperature: 1, TopP: 1}, rngs)
 	require.NoError(t, err)
-	b, err := tr.newBatch(exs, resp)
+	lb := &loop.Batch[example]{Prompts: exs, Completions: comps, T: tr.respLen, Temperature: 1}
+	b, err := tr.newBatch(exs, completionTokens(lb))
 	require.NoError(t, err)
 	B, T := b.rows, tr.respLen
 	rw := make([]float32, B*T)
 	for i := range B {
 		// A reward that varies between rows, so the critic has something to fit.
-		rw[i*T+len(b.resp[i])-1] = float32(scores[i].Overall) + float32(i%3)
+		s := vqa.Score(comps[i].Text, exs[i].s.Answer, tr.reward)
+		rw[i*T+len(b.resp[i])-1] = float32(s.Overall) + float32(i%3)
 	}
 	rewards := tensor.Must(tensor.FromFloat32(rw, B, T))
 	f32 := func() *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B, T)) }
 	var losses []float64
 	for range 25 {
 		values := f32()
-		require.NoError(t, tr.values(values, b, 8))
+		require.NoError(t, tr.Values(lb, values))
 		adv, returns := f32(), f32()
 		require.NoError(t, advantage.ComputeWithReturns(adv, returns, advantage.Inputs{Rewards: rewards, Values: values, ResponseMask: b.mask}, tr.adv))
-		m, err := tr.updateCritic(b, values, returns)
+		m, err := tr.Update(context.Background(), nil, lb, b.mask, values, returns)
 		require.NoError(t, err)
 		losses = append(losses, m["critic/vf_loss"])
 	}
 	t.Logf("value loss: first %.4f, last %.4f", losses[0], losses[len(losses)-1])
 	assert.Less(t, losses[len(losses)-1], 0.5*losses[0], "value loss %v", losses)
 	values := f32()
-	require.NoError(t, tr.values(values, b, 8))
+	require.NoError(t, tr.Values(lb, values))
 	vm, err := tensor.MaskedMean(values, b.mask)
 	require.NoError(t, err)
 	assert.NotZero(t, vm)
@@ -85,7 +94,7 @@ func TestAdaptiveControllerMovesTowardTarget(t *testing.T) {
 			require.NoError(t, err)
 			cs, kls = append(cs, res.Metrics["actor/reward_kl_penalty_coeff"]), append(kls, res.Metrics["actor/reward_kl_penalty"])
 		}
-		return append(cs, tr.ctl.Coef()), kls
+		return append(cs, tr.rlState().RewardKLCoef), kls
 	}
 	// Far above any divergence reached: the coefficient shrinks at every step.
 	cs, kls := coefs("100")
@@ -137,19 +146,19 @@ func TestOnlineFilteringKeepsBatchSize(t *testing.T) {
 
 func TestLRSchedules(t *testing.T) {
 	o := OptimConfig{LR: 1, WarmupSteps: 4, LRSchedulerType: "cosine", MinLRRatio: 0.1}
-	assert.Equal(t, 0.25, o.LRAt(0, 14))
-	assert.Equal(t, 1.0, o.LRAt(3, 14))
-	assert.InDelta(t, 1.0, o.LRAt(4, 14), 1e-12)
-	assert.InDelta(t, 0.1+0.9*0.5, o.LRAt(9, 14), 1e-12) // halfway through the decay
-	assert.InDelta(t, 0.1, o.LRAt(14, 14), 1e-12)
+	assert.Equal(t, 0.25, o.Schedule().At(0, 14))
+	assert.Equal(t, 1.0, o.Schedule().At(3, 14))
+	assert.InDelta(t, 1.0, o.Schedule().At(4, 14), 1e-12)
+	assert.InDelta(t, 0.1+0.9*0.5, o.Schedule().At(9, 14), 1e-12) // halfway through the decay
+	assert.InDelta(t, 0.1, o.Schedule().At(14, 14), 1e-12)
 	o.LRSchedulerType = "linear"
-	assert.InDelta(t, 0.1+0.9*0.5, o.LRAt(9, 14), 1e-12)
+	assert.InDelta(t, 0.1+0.9*0.5, o.Schedule().At(9, 14), 1e-12)
 	o.LRSchedulerType = "constant_with_warmup"
-	assert.Equal(t, 0.5, o.LRAt(1, 14))
-	assert.Equal(t, 1.0, o.LRAt(13, 14))
+	assert.Equal(t, 0.5, o.Schedule().At(1, 14))
+	assert.Equal(t, 1.0, o.Schedule().At(13, 14))
 	o = OptimConfig{LR: 2, LRWarmupRatio: 0.5, LRSchedulerType: "constant"}
-	assert.Equal(t, 0.4, o.LRAt(0, 10)) // 5 warm-up steps
-	assert.Equal(t, 2.0, o.LRAt(5, 10))
+	assert.Equal(t, 0.4, o.Schedule().At(0, 10)) // 5 warm-up steps
+	assert.Equal(t, 2.0, o.Schedule().At(5, 10))
 }
 
 // TestScorePart: filter_key picks the reward part.
@@ -187,11 +196,13 @@ func TestOnlineFilteringFillsWhenNothingPasses(t *testing.T) {
 	want := cfg.Dataset.RolloutBatchSize
 	require.Len(t, res.Rollouts, want*cfg.Worker.Rollout.N)
 	assert.Equal(t, 0.0, res.Metrics["filter/kept_fraction"])
+	const maxFilterRounds = 8 // loop.Filter's default
 	assert.Equal(t, float64(maxFilterRounds), res.Metrics["filter/rounds"])
 	assert.Equal(t, float64(want), res.Metrics["filter/filled_groups"])
 	_, ok := res.Metrics["mdi/balance_mean"]
 	assert.False(t, ok, "mdi_weight 0: no MDI pass")
 	require.Less(t, maxFilterRounds*want, len(tr.train))
-	assert.Equal(t, 0, tr.epoch)
-	assert.Equal(t, maxFilterRounds*want, tr.pos, "every round drew new prompts")
+	epoch, pos := tr.data.Position()
+	assert.Equal(t, 0, epoch)
+	assert.Equal(t, maxFilterRounds*want, pos, "every round drew new prompts")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // The twin workload: the VPPO step at the default config's shapes, which
@@ -109,7 +110,7 @@ type twinTimes struct{ rollout, logprobs, update time.Duration }
 // images, reference), and the update (two mini-batches of 64 rows in micro-batches of 16:
 // forward, log-probs and entropies, the clipped-ratio surrogate's gradient, backward; then
 // gradient clipping and AdamW). It returns the generated token count.
-func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) (twinTimes, int) {
+func (s *twinSetup) twinStep(tb testing.TB, opt *loop.AdamW, decay []bool, step int) (twinTimes, int) {
 	var tt twinTimes
 	t0 := time.Now()
 	rngs := make([]*rand.Rand, twinRows)
@@ -135,7 +136,7 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 	pass := func(m *vlm.Model, images, logp, entropy *tensor.Tensor) {
 		for lo := 0; lo < twinRows; lo += twinMicroExp {
 			hi := lo + twinMicroExp
-			ml, record, err := s.t.forwardResponse(m, b, images, lo, hi)
+			ml, record, err := s.t.forwardResponse(m, b, tensorRows(images, lo, hi), lo, hi)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -161,7 +162,7 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 		s.policy.ZeroGrad()
 		for lo := mlo; lo < mlo+twinMiniRows; lo += twinMicroUpd {
 			hi := lo + twinMicroUpd
-			ml, record, err := s.t.forwardResponse(s.policy, b, b.images, lo, hi)
+			ml, record, err := s.t.forwardResponse(s.policy, b, tensorRows(b.images, lo, hi), lo, hi)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -188,8 +189,8 @@ func (s *twinSetup) twinStep(tb testing.TB, opt *AdamW, decay []bool, step int) 
 			}
 		}
 		ws, gs := paramSlices(s.policy)
-		ClipGradNorm(gs, 1)
-		if err := opt.Step(ws, gs, decay, twinLR); err != nil {
+		loop.ClipGradNorm(gs, 1)
+		if err := opt.Update(ws, gs, decay, twinLR); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -211,7 +212,7 @@ func decayFlags(m *vlm.Model) []bool {
 // three passes for the log-probs), step tokens/s rows × 43 per step.
 func BenchmarkVPPOStep(b *testing.B) {
 	s := newTwinSetup(b)
-	opt := NewAdamW(sizesOf(s.policy), 0.9, 0.999, 1e-8, 1e-2)
+	opt := loop.NewAdamW(sizesOf(s.policy), 0.9, 0.999, 1e-8, 1e-2)
 	decay := decayFlags(s.policy)
 	var ro, lp, up, st []float64
 	gen := 0
@@ -347,4 +348,13 @@ func TestTwinFixture(t *testing.T) {
 	}
 	save("inputs.safetensors", inputs)
 	fmt.Fprintf(os.Stderr, "twin fixture: %d parameters, written to %s\n", s.policy.NumParams(), dir)
+}
+
+func paramSlices(m *vlm.Model) (ws, gs [][]float32) {
+	for _, p := range m.Params() {
+		w, _ := p.W.Float32s()
+		g, _ := p.G.Float32s()
+		ws, gs = append(ws, w), append(gs, g)
+	}
+	return ws, gs
 }

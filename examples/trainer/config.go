@@ -20,6 +20,7 @@ import (
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 //go:embed default.yaml
@@ -928,7 +929,7 @@ func (o OptimConfig) validate(key string) error {
 	if math.IsNaN(o.MinLRRatio) || o.MinLRRatio < 0 || o.MinLRRatio > 1 {
 		return keyErr(key+".min_lr_ratio", "is %v, want a value in [0, 1]", o.MinLRRatio)
 	}
-	if _, err := ParseSchedule(o.LRSchedulerType); err != nil {
+	if _, err := loop.ParseScheduleKind(o.LRSchedulerType); err != nil {
 		return keyErr(key+".lr_scheduler_type", "%v", err)
 	}
 	if len(o.Betas) != 2 || !(o.Betas[0] >= 0 && o.Betas[0] < 1) || !(o.Betas[1] >= 0 && o.Betas[1] < 1) {
@@ -949,10 +950,16 @@ func (c Config) DivergenceInReward() bool {
 	return !c.Optimization.DisableDivergence && !c.Optimization.UseDivergenceLoss
 }
 
-// Controller builds the divergence coefficient controller of the reward (fixed or adaptive).
+// ControllerConfig is the divergence coefficient controller of the reward (fixed or adaptive).
+func (c Config) ControllerConfig() divergence.ControllerConfig {
+	o := c.Optimization
+	return divergence.ControllerConfig{Type: o.DivergenceType, Coef: o.DivergenceCoef, Target: o.DivergenceTarget, Horizon: o.DivergenceHorizon}
+}
+
+// Controller builds the controller of ControllerConfig.
 func (c Config) Controller() (divergence.Controller, error) {
 	o := c.Optimization
-	ctl, err := divergence.NewController(divergence.ControllerConfig{Type: o.DivergenceType, Coef: o.DivergenceCoef, Target: o.DivergenceTarget, Horizon: o.DivergenceHorizon})
+	ctl, err := divergence.NewController(c.ControllerConfig())
 	if err != nil {
 		return nil, keyErr("optimization.divergence_type", "%s with divergence_target %v, divergence_horizon %v: %v", o.DivergenceType, o.DivergenceTarget, o.DivergenceHorizon, err)
 	}

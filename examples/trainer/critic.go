@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // The critic of advantage_estimator=gae is a separate small model with the actor's
@@ -17,8 +20,7 @@ import (
 // and gather code of the actor serve the critic as they are.
 type Critic struct {
 	model *vlm.Model
-	opt   *AdamW
-	decay []bool
+	opt   *loop.AdamW
 }
 
 // criticSeedOffset makes the critic's initial weights differ from the actor's.
@@ -29,26 +31,25 @@ func newCritic(mc vlm.Config, seed uint64, o OptimConfig) (*Critic, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Critic{model: m}
-	var sizes []int
-	for _, p := range m.Params() {
-		sizes = append(sizes, p.W.Len())
-		c.decay = append(c.decay, len(p.W.Shape()) >= 2)
-	}
-	c.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
-	return c, nil
+	return &Critic{model: m, opt: loop.NewAdamW(sizesOf(m), o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)}, nil
 }
 
-// values writes the critic's values [B, T] of b's response positions (no gradients kept).
-func (t *Trainer) values(dst *tensor.Tensor, b *batch, micro int) error {
-	T := t.respLen
+// Values implements loop.Critic: the critic's values [B, T] of b's response positions (no
+// gradients kept).
+func (t *Trainer) Values(lb *loop.Batch[example], dst *tensor.Tensor) error {
+	b, err := t.newBatch(lb.Prompts, completionTokens(lb))
+	if err != nil {
+		return err
+	}
+	T, micro := t.respLen, t.cfg.Worker.Actor.MicroBatchSizePerDeviceForExperience
 	out, _ := dst.Float32s()
 	for lo := 0; lo < b.rows; lo += micro {
 		hi := min(lo+micro, b.rows)
-		ml, _, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
+		ml, act, err := t.forwardResponse(t.critic.model, b, tensorRows(b.images, lo, hi), lo, hi)
 		if err != nil {
 			return err
 		}
+		act.Release()
 		lg, _ := ml.logits.Float32s()
 		V := ml.logits.Dim(2)
 		for i := range (hi - lo) * T {
@@ -58,11 +59,16 @@ func (t *Trainer) values(dst *tensor.Tensor, b *batch, micro int) error {
 	return nil
 }
 
-// updateCritic trains the critic on b toward returns with the clipped value loss
+// Update implements loop.Critic: it trains the critic on b toward returns with the clipped value loss
 // (ppo.ValueLoss, clipped around the values it predicted before the update): ppo_epochs passes,
 // one optimizer step per mini-batch, the micro-batch losses scaled by their share of the
 // mini-batch's tokens. It returns the mean value loss, clip fraction and gradient norm.
-func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Metrics, error) {
+func (t *Trainer) Update(ctx context.Context, comm collective.Comm, lb *loop.Batch[example], _, oldValues, returns *tensor.Tensor) (map[string]float64, error) {
+	b, err := t.newBatch(lb.Prompts, completionTokens(lb))
+	if err != nil {
+		return nil, err
+	}
+	grads, optim := t.trainingOf(t.critic.model, t.critic.opt)
 	act, cc := t.cfg.Worker.Actor, t.cfg.Worker.Critic
 	miniRows, micro, T := act.GlobalBatchSize*t.cfg.Worker.Rollout.N, act.MicroBatchSizePerDeviceForUpdate, t.respLen
 	vcfg := ppo.ValueConfig{ClipRange: cc.CliprangeValue, Agg: ppo.Agg{Mode: ppo.Token}}
@@ -75,13 +81,12 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 			if err != nil {
 				return nil, err
 			}
-			t.critic.model.ZeroGrad()
 			// With W ranks each takes a contiguous 1/W of the mini-batch (as the actor's update).
 			slo, shi := t.shard(miniRows)
 			var micLoss, micClip []float64
 			for lo := mlo + slo; lo < mlo+shi; lo += micro {
 				hi := lo + micro
-				ml, record, err := t.forwardResponse(t.critic.model, b, b.images, lo, hi)
+				ml, record, err := t.forwardResponse(t.critic.model, b, tensorRows(b.images, lo, hi), lo, hi)
 				if err != nil {
 					return nil, err
 				}
@@ -113,17 +118,18 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				if err := t.backwardResponse(t.critic.model, b, record, tensor.Must(tensor.FromFloat32(dl, hi-lo, T, V)), lo, hi); err != nil {
 					return nil, err
 				}
-				if err := t.collectGrad(t.critic.model); err != nil {
+				record.Release()
+				if err := grads.Collect(); err != nil {
 					return nil, err
 				}
 			}
-			if err := t.reduceGrads(t.critic.model, 1/float32(t.world())); err != nil {
+			if _, err := grads.Reduce(ctx, comm, 1/float32(t.world())); err != nil {
 				return nil, err
 			}
-			if micLoss, err = gatherValues(t, micLoss); err != nil {
+			if micLoss, err = collective.AllGatherValues(ctx, comm, micLoss); err != nil {
 				return nil, err
 			}
-			if micClip, err = gatherValues(t, micClip); err != nil {
+			if micClip, err = collective.AllGatherValues(ctx, comm, micClip); err != nil {
 				return nil, err
 			}
 			var loss float64
@@ -131,15 +137,15 @@ func (t *Trainer) updateCritic(b *batch, oldValues, returns *tensor.Tensor) (Met
 				loss += l
 			}
 			clips = append(clips, micClip...)
-			lr := cc.Optim.LRAt(t.critic.opt.T, total)
-			norm, err := t.optimizerStep(t.critic.model, t.critic.opt, t.critic.decay, lr, act.MaxGradNorm)
+			lr := cc.Optim.Schedule().At(t.critic.opt.T, total)
+			norm, err := optim.Step(lr, act.MaxGradNorm)
 			if err != nil {
 				return nil, err
 			}
 			losses, norms = append(losses, loss), append(norms, norm)
 		}
 	}
-	return Metrics{"critic/vf_loss": mean(losses), "critic/vf_clipfrac": mean(clips), "critic/grad_norm": mean(norms)}, nil
+	return map[string]float64{"critic/vf_loss": mean(losses), "critic/vf_clipfrac": mean(clips), "critic/grad_norm": mean(norms)}, nil
 }
 
 // modelParams is the critic's parameters (none for a nil critic).

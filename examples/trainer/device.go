@@ -5,6 +5,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // actorDevice is the actor's training state on a device (worker.actor.device=cuda; built with
@@ -30,11 +31,11 @@ type actorDevice interface {
 	setGrad(m *vlm.Model, flat []float32) error
 	// step measures the global gradient norm; when it is finite it clips to maxNorm and takes
 	// opt's AdamW step at lr. The gradient is zero afterwards either way. It returns the norm.
-	step(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error)
+	step(m *vlm.Model, opt *loop.AdamW, decay []bool, lr, maxNorm float64) (float64, error)
 	// saveMoments downloads opt's moments into opt.M and opt.V; forget drops the device's copy,
 	// so the next step starts from opt.M and opt.V (a loaded checkpoint, a finished warm start).
-	saveMoments(opt *AdamW) error
-	forget(opt *AdamW)
+	saveMoments(opt *loop.AdamW) error
+	forget(opt *loop.AdamW)
 	// close brings the models back to the host and gives the device back.
 	close() error
 }

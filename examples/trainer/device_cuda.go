@@ -10,6 +10,7 @@ import (
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // cudaActor is actorDevice on a CUDA device: the models' op set (vlm.CUDAOps) and what the
@@ -19,7 +20,7 @@ type cudaActor struct {
 	ops     *vlm.CUDAOps
 	models  []*vlm.Model
 	acc     map[*vlm.Model][]*tensor.Tensor // per model, per parameter: the micro-batch gradient sum
-	moments map[*AdamW]*deviceMoments
+	moments map[*loop.AdamW]*deviceMoments
 }
 
 type deviceMoments struct{ m, v []*tensor.Tensor }
@@ -42,7 +43,7 @@ func useDevice(m *vlm.Model, ordinal int) (actorDevice, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	d := &cudaActor{b: b, ops: o, acc: map[*vlm.Model][]*tensor.Tensor{}, moments: map[*AdamW]*deviceMoments{}}
+	d := &cudaActor{b: b, ops: o, acc: map[*vlm.Model][]*tensor.Tensor{}, moments: map[*loop.AdamW]*deviceMoments{}}
 	if err := d.attach(m); err != nil {
 		_ = o.Close()
 		_ = b.Close()
@@ -161,7 +162,7 @@ func (d *cudaActor) setGrad(m *vlm.Model, flat []float32) error {
 	return nil
 }
 
-func (d *cudaActor) step(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
+func (d *cudaActor) step(m *vlm.Model, opt *loop.AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
 	ps, err := d.params(m)
 	if err != nil {
 		return 0, err
@@ -195,10 +196,10 @@ func (d *cudaActor) step(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm flo
 	if err != nil {
 		return 0, err
 	}
-	s := opt.next(lr)
+	s := opt.Next(lr)
 	for i, p := range ps {
-		st := vlm.AdamWStep{Beta1: s.beta1, Beta2: s.beta2, StepSize: s.stepSize, InvSqrtBC2: s.invSqrtBC2,
-			Eps: s.eps, Shrink: opt.shrink(decay[i], lr)}
+		st := vlm.AdamWStep{Beta1: s.Beta1, Beta2: s.Beta2, StepSize: s.StepSize, InvSqrtBC2: s.InvSqrtBC2,
+			Eps: s.Eps, Shrink: opt.Shrink(decay[i], lr)}
 		if err := d.ops.AdamW(p.W, p.G, mom.m[i], mom.v[i], p.W.Len(), st); err != nil {
 			return 0, err
 		}
@@ -207,7 +208,7 @@ func (d *cudaActor) step(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm flo
 }
 
 // momentsOf returns opt's moments on the device, uploading opt.M and opt.V the first time.
-func (d *cudaActor) momentsOf(opt *AdamW) (*deviceMoments, error) {
+func (d *cudaActor) momentsOf(opt *loop.AdamW) (*deviceMoments, error) {
 	if mom := d.moments[opt]; mom != nil {
 		return mom, nil
 	}
@@ -233,7 +234,7 @@ func (d *cudaActor) momentsOf(opt *AdamW) (*deviceMoments, error) {
 	return mom, nil
 }
 
-func (d *cudaActor) saveMoments(opt *AdamW) error {
+func (d *cudaActor) saveMoments(opt *loop.AdamW) error {
 	mom := d.moments[opt]
 	if mom == nil {
 		return nil // no device step yet: opt.M and opt.V are current
@@ -249,7 +250,7 @@ func (d *cudaActor) saveMoments(opt *AdamW) error {
 	return nil
 }
 
-func (d *cudaActor) forget(opt *AdamW) {
+func (d *cudaActor) forget(opt *loop.AdamW) {
 	if mom := d.moments[opt]; mom != nil {
 		d.release(mom)
 		delete(d.moments, opt)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/tensor/collective"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // File modes of everything a run writes.
@@ -461,8 +462,8 @@ func checkResumable(cfg Config, ckDir string) error {
 		return fmt.Errorf("checkpoint %s: %w", ckDir, err)
 	}
 	scheduled := func(o OptimConfig) bool {
-		s, _ := ParseSchedule(o.LRSchedulerType)
-		return s != Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
+		s, _ := loop.ParseScheduleKind(o.LRSchedulerType)
+		return s != loop.Constant || (o.WarmupSteps == 0 && o.LRWarmupRatio > 0)
 	}
 	budgetMatters := scheduled(cfg.Worker.Actor.Optim) || (cfg.Optimization.AdvantageEstimator == advantage.EstimatorGAE && scheduled(cfg.Worker.Critic.Optim))
 	a, b := old.leaves(), cfg.leaves()

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
-	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // example is one prompt of the dataset, encoded for the model.
@@ -42,22 +42,23 @@ type Trainer struct {
 	ref    *vlm.Model // frozen copy of the warm-started policy; unless disable_divergence
 	critic *Critic    // the value model; only with advantage_estimator=gae
 	update tprl.UpdateConfig
-	ctl    divergence.Controller // the divergence coefficient in the reward
+	klCoef float64 // the divergence coefficient in the reward to start (or resume) the RL loop with
 	adv    advantage.Config
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
 
-	opt   *AdamW
+	opt   *loop.AdamW // the actor's RL optimizer state
 	decay []bool
+	actor *vlmModel                 // the policy as tprl/loop sees it
+	data  *loop.Epochs[example]     // the training prompts, epoch by epoch
+	rl    *loop.Loop[example]       // the RL loop, built at the first step (rlLoop)
+	mdi   struct{ rows []mdiStats } // the attention statistics of the rows the MDI reward scored last
 
 	dev     actorDevice // the actor's state on a device (worker.actor.device=cuda); nil on the CPU
 	rng     *rand.PCG   // rollout sampling
-	epoch   int         // data position: epoch and index into its permutation
-	pos     int
-	order   []int
-	step    int // RL steps done
-	steps   int // RL steps of the run (training.steps, or total_epochs passes over the data)
-	skipped int // optimizer steps skipped on a non-finite gradient norm
+	step    int         // RL steps done
+	steps   int         // RL steps of the run (training.steps, or total_epochs passes over the data)
+	skipped int         // optimizer steps skipped on a non-finite gradient norm
 
 	hasReferences bool // every training example has a reference response (the warm start needs them)
 	hasObjects    bool // every example has the scene's objects (the visual-token diagnostics need them)
@@ -68,11 +69,8 @@ type Trainer struct {
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
 
-	comm       collective.Comm // data-parallel group; nil: one device
-	ctx        context.Context // the rank's context for collectives (cancelled when a rank fails)
-	commTime   time.Duration   // gradient all-reduce time of the current step
-	commBytes  float64         // gradient bytes received per rank in the current step
-	microGrads []float32       // gradients of the micro-batches since the last reduceGrads, concatenated
+	comm collective.Comm // data-parallel group; nil: one device
+	ctx  context.Context // the rank's context for collectives (cancelled when a rank fails)
 
 	maxPrompt int // longest encoded prompt (BOS included)
 	respLen   int // T: max response tokens (EOS included)
@@ -89,9 +87,10 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 	if t.update, err = cfg.Update(); err != nil {
 		return nil, err
 	}
-	if t.ctl, err = cfg.Controller(); err != nil {
+	if _, err = cfg.Controller(); err != nil {
 		return nil, err
 	}
+	t.klCoef = cfg.Optimization.DivergenceCoef
 	if t.adv, err = cfg.Advantage(); err != nil {
 		return nil, err
 	}
@@ -119,25 +118,20 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 		t.decay = append(t.decay, len(p.W.Shape()) >= 2) // matrices decay; biases and norms do not
 	}
 	o := cfg.Worker.Actor.Optim
-	t.opt = NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
+	t.opt = loop.NewAdamW(sizes, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
+	t.actor = &vlmModel{t: t, m: t.model}
 	t.rng = rand.NewPCG(cfg.Training.Seed, 0x726f6c6c6f7574) // "rollout"
 	if t.adv.Estimator == advantage.EstimatorGAE {
 		if t.critic, err = newCritic(mc, a.Seed, cfg.Worker.Critic.Optim); err != nil {
 			return nil, fmt.Errorf("config: worker.critic: %w", err)
 		}
 	}
-	t.order = t.permutation(0)
+	t.data = loop.NewEpochs(t.train, cfg.Dataset.Shuffle, cfg.Dataset.Seed)
 	t.steps = cfg.Training.Steps
 	if t.steps == 0 { // the budget in epochs: whole batches of prompts per epoch, as a drop_last loader
 		t.steps = cfg.Training.TotalEpochs * max(1, len(t.train)/cfg.Dataset.RolloutBatchSize)
 	}
 	return t, nil
-}
-
-// optimizerSteps is the number of actor optimizer steps of the whole run (the LR schedule's length).
-func (t *Trainer) optimizerSteps() int {
-	a := t.cfg.Worker.Actor
-	return t.steps * (t.cfg.Dataset.RolloutBatchSize / a.GlobalBatchSize) * a.PPOEpochs
 }
 
 // loadData reads the dataset files, or generates the task, builds the vocabulary from the
@@ -230,35 +224,6 @@ func (t *Trainer) loadData() error {
 	return nil
 }
 
-// permutation is the data order of an epoch: a function of (seed, epoch) only.
-func (t *Trainer) permutation(epoch int) []int {
-	n := len(t.train)
-	p := make([]int, n)
-	for i := range p {
-		p[i] = i
-	}
-	if t.cfg.Dataset.Shuffle {
-		r := rand.New(rand.NewPCG(t.cfg.Dataset.Seed^0x73687566, uint64(epoch))) // "shuf"
-		r.Shuffle(n, func(i, j int) { p[i], p[j] = p[j], p[i] })
-	}
-	return p
-}
-
-// nextPrompts returns the next n training examples, crossing into the next epoch as needed.
-func (t *Trainer) nextPrompts(n int) []example {
-	out := make([]example, 0, n)
-	for len(out) < n {
-		if t.pos >= len(t.order) {
-			t.epoch++
-			t.pos = 0
-			t.order = t.permutation(t.epoch)
-		}
-		out = append(out, t.train[t.order[t.pos]])
-		t.pos++
-	}
-	return out
-}
-
 // batch is a set of rows (prompt + response) in the model's layout plus the response-aligned
 // tensors [B, T] that the losses work on.
 type batch struct {
@@ -308,15 +273,12 @@ func (t *Trainer) newBatch(exs []example, resp [][]int32) (*batch, error) {
 	return b, nil
 }
 
-// forwardResponse runs m on rows [lo, hi) of b with the given images ([B, H, W, 3]) and returns
+// forwardResponse runs m on rows [lo, hi) of b with the given images of those rows
+// ([hi-lo, H, W, 3]) and returns
 // the logits that predict each response token, gathered into [hi-lo, T, V] (row r, response
 // position t ← sequence position plen_r - 1 + t), and the activations for backward. On a
 // device the gather runs there (one device copy per row) and the logits stay there.
-func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, images *tensor.Tensor, lo, hi int) (*microLogits, *vlm.Activations, error) {
-	im, err := images.Rows(lo, hi)
-	if err != nil {
-		return nil, nil, err
-	}
+func (t *Trainer) forwardResponse(m *vlm.Model, b *batch, im *tensor.Tensor, lo, hi int) (*microLogits, *vlm.Activations, error) {
 	tk, err := b.tokens.Rows(lo, hi)
 	if err != nil {
 		return nil, nil, err
@@ -409,46 +371,16 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 	return m.Backward(act, tensor.Must(tensor.FromFloat32(d, hi-lo, L, V)))
 }
 
-// optimizerStep clips m's accumulated gradients, and takes an AdamW step unless the norm is
-// not finite (then the step is skipped and counted). It returns the pre-clip norm.
-func (t *Trainer) optimizerStep(m *vlm.Model, opt *AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
-	if t.onDevice(m) {
-		norm, err := t.dev.step(m, opt, decay, lr, maxNorm)
-		if err == nil && (math.IsNaN(norm) || math.IsInf(norm, 0)) {
-			t.skipped++
-		}
-		return norm, err
-	}
-	ws, gs := paramSlices(m)
-	norm := ClipGradNorm(gs, maxNorm)
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		t.skipped++
-		m.ZeroGrad()
-		return norm, nil
-	}
-	err := opt.Step(ws, gs, decay, lr)
-	m.ZeroGrad()
-	return norm, err
-}
-
-func paramSlices(m *vlm.Model) (ws, gs [][]float32) {
-	for _, p := range m.Params() {
-		w, _ := p.W.Float32s()
-		g, _ := p.G.Float32s()
-		ws, gs = append(ws, w), append(gs, g)
-	}
-	return ws, gs
-}
-
 // WarmStart is the supervised warm start: cross-entropy on the reference responses, through the
 // same two tensor ops as the RL update (log-probs forward, their backward to the logits). It
 // returns the mean loss of the last steps.
 func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, error) {
 	c := t.cfg.Training
-	opt := NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
+	opt := loop.NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
 	if t.dev != nil {
 		defer t.dev.forget(opt) // the warm start's moments are not the run's
 	}
+	grads, optim := t.trainingOf(t.model, opt)
 	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
 	var recent []float64
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
@@ -478,7 +410,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 		slo, shi := t.shard(b.rows)
 		for lo := slo; lo < shi; lo += micro {
 			hi := min(lo+micro, shi)
-			ml, act, err := t.forwardResponse(t.model, b, b.images, lo, hi)
+			ml, act, err := t.forwardResponse(t.model, b, tensorRows(b.images, lo, hi), lo, hi)
 			if err != nil {
 				return 0, err
 			}
@@ -505,11 +437,11 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			if err != nil {
 				return 0, err
 			}
-			if err := t.collectGrad(t.model); err != nil {
+			if err := grads.Collect(); err != nil {
 				return 0, err
 			}
 		}
-		if err := t.reduceGrads(t.model, 1); err != nil {
+		if _, err := grads.Reduce(t.ctxOrBackground(), t.comm, 1); err != nil {
 			return 0, err
 		}
 		if t.world() > 1 {
@@ -519,7 +451,7 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			}
 			loss = l[0]
 		}
-		if _, err := t.optimizerStep(t.model, opt, t.decay, c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
+		if _, err := optim.Step(c.SFTLR, t.cfg.Worker.Actor.MaxGradNorm); err != nil {
 			return 0, err
 		}
 		recent = append(recent, loss)
@@ -665,7 +597,7 @@ func (t *Trainer) Validate() (Validation, error) {
 			rows = append(rows, [3]float64{s.Accuracy, s.Format, s.Overall})
 		}
 	}
-	rows, err := gatherValues(t, rows)
+	rows, err := collective.AllGatherValues(t.ctxOrBackground(), t.comm, rows)
 	if err != nil {
 		return v, fmt.Errorf("validation: %w", err)
 	}
@@ -764,8 +696,10 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	st, err := json.MarshalIndent(trainState{Step: t.step, Epoch: t.epoch, Pos: t.pos, RNG: base64.StdEncoding.EncodeToString(rng),
-		AdamT: t.opt.T, Skipped: t.skipped, Coef: ptr(t.ctl.Coef()), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
+	rs := t.rlState()
+	epoch, pos := t.data.Position()
+	st, err := json.MarshalIndent(trainState{Step: rs.Step, Epoch: epoch, Pos: pos, RNG: base64.StdEncoding.EncodeToString(rng),
+		AdamT: t.opt.T, Skipped: rs.Skipped, Coef: ptr(rs.RewardKLCoef), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -939,14 +873,23 @@ func (t *Trainer) Load(dir string) error {
 	if st.Coef != nil { // older checkpoints start from the configured coefficient
 		cc := t.cfg
 		cc.Optimization.DivergenceCoef = *st.Coef
-		if t.ctl, err = cc.Controller(); err != nil {
+		if _, err = cc.Controller(); err != nil {
 			return fmt.Errorf("checkpoint %s: divergence_coef %v: %w", dir, *st.Coef, err)
 		}
+		t.klCoef = *st.Coef
 	}
 	t.opt.T, t.skipped, t.step, t.rng = st.AdamT, st.Skipped, st.Step, rng
-	t.epoch, t.pos = st.Epoch, st.Pos
-	t.order = t.permutation(t.epoch)
-	return nil
+	t.rl = nil // rebuilt from this state at the next step
+	return t.data.Seek(st.Epoch, st.Pos)
+}
+
+// rlState is the RL loop's state: the loop's own once it runs, else the trainer's (fresh or
+// loaded from a checkpoint).
+func (t *Trainer) rlState() loop.State {
+	if t.rl != nil {
+		return t.rl.State()
+	}
+	return loop.State{Step: t.step, Skipped: t.skipped, RewardKLCoef: t.klCoef}
 }
 
 func (t *Trainer) criticT() int {

@@ -115,17 +115,16 @@ func ClipGradNorm(gs [][]float32, maxNorm float64) float64 {
 	return norm
 }
 
-// HostAdamW is the Optimizer of a Trainable policy: AdamW on its host parameters.
+// HostAdamW is the Optimizer of host parameters: AdamW's state and the float32 host
+// parameters it updates (each with its decay flag).
 type HostAdamW struct {
 	*AdamW
-	params []Param
-	decay  []bool
+	Params []Param
 }
 
-// NewHostAdamW creates AdamW state for params (float32 host tensors).
+// NewHostAdamW creates fresh AdamW state for params.
 func NewHostAdamW(params []Param, beta1, beta2, eps, weightDecay float64) (*HostAdamW, error) {
 	sizes := make([]int, len(params))
-	decay := make([]bool, len(params))
 	for i, p := range params {
 		if !p.Value.IsHost() || !p.Grad.IsHost() {
 			return nil, fmt.Errorf("loop: AdamW: parameter %s is not in host memory; give the loop an Optimizer of its backend", p.Name)
@@ -133,9 +132,9 @@ func NewHostAdamW(params []Param, beta1, beta2, eps, weightDecay float64) (*Host
 		if p.Value.Len() != p.Grad.Len() {
 			return nil, fmt.Errorf("loop: AdamW: parameter %s has %d values and %d gradients", p.Name, p.Value.Len(), p.Grad.Len())
 		}
-		sizes[i], decay[i] = p.Value.Len(), p.Decay
+		sizes[i] = p.Value.Len()
 	}
-	return &HostAdamW{AdamW: NewAdamW(sizes, beta1, beta2, eps, weightDecay), params: params, decay: decay}, nil
+	return &HostAdamW{AdamW: NewAdamW(sizes, beta1, beta2, eps, weightDecay), Params: params}, nil
 }
 
 // Steps is the number of steps taken.
@@ -143,7 +142,7 @@ func (o *HostAdamW) Steps() int { return o.T }
 
 // Step implements Optimizer.
 func (o *HostAdamW) Step(lr, maxNorm float64) (float64, error) {
-	ws, gs, err := paramSlices(o.params)
+	ws, gs, err := paramSlices(o.Params)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +151,11 @@ func (o *HostAdamW) Step(lr, maxNorm float64) (float64, error) {
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm, nil
 	}
-	return norm, o.Update(ws, gs, o.decay, lr)
+	decay := make([]bool, len(o.Params))
+	for i, p := range o.Params {
+		decay[i] = p.Decay
+	}
+	return norm, o.Update(ws, gs, decay, lr)
 }
 
 func paramSlices(ps []Param) (ws, gs [][]float32, err error) {

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
+	"github.com/mtrl-go/mtrl/examples/internal/vqa"
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
+	"github.com/mtrl-go/mtrl/tprl/loop"
+)
+
+// rlLoop returns the run's tprl/loop, built at the first RL step from the configuration, the
+// actor, the frozen reference, the critic, the rewards and the data, in the state of the
+// trainer (a loaded checkpoint's step, skipped steps and divergence coefficient).
+func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
+	if t.rl != nil {
+		return t.rl, nil
+	}
+	cfg, act, ro := t.cfg, t.cfg.Worker.Actor, t.cfg.Worker.Rollout
+	o := cfg.Optimization
+	lc := loop.Config{
+		Steps:   t.steps,
+		Prompts: cfg.Dataset.RolloutBatchSize,
+		Sampling: loop.Sampling{N: ro.N, MaxTokens: t.respLen, Temperature: ro.Temperature,
+			TopP: ro.TopP, TopK: ro.TopK},
+		Advantage:        t.adv,
+		Update:           t.update,
+		Perturb:          t.pert,
+		MiniBatchPrompts: act.GlobalBatchSize, PPOEpochs: act.PPOEpochs,
+		UpdateRows: act.MicroBatchSizePerDeviceForUpdate, ScoreRows: act.MicroBatchSizePerDeviceForExperience,
+		MaxGradNorm: act.MaxGradNorm,
+		LR:          act.Optim.Schedule(),
+		Seed:        cfg.Training.Seed,
+	}
+	if o.OnlineFiltering {
+		lc.Filter = &loop.Filter{Key: o.FilterKey, Low: o.FilterLow, High: o.FilterHigh}
+	}
+	if cfg.DivergenceInReward() {
+		lc.RewardKL = &loop.RewardKL{Kind: o.DivergencePenalty, Controller: cfg.ControllerConfig()}
+	}
+	parts := loop.Parts[example]{Policy: loop.FromLogits[example](t.actor), Rewards: t.rewards(), Data: t.data, Comm: t.comm}
+	if t.ref != nil {
+		parts.Reference = loop.FromLogits[example](&vlmModel{t: t, m: t.ref})
+	}
+	if t.critic != nil {
+		parts.Critic = t
+	}
+	parts.Gradients, parts.Optimizer = t.trainingOf(t.model, t.opt)
+	l, err := loop.New(lc, parts)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := l.Restore(t.rlState()); err != nil {
+		return nil, err
+	}
+	t.rl = l
+	return l, nil
+}
+
+// trainingOf returns the gradient sum and the optimizer of model m with AdamW state opt: on the
+// actor's device there, else on the host.
+func (t *Trainer) trainingOf(m *vlm.Model, opt *loop.AdamW) (loop.Gradients, loop.Optimizer) {
+	var decay []bool
+	for _, p := range m.HostParams() {
+		decay = append(decay, len(p.W.Shape()) >= 2) // matrices decay; biases and norms do not
+	}
+	if t.onDevice(m) {
+		return &deviceGradients{t: t, m: m}, &deviceOptimizer{t: t, m: m, opt: opt, decay: decay}
+	}
+	ps := actorParams(m)
+	return hostGradients{loop.NewHostGradients(ps), t}, &loop.HostAdamW{AdamW: opt, Params: ps}
+}
+
+// rewards are the built-in rule rewards as loop reward functions: the accuracy of the chosen
+// option letter, the think format and (mdi_weight > 0) TRL-MDI's attention balance, weighted
+// a : f : w and normalised to sum 1 — (a·accuracy + f·format + w·(2·balance − 1)) / (a + f + w).
+func (t *Trainer) rewards() []loop.Reward[example] {
+	a, f, w := t.reward.Accuracy, t.reward.Format, t.cfg.Worker.Reward.MDIWeight
+	sum := a + f + w
+	part := func(get func(vqa.Reward) float64) func(loop.RewardInputs[example]) ([]float64, error) {
+		return func(in loop.RewardInputs[example]) ([]float64, error) {
+			out := make([]float64, len(in.Prompts))
+			for i, c := range in.Completions {
+				out[i] = get(vqa.Score(c.Text, in.Prompts[i].s.Answer, t.reward))
+			}
+			return out, nil
+		}
+	}
+	rs := []loop.Reward[example]{
+		{Name: "accuracy", Weight: a / sum, Func: part(func(r vqa.Reward) float64 { return r.Accuracy })},
+		{Name: "format", Weight: f / sum, Func: part(func(r vqa.Reward) float64 { return r.Format })},
+	}
+	if w > 0 {
+		rs = append(rs, loop.Reward[example]{Name: "mdi", Weight: w / sum, Func: t.mdiReward})
+	}
+	return rs
+}
+
+// mdiReward is TRL-MDI's reward 2·balance − 1 of each response, from the policy's attention in
+// a forward pass over the rows (each rank its share, gathered); it adds the mdi/* metrics and
+// keeps the rows' statistics for the attention diagnostics.
+func (t *Trainer) mdiReward(in loop.RewardInputs[example]) ([]float64, error) {
+	b := &loop.Batch[example]{Prompts: in.Prompts, Completions: in.Completions, T: t.respLen}
+	rows, err := t.attentionStatsOf(b)
+	if err != nil {
+		return nil, err
+	}
+	t.mdi.rows = rows
+	putMDIMetrics(in.Metrics, rows)
+	out := make([]float64, len(rows))
+	for i, s := range rows {
+		out[i] = 2*s.Balance - 1
+	}
+	return out, nil
+}
+
+// attentionStatsOf computes each row's attention split in chunks of the experience
+// micro-batch, this rank's share of the rows, and gathers the others'.
+func (t *Trainer) attentionStatsOf(b *loop.Batch[example]) ([]mdiStats, error) {
+	lay, err := t.newBatch(b.Prompts, completionTokens(b))
+	if err != nil {
+		return nil, err
+	}
+	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForExperience
+	lo, hi := t.shard(b.Len())
+	var out []mdiStats
+	for s := lo; s < hi; s += micro {
+		e := min(s+micro, hi)
+		ml, act, err := t.forwardResponse(t.model, lay, tensorRows(lay.images, s, e), s, e)
+		if err != nil {
+			return nil, err
+		}
+		n := make([]int, e-s)
+		for r := range n {
+			n[r] = len(lay.resp[s+r])
+		}
+		sums, err := act.ResponseAttention(lay.plen[s:e], n, len(layerRanges))
+		layers := act.Layers()
+		ml.release()
+		act.Release()
+		if err != nil {
+			return nil, fmt.Errorf("attention statistics: %w", err)
+		}
+		for r := range n {
+			out = append(out, t.attentionStats(sums[r], layers, n[r]))
+		}
+	}
+	all, err := collective.AllGatherValues(t.ctxOrBackground(), t.comm, out)
+	if err != nil {
+		return nil, fmt.Errorf("attention statistics: %w", err)
+	}
+	return all, nil
+}
+
+func completionTokens(b *loop.Batch[example]) [][]int32 {
+	out := make([][]int32, b.Len())
+	for i, c := range b.Completions {
+		out[i] = c.Tokens
+	}
+	return out
+}
+
+// tensorRows is rows [lo, hi) of x, which the caller knows to be in range.
+func tensorRows(x *tensor.Tensor, lo, hi int) *tensor.Tensor { return tensor.Must(x.Rows(lo, hi)) }
