@@ -31,4 +31,3 @@ func TestClipGradNorm(t *testing.T) {
 	assert.True(t, math.IsNaN(loop.ClipGradNorm(h, 1)))
 	assert.Equal(t, float32(1), h[1][0], "untouched")
 }
-
