@@ -62,23 +62,8 @@
 // results are bit-identical across runs and GOMAXPROCS but differ from the pure-Go path in the
 // last bits (about 1e-7 relative in logp and entropy, 2e-6 in small gradients).
 //
-// Measured on a shared 2-core Xeon with AVX-512 (go test -bench LogProbEntropy -benchtime=5x,
-// GB/s of logits read, backward read+written; median of three runs while the machine was
-// quiet, other users' jobs can halve any of these):
-//
-//	                         avx512   avx2    go
-//	forward  fp32 256x151936   19.4   20.2   2.29
-//	forward  fp32 512x32000    24.2   22.9   2.29
-//	forward  bf16 256x151936   16.7   12.8   1.32
-//	forward  bf16 512x32000    18.4   12.9   1.35
-//	backward fp32 256x151936   28.5   19.5   5.27
-//	backward fp32 512x32000    29.6   18.7   5.37
-//	backward bf16 256x151936   13.2    9.2   2.03
-//	backward bf16 512x32000    17.9   10.9   2.01
-//
-// The float32 forward is close to memory speed there (a plain streaming read of the same
-// logits reaches 12-16 GB/s); one core folds 6.5 logits/ns from L1 with AVX-512, 13 times the
-// Go loop. Large float32 gradients (32 MiB and up) are written with non-temporal stores.
+// Large float32 gradients (32 MiB and up) are written with non-temporal stores. The measured
+// throughput of each path is in the dated pages under docs/ (see docs/README.md).
 //
 // The masked reductions (MaskedSum, MaskedMean, MaskedVar, MaskedWhiten) use vector kernels of
 // the same kind (internal/hostops): each product is rounded to float32 as in the reference and
