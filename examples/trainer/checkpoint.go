@@ -256,3 +256,36 @@ func writeSync(path string, data []byte) error {
 }
 
 func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
+
+// resolveCheckpoint turns training.load_checkpoint_path into a checkpoint directory. path may
+// be one (it holds model.safetensors), or a directory holding global_step_N checkpoints
+// directly or under checkpoints/ (a run or experiment directory, the seeds' resume form): with
+// findLast its newest complete checkpoint, else an error naming it. runDir is the run
+// directory the checkpoints belong to ("" for a checkpoint named directly).
+func resolveCheckpoint(path string, findLast bool) (ckDir, runDir string, err error) {
+	if st, err := os.Stat(filepath.Join(path, ckptModel)); err == nil && st.Mode().IsRegular() {
+		return path, "", nil
+	}
+	if st, err := os.Stat(path); err != nil {
+		return "", "", fmt.Errorf("training.load_checkpoint_path: %w", err)
+	} else if !st.IsDir() {
+		return "", "", fmt.Errorf("training.load_checkpoint_path %s: not a directory (want a checkpoint directory global_step_N, or a run directory to take the newest one from)", path)
+	}
+	for _, c := range []struct{ root, run string }{
+		{filepath.Join(path, "checkpoints"), path},
+		{path, filepath.Dir(path)},
+	} {
+		dir, step, err := (&Checkpoints{Root: c.root}).Last()
+		if err != nil || dir == "" {
+			continue
+		}
+		if !findLast {
+			return "", "", fmt.Errorf("training.load_checkpoint_path %s holds checkpoints, the newest %s (step %d): name one, or set training.find_last_checkpoint=true to take the newest", path, dir, step)
+		}
+		if filepath.Base(c.root) != "checkpoints" {
+			c.run = "" // not a run's layout: the weights only
+		}
+		return dir, c.run, nil
+	}
+	return "", "", fmt.Errorf("training.load_checkpoint_path %s: no %s, and no complete global_step_N checkpoint in it or in its checkpoints/ (want a checkpoint directory, or a run directory holding them)", path, ckptModel)
+}

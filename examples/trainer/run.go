@@ -82,11 +82,23 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 
 // runRank is one rank of Run (comm nil: the only one). ctx is the run's (an interrupt), rctx the
 // rank's (cancelled when another rank fails).
-func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (*Summary, error) {
+func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (_ *Summary, err error) {
 	wall := time.Now()
 	c := cfg.Training
 	lead := comm == nil || comm.Rank() == 0
 	dir := c.RunDir
+	// load_checkpoint_path may name a run (experiment) directory: with find_last_checkpoint
+	// and no run_dir of its own, the run resumes there.
+	var loadDir string
+	if c.LoadCheckpointPath != "" {
+		var runOf string
+		if loadDir, runOf, err = resolveCheckpoint(c.LoadCheckpointPath, c.FindLastCheckpoint); err != nil {
+			return nil, err
+		}
+		if runOf != "" && dir == "" {
+			dir = runOf
+		}
+	}
 	switch {
 	case dir == "" && c.ExperimentName != "":
 		// A stable place, as EasyR1's checkpoints/<project>/<experiment>: find_last_checkpoint
@@ -101,6 +113,16 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			return nil, err
 		}
 		dir = string(names[0])
+	}
+	if lead {
+		// A start that fails before writing anything leaves no empty directories behind.
+		if created := firstMissing(dir); created != "" {
+			defer func() {
+				if err != nil {
+					removeEmptyUpTo(dir, created)
+				}
+			}()
+		}
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, err
@@ -170,11 +192,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			}
 		}
 	}
-	if c.LoadCheckpointPath != "" && !resumed {
-		if err := t.LoadWeights(c.LoadCheckpointPath); err != nil {
+	if loadDir != "" && !resumed {
+		if err := t.LoadWeights(loadDir); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", c.LoadCheckpointPath)
+		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", loadDir)
 	}
 	if c.ValOnly {
 		return nil, t.validateOnly(dir, stdout)
@@ -239,6 +261,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 
 	if t.droppedLong > 0 {
 		fmt.Fprintf(stderr, "dropped %d training prompts longer than dataset.max_prompt_length %d (filter_overlong_prompts)\n", t.droppedLong, cfg.Dataset.MaxPromptLength)
+	}
+	if t.ignoredVideos > 0 {
+		fmt.Fprintf(stderr, "warning: dataset.ignore_videos: %d videos listed by the data's rows (column %s) are not read: the model sees one image per prompt\n", t.ignoredVideos, cfg.Dataset.VideoKey)
 	}
 	if t.valOOV > 0 {
 		uniq := map[string]bool{}
@@ -347,7 +372,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 				return nil, err
 			}
 			if res.MDI != nil {
-				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, res.MDI, m); err != nil {
+				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, t.model.Config.Layers, res.MDI, m); err != nil {
 					return nil, err
 				}
 			}
@@ -408,6 +433,31 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		return &sum, ErrInterrupted
 	}
 	return &sum, nil
+}
+
+// firstMissing is the outermost directory of path's chain that does not exist yet ("" when
+// path exists): what os.MkdirAll(path) creates.
+func firstMissing(path string) string {
+	missing := ""
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			return missing
+		}
+		missing = p
+		if filepath.Dir(p) == p {
+			return missing
+		}
+	}
+}
+
+// removeEmptyUpTo removes path and its parents up to top while they are empty.
+func removeEmptyUpTo(path, top string) {
+	top = filepath.Clean(top)
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if os.Remove(p) != nil || p == top || filepath.Dir(p) == p {
+			return
+		}
+	}
 }
 
 // stepLogger receives every metrics line.

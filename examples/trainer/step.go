@@ -95,7 +95,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 			for r := range n {
 				n[r] = len(b.resp[lo+r])
 			}
-			sums, err := a.ResponseAttention(b.plen[lo:hi], n, len(layerRanges))
+			sums, err := a.ResponseAttention(b.plen[lo:hi], n, len(layerRanges(a.Layers())))
 			if err != nil {
 				return fmt.Errorf("attention statistics: %w", err)
 			}
@@ -136,7 +136,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 		return nil, err
 	}
 	if mdi != nil {
-		putMDIMetrics(met, mdi)
+		putMDIMetrics(met, mdi, t.model.Config.Layers)
 	}
 
 	// 4. Log-probs with perturbed images: every row's image perturbed with its own sample id.

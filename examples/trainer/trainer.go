@@ -67,6 +67,7 @@ type Trainer struct {
 	valOOV        int // validation prompt words outside the training vocabulary
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
+	ignoredVideos int // videos listed by the data's rows and skipped (dataset.ignore_videos)
 
 	comm       collective.Comm // data-parallel group; nil: one device
 	ctx        context.Context // the rank's context for collectives (cancelled when a rank fails)
@@ -150,7 +151,8 @@ func (t *Trainer) loadData() error {
 			return fmt.Errorf("config: dataset: %w", err)
 		}
 	}
-	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey, ImageDir: d.ImageDir}
+	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey,
+		VideoKey: d.VideoKey, IgnoreVideos: d.IgnoreVideos, ImageDir: d.ImageDir}
 	load := func(files string, n int, firstID uint64, split string) ([]vqa.Sample, error) {
 		if files == "" {
 			return vqa.Generate(task, d.Seed, firstID, n), nil
@@ -167,6 +169,9 @@ func (t *Trainer) loadData() error {
 			}
 			if len(part) == 0 {
 				return nil, fmt.Errorf("dataset.%s_files: %s has no samples", split, path)
+			}
+			for _, s := range part {
+				t.ignoredVideos += s.IgnoredVideos
 			}
 			ss = append(ss, part...)
 		}

@@ -89,8 +89,8 @@ func TestEndToEnd(t *testing.T) {
 	assert.Contains(t, string(md), "## step 1")
 	ad, _ := os.ReadFile(filepath.Join(dir, "attention_diagnostics.md"))
 	assert.Contains(t, string(ad), "## step 2")
-	assert.Contains(t, string(ad), "| early |")
-	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/early_mdi"} {
+	assert.Contains(t, string(ad), "| all |")
+	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/all_mdi"} {
 		v := lines[1].Metrics[k]
 		require.NotNil(t, v, k)
 	}
