@@ -121,20 +121,37 @@ type Checkpoints struct {
 	beforeCommit func() error
 }
 
+// testBeforeCommit, when set (tests), runs where beforeCommit does, for every Checkpoints.
+var testBeforeCommit func(name string) error
+
 func stepDirName(step int) string { return fmt.Sprintf("global_step_%d", step) }
 
-// Save writes one checkpoint: files maps file names to contents.
+// Save writes the checkpoint of RL step step (files maps file names to contents), then the
+// tracker.
 func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err error) {
-	if err := os.MkdirAll(c.Root, dirMode); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	if dir, err = c.saveDir(stepDirName(step), files); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
-	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+stepDirName(step)+"-")
+	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
+	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
+	}
+	return dir, nil
+}
+
+// saveDir writes the directory Root/name atomically: files into a temporary directory, fsync,
+// rename into place (an existing one of that name is moved aside first and removed after).
+func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string, err error) {
+	if err := os.MkdirAll(c.Root, dirMode); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+name+"-")
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", err
 	}
 	if err := os.Chmod(tmp, dirMode); err != nil { // MkdirTemp makes it 0700
 		os.RemoveAll(tmp)
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", err
 	}
 	defer func() {
 		if err != nil {
@@ -148,37 +165,39 @@ func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err e
 	sort.Strings(names)
 	for _, n := range names {
 		if err := writeSync(filepath.Join(tmp, n), files[n]); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 	}
 	if err := syncDir(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		return "", err
 	}
 	if c.beforeCommit != nil {
 		if err := c.beforeCommit(); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 	}
-	dir = filepath.Join(c.Root, stepDirName(step))
+	if testBeforeCommit != nil {
+		if err := testBeforeCommit(name); err != nil {
+			return "", err
+		}
+	}
+	dir = filepath.Join(c.Root, name)
 	if _, err := os.Stat(dir); err == nil {
-		// Replacing a checkpoint of the same step (a resumed run re-saving it): move the old one
-		// aside first, remove it only after the new one is in place.
+		// Replacing a checkpoint of the same name (a resumed run re-saving it): move the old one
+		// aside first, remove it only after the new one is in place (a kill in between leaves
+		// the .old one, which cleanStale puts back).
 		old := dir + ".old"
 		os.RemoveAll(old)
 		if err := os.Rename(dir, old); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 		defer os.RemoveAll(old)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		return "", err
 	}
 	if err := syncDir(c.Root); err != nil {
-		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
-	}
-	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
-	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
-		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
+		return dir, err
 	}
 	return dir, nil
 }
@@ -197,31 +216,43 @@ func (c *Checkpoints) Last() (string, int, error) {
 			}
 		}
 	}
+	return c.newest("global_step_")
+}
+
+// newest returns the directory and number of the highest complete Root/<prefix>N, or "".
+func (c *Checkpoints) newest(prefix string) (string, int, error) {
+	steps, err := c.list(prefix)
+	if err != nil || len(steps) == 0 {
+		return "", 0, err
+	}
+	return filepath.Join(c.Root, prefix+strconv.Itoa(steps[0])), steps[0], nil
+}
+
+// list returns the numbers N of the complete directories Root/<prefix>N, highest first.
+func (c *Checkpoints) list(prefix string) ([]int, error) {
 	entries, err := os.ReadDir(c.Root)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	best, bestDir := -1, ""
+	var steps []int
 	for _, e := range entries {
-		s, ok := strings.CutPrefix(e.Name(), "global_step_")
+		s, ok := strings.CutPrefix(e.Name(), prefix)
 		if !ok || !e.IsDir() {
 			continue
 		}
 		n, err := strconv.Atoi(s)
-		if err != nil || n <= best {
+		if err != nil || n < 0 || strconv.Itoa(n) != s {
 			continue
 		}
-		if dir := filepath.Join(c.Root, e.Name()); complete(dir) {
-			best, bestDir = n, dir
+		if complete(filepath.Join(c.Root, e.Name())) {
+			steps = append(steps, n)
 		}
 	}
-	if best < 0 {
-		return "", 0, nil
-	}
-	return bestDir, best, nil
+	sort.Sort(sort.Reverse(sort.IntSlice(steps)))
+	return steps, nil
 }
 
 func complete(dir string) bool {

@@ -87,7 +87,10 @@ type TrainingConfig struct {
 	// SFTShortcutSteps limits the shortcut to the last SFTShortcutSteps warm-start steps (0: all
 	// of them): true references first ground the policy, then biased ones teach the shortcut on
 	// top of a perception that is still there for RL to use.
-	SFTShortcutSteps   int        `yaml:"sft_shortcut_steps" json:"sft_shortcut_steps"`
+	SFTShortcutSteps int `yaml:"sft_shortcut_steps" json:"sft_shortcut_steps"`
+	// SFTSaveFreq checkpoints the warm start every SFTSaveFreq steps (and on an interrupt), so
+	// that it resumes where it stopped; 0: only on an interrupt.
+	SFTSaveFreq        int        `yaml:"sft_save_freq" json:"sft_save_freq"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`
@@ -779,6 +782,7 @@ func (c Config) Validate() error {
 		finite("training.sft_lr", t.SFTLR, 0, 10),
 		finite("training.sft_shortcut", t.SFTShortcut, 0, 1),
 		nonneg("training.sft_shortcut_steps", t.SFTShortcutSteps),
+		nonneg("training.sft_save_freq", t.SFTSaveFreq),
 		nonneg("training.nnodes", t.Nnodes),
 		nonneg("training.n_gpus_per_node", t.NGPUsPerNode),
 		finite("optimization.gamma", o.Gamma, 0, 1),

@@ -154,3 +154,71 @@ func TestAttentionDiagnosticsHaveNoEmptyRanges(t *testing.T) {
 		assert.Equal(t, want, n, "layers %s: per-range MDI metrics", layers)
 	}
 }
+
+// TestWarmStartResumesExactly: the warm start used to be lost on an interrupt. Now it is
+// checkpointed every training.sft_save_freq steps and on the interrupt, and the resumed run
+// equals an uninterrupted one (metrics, step-0 line included, and weights); the older
+// warm-start checkpoints are removed, and all of them once global_step_0 exists.
+func TestWarmStartResumesExactly(t *testing.T) {
+	extra := []string{"training.sft_steps=12", "training.sft_save_freq=4", "training.steps=2"}
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a, extra...))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testAfterWarmStep = func(s int) {
+		if s == 10 {
+			cancel()
+		}
+	}
+	defer func() { testAfterWarmStep = nil }()
+	var out, errb bytes.Buffer
+	_, err := Run(ctx, tinyConfig(t, b, extra...), &out, &errb)
+	require.ErrorIs(t, err, ErrInterrupted)
+	testAfterWarmStep = nil
+	warm, _ := filepath.Glob(filepath.Join(b, "checkpoints", "sft_step_*"))
+	require.Equal(t, []string{filepath.Join(b, "checkpoints", "sft_step_10")}, warm, "the interrupt's checkpoint, the periodic ones removed")
+	assert.Contains(t, errb.String(), "training.find_last_checkpoint=true")
+
+	_, err = Run(context.Background(), tinyConfig(t, b, extra...), &out, &errb)
+	require.ErrorContains(t, err, "warm-start checkpoint (step 10 of 12)", "resuming needs find_last_checkpoint, as an RL checkpoint does")
+
+	errb.Reset()
+	_, err = Run(context.Background(), tinyConfig(t, b, append(extra, "training.find_last_checkpoint=true")...), &out, &errb)
+	require.NoError(t, err, errb.String())
+	assert.Contains(t, errb.String(), "resuming the warm start from "+warm[0])
+	sameRun(t, a, b, 2)
+	warm, _ = filepath.Glob(filepath.Join(b, "checkpoints", "sft_step_*"))
+	assert.Empty(t, warm)
+}
+
+// TestKilledInFirstCheckpointRestarts: a run stopped between the step-0 metrics line and the
+// first checkpoint used to leave a run directory that refused the same command and lost the
+// warm start. The same command now resumes the warm start from its last checkpoint and ends as
+// an uninterrupted run.
+func TestKilledInFirstCheckpointRestarts(t *testing.T) {
+	extra := []string{"training.sft_steps=8", "training.sft_save_freq=3", "training.steps=2", "training.find_last_checkpoint=true"}
+	a, b := t.TempDir(), t.TempDir()
+	run(t, tinyConfig(t, a, extra...))
+	testBeforeCommit = func(name string) error {
+		if name == "global_step_0" {
+			return errors.New("stopped inside the first checkpoint (injected)")
+		}
+		return nil
+	}
+	defer func() { testBeforeCommit = nil }()
+	_, err := Run(context.Background(), tinyConfig(t, b, extra...), &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "injected")
+	testBeforeCommit = nil
+	lines, err := ReadMetrics(filepath.Join(b, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 1, "the step-0 line was written")
+	warm, _ := filepath.Glob(filepath.Join(b, "checkpoints", "sft_step_*"))
+	require.Equal(t, []string{filepath.Join(b, "checkpoints", "sft_step_6")}, warm)
+
+	var errb bytes.Buffer
+	_, err = Run(context.Background(), tinyConfig(t, b, extra...), &bytes.Buffer{}, &errb)
+	require.NoError(t, err, errb.String())
+	assert.Contains(t, errb.String(), "resuming the warm start from "+warm[0])
+	sameRun(t, a, b, 2)
+}

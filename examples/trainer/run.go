@@ -28,8 +28,9 @@ const (
 // stopped between steps with a checkpoint of the last one.
 var ErrInterrupted = errors.New("interrupted")
 
-// testAfterStep, when set (tests), runs after every RL step's outputs are written.
-var testAfterStep func(step int)
+// testAfterStep and testAfterWarmStep, when set (tests), run after every RL step's outputs are
+// written and after every warm-start step.
+var testAfterStep, testAfterWarmStep func(step int)
 
 // Run trains with cfg and writes every output into the run directory. stdout gets the summary
 // table, stderr the progress and warnings. When ctx is cancelled the run finishes the current
@@ -159,6 +160,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	}
 	metricsPath := filepath.Join(dir, "metrics.jsonl")
 	resumed := false
+	warmDir, warmStep := "", 0 // a warm-start checkpoint to resume
 	switch {
 	case ckDir != "":
 		if !c.FindLastCheckpoint {
@@ -175,14 +177,25 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	case c.FindLastCheckpoint && c.ValOnly && c.LoadCheckpointPath == "":
 		return nil, fmt.Errorf("training.val_only with find_last_checkpoint: %s holds no complete checkpoint", ck.Root)
 	default:
-		if st, err := os.Stat(metricsPath); err == nil && st.Size() > 0 {
-			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl but no complete checkpoint (a run stopped before its first one): choose another run_dir, or remove that directory", dir)
+		// A run stopped before its first checkpoint (inside the warm start, or while writing
+		// that checkpoint) has at most the step-0 line: it starts again, from its warm-start
+		// checkpoint when there is one.
+		if stepped, err := metricsPastStep0(metricsPath); err != nil || stepped {
+			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl with RL steps but no complete checkpoint: choose another run_dir, or remove that directory", dir)
+		}
+		if c.LoadCheckpointPath == "" && t.hasReferences && c.SFTSteps > 0 {
+			if warmDir, warmStep, err = ck.newest(warmPrefix); err != nil {
+				return nil, err
+			}
+		}
+		if warmDir != "" && !c.FindLastCheckpoint {
+			return nil, fmt.Errorf("training.run_dir %s holds a warm-start checkpoint (step %d of %d): set training.find_last_checkpoint=true to resume it, or choose another run_dir", dir, warmStep, c.SFTSteps)
 		}
 	}
 	if comm != nil {
 		// Every rank must have made the same choice: with several processes the run directory
 		// has to be on a filesystem they share. This is also the barrier before rank 0 writes.
-		seen, err := collective.AllGatherBytes(rctx, comm, []byte(fmt.Sprint(resumed, ckStep)))
+		seen, err := collective.AllGatherBytes(rctx, comm, []byte(fmt.Sprint(resumed, ckStep, warmStep)))
 		if err != nil {
 			return nil, err
 		}
@@ -286,12 +299,28 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	} else {
 		// Warm start, with validation before and after it (the step-0 line), then a checkpoint.
 		line := Metrics{}
-		if c.ValBeforeTrain {
-			v, err := t.Validate()
-			if err != nil {
+		warm := &warmRun{ck: ck, every: c.SFTSaveFreq, valBefore: math.NaN()}
+		if warmDir != "" {
+			if err := checkResumable(cfg, warmDir); err != nil {
 				return nil, err
 			}
-			line["sft/val_accuracy_before"] = v.Accuracy
+			if warm.from, err = t.loadWarm(warmDir); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(stderr, "resuming the warm start from %s (step %d of %d)\n", warmDir, warmStep, c.SFTSteps)
+		}
+		if c.ValBeforeTrain {
+			switch {
+			case warm.from == nil:
+				v, err := t.Validate()
+				if err != nil {
+					return nil, err
+				}
+				warm.valBefore = v.Accuracy
+			case warm.from.st.ValBefore != nil:
+				warm.valBefore = *warm.from.st.ValBefore
+			}
+			line["sft/val_accuracy_before"] = warm.valBefore
 		}
 		switch {
 		case c.LoadCheckpointPath != "":
@@ -299,17 +328,24 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		case !t.hasReferences:
 			fmt.Fprintln(stderr, "no warm start: the training data has no reference responses (the optional response field); RL starts from the random policy")
 		case c.SFTSteps > 0:
-			t0 := time.Now()
-			loss, err := t.WarmStart(ctx, NewProgress(stderr, "warm start", c.SFTSteps, c.Progress))
+			lastWarm := warmDir
+			warm.saved = func(d string, _ int) { lastWarm = d }
+			warm.started = time.Now()
+			loss, err := t.warmStart(ctx, NewProgress(stderr, "warm start", c.SFTSteps, c.Progress), warm)
 			if errors.Is(err, ErrInterrupted) {
-				fmt.Fprintf(stderr, "interrupted during the warm start, which is not checkpointed part-way: nothing to resume; run again (or remove %s)\n", dir)
+				if lastWarm == "" {
+					fmt.Fprintf(stderr, "interrupted before the warm start's first step: nothing to resume; run again (or remove %s)\n", dir)
+				} else {
+					fmt.Fprintf(stderr, "interrupted during the warm start; checkpoint %s\nresume with:\n  go run ./examples/trainer -config %s training.find_last_checkpoint=true\n",
+						lastWarm, shellQuote(filepath.Join(dir, "config.yaml")))
+				}
 				return nil, err
 			}
 			if err != nil {
 				return nil, fmt.Errorf("warm start: %w", err)
 			}
 			line["sft/loss"] = loss
-			line["timing_s/sft"] = time.Since(t0).Seconds()
+			line["timing_s/sft"] = warm.seconds()
 		}
 		if err := t.FreezeReference(); err != nil {
 			return nil, err
@@ -330,6 +366,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			return nil, err
 		}
 		lastSaved = 0
+		if lead { // the warm start is in global_step_0 now
+			if err := ck.removeWarm(-1); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
@@ -433,6 +474,24 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		return &sum, ErrInterrupted
 	}
 	return &sum, nil
+}
+
+// metricsPastStep0 reports whether the metrics file at path has a line of an RL step (an
+// unreadable file counts as one; a missing file has none).
+func metricsPastStep0(path string) (bool, error) {
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		return false, nil
+	}
+	lines, err := ReadMetrics(path)
+	if err != nil {
+		return true, err
+	}
+	for _, l := range lines {
+		if l.Step > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // firstMissing is the outermost directory of path's chain that does not exist yet ("" when
