@@ -121,20 +121,37 @@ type Checkpoints struct {
 	beforeCommit func() error
 }
 
+// testBeforeCommit, when set (tests), runs where beforeCommit does, for every Checkpoints.
+var testBeforeCommit func(name string) error
+
 func stepDirName(step int) string { return fmt.Sprintf("global_step_%d", step) }
 
-// Save writes one checkpoint: files maps file names to contents.
+// Save writes the checkpoint of RL step step (files maps file names to contents), then the
+// tracker.
 func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err error) {
-	if err := os.MkdirAll(c.Root, dirMode); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	if dir, err = c.saveDir(stepDirName(step), files); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
-	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+stepDirName(step)+"-")
+	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
+	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
+		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
+	}
+	return dir, nil
+}
+
+// saveDir writes the directory Root/name atomically: files into a temporary directory, fsync,
+// rename into place (an existing one of that name is moved aside first and removed after).
+func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string, err error) {
+	if err := os.MkdirAll(c.Root, dirMode); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(c.Root, ".tmp-"+name+"-")
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", err
 	}
 	if err := os.Chmod(tmp, dirMode); err != nil { // MkdirTemp makes it 0700
 		os.RemoveAll(tmp)
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", err
 	}
 	defer func() {
 		if err != nil {
@@ -148,37 +165,39 @@ func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err e
 	sort.Strings(names)
 	for _, n := range names {
 		if err := writeSync(filepath.Join(tmp, n), files[n]); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 	}
 	if err := syncDir(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		return "", err
 	}
 	if c.beforeCommit != nil {
 		if err := c.beforeCommit(); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 	}
-	dir = filepath.Join(c.Root, stepDirName(step))
+	if testBeforeCommit != nil {
+		if err := testBeforeCommit(name); err != nil {
+			return "", err
+		}
+	}
+	dir = filepath.Join(c.Root, name)
 	if _, err := os.Stat(dir); err == nil {
-		// Replacing a checkpoint of the same step (a resumed run re-saving it): move the old one
-		// aside first, remove it only after the new one is in place.
+		// Replacing a checkpoint of the same name (a resumed run re-saving it): move the old one
+		// aside first, remove it only after the new one is in place (a kill in between leaves
+		// the .old one, which cleanStale puts back).
 		old := dir + ".old"
 		os.RemoveAll(old)
 		if err := os.Rename(dir, old); err != nil {
-			return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+			return "", err
 		}
 		defer os.RemoveAll(old)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return "", fmt.Errorf("checkpoint step %d: %w", step, err)
+		return "", err
 	}
 	if err := syncDir(c.Root); err != nil {
-		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
-	}
-	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
-	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
-		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
+		return dir, err
 	}
 	return dir, nil
 }
@@ -197,31 +216,43 @@ func (c *Checkpoints) Last() (string, int, error) {
 			}
 		}
 	}
+	return c.newest("global_step_")
+}
+
+// newest returns the directory and number of the highest complete Root/<prefix>N, or "".
+func (c *Checkpoints) newest(prefix string) (string, int, error) {
+	steps, err := c.list(prefix)
+	if err != nil || len(steps) == 0 {
+		return "", 0, err
+	}
+	return filepath.Join(c.Root, prefix+strconv.Itoa(steps[0])), steps[0], nil
+}
+
+// list returns the numbers N of the complete directories Root/<prefix>N, highest first.
+func (c *Checkpoints) list(prefix string) ([]int, error) {
 	entries, err := os.ReadDir(c.Root)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	best, bestDir := -1, ""
+	var steps []int
 	for _, e := range entries {
-		s, ok := strings.CutPrefix(e.Name(), "global_step_")
+		s, ok := strings.CutPrefix(e.Name(), prefix)
 		if !ok || !e.IsDir() {
 			continue
 		}
 		n, err := strconv.Atoi(s)
-		if err != nil || n <= best {
+		if err != nil || n < 0 || strconv.Itoa(n) != s {
 			continue
 		}
-		if dir := filepath.Join(c.Root, e.Name()); complete(dir) {
-			best, bestDir = n, dir
+		if complete(filepath.Join(c.Root, e.Name())) {
+			steps = append(steps, n)
 		}
 	}
-	if best < 0 {
-		return "", 0, nil
-	}
-	return bestDir, best, nil
+	sort.Sort(sort.Reverse(sort.IntSlice(steps)))
+	return steps, nil
 }
 
 func complete(dir string) bool {
@@ -256,3 +287,36 @@ func writeSync(path string, data []byte) error {
 }
 
 func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
+
+// resolveCheckpoint turns training.load_checkpoint_path into a checkpoint directory. path may
+// be one (it holds model.safetensors), or a directory holding global_step_N checkpoints
+// directly or under checkpoints/ (a run or experiment directory, the seeds' resume form): with
+// findLast its newest complete checkpoint, else an error naming it. runDir is the run
+// directory the checkpoints belong to ("" for a checkpoint named directly).
+func resolveCheckpoint(path string, findLast bool) (ckDir, runDir string, err error) {
+	if st, err := os.Stat(filepath.Join(path, ckptModel)); err == nil && st.Mode().IsRegular() {
+		return path, "", nil
+	}
+	if st, err := os.Stat(path); err != nil {
+		return "", "", fmt.Errorf("training.load_checkpoint_path: %w", err)
+	} else if !st.IsDir() {
+		return "", "", fmt.Errorf("training.load_checkpoint_path %s: not a directory (want a checkpoint directory global_step_N, or a run directory to take the newest one from)", path)
+	}
+	for _, c := range []struct{ root, run string }{
+		{filepath.Join(path, "checkpoints"), path},
+		{path, filepath.Dir(path)},
+	} {
+		dir, step, err := (&Checkpoints{Root: c.root}).Last()
+		if err != nil || dir == "" {
+			continue
+		}
+		if !findLast {
+			return "", "", fmt.Errorf("training.load_checkpoint_path %s holds checkpoints, the newest %s (step %d): name one, or set training.find_last_checkpoint=true to take the newest", path, dir, step)
+		}
+		if filepath.Base(c.root) != "checkpoints" {
+			c.run = "" // not a run's layout: the weights only
+		}
+		return dir, c.run, nil
+	}
+	return "", "", fmt.Errorf("training.load_checkpoint_path %s: no %s, and no complete global_step_N checkpoint in it or in its checkpoints/ (want a checkpoint directory, or a run directory holding them)", path, ckptModel)
+}

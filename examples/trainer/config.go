@@ -46,6 +46,8 @@ type DatasetConfig struct {
 	PromptKey             string `yaml:"prompt_key" json:"prompt_key"`
 	AnswerKey             string `yaml:"answer_key" json:"answer_key"`
 	ImageKey              string `yaml:"image_key" json:"image_key"`
+	VideoKey              string `yaml:"video_key" json:"video_key"`
+	IgnoreVideos          bool   `yaml:"ignore_videos" json:"ignore_videos"`
 	ImageDir              string `yaml:"image_dir" json:"image_dir"`
 	MaxPromptLength       int    `yaml:"max_prompt_length" json:"max_prompt_length"`
 	MaxResponseLength     int    `yaml:"max_response_length" json:"max_response_length"`
@@ -79,13 +81,17 @@ type TrainingConfig struct {
 	SFTBlind bool `yaml:"sft_blind" json:"sft_blind"`
 	// SFTShortcut is the fraction of warm-start references that answer option A whatever the
 	// image shows (vqa.BlindResponse with letter A): a position bias such as multiple-choice data
-	// with A over-represented. The other references are true, so the warm start both grounds the
+	// with A over-represented. Generated task only: with dataset.train_files the default is
+	// dropped and a nonzero value is an error. The other references are true, so the warm start both grounds the
 	// policy and teaches it the shortcut; RL, rewarded on the true letter, has to unlearn it.
 	SFTShortcut float64 `yaml:"sft_shortcut" json:"sft_shortcut"`
 	// SFTShortcutSteps limits the shortcut to the last SFTShortcutSteps warm-start steps (0: all
 	// of them): true references first ground the policy, then biased ones teach the shortcut on
 	// top of a perception that is still there for RL to use.
-	SFTShortcutSteps   int        `yaml:"sft_shortcut_steps" json:"sft_shortcut_steps"`
+	SFTShortcutSteps int `yaml:"sft_shortcut_steps" json:"sft_shortcut_steps"`
+	// SFTSaveFreq checkpoints the warm start every SFTSaveFreq steps (and on an interrupt), so
+	// that it resumes where it stopped; 0: only on an interrupt.
+	SFTSaveFreq        int        `yaml:"sft_save_freq" json:"sft_save_freq"`
 	ProjectName        string     `yaml:"project_name" json:"project_name"`
 	ExperimentName     string     `yaml:"experiment_name" json:"experiment_name"`
 	Logger             StringList `yaml:"logger" json:"logger"`
@@ -290,7 +296,6 @@ var aliases = map[string]string{
 // ignored are keys of the seeds that only make sense for PyTorch / vLLM / Ray (a prefix ending in
 // "." covers a whole section), with the reason printed in their one warning.
 var ignored = map[string]string{
-	"dataset.video_key":                                "this example's model reads images only",
 	"dataset.video_fps":                                "this example's model reads images only",
 	"worker.actor.optim.strategy":                      "AdamW in float32",
 	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
@@ -389,6 +394,12 @@ func (c *Config) resolve() error {
 		}
 	case se > 0 && ss == 0 && c.Training.TotalEpochs > 0:
 		c.Training.Steps = 0 // derived from the data size (Trainer.steps)
+	}
+	// The planted answer-A bias is part of the generated task: a user's own references are
+	// never rewritten. The default's fraction is dropped with dataset.train_files; one given
+	// explicitly is an error (Validate).
+	if c.Dataset.TrainFiles != "" && c.set["training.sft_shortcut"] == 0 {
+		c.Training.SFTShortcut = 0
 	}
 	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
 	// pixel bounds (Qwen2-VL's processor settings) can only check.
@@ -772,6 +783,7 @@ func (c Config) Validate() error {
 		finite("training.sft_lr", t.SFTLR, 0, 10),
 		finite("training.sft_shortcut", t.SFTShortcut, 0, 1),
 		nonneg("training.sft_shortcut_steps", t.SFTShortcutSteps),
+		nonneg("training.sft_save_freq", t.SFTSaveFreq),
 		nonneg("training.nnodes", t.Nnodes),
 		nonneg("training.n_gpus_per_node", t.NGPUsPerNode),
 		finite("optimization.gamma", o.Gamma, 0, 1),
@@ -833,6 +845,9 @@ func (c Config) Validate() error {
 	if d.Options < 2 || d.Options > 10 {
 		return keyErr("dataset.options", "is %d, want 2..10 (letters A..J)", d.Options)
 	}
+	if d.TrainFiles != "" && t.SFTShortcut > 0 {
+		return keyErr("training.sft_shortcut", "is %v with dataset.train_files set: it would rewrite that fraction of your warm-start references to answer A; the planted bias is for the generated task only: set training.sft_shortcut=0", t.SFTShortcut)
+	}
 	if d.TrainFiles == "" && d.TrainSize == 0 {
 		return keyErr("dataset.train_size", "is 0 and dataset.train_files is empty: no training data")
 	}
@@ -883,6 +898,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.Controller(); err != nil {
 		return err
+	}
+	if !o.DisableDivergence && o.DivergencePenalty == divergence.Full {
+		// Full is the exact KL summed over the vocabulary: it needs the policy's and the
+		// reference's whole log-distributions [B, T, V], and the step keeps only the sampled
+		// tokens' log-probs [B, T].
+		return keyErr("optimization.divergence_penalty", "full (the exact KL over the vocabulary) needs [B, T, V] log-distributions, and this trainer keeps the sampled tokens' log-probs [B, T]: use kl, abs, mse or low_var_kl (or optimization.disable_divergence=true)")
 	}
 	switch o.FilterKey {
 	case "overall", "accuracy", "format":

@@ -155,13 +155,14 @@ func TestSeedConfigLoads(t *testing.T) {
 	assert.Equal(t, 0.3, a.ClipRatioHigh)
 	assert.Equal(t, -1, r.TopK)
 	ws := strings.Join(c.Warnings(), "\n")
-	for _, k := range []string{"dataset.video_key", "worker.hybrid_engine", "worker.actor.model.model_path",
+	assert.Equal(t, "videos", d.VideoKey, "a real key: a row's videos are an error, not dropped")
+	for _, k := range []string{"worker.hybrid_engine", "worker.actor.model.model_path",
 		"worker.actor.model.enable_gradient_checkpointing", "worker.actor.model.trust_remote_code",
 		"worker.actor.fsdp", "worker.actor.padding_free", "worker.actor.dynamic_batching", "worker.rollout.name",
 		"worker.rollout.gpu_memory_utilization", "worker.reward.reward_fn_path"} {
 		assert.Equal(t, 1, strings.Count(ws, "config: "+k+" "), "one warning for %s in:\n%s", k, ws)
 	}
-	assert.Len(t, c.Warnings(), 11, ws)
+	assert.Len(t, c.Warnings(), 10, ws)
 	ctl, err := c.Controller()
 	require.NoError(t, err)
 	assert.Equal(t, 0.01, ctl.Coef())

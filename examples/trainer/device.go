@@ -21,7 +21,7 @@ type actorDevice interface {
 	// attach puts another model (the frozen reference) on the device.
 	attach(m *vlm.Model) error
 	// accumulate adds m's gradient (one micro-batch's) to the running sum, in micro-batch order
-	// as reduceGrads adds them on the host, and zeroes it; finish sets m's gradient to
+	// as loop.HostGradients adds them on the host, and zeroes it; finish sets m's gradient to
 	// scale × the sum and clears the sum.
 	accumulate(m *vlm.Model) error
 	finish(m *vlm.Model, scale float32) error

@@ -22,16 +22,26 @@ import (
 // scale: overall = (a·accuracy + f·format + w·(2·balance − 1)) / (a + f + w), the seeds' 4:1:1
 // sum divided by a constant.
 
-// layerRanges are the diagnostics' early / middle / late thirds of the blocks.
-var layerRanges = []string{"early", "middle", "late"}
+// layerRanges names the diagnostics' groups of blocks for a model of the given depth: the
+// early / middle / late thirds, with fewer groups than three when there are fewer blocks, so
+// that every group has a block (block l is in group l·groups/layers, vlm.ResponseAttention).
+func layerRanges(layers int) []string {
+	switch {
+	case layers <= 1:
+		return []string{"all"}
+	case layers == 2:
+		return []string{"early", "late"}
+	}
+	return []string{"early", "middle", "late"}
+}
 
 // mdiStats is one response's attention split.
 type mdiStats struct {
 	MDI, Balance float64
 	// Per-token attention (mass / keys) on text and on vision, overall and per layer range
-	// (NaN for a range without layers).
+	// (layerRanges).
 	Text, Vision           float64
-	RangeText, RangeVision [3]float64
+	RangeText, RangeVision []float64
 }
 
 // attentionStats computes the MDI of one response from its attention sums
@@ -39,23 +49,24 @@ type mdiStats struct {
 // run where the record is: on the device the attention maps stay there and only a row's eight
 // float64 sums come down.
 func (t *Trainer) attentionStats(a vlm.AttentionSums, layers, n int) mdiStats {
-	s := mdiStats{MDI: math.NaN(), Balance: 0}
+	groups := len(a.GroupText)
+	s := mdiStats{MDI: math.NaN(), Balance: 0, RangeText: make([]float64, groups), RangeVision: make([]float64, groups)}
 	if n == 0 {
 		s.Text, s.Vision = math.NaN(), math.NaN()
-		for g := range 3 {
+		for g := range groups {
 			s.RangeText[g], s.RangeVision[g] = math.NaN(), math.NaN()
 		}
 		return s
 	}
 	s.Text, s.Vision = a.Text/float64(layers*n), a.Vision/float64(layers*n)
-	for g := range 3 {
+	for g := range groups {
 		rn := 0 // the range's blocks times the response's tokens
 		for l := range layers {
-			if l*3/layers == g {
+			if l*groups/layers == g {
 				rn += n
 			}
 		}
-		s.RangeText[g], s.RangeVision[g] = a.GroupText[g]/float64(rn), a.GroupVision[g]/float64(rn) // NaN when empty
+		s.RangeText[g], s.RangeVision[g] = a.GroupText[g]/float64(rn), a.GroupVision[g]/float64(rn)
 	}
 	s.MDI = s.Text / s.Vision
 	s.Balance = mdiBalance(s.MDI, t.cfg.Worker.Reward.MDIBalanceRatio)
@@ -77,16 +88,17 @@ func (t *Trainer) withMDI(s vqa.Reward, balance float64) vqa.Reward {
 	return s
 }
 
-func putMDIMetrics(met Metrics, rows []mdiStats) {
+func putMDIMetrics(met Metrics, rows []mdiStats, layers int) {
 	var bal, logm, text, vis []float64
-	var rt, rv [3][]float64
+	names := layerRanges(layers)
+	rt, rv := make([][]float64, len(names)), make([][]float64, len(names))
 	for _, s := range rows {
 		bal = append(bal, s.Balance)
 		if s.MDI > 0 && !math.IsInf(s.MDI, 0) {
 			logm = append(logm, math.Log(s.MDI))
 		}
 		text, vis = append(text, s.Text), append(vis, s.Vision)
-		for g := range 3 {
+		for g := range names {
 			rt[g], rv[g] = append(rt[g], s.RangeText[g]), append(rv[g], s.RangeVision[g])
 		}
 	}
@@ -94,7 +106,7 @@ func putMDIMetrics(met Metrics, rows []mdiStats) {
 	met["mdi/mdi_geomean"] = math.Exp(mean(logm)) // MDI is a ratio: its geometric mean
 	met["mdi/text_attention_per_token"] = mean(text)
 	met["mdi/vision_attention_per_token"] = mean(vis)
-	for g, name := range layerRanges {
+	for g, name := range names {
 		met["mdi/"+name+"_mdi"] = mean(rt[g]) / mean(rv[g])
 	}
 	var r []float64
@@ -107,12 +119,12 @@ func putMDIMetrics(met Metrics, rows []mdiStats) {
 // writeAttentionDiagnostics appends the step's attention diagnostics to
 // attention_diagnostics.md beside rollouts.md: per layer range, the per-token attention on text
 // and on vision and their MDI, then the first count responses.
-func writeAttentionDiagnostics(runDir string, step, count int, rows []mdiStats, met Metrics) error {
+func writeAttentionDiagnostics(runDir string, step, count, layers int, rows []mdiStats, met Metrics) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## step %d\n\nbalance mean %.3f, MDI (geometric mean) %.3f, MDI reward mean %.3f\n\n",
 		step, met["mdi/balance_mean"], met["mdi/mdi_geomean"], met["mdi/reward_mean"])
 	b.WriteString("| layers | text attention / token | vision attention / token | MDI |\n|---|---|---|---|\n")
-	for g, name := range layerRanges {
+	for g, name := range layerRanges(layers) {
 		var tx, vs []float64
 		for _, s := range rows {
 			tx, vs = append(tx, s.RangeText[g]), append(vs, s.RangeVision[g])

@@ -35,7 +35,7 @@ func runLines(t *testing.T, cfg Config) []MetricsLine {
 }
 
 // dpTolerance is the difference allowed between runs on different numbers of ranks:
-// |x - y| <= dpTolerance * max(|x|, |y|). The weights are bit-identical (reduceGrads adds the
+// |x - y| <= dpTolerance * max(|x|, |y|). The weights are bit-identical (collective.OrderedSum adds the
 // micro-batch gradients in one device's order), so every float32 quantity is too; what may
 // differ is the last bit of a float64 metric averaged in another order (seen: 1.8e-16).
 const dpTolerance = 1e-12

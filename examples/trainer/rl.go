@@ -107,7 +107,7 @@ func (t *Trainer) mdiReward(in loop.RewardInputs[example]) ([]float64, error) {
 		return nil, err
 	}
 	t.mdi.rows = rows
-	putMDIMetrics(in.Metrics, rows)
+	putMDIMetrics(in.Metrics, rows, t.model.Config.Layers)
 	out := make([]float64, len(rows))
 	for i, s := range rows {
 		out[i] = 2*s.Balance - 1
@@ -135,7 +135,7 @@ func (t *Trainer) attentionStatsOf(b *loop.Batch[example]) ([]mdiStats, error) {
 		for r := range n {
 			n[r] = len(lay.resp[s+r])
 		}
-		sums, err := act.ResponseAttention(lay.plen[s:e], n, len(layerRanges))
+		sums, err := act.ResponseAttention(lay.plen[s:e], n, len(layerRanges(act.Layers())))
 		layers := act.Layers()
 		ml.release()
 		act.Release()

@@ -29,8 +29,9 @@ const (
 // stopped between steps with a checkpoint of the last one.
 var ErrInterrupted = errors.New("interrupted")
 
-// testAfterStep, when set (tests), runs after every RL step's outputs are written.
-var testAfterStep func(step int)
+// testAfterStep and testAfterWarmStep, when set (tests), run after every RL step's outputs are
+// written and after every warm-start step.
+var testAfterStep, testAfterWarmStep func(step int)
 
 // Run trains with cfg and writes every output into the run directory. stdout gets the summary
 // table, stderr the progress and warnings. When ctx is cancelled the run finishes the current
@@ -83,11 +84,23 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 
 // runRank is one rank of Run (comm nil: the only one). ctx is the run's (an interrupt), rctx the
 // rank's (cancelled when another rank fails).
-func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (*Summary, error) {
+func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (_ *Summary, err error) {
 	wall := time.Now()
 	c := cfg.Training
 	lead := comm == nil || comm.Rank() == 0
 	dir := c.RunDir
+	// load_checkpoint_path may name a run (experiment) directory: with find_last_checkpoint
+	// and no run_dir of its own, the run resumes there.
+	var loadDir string
+	if c.LoadCheckpointPath != "" {
+		var runOf string
+		if loadDir, runOf, err = resolveCheckpoint(c.LoadCheckpointPath, c.FindLastCheckpoint); err != nil {
+			return nil, err
+		}
+		if runOf != "" && dir == "" {
+			dir = runOf
+		}
+	}
 	switch {
 	case dir == "" && c.ExperimentName != "":
 		// A stable place, as EasyR1's checkpoints/<project>/<experiment>: find_last_checkpoint
@@ -102,6 +115,16 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			return nil, err
 		}
 		dir = string(names[0])
+	}
+	if lead {
+		// A start that fails before writing anything leaves no empty directories behind.
+		if created := firstMissing(dir); created != "" {
+			defer func() {
+				if err != nil {
+					removeEmptyUpTo(dir, created)
+				}
+			}()
+		}
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, err
@@ -138,6 +161,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	}
 	metricsPath := filepath.Join(dir, "metrics.jsonl")
 	resumed := false
+	warmDir, warmStep := "", 0 // a warm-start checkpoint to resume
 	switch {
 	case ckDir != "":
 		if !c.FindLastCheckpoint {
@@ -154,14 +178,25 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	case c.FindLastCheckpoint && c.ValOnly && c.LoadCheckpointPath == "":
 		return nil, fmt.Errorf("training.val_only with find_last_checkpoint: %s holds no complete checkpoint", ck.Root)
 	default:
-		if st, err := os.Stat(metricsPath); err == nil && st.Size() > 0 {
-			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl but no complete checkpoint (a run stopped before its first one): choose another run_dir, or remove that directory", dir)
+		// A run stopped before its first checkpoint (inside the warm start, or while writing
+		// that checkpoint) has at most the step-0 line: it starts again, from its warm-start
+		// checkpoint when there is one.
+		if stepped, err := metricsPastStep0(metricsPath); err != nil || stepped {
+			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl with RL steps but no complete checkpoint: choose another run_dir, or remove that directory", dir)
+		}
+		if c.LoadCheckpointPath == "" && t.hasReferences && c.SFTSteps > 0 {
+			if warmDir, warmStep, err = ck.newest(warmPrefix); err != nil {
+				return nil, err
+			}
+		}
+		if warmDir != "" && !c.FindLastCheckpoint {
+			return nil, fmt.Errorf("training.run_dir %s holds a warm-start checkpoint (step %d of %d): set training.find_last_checkpoint=true to resume it, or choose another run_dir", dir, warmStep, c.SFTSteps)
 		}
 	}
 	if comm != nil {
 		// Every rank must have made the same choice: with several processes the run directory
 		// has to be on a filesystem they share. This is also the barrier before rank 0 writes.
-		seen, err := collective.AllGatherBytes(rctx, comm, []byte(fmt.Sprint(resumed, ckStep)))
+		seen, err := collective.AllGatherBytes(rctx, comm, []byte(fmt.Sprint(resumed, ckStep, warmStep)))
 		if err != nil {
 			return nil, err
 		}
@@ -171,11 +206,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			}
 		}
 	}
-	if c.LoadCheckpointPath != "" && !resumed {
-		if err := t.LoadWeights(c.LoadCheckpointPath); err != nil {
+	if loadDir != "" && !resumed {
+		if err := t.LoadWeights(loadDir); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", c.LoadCheckpointPath)
+		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", loadDir)
 	}
 	if c.ValOnly {
 		return nil, t.validateOnly(dir, stdout)
@@ -241,6 +276,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	if t.droppedLong > 0 {
 		fmt.Fprintf(stderr, "dropped %d training prompts longer than dataset.max_prompt_length %d (filter_overlong_prompts)\n", t.droppedLong, cfg.Dataset.MaxPromptLength)
 	}
+	if t.ignoredVideos > 0 {
+		fmt.Fprintf(stderr, "warning: dataset.ignore_videos: %d videos listed by the data's rows (column %s) are not read: the model sees one image per prompt\n", t.ignoredVideos, cfg.Dataset.VideoKey)
+	}
 	if t.valOOV > 0 {
 		uniq := map[string]bool{}
 		var ex []string
@@ -262,12 +300,28 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	} else {
 		// Warm start, with validation before and after it (the step-0 line), then a checkpoint.
 		line := Metrics{}
-		if c.ValBeforeTrain {
-			v, err := t.Validate()
-			if err != nil {
+		warm := &warmRun{ck: ck, every: c.SFTSaveFreq, valBefore: math.NaN()}
+		if warmDir != "" {
+			if err := checkResumable(cfg, warmDir); err != nil {
 				return nil, err
 			}
-			line["sft/val_accuracy_before"] = v.Accuracy
+			if warm.from, err = t.loadWarm(warmDir); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(stderr, "resuming the warm start from %s (step %d of %d)\n", warmDir, warmStep, c.SFTSteps)
+		}
+		if c.ValBeforeTrain {
+			switch {
+			case warm.from == nil:
+				v, err := t.Validate()
+				if err != nil {
+					return nil, err
+				}
+				warm.valBefore = v.Accuracy
+			case warm.from.st.ValBefore != nil:
+				warm.valBefore = *warm.from.st.ValBefore
+			}
+			line["sft/val_accuracy_before"] = warm.valBefore
 		}
 		switch {
 		case c.LoadCheckpointPath != "":
@@ -275,17 +329,24 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		case !t.hasReferences:
 			fmt.Fprintln(stderr, "no warm start: the training data has no reference responses (the optional response field); RL starts from the random policy")
 		case c.SFTSteps > 0:
-			t0 := time.Now()
-			loss, err := t.WarmStart(ctx, NewProgress(stderr, "warm start", c.SFTSteps, c.Progress))
+			lastWarm := warmDir
+			warm.saved = func(d string, _ int) { lastWarm = d }
+			warm.started = time.Now()
+			loss, err := t.warmStart(ctx, NewProgress(stderr, "warm start", c.SFTSteps, c.Progress), warm)
 			if errors.Is(err, ErrInterrupted) {
-				fmt.Fprintf(stderr, "interrupted during the warm start, which is not checkpointed part-way: nothing to resume; run again (or remove %s)\n", dir)
+				if lastWarm == "" {
+					fmt.Fprintf(stderr, "interrupted before the warm start's first step: nothing to resume; run again (or remove %s)\n", dir)
+				} else {
+					fmt.Fprintf(stderr, "interrupted during the warm start; checkpoint %s\nresume with:\n  go run ./examples/trainer -config %s training.find_last_checkpoint=true\n",
+						lastWarm, shellQuote(filepath.Join(dir, "config.yaml")))
+				}
 				return nil, err
 			}
 			if err != nil {
 				return nil, fmt.Errorf("warm start: %w", err)
 			}
 			line["sft/loss"] = loss
-			line["timing_s/sft"] = time.Since(t0).Seconds()
+			line["timing_s/sft"] = warm.seconds()
 		}
 		if err := t.FreezeReference(); err != nil {
 			return nil, err
@@ -306,6 +367,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			return nil, err
 		}
 		lastSaved = 0
+		if lead { // the warm start is in global_step_0 now
+			if err := ck.removeWarm(-1); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	bar := NewProgress(stderr, "RL", t.steps, c.Progress)
@@ -348,7 +414,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 				return nil, err
 			}
 			if res.MDI != nil {
-				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, res.MDI, m); err != nil {
+				if err := writeAttentionDiagnostics(dir, s, c.RolloutSamples, t.model.Config.Layers, res.MDI, m); err != nil {
 					return nil, err
 				}
 			}
@@ -409,6 +475,49 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		return &sum, ErrInterrupted
 	}
 	return &sum, nil
+}
+
+// metricsPastStep0 reports whether the metrics file at path has a line of an RL step (an
+// unreadable file counts as one; a missing file has none).
+func metricsPastStep0(path string) (bool, error) {
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		return false, nil
+	}
+	lines, err := ReadMetrics(path)
+	if err != nil {
+		return true, err
+	}
+	for _, l := range lines {
+		if l.Step > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// firstMissing is the outermost directory of path's chain that does not exist yet ("" when
+// path exists): what os.MkdirAll(path) creates.
+func firstMissing(path string) string {
+	missing := ""
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			return missing
+		}
+		missing = p
+		if filepath.Dir(p) == p {
+			return missing
+		}
+	}
+}
+
+// removeEmptyUpTo removes path and its parents up to top while they are empty.
+func removeEmptyUpTo(path, top string) {
+	top = filepath.Clean(top)
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if os.Remove(p) != nil || p == top || filepath.Dir(p) == p {
+			return
+		}
+	}
 }
 
 // stepLogger receives every metrics line.

@@ -68,6 +68,7 @@ type Trainer struct {
 	valOOV        int // validation prompt words outside the training vocabulary
 	valOOVWords   []string
 	droppedLong   int // training prompts dropped by filter_overlong_prompts
+	ignoredVideos int // videos listed by the data's rows and skipped (dataset.ignore_videos)
 
 	comm collective.Comm // data-parallel group; nil: one device
 	ctx  context.Context // the rank's context for collectives (cancelled when a rank fails)
@@ -144,7 +145,8 @@ func (t *Trainer) loadData() error {
 			return fmt.Errorf("config: dataset: %w", err)
 		}
 	}
-	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey, ImageDir: d.ImageDir}
+	opts := vqa.LoadOptions{PromptKey: d.PromptKey, AnswerKey: d.AnswerKey, ImageKey: d.ImageKey,
+		VideoKey: d.VideoKey, IgnoreVideos: d.IgnoreVideos, ImageDir: d.ImageDir}
 	load := func(files string, n int, firstID uint64, split string) ([]vqa.Sample, error) {
 		if files == "" {
 			return vqa.Generate(task, d.Seed, firstID, n), nil
@@ -161,6 +163,9 @@ func (t *Trainer) loadData() error {
 			}
 			if len(part) == 0 {
 				return nil, fmt.Errorf("dataset.%s_files: %s has no samples", split, path)
+			}
+			for _, s := range part {
+				t.ignoredVideos += s.IgnoredVideos
 			}
 			ss = append(ss, part...)
 		}
@@ -375,22 +380,46 @@ func (t *Trainer) backwardResponse(m *vlm.Model, b *batch, act *vlm.Activations,
 // same two tensor ops as the RL update (log-probs forward, their backward to the logits). It
 // returns the mean loss of the last steps.
 func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, error) {
+	return t.warmStart(ctx, progress, nil)
+}
+
+// newWarmOpt is the warm start's own AdamW (its moments are not the run's).
+func (t *Trainer) newWarmOpt() *loop.AdamW {
+	return loop.NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
+}
+
+// warmStart is WarmStart checkpointed by w (nil: not at all): from w.from when set, saving every
+// w.every steps and when interrupted.
+func (t *Trainer) warmStart(ctx context.Context, progress *Progress, w *warmRun) (float64, error) {
 	c := t.cfg.Training
-	opt := loop.NewAdamW(sizesOf(t.model), 0.9, 0.999, 1e-8, t.cfg.Worker.Actor.Optim.WeightDecay)
+	opt := t.newWarmOpt()
+	pcg := rand.NewPCG(c.Seed, 0x736674) // "sft"
+	var recent []float64
+	if w != nil && w.from != nil {
+		opt, pcg = w.from.opt, w.from.pcg
+		for _, b := range w.from.st.RecentLoss {
+			recent = append(recent, math.Float64frombits(b))
+		}
+	}
 	if t.dev != nil {
 		defer t.dev.forget(opt) // the warm start's moments are not the run's
 	}
 	grads, optim := t.trainingOf(t.model, opt)
-	r := rand.New(rand.NewPCG(c.Seed, 0x736674)) // "sft"
-	var recent []float64
+	r := rand.New(pcg)
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
-	for s := range c.SFTSteps {
+	saved := w.resumeStep()
+	for s := w.resumeStep(); s < c.SFTSteps; s++ {
 		stop, err := t.agree(ctx.Err() != nil)
 		if err != nil {
 			return 0, err
 		}
 		if stop {
 			progress.Done()
+			if w != nil && s > saved {
+				if err := t.saveWarm(w, s, opt, pcg, recent); err != nil {
+					return 0, fmt.Errorf("interrupted, and the warm-start checkpoint failed: %w", err)
+				}
+			}
 			return 0, ErrInterrupted
 		}
 		exs := make([]example, c.SFTBatchSize)
@@ -459,6 +488,15 @@ func (t *Trainer) WarmStart(ctx context.Context, progress *Progress) (float64, e
 			recent = recent[1:]
 		}
 		progress.Update(s+1, fmt.Sprintf("loss %.3f", loss))
+		if testAfterWarmStep != nil {
+			testAfterWarmStep(s + 1)
+		}
+		if w != nil && w.every > 0 && (s+1)%w.every == 0 && s+1 < c.SFTSteps {
+			if err := t.saveWarm(w, s+1, opt, pcg, recent); err != nil {
+				return 0, err
+			}
+			saved = s + 1
+		}
 	}
 	progress.Done()
 	return mean(recent), nil
@@ -642,11 +680,11 @@ func (t *Trainer) LoadWeights(dir string) error {
 	}
 	ws := make([][]float32, 0, len(t.model.Params()))
 	for _, p := range t.model.Params() {
-		nt, ok := ts[p.Name]
-		if !ok || len(nt.Data) != p.W.Len() {
-			return fmt.Errorf("training.load_checkpoint_path: %s: tensor %q missing or of another size (the model or the vocabulary differ)", path, p.Name)
+		w, err := tensorData(ts, path, p.Name, p.W.Len())
+		if err != nil {
+			return fmt.Errorf("training.load_checkpoint_path: %w (the model or the vocabulary may differ)", err)
 		}
-		ws = append(ws, nt.Data)
+		ws = append(ws, w)
 	}
 	for i, p := range t.model.Params() {
 		w, _ := p.W.Float32s()
@@ -676,19 +714,7 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			return "", err
 		}
 	}
-	var model, optim []NamedTensor
-	for i, p := range t.model.HostParams() {
-		w, _ := p.W.Float32s()
-		shape := []int(p.W.Shape())
-		model = append(model, NamedTensor{Name: p.Name, Shape: shape, Data: w})
-		optim = append(optim, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.opt.M[i]},
-			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.opt.V[i]})
-	}
-	mb, err := EncodeSafetensors(model, map[string]string{"format": "mtrl-example-vlm"})
-	if err != nil {
-		return "", err
-	}
-	ob, err := EncodeSafetensors(optim, map[string]string{"optimizer": "adamw"})
+	mb, ob, err := encodeModelAndMoments(t.model.HostParams(), t.opt)
 	if err != nil {
 		return "", err
 	}
@@ -732,62 +758,32 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 
 // Load restores a checkpoint directory written by Save.
 func (t *Trainer) Load(dir string) error {
-	read := func(name string) ([]byte, error) {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
-		}
-		return b, nil
+	names := []string{ckptState, ckptModel, ckptOptimizer}
+	if !t.cfg.Optimization.DisableDivergence {
+		names = append(names, ckptRef)
 	}
-	sb, err := read(ckptState)
+	if t.critic != nil {
+		names = append(names, ckptCritic)
+	}
+	files, err := readCheckpoint(dir, names...)
 	if err != nil {
 		return err
 	}
 	var st trainState
-	if err := json.Unmarshal(sb, &st); err != nil {
+	if err := json.Unmarshal(files[ckptState], &st); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", filepath.Join(dir, ckptState), err)
 	}
 	if st.ModelConfig != t.model.Config {
 		return fmt.Errorf("checkpoint %s: model config %+v differs from this run's %+v (worker.actor.model, dataset)", dir, st.ModelConfig, t.model.Config)
 	}
-	mb, err := read(ckptModel)
-	if err != nil {
-		return err
-	}
-	ob, err := read(ckptOptimizer)
-	if err != nil {
-		return err
-	}
-	model, err := DecodeSafetensors(mb, filepath.Join(dir, ckptModel))
-	if err != nil {
-		return err
-	}
-	optim, err := DecodeSafetensors(ob, filepath.Join(dir, ckptOptimizer))
-	if err != nil {
-		return err
-	}
-	get := func(m map[string]NamedTensor, file, name string, n int) ([]float32, error) {
-		nt, ok := m[name]
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: no tensor %q", filepath.Join(dir, file), name)
-		}
-		if len(nt.Data) != n {
-			return nil, fmt.Errorf("checkpoint %s: tensor %q has %d values, want %d", filepath.Join(dir, file), name, len(nt.Data), n)
-		}
-		return nt.Data, nil
-	}
 	var refW [][]float32
 	if !t.cfg.Optimization.DisableDivergence {
-		rb, err := read(ckptRef)
-		if err != nil {
-			return err
-		}
-		ref, err := DecodeSafetensors(rb, filepath.Join(dir, ckptRef))
+		ref, err := DecodeSafetensors(files[ckptRef], filepath.Join(dir, ckptRef))
 		if err != nil {
 			return err
 		}
 		for _, p := range t.model.Params() {
-			w, err := get(ref, ckptRef, p.Name, p.W.Len())
+			w, err := tensorData(ref, filepath.Join(dir, ckptRef), p.Name, p.W.Len())
 			if err != nil {
 				return err
 			}
@@ -796,18 +792,14 @@ func (t *Trainer) Load(dir string) error {
 	}
 	var criticW [][3][]float32 // weights, exp_avg, exp_avg_sq
 	if t.critic != nil {
-		cb, err := read(ckptCritic)
-		if err != nil {
-			return err
-		}
-		cr, err := DecodeSafetensors(cb, filepath.Join(dir, ckptCritic))
+		cr, err := DecodeSafetensors(files[ckptCritic], filepath.Join(dir, ckptCritic))
 		if err != nil {
 			return err
 		}
 		for _, p := range t.critic.model.Params() {
 			var e [3][]float32
 			for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
-				if e[j], err = get(cr, ckptCritic, prefix+p.Name, p.W.Len()); err != nil {
+				if e[j], err = tensorData(cr, filepath.Join(dir, ckptCritic), prefix+p.Name, p.W.Len()); err != nil {
 					return err
 				}
 			}
@@ -815,33 +807,17 @@ func (t *Trainer) Load(dir string) error {
 		}
 	}
 	// Validate everything before changing anything.
-	ws := make([][]float32, 0, len(t.model.Params()))
-	ms, vs := make([][]float32, 0, len(ws)), make([][]float32, 0, len(ws))
-	for _, p := range t.model.Params() {
-		w, err := get(model, ckptModel, p.Name, p.W.Len())
-		if err != nil {
-			return err
-		}
-		m, err := get(optim, ckptOptimizer, "exp_avg."+p.Name, p.W.Len())
-		if err != nil {
-			return err
-		}
-		v, err := get(optim, ckptOptimizer, "exp_avg_sq."+p.Name, p.W.Len())
-		if err != nil {
-			return err
-		}
-		ws, ms, vs = append(ws, w), append(ms, m), append(vs, v)
+	ws, ms, vs, err := decodeModelAndMoments(dir, files, t.model.Params())
+	if err != nil {
+		return err
 	}
-	rb, err := base64.StdEncoding.DecodeString(st.RNG)
+	rng, err := decodePCG(st.RNG)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: rng_state: %w", dir, err)
 	}
-	rng := &rand.PCG{}
-	if err := rng.UnmarshalBinary(rb); err != nil {
-		return fmt.Errorf("checkpoint %s: rng_state: %w", dir, err)
-	}
-	if st.Pos < 0 || st.Pos > len(t.train) || st.Epoch < 0 {
-		return fmt.Errorf("checkpoint %s: data position epoch %d index %d outside the %d training samples", dir, st.Epoch, st.Pos, len(t.train))
+	if st.Pos < 0 || st.Pos > len(t.train) || st.Epoch < 0 || st.Step < 0 || st.AdamT < 0 || st.Skipped < 0 || st.CriticAdamT < 0 {
+		return fmt.Errorf("checkpoint %s: %s out of range: step %d, data epoch %d index %d (of %d training samples), optimizer steps %d and %d, skipped %d",
+			dir, ckptState, st.Step, st.Epoch, st.Pos, len(t.train), st.AdamT, st.CriticAdamT, st.Skipped)
 	}
 	for i, p := range t.model.Params() {
 		w, _ := p.W.Float32s()

@@ -89,8 +89,8 @@ func TestEndToEnd(t *testing.T) {
 	assert.Contains(t, string(md), "## step 1")
 	ad, _ := os.ReadFile(filepath.Join(dir, "attention_diagnostics.md"))
 	assert.Contains(t, string(ad), "## step 2")
-	assert.Contains(t, string(ad), "| early |")
-	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/early_mdi"} {
+	assert.Contains(t, string(ad), "| all |")
+	for _, k := range []string{"mdi/balance_mean", "mdi/mdi_geomean", "mdi/reward_mean", "mdi/all_mdi"} {
 		v := lines[1].Metrics[k]
 		require.NotNil(t, v, k)
 	}
@@ -193,15 +193,18 @@ func TestResumeRefusesTrajectoryChange(t *testing.T) {
 	run(t, tinyConfig(t, dir, "training.find_last_checkpoint=true", "training.steps=2"))
 }
 
-// TestMetricsWithoutCheckpointRefused: a run dir holding metrics but no checkpoint is not reused.
+// TestMetricsWithoutCheckpointRefused: a run dir holding metrics of RL steps but no checkpoint
+// is not reused. (The step-0 line alone is what a kill inside the first checkpoint leaves: that
+// run starts again, TestKilledInFirstCheckpointRestarts.)
 func TestMetricsWithoutCheckpointRefused(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(`{"step":0,"sft/loss":1}`+"\n"), 0o644))
+	lines := `{"step":0,"sft/loss":1}` + "\n" + `{"step":1,"reward/overall":0.5}` + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(lines), 0o644))
 	_, err := Run(context.Background(), tinyConfig(t, dir), &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no complete checkpoint")
 	data, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
-	assert.Equal(t, `{"step":0,"sft/loss":1}`+"\n", string(data), "left as it was")
+	assert.Equal(t, lines, string(data), "left as it was")
 }
 
 // TestOrphanedMetricsKept: lines after the last checkpoint (a crash) move to

@@ -133,14 +133,39 @@ func WriteJSONL(dir, name string, samples []Sample) (string, error) {
 // paths are relative to.
 type LoadOptions struct {
 	PromptKey, AnswerKey, ImageKey string
+	// VideoKey is the column of a row's videos (empty: "videos"). The model reads one image per
+	// prompt, so a row that lists videos is an error unless IgnoreVideos is set; then the
+	// videos are skipped and counted in Sample.IgnoredVideos.
+	VideoKey     string
+	IgnoreVideos bool
 	// ImageDir is the directory image paths are relative to; empty: the data file's directory,
 	// then its images/ subdirectory.
 	ImageDir string
 }
 
-// DefaultLoadOptions are the seeds' column names: prompt, answer, images.
+// DefaultLoadOptions are the seeds' column names: prompt, answer, images, videos.
 func DefaultLoadOptions() LoadOptions {
-	return LoadOptions{PromptKey: "prompt", AnswerKey: "answer", ImageKey: "images"}
+	return LoadOptions{PromptKey: "prompt", AnswerKey: "answer", ImageKey: "images", VideoKey: "videos"}
+}
+
+func (o LoadOptions) videoKey() string {
+	if o.VideoKey == "" {
+		return "videos"
+	}
+	return o.VideoKey
+}
+
+// checkVideos is the rule for a row that lists n videos: an error naming the column and the
+// way out, or the count kept in s.
+func checkVideos(s *Sample, n int, o LoadOptions) *fieldErr {
+	if n == 0 {
+		return nil
+	}
+	if !o.IgnoreVideos {
+		return &fieldErr{o.videoKey(), fmt.Sprintf("the row lists %d video(s), and this model reads one image per prompt and no video: remove them from the data, or set dataset.ignore_videos=true (LoadOptions.IgnoreVideos) to train on the image alone", n)}
+	}
+	s.IgnoredVideos = n
+	return nil
 }
 
 // Load reads a dataset with the default options (see LoadWith).
@@ -212,6 +237,18 @@ func loadJSONL(path string, o LoadOptions) ([]Sample, error) {
 			}
 			if err := json.Unmarshal(raw, fd.dst); err != nil {
 				return nil, fileError(loc, fd.key, "corrupt JSON: %v", err)
+			}
+		}
+		if raw, ok := rec[o.videoKey()]; ok && string(raw) != "null" {
+			var videos []json.RawMessage
+			var one string // a single path, as for images
+			if json.Unmarshal(raw, &one) == nil {
+				videos = []json.RawMessage{raw}
+			} else if err := json.Unmarshal(raw, &videos); err != nil {
+				return nil, fileError(loc, o.videoKey(), "corrupt JSON: want a list of videos: %v", err)
+			}
+			if ferr := checkVideos(&s, len(videos), o); ferr != nil {
+				return nil, fileError(loc, ferr.field, "%s", ferr.msg)
 			}
 		}
 		if fd := rec["objects"]; fd != nil && string(fd) != "null" && s.Objects == nil {

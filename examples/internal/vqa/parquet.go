@@ -134,6 +134,10 @@ func loadParquet(path string, o LoadOptions) (out []Sample, err error) {
 			fields = append(fields, fl)
 		}
 	}
+	videos, err := parquetListLengths(f, o.videoKey())
+	if err != nil {
+		return nil, fileError(path, o.videoKey(), "corrupt Parquet column: %v", err)
+	}
 	rowType := reflect.StructOf(fields)
 	r := parquet.NewReader(f, parquet.SchemaOf(reflect.New(rowType).Interface()))
 	defer r.Close()
@@ -171,10 +175,98 @@ func loadParquet(path string, o LoadOptions) (out []Sample, err error) {
 		if err != nil {
 			return nil, fileError(rowLoc(path, row), o.ImageKey, "%v", err)
 		}
+		if row-1 < len(videos) {
+			if ferr := checkVideos(&s, videos[row-1], o); ferr != nil {
+				return nil, fileError(rowLoc(path, row), ferr.field, "%s", ferr.msg)
+			}
+		}
 		if ferr := checkSample(&s, o); ferr != nil {
 			return nil, fileError(rowLoc(path, row), ferr.field, "%s", ferr.msg)
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// parquetListLengths returns, per row, the number of elements of column key (a list of any
+// element type, or a single optional value counted as one), read from its first leaf column
+// whatever the element type; nil when the file has no such column.
+func parquetListLengths(f *parquet.File, key string) ([]int, error) {
+	var leafPath []string
+	for _, p := range f.Schema().Columns() {
+		if len(p) > 0 && p[0] == key {
+			leafPath = p
+			break
+		}
+	}
+	if leafPath == nil {
+		return nil, nil
+	}
+	leaf, _ := f.Schema().Lookup(leafPath...)
+	// An element exists at the definition level of the first repeated node on the path (each
+	// optional or repeated node on the way adds one); without one, a present value counts.
+	exists, level := leaf.MaxDefinitionLevel, 0
+	var node parquet.Node = f.Schema()
+	for _, name := range leafPath {
+		var next parquet.Node
+		for _, fd := range node.Fields() {
+			if fd.Name() == name {
+				next = fd
+			}
+		}
+		if next == nil {
+			return nil, fmt.Errorf("no node %q on the path %v", name, leafPath)
+		}
+		node = next
+		if node.Optional() || node.Repeated() {
+			level++
+		}
+		if node.Repeated() {
+			exists = level
+			break
+		}
+	}
+	var counts []int
+	buf := make([]parquet.Value, 256)
+	for _, rg := range f.RowGroups() {
+		pages := rg.ColumnChunks()[leaf.ColumnIndex].Pages()
+		for {
+			p, err := pages.ReadPage()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				pages.Close()
+				return nil, err
+			}
+			vr := p.Values()
+			for {
+				n, err := vr.ReadValues(buf)
+				if n == 0 && err == nil {
+					err = errors.New("a page stops yielding values")
+				}
+				for _, v := range buf[:n] {
+					if v.RepetitionLevel() == 0 {
+						counts = append(counts, 0)
+					}
+					if v.DefinitionLevel() >= exists && len(counts) > 0 {
+						counts[len(counts)-1]++
+					}
+				}
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					parquet.Release(p)
+					pages.Close()
+					return nil, err
+				}
+			}
+			parquet.Release(p)
+		}
+		if err := pages.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return counts, nil
 }

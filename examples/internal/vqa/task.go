@@ -59,6 +59,9 @@ type Sample struct {
 	Prompt   string      // question + lettered options, e.g. "what colour is the circle ? A red B green C blue D yellow"
 	Answer   string      // the correct letter, e.g. "C"
 	Response string      // the reference chain, e.g. "<think> the circle is blue </think> Answer: C"
+	// IgnoredVideos counts the videos a loaded row listed and the loader skipped
+	// (LoadOptions.IgnoreVideos); 0 for generated samples.
+	IgnoredVideos int
 }
 
 // Colours, Shapes and Positions return copies of the task's value lists.
