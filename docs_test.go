@@ -13,9 +13,7 @@ import (
 
 // pendingLinks are link targets that another branch in flight adds; they may be missing until it
 // is merged. Delete an entry once its target exists.
-var pendingLinks = map[string]bool{
-	"tprl/loop": true, // issue 19: the RL loop as a library
-}
+var pendingLinks = map[string]bool{}
 
 var (
 	mdLink    = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)\)`)
