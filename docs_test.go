@@ -145,18 +145,24 @@ func TestReadmeSnippetIsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	blocks := regexp.MustCompile("(?ms)^```go\n(.*?)^```").FindAllStringSubmatch(string(readme), -1)
 	if len(blocks) == 0 {
 		t.Fatal("README.md has no ```go block")
 	}
-	lines := strings.Split(string(example), "\n")
+	// A block's first line "// from FILE" names the file it is taken from; else example_test.go.
+	from := regexp.MustCompile(`^// from (\S+_test\.go)\n`)
 	for _, b := range blocks {
+		file, body := "example_test.go", b[1]
+		if m := from.FindStringSubmatch(body); m != nil {
+			file, body = m[1], body[len(m[0]):]
+		}
+		example, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(example), "\n")
 		next := 0
-		for _, want := range strings.Split(b[1], "\n") {
+		for _, want := range strings.Split(body, "\n") {
 			want = strings.TrimSpace(want)
 			if want == "" {
 				continue
@@ -165,7 +171,7 @@ func TestReadmeSnippetIsExample(t *testing.T) {
 				next++
 			}
 			if next == len(lines) {
-				t.Errorf("README.md's Go line %q is not a line of example_test.go (after the lines before it)", want)
+				t.Errorf("README.md's Go line %q is not a line of %s (after the lines before it)", want, file)
 				break
 			}
 			next++
