@@ -20,7 +20,7 @@ import (
 //
 // SeqMeanTokenSumNorm is verl's Dr. GRPO mode: the token sum of the whole batch divided by a
 // constant horizon (verl's loss_scale_factor, by default the response length). Like verl it is
-// not divided by B; divide by the number of sequences through GradOptions.Scale (verl scales
+// not divided by B; divide by the number of sequences through Grad.Scale (verl scales
 // each micro-batch by B_micro / B_mini) to get Dr. GRPO's 1/G. It needs Agg.Horizon > 0.
 //
 // An empty row contributes 0 but still counts in the Seq and SeqMeanTokenSum means. An empty

@@ -41,13 +41,13 @@ func ppoOps(rows, cols int) []op {
 			for _, v := range []struct {
 				name   string
 				tokens bool
-				opts   ppo.GradOptions
-			}{{"plain", false, ppo.GradOptions{}}, {"tokenmask+scale+acc", true, ppo.GradOptions{Scale: 0.25, Accumulate: true}}} {
+				opts   ppo.Grad // Dst set per run
+			}{{"plain", false, ppo.Grad{}}, {"tokenmask+scale+acc", true, ppo.Grad{Scale: 0.25, Accumulate: true}}} {
 				if rows > 64 && mode != ppo.Token && v.name != "plain" {
 					continue // the variants are covered at the smaller sizes
 				}
 				cfg := ppo.DefaultPolicyConfig(lt)
-				cfg.Agg, cfg.GradOptions = agg, v.opts
+				cfg.Agg = agg
 				// Per-token gradients are about 1/S: an absolute tolerance must be far below that.
 				ops = append(ops, op{fmt.Sprintf("PolicyLoss/%v/%v/%s", lt, mode, v.name), 2e-5, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 					g := Upload(t, be, gradInit, rows, cols)
@@ -58,11 +58,11 @@ func ppoOps(rows, cols int) []op {
 					if v.tokens {
 						in.TokenMask = Upload(t, be, ltm, rows, cols)
 					}
-					res, err := ppo.PolicyLoss(g, in, cfg)
+					res, err := ppo.PolicyLoss(withDst(v.opts, g), in, cfg)
 					if err != nil {
 						t.Fatal(err)
 					}
-					fwd, err := ppo.PolicyLoss(nil, in, cfg)
+					fwd, err := ppo.PolicyLoss(withDst(v.opts, nil), in, cfg)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -73,11 +73,11 @@ func ppoOps(rows, cols int) []op {
 				}})
 			}
 		}
-		for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
-			cfg := ppo.ValueConfig{ClipRange: 0.5, Agg: agg, GradOptions: opts}
+		for _, opts := range gradVariants {
+			cfg := ppo.ValueConfig{ClipRange: 0.5, Agg: agg}
 			ops = append(ops, op{fmt.Sprintf("ValueLoss/%v/acc=%v", mode, opts.Accumulate), 1e-6, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 				g := Upload(t, be, gradInit, rows, cols)
-				res, err := ppo.ValueLoss(g, ppo.ValueInputs{
+				res, err := ppo.ValueLoss(withDst(opts, g), ppo.ValueInputs{
 					VPreds: Upload(t, be, adv, rows, cols), Returns: Upload(t, be, rets, rows, cols),
 					Values: Upload(t, be, vals, rows, cols), ResponseMask: Upload(t, be, m, rows, cols),
 				}, cfg)
@@ -93,11 +93,11 @@ func ppoOps(rows, cols int) []op {
 		ref[i] = lp[i] + float32(r.NormFloat64()*0.2)
 	}
 	for _, kind := range []divergence.Kind{divergence.KL, divergence.LowVarKL} {
-		for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
-			cfg := ppo.KLConfig{Kind: kind, Coef: 0.1, Agg: ppo.Agg{Mode: ppo.Seq, Horizon: cols}, GradOptions: opts}
+		for _, opts := range gradVariants {
+			cfg := ppo.KLConfig{Kind: kind, Coef: 0.1, Agg: ppo.Agg{Mode: ppo.Seq, Horizon: cols}}
 			ops = append(ops, op{fmt.Sprintf("KLLoss/%v/acc=%v", kind, opts.Accumulate), 1e-6, 1e-6, kind == divergence.LowVarKL, func(t *testing.T, be tensor.Backend) [][]float32 {
 				g := Upload(t, be, gradInit, rows, cols)
-				res, err := ppo.KLLoss(g, Upload(t, be, lp, rows, cols), Upload(t, be, ref, rows, cols), Upload(t, be, m, rows, cols), cfg)
+				res, err := ppo.KLLoss(withDst(opts, g), Upload(t, be, lp, rows, cols), Upload(t, be, ref, rows, cols), Upload(t, be, m, rows, cols), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -105,16 +105,16 @@ func ppoOps(rows, cols int) []op {
 			}})
 		}
 	}
-	for _, opts := range []ppo.GradOptions{{}, {Scale: 0.5, Accumulate: true}} {
-		cfg := ppo.EntropyConfig{Coef: 0.01, GradOptions: opts}
+	for _, opts := range gradVariants {
+		cfg := ppo.EntropyConfig{Coef: 0.01}
 		ops = append(ops, op{fmt.Sprintf("EntropyPenalty/acc=%v", opts.Accumulate), 1e-6, 1e-12, false, func(t *testing.T, be tensor.Backend) [][]float32 {
 			g := Upload(t, be, gradInit, rows, cols)
 			logp, mask := Upload(t, be, lp, rows, cols), Upload(t, be, m, rows, cols)
-			loss, err := ppo.EntropyPenalty(g, logp, mask, cfg)
+			loss, err := ppo.EntropyPenalty(withDst(opts, g), logp, mask, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			fwd, err := ppo.EntropyPenalty(nil, logp, mask, cfg)
+			fwd, err := ppo.EntropyPenalty(withDst(opts, nil), logp, mask, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,4 +122,14 @@ func ppoOps(rows, cols int) []op {
 		}})
 	}
 	return ops
+}
+
+// gradVariants are the gradient options every loss is checked with: plain, and scaled into a
+// non-zero destination.
+var gradVariants = []ppo.Grad{{}, {Scale: 0.5, Accumulate: true}}
+
+// withDst returns opts writing into dst (nil: the loss only).
+func withDst(opts ppo.Grad, dst *tensor.Tensor) ppo.Grad {
+	opts.Dst = dst
+	return opts
 }
