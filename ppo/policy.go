@@ -2,9 +2,9 @@ package ppo
 
 import (
 	"math"
-	"strconv"
 	"unsafe"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -30,15 +30,15 @@ const (
 	SAPO
 )
 
-var lossNames = [...]string{Vanilla: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"}
+var lossTypes = enum.Table[LossType]{Type: "ppo.LossType", Noun: "loss type",
+	Names:  []string{Vanilla: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the reference's name of the loss type.
-func (l LossType) String() string {
-	if l >= 0 && int(l) < len(lossNames) {
-		return lossNames[l]
-	}
-	return "LossType(" + strconv.Itoa(int(l)) + ")"
-}
+func (l LossType) String() string { return lossTypes.String(l) }
+
+// Valid reports whether l is one of the defined loss types.
+func (l LossType) Valid() bool { return lossTypes.Valid(l) }
 
 // ParseLossType parses "default", "gspo", "gspo_token", "cispo" and "sapo", and "vanilla" as an
 // alias of "default". Matching is exact; anything else is an ErrParam error.
@@ -60,25 +60,11 @@ func ParseLossType(s string) (LossType, error) {
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (l LossType) MarshalText() ([]byte, error) {
-	if !l.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "ppo.LossType.MarshalText", "l", "unknown loss type %d", int(l))
-	}
-	return []byte(l.String()), nil
-}
+func (l LossType) MarshalText() ([]byte, error) { return lossTypes.MarshalText(l) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseLossType, so configuration files
 // (JSON, YAML) hold the name.
-func (l *LossType) UnmarshalText(b []byte) error {
-	v, err := ParseLossType(string(b))
-	if err != nil {
-		return err
-	}
-	*l = v
-	return nil
-}
-
-func (l LossType) valid() bool { return l >= Vanilla && l <= SAPO }
+func (l *LossType) UnmarshalText(b []byte) error { return enum.UnmarshalText(l, b, ParseLossType) }
 
 // The reference's defaults (EasyR1 ActorConfig; tau from upstream's SAPO).
 const (
@@ -132,7 +118,7 @@ func (c PolicyConfig) Validate() error { return c.validate("ppo.PolicyConfig.Val
 
 func (c PolicyConfig) validate(op string) error {
 	switch {
-	case !c.LossType.valid():
+	case !c.LossType.Valid():
 		return tensor.Errorf(tensor.ErrParam, op, "LossType", "unknown loss type %v", c.LossType)
 	case !(c.ClipLow >= 0 && c.ClipLow <= 1):
 		return tensor.Errorf(tensor.ErrParam, op, "ClipLow", "is %v, want a value in [0, 1]", c.ClipLow)

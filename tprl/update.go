@@ -43,7 +43,7 @@ func (c UpdateConfig) Validate() error {
 	}
 	if kl := c.KLLoss; kl != nil {
 		switch {
-		case !isKnown(kl.Kind):
+		case !kl.Kind.Valid():
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Kind", "unknown divergence kind %v", kl.Kind)
 		case math.IsNaN(kl.Coef) || math.IsInf(kl.Coef, 0):
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Coef", "is %v, want a finite value", kl.Coef)
@@ -290,10 +290,4 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 	}
 	done = true
 	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages, tokens: tok}, nil
-}
-
-// isKnown reports whether k is one of divergence's kinds (MarshalText refuses the others).
-func isKnown(k divergence.Kind) bool {
-	_, err := k.MarshalText()
-	return err == nil
 }
