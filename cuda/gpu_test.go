@@ -101,7 +101,8 @@ var (
 	mask01 = backendtest.Mask01
 )
 
-// BenchmarkLogProbEntropy is the fused forward at the GPU shapes of DESIGN.md §8.
+// BenchmarkLogProbEntropy is the fused forward at the GPU benchmark shapes
+// (docs/conventions.md#benchmark-shapes).
 func BenchmarkLogProbEntropy(b *testing.B) {
 	be := device(b)
 	b.Logf("device %s", be.Name())

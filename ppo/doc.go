@@ -6,7 +6,7 @@
 //
 // # Where it sits
 //
-// In a VPPO step (see DESIGN.md §9) the rollout produces old log-probs; advantage estimation
+// In a VPPO step (docs/semantics.md#policy-update) the rollout produces old log-probs; advantage estimation
 // (package advantage) gives A; package tprl builds the loss token mask (the top-p perception /
 // entropy selection) and shapes the advantages. For each micro-batch the trainer runs the policy
 // forward to get log-probs lp [B, T], then
