@@ -13,18 +13,23 @@ import (
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// textEnum checks that every value of an enum survives JSON as its String name, that a value
-// outside the constants cannot be marshalled and that an unknown name cannot be unmarshalled.
+// textEnum checks that every value of an enum is Valid and survives JSON as its String name,
+// that a value outside the constants is not Valid and cannot be marshalled and that an unknown
+// name cannot be unmarshalled.
 func textEnum[T interface {
 	comparable
 	encoding.TextMarshaler
 	String() string
+	Valid() bool
 }, P interface {
 	*T
 	encoding.TextUnmarshaler
 }](t *testing.T, values []T, invalid T) {
 	t.Helper()
 	for _, v := range values {
+		if !v.Valid() {
+			t.Errorf("%T %v is not Valid", v, v)
+		}
 		b, err := json.Marshal(v)
 		if err != nil {
 			t.Errorf("%T %v: %v", v, v, err)
@@ -37,6 +42,9 @@ func textEnum[T interface {
 		if err := json.Unmarshal(b, P(&back)); err != nil || back != v {
 			t.Errorf("%T %s: unmarshalled %v, %v", v, b, back, err)
 		}
+	}
+	if invalid.Valid() {
+		t.Errorf("%T(%v) is Valid", invalid, invalid)
 	}
 	if _, err := json.Marshal(invalid); err == nil {
 		t.Errorf("%T(%v) marshalled", invalid, invalid)

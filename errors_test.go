@@ -58,7 +58,7 @@ func TestBadInput(t *testing.T) {
 			adv := f32(2, 3)
 			a, _ := adv.Float32s()
 			a[1] = float32(math.NaN())
-			_, err := ppo.PolicyLoss(nil, ppo.PolicyInputs{OldLogProbs: f32(2, 3), LogProbs: f32(2, 3), Advantages: adv, ResponseMask: ones(2, 3)},
+			_, err := ppo.PolicyLoss(ppo.Grad{}, ppo.PolicyInputs{OldLogProbs: f32(2, 3), LogProbs: f32(2, 3), Advantages: adv, ResponseMask: ones(2, 3)},
 				ppo.PolicyConfig{ClipDual: 3, TauPos: 1, TauNeg: 1, CheckFinite: true})
 			return err
 		}, tensor.ErrNotFinite, "ppo.PolicyLoss", "Advantages"},

@@ -86,7 +86,7 @@ func goldenPolicyLoss(c *golden.Case) error {
 		in.TokenMask = c.F32("loss_token_mask")
 	}
 	grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-	res, err := ppo.PolicyLoss(grad, in, cfg)
+	res, err := ppo.PolicyLoss(ppo.Grad{Dst: grad}, in, cfg)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func goldenPolicyLoss(c *golden.Case) error {
 	c.Check("grad_log_probs", grad)
 	c.CheckMetrics(ppoMetricLists(res.Metrics()))
 	// The forward-only call must agree with the forward+gradient call.
-	fwd, err := ppo.PolicyLoss(nil, in, cfg)
+	fwd, err := ppo.PolicyLoss(ppo.Grad{}, in, cfg)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func goldenValueLoss(c *golden.Case) error {
 		ResponseMask: c.F32("response_mask"),
 	}
 	grad := tensor.Must(tensor.NewLike(in.VPreds, tensor.Float32))
-	res, err := ppo.ValueLoss(grad, in, ppo.ValueConfig{ClipRange: c.Float("cliprange_value"), Agg: agg})
+	res, err := ppo.ValueLoss(ppo.Grad{Dst: grad}, in, ppo.ValueConfig{ClipRange: c.Float("cliprange_value"), Agg: agg})
 	if err != nil {
 		return err
 	}

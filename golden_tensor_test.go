@@ -18,7 +18,7 @@ func tensorGolden() map[string]goldenHandler {
 				return err
 			}
 			if d := c.Int("dim"); d != -1 {
-				c.T.Fatalf("unsupported dim %d", d) // the vectors' format (../shared/golden/FORMAT.md §5.11) defines null and -1 only
+				c.T.Fatalf("unsupported dim %d", d) // the vectors' dim is null or -1 only
 			}
 			dst := c.New(tensor.Float32, v.Dim(0))
 			err := tensor.MaskedMeanRows(dst, v, m)

@@ -15,7 +15,7 @@ import (
 // tell whether an error case was rejected.
 type goldenHandler func(c *golden.Case) error
 
-// goldenHandlers maps each op name of the vectors (../shared/golden/FORMAT.md §5) to its handler;
+// goldenHandlers maps each op name of the vectors (a file's "op") to its handler;
 // the op families live in golden_<package>_test.go.
 func goldenHandlers() map[string]goldenHandler {
 	all := map[string]goldenHandler{}

@@ -52,7 +52,7 @@ func tprlRowCounts(c *golden.Case, m *tensor.Tensor) []int {
 
 // tprlCheckSelection compares mask, k and the metrics of a top-p selection case. In the
 // ties_count_only cases the reference's choice among ties is unspecified, so those cases record
-// only k and the per-row selected count (the vectors' format, ../shared/golden/FORMAT.md §5.15).
+// only k and the per-row selected count.
 // k is not an output of the mask ops: it is tensor.TopPCount of each row's valid count.
 func tprlCheckSelection(c *golden.Case, dst, mask *tensor.Tensor, p float32, s tprl.SelectionStats) {
 	k := tprlRowCounts(c, mask)

@@ -2,8 +2,8 @@ package advantage
 
 import (
 	"math"
-	"strconv"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -21,51 +21,37 @@ const (
 	numEstimators
 )
 
-var estimatorNames = [numEstimators]string{
-	EstimatorGRPO:              "grpo",
-	EstimatorGAE:               "gae",
-	EstimatorGRPOPassK:         "grpo_passk",
-	EstimatorRLOO:              "rloo",
-	EstimatorReinforcePlusPlus: "reinforce_plus_plus",
-	EstimatorReMax:             "remax",
-}
+var estimators = enum.Table[Estimator]{Type: "advantage.Estimator", Noun: "estimator",
+	Names: (&[numEstimators]string{
+		EstimatorGRPO:              "grpo",
+		EstimatorGAE:               "gae",
+		EstimatorGRPOPassK:         "grpo_passk",
+		EstimatorRLOO:              "rloo",
+		EstimatorReinforcePlusPlus: "reinforce_plus_plus",
+		EstimatorReMax:             "remax",
+	})[:],
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the reference's name of the estimator ("gae", "grpo", ...).
-func (e Estimator) String() string {
-	if e >= 0 && e < numEstimators {
-		return estimatorNames[e]
-	}
-	return "Estimator(" + strconv.Itoa(int(e)) + ")"
-}
+func (e Estimator) String() string { return estimators.String(e) }
+
+// Valid reports whether e is one of the defined estimators.
+func (e Estimator) Valid() bool { return estimators.Valid(e) }
 
 // ParseEstimator returns the estimator with the reference's name s (exact, lower case).
 func ParseEstimator(s string) (Estimator, error) {
-	for e, name := range estimatorNames {
-		if name == s {
-			return Estimator(e), nil
-		}
+	if e, ok := estimators.Lookup(s); ok {
+		return e, nil
 	}
 	return 0, tensor.Errorf(tensor.ErrParam, "advantage.ParseEstimator", "s",
-		"unknown estimator %q, want one of %v", s, estimatorNames)
+		"unknown estimator %q, want one of %v", s, estimators.Names)
 }
 
 // MarshalText implements encoding.TextMarshaler with the reference's name.
-func (e Estimator) MarshalText() ([]byte, error) {
-	if e < 0 || e >= numEstimators {
-		return nil, tensor.Errorf(tensor.ErrParam, "advantage.Estimator.MarshalText", "e", "unknown estimator %d", int(e))
-	}
-	return []byte(e.String()), nil
-}
+func (e Estimator) MarshalText() ([]byte, error) { return estimators.MarshalText(e) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseEstimator.
-func (e *Estimator) UnmarshalText(b []byte) error {
-	v, err := ParseEstimator(string(b))
-	if err != nil {
-		return err
-	}
-	*e = v
-	return nil
-}
+func (e *Estimator) UnmarshalText(b []byte) error { return enum.UnmarshalText(e, b, ParseEstimator) }
 
 // DefaultEps is the reference's GRPO epsilon added to the group standard deviation.
 const DefaultEps = 1e-6
@@ -130,7 +116,7 @@ func (c Config) GRPOOptions() GRPOOptions {
 // Validate checks the estimator and every parameter's range (whatever the estimator).
 func (c Config) Validate() error {
 	const op = "advantage.Config.Validate"
-	if c.Estimator < 0 || c.Estimator >= numEstimators {
+	if !c.Estimator.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "Estimator", "unknown estimator %d", int(c.Estimator))
 	}
 	if err := tensor.CheckUnit(op, "Gamma", c.Gamma); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/conformance"
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -42,14 +43,15 @@ func device(t testing.TB) *cuda.Backend {
 }
 
 // TestConformance runs every kernel family's conformance suite on the device, bit for bit
-// against the pure-Go reference where no libm exp is involved (see package backendtest).
+// against the pure-Go reference where no libm exp is involved (see packages conformance and
+// backendtest).
 // MTRL_CUDA_SMALL=1 keeps to the two smaller token shapes (slow emulated runs).
 func TestConformance(t *testing.T) {
 	cfg := backendtest.Config{Bitwise: true}
 	if os.Getenv("MTRL_CUDA_SMALL") == "1" {
 		cfg.Shapes = [][2]int{{3, 33}, {64, 1024}}
 	}
-	backendtest.Run(t, device(t), cfg)
+	conformance.Run(t, device(t), cfg)
 }
 
 func TestDeviceErrors(t *testing.T) {
@@ -101,7 +103,8 @@ var (
 	mask01 = backendtest.Mask01
 )
 
-// BenchmarkLogProbEntropy is the fused forward at the GPU shapes of DESIGN.md §8.
+// BenchmarkLogProbEntropy is the fused forward at the GPU benchmark shapes
+// (docs/conventions.md#benchmark-shapes).
 func BenchmarkLogProbEntropy(b *testing.B) {
 	be := device(b)
 	b.Logf("device %s", be.Name())

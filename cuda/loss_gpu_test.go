@@ -66,10 +66,10 @@ func BenchmarkLossOps(b *testing.B) {
 		bench("MaskedVar", 16*n, func() error { _, err := tensor.MaskedVar(lp, m, true); return err })
 		for _, lt := range []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.SAPO} {
 			cfg := ppo.DefaultPolicyConfig(lt)
-			bench("PolicyLoss/"+lt.String(), 24*n, func() error { _, err := ppo.PolicyLoss(dst, in, cfg); return err })
+			bench("PolicyLoss/"+lt.String(), 24*n, func() error { _, err := ppo.PolicyLoss(ppo.Grad{Dst: dst}, in, cfg); return err })
 		}
 		bench("ValueLoss", 24*n, func() error {
-			_, err := ppo.ValueLoss(dst, ppo.ValueInputs{VPreds: lp, Returns: old, Values: adv, ResponseMask: m}, ppo.ValueConfig{ClipRange: 0.5})
+			_, err := ppo.ValueLoss(ppo.Grad{Dst: dst}, ppo.ValueInputs{VPreds: lp, Returns: old, Values: adv, ResponseMask: m}, ppo.ValueConfig{ClipRange: 0.5})
 			return err
 		})
 		bench("Agg.LossGrad", 16*n, func() error { _, err := ppo.Agg{Mode: ppo.Seq}.LossGrad(dst, adv, m); return err })

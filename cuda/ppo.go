@@ -69,13 +69,6 @@ func (b deviceKernels) MaskGrad(grad, mask *tensor.Tensor, f float32, accumulate
 // float32 [B]), then the per-row loss kernel, whose float64 row sums the host combines in row
 // order with ppo.Agg.Weights and Finish, the pure-Go kernels' own plan and reduction.
 
-func gradScale(o ppo.GradOptions) float64 {
-	if o.Scale == 0 {
-		return 1
-	}
-	return o.Scale
-}
-
 // ppoScratch lays out the scratch of one PPO call: rowsums [2B] float64, stats [per*B] float64,
 // w [B] float32.
 type ppoScratch struct{ sums, stats, w cu.DevicePtr }
@@ -157,16 +150,16 @@ func (b deviceKernels) AverageLoss(dst, values, mask *tensor.Tensor, agg ppo.Agg
 }
 
 // PolicyLoss is the device kernel of ppo.PolicyLoss: every loss type, aggregation mode, token
-// mask and GradOptions; one block per row.
-func (b deviceKernels) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg ppo.PolicyConfig) (ppo.PolicyResult, error) {
+// mask and gradient option; one block per row.
+func (b deviceKernels) PolicyLoss(grad ppo.Grad, in ppo.PolicyInputs, cfg ppo.PolicyConfig) (ppo.PolicyResult, error) {
 	const op = "ppo.PolicyLoss"
 	rows, cols := in.LogProbs.Dim(0), in.LogProbs.Dim(1)
 	// The constants of ppo's policyHost, at float32.
 	clo := float32(math.Log(1 - cfg.ClipLow))
 	chi := float32(math.Log(1 + cfg.ClipHigh))
-	scale := float32(gradScale(cfg.GradOptions))
+	scale := float32(grad.Scale)
 	args := []arg{
-		intArg(cols), intArg(int(cfg.LossType)), intArg(boolInt(cfg.Accumulate)), f32Arg(scale),
+		intArg(cols), intArg(int(cfg.LossType)), intArg(boolInt(grad.Accumulate)), f32Arg(scale),
 		f32Arg(clo), f32Arg(chi), f32Arg(hostops.Exp(clo)), f32Arg(hostops.Exp(chi)),
 		f32Arg(hostops.Exp(float32(-20))), f32Arg(hostops.Exp(float32(20))), f32Arg(float32(cfg.ClipDual)),
 		f32Arg(float32(cfg.TauPos)), f32Arg(float32(cfg.TauNeg)), f32Arg(float32(4 / cfg.TauPos)), f32Arg(float32(4 / cfg.TauNeg)),
@@ -176,7 +169,7 @@ func (b deviceKernels) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg 
 	if rows > 0 {
 		err := b.do(op, func() error {
 			p, err := b.ptrs(op, []string{"grad", "OldLogProbs", "LogProbs", "Advantages", "ResponseMask", "TokenMask"},
-				grad, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask)
+				grad.Dst, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask)
 			if err != nil {
 				return err
 			}
@@ -187,7 +180,7 @@ func (b deviceKernels) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg 
 			if _, cnt, err = b.rowSums(op, sc.sums, 0, p[4], rows, cols); err != nil {
 				return err
 			}
-			if grad != nil {
+			if grad.Dst != nil {
 				if err := b.weights(op, sc.w, cnt, cfg.Agg); err != nil {
 					return err
 				}
@@ -234,16 +227,16 @@ func (b deviceKernels) PolicyLoss(grad *tensor.Tensor, in ppo.PolicyInputs, cfg 
 }
 
 // ValueLoss is the device kernel of ppo.ValueLoss; one block per row.
-func (b deviceKernels) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg ppo.ValueConfig) (ppo.ValueResult, error) {
+func (b deviceKernels) ValueLoss(grad ppo.Grad, in ppo.ValueInputs, cfg ppo.ValueConfig) (ppo.ValueResult, error) {
 	const op = "ppo.ValueLoss"
 	rows, cols := in.VPreds.Dim(0), in.VPreds.Dim(1)
-	scale := float32(gradScale(cfg.GradOptions))
+	scale := float32(grad.Scale)
 	const per = 3
 	var stats, cnt []float64
 	if rows > 0 {
 		err := b.do(op, func() error {
 			p, err := b.ptrs(op, []string{"grad", "VPreds", "Returns", "Values", "ResponseMask"},
-				grad, in.VPreds, in.Returns, in.Values, in.ResponseMask)
+				grad.Dst, in.VPreds, in.Returns, in.Values, in.ResponseMask)
 			if err != nil {
 				return err
 			}
@@ -254,14 +247,14 @@ func (b deviceKernels) ValueLoss(grad *tensor.Tensor, in ppo.ValueInputs, cfg pp
 			if _, cnt, err = b.rowSums(op, sc.sums, 0, p[4], rows, cols); err != nil {
 				return err
 			}
-			if grad != nil {
+			if grad.Dst != nil {
 				if err := b.weights(op, sc.w, cnt, cfg.Agg); err != nil {
 					return err
 				}
 			}
 			if err := b.launch(op, "ppo_value_fwd_f32", rows, 1, blockSize, 0,
 				ptrArg(sc.stats), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(sc.w),
-				intArg(cols), intArg(boolInt(cfg.Accumulate)), f32Arg(scale), f32Arg(float32(cfg.ClipRange))); err != nil {
+				intArg(cols), intArg(boolInt(grad.Accumulate)), f32Arg(scale), f32Arg(float32(cfg.ClipRange))); err != nil {
 				return err
 			}
 			stats, err = b.downloadStats(op, sc.stats, rows, per)

@@ -2,8 +2,8 @@ package divergence
 
 import (
 	"math"
-	"strconv"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -25,16 +25,15 @@ const (
 	AdaptiveController
 )
 
+var controllerTypes = enum.Table[ControllerType]{Type: "divergence.ControllerType", Noun: "controller type",
+	Names:  []string{FixedController: "fixed", AdaptiveController: "adaptive"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
+
 // String returns "fixed" or "adaptive".
-func (t ControllerType) String() string {
-	switch t {
-	case FixedController:
-		return "fixed"
-	case AdaptiveController:
-		return "adaptive"
-	}
-	return "ControllerType(" + strconv.Itoa(int(t)) + ")"
-}
+func (t ControllerType) String() string { return controllerTypes.String(t) }
+
+// Valid reports whether t is one of the defined controller types.
+func (t ControllerType) Valid() bool { return controllerTypes.Valid(t) }
 
 // ParseControllerType parses the reference's kl_type ("fixed" or "adaptive"); anything else is
 // an ErrParam error, as the reference raises ValueError.
@@ -49,21 +48,11 @@ func ParseControllerType(s string) (ControllerType, error) {
 }
 
 // MarshalText implements encoding.TextMarshaler so configs round-trip through YAML/JSON.
-func (t ControllerType) MarshalText() ([]byte, error) {
-	if t != FixedController && t != AdaptiveController {
-		return nil, tensor.Errorf(tensor.ErrParam, "divergence.ControllerType.MarshalText", "t", "unknown controller type %d", int(t))
-	}
-	return []byte(t.String()), nil
-}
+func (t ControllerType) MarshalText() ([]byte, error) { return controllerTypes.MarshalText(t) }
 
 // UnmarshalText implements encoding.TextUnmarshaler using ParseControllerType.
 func (t *ControllerType) UnmarshalText(b []byte) error {
-	v, err := ParseControllerType(string(b))
-	if err != nil {
-		return err
-	}
-	*t = v
-	return nil
+	return enum.UnmarshalText(t, b, ParseControllerType)
 }
 
 // ControllerConfig holds the reference's algorithm.kl_* settings. The zero value is a fixed

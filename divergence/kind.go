@@ -1,9 +1,9 @@
 package divergence
 
 import (
-	"strconv"
 	"strings"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -25,15 +25,15 @@ const (
 	Full
 )
 
-var kindNames = [...]string{KL: "kl", Abs: "abs", MSE: "mse", LowVarKL: "low_var_kl", Full: "full"}
+var kinds = enum.Table[Kind]{Type: "divergence.Kind", Noun: "KL penalty",
+	Names:  []string{KL: "kl", Abs: "abs", MSE: "mse", LowVarKL: "low_var_kl", Full: "full"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the reference's name of the kind ("kl", "abs", "mse", "low_var_kl", "full").
-func (k Kind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k Kind) String() string { return kinds.String(k) }
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool { return kinds.Valid(k) }
 
 // ParseKind parses the reference's kl_penalty names ("kl", "abs", "mse", "low_var_kl", "full")
 // and the aliases "k1", "k2" and "k3". Matching is exact (case-sensitive, as in the reference);
@@ -51,27 +51,13 @@ func ParseKind(s string) (Kind, error) {
 	case "full":
 		return Full, nil
 	}
-	return 0, tensor.Errorf(tensor.ErrParam, "divergence.ParseKind", "s", "unknown KL penalty %q (want one of %s, k1, k2, k3)", s, strings.Join(kindNames[:], ", "))
+	return 0, tensor.Errorf(tensor.ErrParam, "divergence.ParseKind", "s", "unknown KL penalty %q (want one of %s, k1, k2, k3)", s, strings.Join(kinds.Names, ", "))
 }
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (k Kind) MarshalText() ([]byte, error) {
-	if !k.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "divergence.Kind.MarshalText", "k", "unknown KL penalty %d", int(k))
-	}
-	return []byte(k.String()), nil
-}
+func (k Kind) MarshalText() ([]byte, error) { return kinds.MarshalText(k) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseKind, so configuration files
 // (JSON, YAML) hold the name.
-func (k *Kind) UnmarshalText(b []byte) error {
-	v, err := ParseKind(string(b))
-	if err != nil {
-		return err
-	}
-	*k = v
-	return nil
-}
-
-func (k Kind) valid() bool { return k >= KL && k <= Full }
+func (k *Kind) UnmarshalText(b []byte) error { return enum.UnmarshalText(k, b, ParseKind) }

@@ -36,7 +36,7 @@ type penaltyArgs struct{ dst, logp, ref string }
 // checkPenalty validates the arguments shared by Penalty and PenaltyBackward. grad selects
 // whether dst has logp's shape (gradient) or the penalty's shape (penaltyShape).
 func checkPenalty(op string, names penaltyArgs, dst, logp, ref *tensor.Tensor, kind Kind, grad bool) error {
-	if !kind.valid() {
+	if !kind.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "kind", "unknown kind %v", kind)
 	}
 	if err := tensor.CheckSameShape(op, names.logp, logp, names.ref, ref); err != nil {

@@ -2,8 +2,8 @@ package perturb
 
 import (
 	"image"
-	"strconv"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -22,47 +22,33 @@ const (
 	GaussianBlur
 )
 
-var kindNames = [...]string{
-	PatchBlackening: "patch_blackening", GaussianNoise: "gaussian_noise",
-	CompleteMasking: "complete_masking", GaussianBlur: "gaussian_blur",
-}
+var kinds = enum.Table[Kind]{Type: "perturb.Kind", Noun: "kind",
+	Names: []string{
+		PatchBlackening: "patch_blackening", GaussianNoise: "gaussian_noise",
+		CompleteMasking: "complete_masking", GaussianBlur: "gaussian_blur",
+	},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the kind's name, e.g. "patch_blackening".
-func (k Kind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k Kind) String() string { return kinds.String(k) }
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool { return kinds.Valid(k) }
 
 // ParseKind parses "patch_blackening", "gaussian_noise", "complete_masking" or "gaussian_blur";
 // anything else is an ErrParam error.
 func ParseKind(s string) (Kind, error) {
-	for k, n := range kindNames {
-		if s == n {
-			return Kind(k), nil
-		}
+	if k, ok := kinds.Lookup(s); ok {
+		return k, nil
 	}
 	return 0, tensor.Errorf(tensor.ErrParam, "perturb.ParseKind", "s", "unknown perturbation %q (want patch_blackening, gaussian_noise, complete_masking or gaussian_blur)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
-func (k Kind) MarshalText() ([]byte, error) {
-	if k < 0 || int(k) >= len(kindNames) {
-		return nil, tensor.Errorf(tensor.ErrParam, "perturb.Kind.MarshalText", "k", "unknown kind %d", int(k))
-	}
-	return []byte(k.String()), nil
-}
+func (k Kind) MarshalText() ([]byte, error) { return kinds.MarshalText(k) }
 
 // UnmarshalText implements encoding.TextUnmarshaler using ParseKind.
-func (k *Kind) UnmarshalText(b []byte) error {
-	v, err := ParseKind(string(b))
-	if err != nil {
-		return err
-	}
-	*k = v
-	return nil
-}
+func (k *Kind) UnmarshalText(b []byte) error { return enum.UnmarshalText(k, b, ParseKind) }
 
 // Perturbation is an image perturbation a trainer applies before computing the perturbed
 // log-probs. Blackening, Noise, Masking and Blur implement it.

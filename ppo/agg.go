@@ -2,8 +2,8 @@ package ppo
 
 import (
 	"math"
-	"strconv"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -20,7 +20,7 @@ import (
 //
 // SeqMeanTokenSumNorm is verl's Dr. GRPO mode: the token sum of the whole batch divided by a
 // constant horizon (verl's loss_scale_factor, by default the response length). Like verl it is
-// not divided by B; divide by the number of sequences through GradOptions.Scale (verl scales
+// not divided by B; divide by the number of sequences through Grad.Scale (verl scales
 // each micro-batch by B_micro / B_mini) to get Dr. GRPO's 1/G. It needs Agg.Horizon > 0.
 //
 // An empty row contributes 0 but still counts in the Seq and SeqMeanTokenSum means. An empty
@@ -38,16 +38,16 @@ const (
 	SeqMeanTokenSumNorm
 )
 
-var aggNames = [...]string{Token: "token", Seq: "seq", SeqMeanTokenSum: "seq-mean-token-sum", SeqMeanTokenSumNorm: "seq-mean-token-sum-norm"}
+var aggModes = enum.Table[AggMode]{Type: "ppo.AggMode", Noun: "aggregation mode",
+	Names:  []string{Token: "token", Seq: "seq", SeqMeanTokenSum: "seq-mean-token-sum", SeqMeanTokenSumNorm: "seq-mean-token-sum-norm"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the mode's canonical name: "token", "seq", "seq-mean-token-sum" or
 // "seq-mean-token-sum-norm".
-func (a AggMode) String() string {
-	if a >= 0 && int(a) < len(aggNames) {
-		return aggNames[a]
-	}
-	return "AggMode(" + strconv.Itoa(int(a)) + ")"
-}
+func (a AggMode) String() string { return aggModes.String(a) }
+
+// Valid reports whether a is one of the defined modes.
+func (a AggMode) Valid() bool { return aggModes.Valid(a) }
 
 // ParseAggMode parses the reference's names ("token", "seq") and verl's ("token-mean",
 // "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"). Matching is exact;
@@ -68,25 +68,11 @@ func ParseAggMode(s string) (AggMode, error) {
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (a AggMode) MarshalText() ([]byte, error) {
-	if !a.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "ppo.AggMode.MarshalText", "a", "unknown aggregation mode %d", int(a))
-	}
-	return []byte(a.String()), nil
-}
+func (a AggMode) MarshalText() ([]byte, error) { return aggModes.MarshalText(a) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseAggMode, so configuration files
 // (JSON, YAML) hold the name.
-func (a *AggMode) UnmarshalText(b []byte) error {
-	v, err := ParseAggMode(string(b))
-	if err != nil {
-		return err
-	}
-	*a = v
-	return nil
-}
-
-func (a AggMode) valid() bool { return a >= Token && a <= SeqMeanTokenSumNorm }
+func (a *AggMode) UnmarshalText(b []byte) error { return enum.UnmarshalText(a, b, ParseAggMode) }
 
 // DefaultEps is the reference's average_loss / masked_mean epsilon.
 const DefaultEps = 1e-8
@@ -107,7 +93,7 @@ type Agg struct {
 func (a Agg) Validate() error { return a.validate("ppo.Agg.Validate", "agg") }
 
 func (a Agg) validate(op, arg string) error {
-	if !a.Mode.valid() {
+	if !a.Mode.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, arg+".Mode", "unknown aggregation mode %v", a.Mode)
 	}
 	if !(a.Eps >= 0) || math.IsInf(a.Eps, 0) {

@@ -6,16 +6,16 @@
 //
 // # Where it sits
 //
-// In a VPPO step (see DESIGN.md §9) the rollout produces old log-probs; advantage estimation
+// In a VPPO step (docs/semantics.md#policy-update) the rollout produces old log-probs; advantage estimation
 // (package advantage) gives A; package tprl builds the loss token mask (the top-p perception /
 // entropy selection) and shapes the advantages. For each micro-batch the trainer runs the policy
 // forward to get log-probs lp [B, T], then
 //
-//	s, _ := ppo.TokenScale(mask, globalTokens, worldSize)          // docs/semantics.md#token-scaling
-//	opt := ppo.GradOptions{Scale: s, Accumulate: true}              // grad zeroed beforehand
-//	pg, _ := ppo.PolicyLoss(grad, ppo.PolicyInputs{...}, cfg)       // cfg.GradOptions = opt
-//	kl, _ := ppo.KLLoss(grad, lp, refLP, mask, klCfg)               // if use_kl_loss
-//	ent, _ := ppo.EntropyPenalty(grad, lp, mask, entCfg)            // if use_entropy_penalty
+//	s, _ := ppo.TokenScale(mask, globalTokens, worldSize)  // docs/semantics.md#token-scaling
+//	g := ppo.Grad{Dst: grad, Scale: s, Accumulate: true}    // grad zeroed beforehand
+//	pg, _ := ppo.PolicyLoss(g, ppo.PolicyInputs{...}, cfg)
+//	kl, _ := ppo.KLLoss(g, lp, refLP, mask, klCfg)          // if use_kl_loss
+//	ent, _ := ppo.EntropyPenalty(g, lp, mask, entCfg)       // if use_entropy_penalty
 //
 // and backpropagates grad (d loss / d lp, [B, T]) through the log-softmax of the model. The loss
 // of the micro-batch is pg.Loss + kl.Loss + ent; pg.PGLoss and the Metrics maps are what the
@@ -25,8 +25,9 @@
 //
 // Every tensor is float32 [B, T] (B responses, T response tokens) on one backend, except the
 // full-distribution KL (divergence.Full) whose log-probs and gradient are [B, T, V]. Masks are
-// float32 0/1 (fractional weights work too). Gradients are written dst-first into a caller
-// tensor; passing nil computes the forward value only.
+// float32 0/1 (fractional weights work too). The gradient destination, scale and
+// accumulation come first in every loss call (Grad); a nil Grad.Dst computes the forward value
+// only.
 //
 // # Numerics
 //

@@ -16,7 +16,7 @@ func ExamplePolicyLoss() {
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1, 1, 1, 0}, 2, 3))
 	grad := tensor.Must(tensor.NewLike(lp, tensor.Float32))
 
-	res, err := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask},
+	res, err := ppo.PolicyLoss(ppo.Grad{Dst: grad}, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask},
 		ppo.PolicyConfig{ClipLow: 0.2, ClipHigh: 0.28, ClipDual: 3, TauPos: 1, TauNeg: 1})
 	if err != nil {
 		panic(err)
@@ -37,7 +37,7 @@ func ExampleValueLoss() {
 	values := tensor.Must(tensor.FromFloat32([]float32{0.9, 1.5, 0.9}, 1, 3))
 	mask := tensor.Must(tensor.FromFloat32([]float32{1, 1, 1}, 1, 3))
 	grad := tensor.Must(tensor.NewLike(vpreds, tensor.Float32))
-	res, err := ppo.ValueLoss(grad, ppo.ValueInputs{VPreds: vpreds, Returns: returns, Values: values, ResponseMask: mask},
+	res, err := ppo.ValueLoss(ppo.Grad{Dst: grad}, ppo.ValueInputs{VPreds: vpreds, Returns: returns, Values: values, ResponseMask: mask},
 		ppo.ValueConfig{ClipRange: 0.5})
 	if err != nil {
 		panic(err)
@@ -76,15 +76,14 @@ func ExampleTokenScale() {
 
 	// This micro-batch holds 3 of the mini-batch's 12 tokens, on one of two ranks.
 	s, _ := ppo.TokenScale(mask, 12, 2)
-	opt := ppo.GradOptions{Scale: s, Accumulate: true}
+	g := ppo.Grad{Dst: grad, Scale: s, Accumulate: true}
 	pcfg := ppo.DefaultPolicyConfig(ppo.Vanilla)
-	pcfg.GradOptions = opt
-	pg, _ := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask}, pcfg)
-	kl, _ := ppo.KLLoss(grad, lp, ref, mask, ppo.KLConfig{Kind: divergence.LowVarKL, Coef: 0.01, GradOptions: opt})
-	ent, _ := ppo.EntropyPenalty(grad, lp, mask, ppo.EntropyConfig{Coef: 0.001, GradOptions: opt})
-	g, _ := grad.Float32s()
+	pg, _ := ppo.PolicyLoss(g, ppo.PolicyInputs{OldLogProbs: old, LogProbs: lp, Advantages: adv, ResponseMask: mask}, pcfg)
+	kl, _ := ppo.KLLoss(g, lp, ref, mask, ppo.KLConfig{Kind: divergence.LowVarKL, Coef: 0.01})
+	ent, _ := ppo.EntropyPenalty(g, lp, mask, ppo.EntropyConfig{Coef: 0.001})
+	gv, _ := grad.Float32s()
 	fmt.Printf("scale %.2f pg_loss %.4f loss %.5f\n", s, pg.PGLoss, pg.Loss+kl.Loss+ent)
-	fmt.Printf("grad %.5f\n", g)
+	fmt.Printf("grad %.5f\n", gv)
 	// Output:
 	// scale 0.50 pg_loss -0.5017 loss -0.25032
 	// grad [-0.09211 -0.07575 -0.08350 0.00000]

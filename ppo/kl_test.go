@@ -15,10 +15,10 @@ import (
 )
 
 // klLoss64 evaluates KLLoss through the public float32 API at log-probs x (float64).
-func klLoss64(t *testing.T, x, ref []float64, mask *tensor.Tensor, shape []int, cfg KLConfig) float64 {
+func klLoss64(t *testing.T, x, ref []float64, mask *tensor.Tensor, shape []int, cfg KLConfig, scale float64) float64 {
 	lp := tensor.Must(tensor.FromFloat32(f32s(x), shape...))
 	rf := tensor.Must(tensor.FromFloat32(f32s(ref), shape...))
-	res, err := KLLoss(nil, lp, rf, mask, cfg)
+	res, err := KLLoss(Grad{Scale: scale}, lp, rf, mask, cfg)
 	require.NoError(t, err)
 	return float64(res.Loss)
 }
@@ -42,13 +42,13 @@ func TestKLLossGradFiniteDifferences(t *testing.T) {
 				lp[j] = -0.2 - 2*rng.Float64()
 				ref[j] = lp[j] + 0.4 + 0.6*rng.Float64()*float64(1-2*(j%2)) // |lp - ref| >= ~0.4: no abs kink
 			}
-			cfg := KLConfig{Kind: kind, Coef: 0.7, Agg: agg, GradOptions: GradOptions{Scale: 1.5}}
+			cfg := KLConfig{Kind: kind, Coef: 0.7, Agg: agg}
 			grad := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
-			res, err := KLLoss(grad, tensor.Must(tensor.FromFloat32(f32s(lp), shape...)), tensor.Must(tensor.FromFloat32(f32s(ref), shape...)), mask, cfg)
+			res, err := KLLoss(Grad{Dst: grad, Scale: 1.5}, tensor.Must(tensor.FromFloat32(f32s(lp), shape...)), tensor.Must(tensor.FromFloat32(f32s(ref), shape...)), mask, cfg)
 			require.NoError(t, err)
 			require.InDelta(t, float64(res.KL)*0.7*1.5, float64(res.Loss), 1e-6)
 			gv, _ := grad.Float32s()
-			f := func(x []float64) float64 { return klLoss64(t, x, ref, mask, shape, cfg) }
+			f := func(x []float64) float64 { return klLoss64(t, x, ref, mask, shape, cfg, 1.5) }
 			gradcheck.Check(t, fmt.Sprintf("%v/%v", kind, agg.Mode), f, slices.Clone(lp), f64s(gv), 1e-2, 2e-2, 2e-4)
 			v := n / (B * T)
 			for j := range gv {
@@ -68,21 +68,21 @@ func TestKLLossMatchesPenaltyAverage(t *testing.T) {
 	require.NoError(t, divergence.Penalty(pen, lp, ref, divergence.LowVarKL))
 	want, err := Agg{Mode: Seq}.Loss(pen, mask)
 	require.NoError(t, err)
-	res, err := KLLoss(nil, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1, Agg: Agg{Mode: Seq}})
+	res, err := KLLoss(Grad{}, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1, Agg: Agg{Mode: Seq}})
 	require.NoError(t, err)
 	require.Equal(t, want, res.KL)
 	require.Equal(t, float32(0.1)*want, res.Loss)
 
 	// Accumulate adds onto what is there.
 	g1 := tensor.Must(tensor.NewLike(lp, tensor.Float32))
-	_, err = KLLoss(g1, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1})
+	_, err = KLLoss(Grad{Dst: g1}, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1})
 	require.NoError(t, err)
 	g2 := tensor.Must(tensor.NewLike(lp, tensor.Float32))
 	v2, _ := g2.Float32s()
 	for j := range v2 {
 		v2[j] = 2
 	}
-	_, err = KLLoss(g2, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1, GradOptions: GradOptions{Accumulate: true}})
+	_, err = KLLoss(Grad{Dst: g2, Accumulate: true}, lp, ref, mask, KLConfig{Kind: divergence.LowVarKL, Coef: 0.1})
 	require.NoError(t, err)
 	v1, _ := g1.Float32s()
 	for j := range v1 {
@@ -96,21 +96,23 @@ func TestKLLossBadInputs(t *testing.T) {
 	m := tensor.Must(tensor.FromFloat32(make([]float32, 6), 2, 3))
 	wrong := tensor.Must(tensor.FromFloat32(make([]float32, 6), 3, 2))
 	const op = "ppo.KLLoss"
-	_, err := KLLoss(nil, lp, ref, m, KLConfig{Kind: divergence.Kind(42)})
+	_, err := KLLoss(Grad{}, lp, ref, m, KLConfig{Kind: divergence.Kind(42)})
 	require.ErrorIs(t, err, tensor.ErrParam)
-	_, err = KLLoss(nil, lp, ref, m, KLConfig{Coef: math.NaN()})
+	_, err = KLLoss(Grad{}, lp, ref, m, KLConfig{Coef: math.NaN()})
 	wantErr(t, err, tensor.ErrParam, op, "Coef")
-	_, err = KLLoss(nil, lp, wrong, m, KLConfig{})
+	_, err = KLLoss(Grad{}, lp, wrong, m, KLConfig{})
 	wantErr(t, err, tensor.ErrShape, op, "ref")
-	_, err = KLLoss(nil, lp, ref, wrong, KLConfig{})
+	_, err = KLLoss(Grad{}, lp, ref, wrong, KLConfig{})
 	wantErr(t, err, tensor.ErrShape, op, "logp")
-	_, err = KLLoss(wrong, lp, ref, m, KLConfig{})
-	wantErr(t, err, tensor.ErrShape, op, "grad")
-	_, err = KLLoss(nil, nil, ref, m, KLConfig{})
+	_, err = KLLoss(Grad{Dst: wrong}, lp, ref, m, KLConfig{})
+	wantErr(t, err, tensor.ErrShape, op, "grad.Dst")
+	_, err = KLLoss(Grad{Scale: -1}, lp, ref, m, KLConfig{})
+	wantErr(t, err, tensor.ErrParam, op, "grad.Scale")
+	_, err = KLLoss(Grad{}, nil, ref, m, KLConfig{})
 	wantErr(t, err, tensor.ErrShape, op, "logp")
-	_, err = KLLoss(nil, lp, ref, m, KLConfig{Kind: divergence.Full})
+	_, err = KLLoss(Grad{}, lp, ref, m, KLConfig{Kind: divergence.Full})
 	wantErr(t, err, tensor.ErrShape, op, "logp")
-	_, err = KLLoss(nil, lp, ref, m, KLConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}})
+	_, err = KLLoss(Grad{}, lp, ref, m, KLConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}})
 	wantErr(t, err, tensor.ErrParam, op, "Horizon")
 }
 
@@ -118,34 +120,36 @@ func TestEntropyPenalty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	b := randBatch(rng, 4, 6, 0.5, false)
 	g := make([]float64, len(b.lp))
-	cfg := EntropyConfig{Coef: 0.3, GradOptions: GradOptions{Scale: 2}}
-	l := entropyHost(g, b.lp, b.m, cfg)
+	cfg, opt := EntropyConfig{Coef: 0.3}, Grad{Scale: 2}
+	l := entropyHost(g, b.lp, b.m, cfg, opt)
 	var s, n float64
 	for j := range b.m {
 		s += b.lp[j] * b.m[j]
 		n += b.m[j]
 	}
 	require.InDelta(t, 2*0.3*-(s/(n+1e-8)), l, 1e-12)
-	gradcheck.Check(t, "entropy", func(x []float64) float64 { return entropyHost(nil, x, b.m, cfg) }, slices.Clone(b.lp), g, 1e-6, 1e-6, 1e-10)
+	gradcheck.Check(t, "entropy", func(x []float64) float64 { return entropyHost(nil, x, b.m, cfg, opt) }, slices.Clone(b.lp), g, 1e-6, 1e-6, 1e-10)
 
 	lp, m := ten(b.lp, 4, 6), ten(b.m, 4, 6)
-	got, err := EntropyPenalty(nil, lp, m, EntropyConfig{Coef: 0.3})
+	got, err := EntropyPenalty(Grad{}, lp, m, EntropyConfig{Coef: 0.3})
 	require.NoError(t, err)
 	require.InDelta(t, 0.3*-(s/n), got, 1e-6)
 	grad := tensor.Must(tensor.NewLike(lp, tensor.Float32))
-	_, err = EntropyPenalty(grad, lp, m, cfg)
+	_, err = EntropyPenalty(Grad{Dst: grad, Scale: 2}, lp, m, cfg)
 	require.NoError(t, err)
 	gv, _ := grad.Float32s()
 	for j := range gv {
 		require.InDelta(t, g[j], gv[j], 1e-7)
 	}
 
-	_, err = EntropyPenalty(nil, lp, m, EntropyConfig{Coef: math.Inf(1)})
+	_, err = EntropyPenalty(Grad{}, lp, m, EntropyConfig{Coef: math.Inf(1)})
 	wantErr(t, err, tensor.ErrParam, "ppo.EntropyPenalty", "Coef")
-	_, err = EntropyPenalty(nil, lp, nil, EntropyConfig{})
+	_, err = EntropyPenalty(Grad{}, lp, nil, EntropyConfig{})
 	wantErr(t, err, tensor.ErrShape, "ppo.EntropyPenalty", "mask")
-	_, err = EntropyPenalty(tensor.Must(tensor.FromFloat32(make([]float32, 24), 6, 4)), lp, m, EntropyConfig{})
-	wantErr(t, err, tensor.ErrShape, "ppo.EntropyPenalty", "grad")
+	_, err = EntropyPenalty(Grad{Dst: tensor.Must(tensor.FromFloat32(make([]float32, 24), 6, 4))}, lp, m, EntropyConfig{})
+	wantErr(t, err, tensor.ErrShape, "ppo.EntropyPenalty", "grad.Dst")
+	_, err = EntropyPenalty(Grad{Scale: math.NaN()}, lp, m, EntropyConfig{})
+	wantErr(t, err, tensor.ErrParam, "ppo.EntropyPenalty", "grad.Scale")
 }
 
 func TestTokenScale(t *testing.T) {
@@ -163,7 +167,7 @@ func TestTokenScale(t *testing.T) {
 	// Summing scaled micro-batch token-mean losses gives the mini-batch token mean.
 	rng := rand.New(rand.NewPCG(47, 48))
 	b := randBatch(rng, 6, 5, 0.5, false)
-	whole, err := PolicyLoss(nil, b.inputs(), fill(PolicyConfig{}))
+	whole, err := PolicyLoss(Grad{}, b.inputs(), fill(PolicyConfig{}))
 	require.NoError(t, err)
 	var total float64
 	for _, w := range b.m {
@@ -175,7 +179,7 @@ func TestTokenScale(t *testing.T) {
 		in := mb.inputs()
 		s, err := TokenScale(in.ResponseMask, total, 1)
 		require.NoError(t, err)
-		r, err := PolicyLoss(nil, in, fill(PolicyConfig{GradOptions: GradOptions{Scale: s}}))
+		r, err := PolicyLoss(Grad{Scale: s}, in, fill(PolicyConfig{}))
 		require.NoError(t, err)
 		sum += float64(r.Loss)
 	}

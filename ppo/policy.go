@@ -2,9 +2,9 @@ package ppo
 
 import (
 	"math"
-	"strconv"
 	"unsafe"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/internal/hostops"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -30,15 +30,15 @@ const (
 	SAPO
 )
 
-var lossNames = [...]string{Vanilla: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"}
+var lossTypes = enum.Table[LossType]{Type: "ppo.LossType", Noun: "loss type",
+	Names:  []string{Vanilla: "default", GSPO: "gspo", GSPOToken: "gspo_token", CISPO: "cispo", SAPO: "sapo"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns the reference's name of the loss type.
-func (l LossType) String() string {
-	if l >= 0 && int(l) < len(lossNames) {
-		return lossNames[l]
-	}
-	return "LossType(" + strconv.Itoa(int(l)) + ")"
-}
+func (l LossType) String() string { return lossTypes.String(l) }
+
+// Valid reports whether l is one of the defined loss types.
+func (l LossType) Valid() bool { return lossTypes.Valid(l) }
 
 // ParseLossType parses "default", "gspo", "gspo_token", "cispo" and "sapo", and "vanilla" as an
 // alias of "default". Matching is exact; anything else is an ErrParam error.
@@ -60,25 +60,11 @@ func ParseLossType(s string) (LossType, error) {
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (l LossType) MarshalText() ([]byte, error) {
-	if !l.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "ppo.LossType.MarshalText", "l", "unknown loss type %d", int(l))
-	}
-	return []byte(l.String()), nil
-}
+func (l LossType) MarshalText() ([]byte, error) { return lossTypes.MarshalText(l) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseLossType, so configuration files
 // (JSON, YAML) hold the name.
-func (l *LossType) UnmarshalText(b []byte) error {
-	v, err := ParseLossType(string(b))
-	if err != nil {
-		return err
-	}
-	*l = v
-	return nil
-}
-
-func (l LossType) valid() bool { return l >= Vanilla && l <= SAPO }
+func (l *LossType) UnmarshalText(b []byte) error { return enum.UnmarshalText(l, b, ParseLossType) }
 
 // The reference's defaults (EasyR1 ActorConfig; tau from upstream's SAPO).
 const (
@@ -109,7 +95,6 @@ type PolicyConfig struct {
 	TauPos, TauNeg float64
 	// Agg reduces the per-token loss (the reference's loss_avg_mode).
 	Agg Agg
-	GradOptions
 	// CheckFinite makes PolicyLoss return an ErrNotFinite error when an input holds NaN or
 	// ±Inf (one extra read of the inputs). Without it, non-finite values at valid tokens
 	// propagate into the loss and gradient (masked-out tokens are skipped).
@@ -127,13 +112,13 @@ func DefaultPolicyConfig(t LossType) PolicyConfig {
 
 // Validate reports an ErrParam error naming the bad field: an unknown loss type, ClipLow outside
 // [0, 1], a negative ClipHigh, ClipDual <= 1, a non-positive or non-finite tau, a NaN anywhere,
-// a bad Agg or Scale. Every field is checked whatever the loss type, so a zero ClipDual or tau is
+// a bad Agg. Every field is checked whatever the loss type, so a zero ClipDual or tau is
 // an error even where the loss type does not read it (start from DefaultPolicyConfig).
 func (c PolicyConfig) Validate() error { return c.validate("ppo.PolicyConfig.Validate") }
 
 func (c PolicyConfig) validate(op string) error {
 	switch {
-	case !c.LossType.valid():
+	case !c.LossType.Valid():
 		return tensor.Errorf(tensor.ErrParam, op, "LossType", "unknown loss type %v", c.LossType)
 	case !(c.ClipLow >= 0 && c.ClipLow <= 1):
 		return tensor.Errorf(tensor.ErrParam, op, "ClipLow", "is %v, want a value in [0, 1]", c.ClipLow)
@@ -146,10 +131,7 @@ func (c PolicyConfig) validate(op string) error {
 	case !(c.TauNeg > 0) || math.IsInf(c.TauNeg, 0):
 		return tensor.Errorf(tensor.ErrParam, op, "TauNeg", "is %v, want a finite value > 0 (ppo.DefaultPolicyConfig gives %v)", c.TauNeg, DefaultTauNeg)
 	}
-	if err := c.Agg.validate(op, "Agg"); err != nil {
-		return err
-	}
-	return c.GradOptions.validate(op)
+	return c.Agg.validate(op, "Agg")
 }
 
 // PolicyInputs are the tensors of PolicyLoss, all float32 [B, T] on one backend.
@@ -167,7 +149,7 @@ type PolicyInputs struct {
 // PolicyResult is the outcome of PolicyLoss. The metrics follow the reference
 // (docs/semantics.md#policy-loss); they ignore TokenMask and are not scaled.
 type PolicyResult struct {
-	// Loss is Scale * PGLoss, the value the caller backpropagates.
+	// Loss is Grad.Scale * PGLoss, the value the caller backpropagates.
 	Loss float32
 	// PGLoss is the reference's pg_loss (unscaled).
 	PGLoss float32
@@ -196,14 +178,14 @@ func (r PolicyResult) Metrics() map[string]float64 {
 }
 
 // PolicyLossKernel is the optional backend kernel for PolicyLoss. It receives validated
-// tensors (grad may be nil) and a validated config with defaults filled in.
+// tensors (grad.Dst may be nil), grad.Scale filled in (never 0) and a validated config.
 type PolicyLossKernel interface {
-	PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error)
+	PolicyLoss(grad Grad, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error)
 }
 
 // PolicyLoss computes the reference's compute_policy_loss (docs/semantics.md#policy-loss) and,
-// when grad is not nil, writes Scale * d pg_loss / d LogProbs into grad (float32 [B, T]; added to
-// it with Accumulate). With nkl = lp - old, the log ratio lir is nkl (Vanilla, CISPO, SAPO),
+// when grad.Dst is not nil, writes grad.Scale * d pg_loss / d LogProbs into it (float32 [B, T];
+// added to it with grad.Accumulate). With nkl = lp - old, the log ratio lir is nkl (Vanilla, CISPO, SAPO),
 // seq_i = masked_mean_t(nkl[i], m[i]) detached (GSPOToken) or seq_i * m[i,t] with the gradient
 // through seq (GSPO, per row). ratio = exp(clamp(lir, -20, 20)) and
 // clipped = exp(clamp(lir, log(1-ClipLow), log(1+ClipHigh))). The per-token loss is
@@ -218,14 +200,18 @@ type PolicyLossKernel interface {
 // their gradient is exactly 0 and non-finite values there do not propagate (the reference would
 // turn a NaN under a zero mask into a NaN loss). Rows are processed in parallel; the result does
 // not depend on GOMAXPROCS.
-func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error) {
+func PolicyLoss(grad Grad, in PolicyInputs, cfg PolicyConfig) (PolicyResult, error) {
 	const op = "ppo.PolicyLoss"
-	names := []string{"LogProbs", "OldLogProbs", "Advantages", "ResponseMask", "TokenMask", "grad"}
-	ts := []*tensor.Tensor{in.LogProbs, in.OldLogProbs, in.Advantages, in.ResponseMask, in.TokenMask, grad}
+	names := []string{"LogProbs", "OldLogProbs", "Advantages", "ResponseMask", "TokenMask", "grad.Dst"}
+	ts := []*tensor.Tensor{in.LogProbs, in.OldLogProbs, in.Advantages, in.ResponseMask, in.TokenMask, grad.Dst}
 	if err := checkBT(op, names, 4, ts...); err != nil {
 		return PolicyResult{}, err
 	}
 	if err := cfg.validate(op); err != nil {
+		return PolicyResult{}, err
+	}
+	grad, err := grad.check(op)
+	if err != nil {
 		return PolicyResult{}, err
 	}
 	if cfg.CheckFinite {
@@ -241,7 +227,7 @@ func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyR
 		return k.PolicyLoss(grad, in, cfg)
 	}
 	var res PolicyResult
-	err := tensor.OnHost(1, []*tensor.Tensor{grad, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask},
+	err = tensor.OnHost(1, []*tensor.Tensor{grad.Dst, in.OldLogProbs, in.LogProbs, in.Advantages, in.ResponseMask, in.TokenMask},
 		func(h []*tensor.Tensor) error {
 			s := make([][]float32, len(h))
 			for i, t := range h {
@@ -249,7 +235,7 @@ func PolicyLoss(grad *tensor.Tensor, in PolicyInputs, cfg PolicyConfig) (PolicyR
 					s[i], _ = t.Float32s()
 				}
 			}
-			res, _ = policyHost(s[0], s[1], s[2], s[3], s[4], s[5], in.LogProbs.Dim(0), in.LogProbs.Dim(1), cfg)
+			res, _ = policyHost(s[0], s[1], s[2], s[3], s[4], s[5], in.LogProbs.Dim(0), in.LogProbs.Dim(1), cfg, grad)
 			return nil
 		})
 	return res, err
@@ -274,9 +260,9 @@ type policyConsts[F hostops.Float] struct {
 }
 
 // policyHost is the pure-Go kernel of PolicyLoss on row-major [rows, cols] slices. grad and ltm
-// may be nil. cfg must be validated with defaults filled in. It also returns the unscaled loss in
-// precision F (for the float64 gradient checks).
-func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int, cfg PolicyConfig) (PolicyResult, F) {
+// may be nil; opt gives the scale and accumulation (its Dst is not read). cfg must be validated.
+// It also returns the unscaled loss in precision F (for the float64 gradient checks).
+func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int, cfg PolicyConfig, opt Grad) (PolicyResult, F) {
 	k := policyConsts[F]{
 		typ:   cfg.LossType,
 		clo:   F(math.Log(1 - cfg.ClipLow)),
@@ -286,8 +272,8 @@ func policyHost[F hostops.Float](grad, old, lp, adv, m, ltm []F, rows, cols int,
 		tauN:  F(cfg.TauNeg),
 		fourP: F(4 / cfg.TauPos),
 		fourN: F(4 / cfg.TauNeg),
-		scale: F(cfg.scale()),
-		acc:   cfg.Accumulate,
+		scale: F(opt.scale()),
+		acc:   opt.Accumulate,
 		eps:   F(DefaultEps),
 	}
 	k.eLo, k.eHi = hostops.Exp(k.clo), hostops.Exp(k.chi)

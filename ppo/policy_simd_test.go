@@ -90,7 +90,6 @@ func TestPolicySIMDVsGo(t *testing.T) {
 						tag := fmt.Sprintf("%s T=%d ltm=%v acc=%v finite=%v", im.Name, T, withLTM, acc, finite)
 						in, _ := simdPolicyInputs(r, 3, T, withLTM, finite)
 						cfg := fill(PolicyConfig{ClipHigh: 0.3})
-						cfg.Accumulate = acc
 						init := make([]float32, 3*T)
 						for j := range init {
 							init[j] = float32(j%7) - 3
@@ -98,7 +97,7 @@ func TestPolicySIMDVsGo(t *testing.T) {
 						run := func(name string) (PolicyResult, []float32) {
 							defer policyImpls.Use(name)()
 							g := append([]float32(nil), init...)
-							res, err := PolicyLoss(tensor.Must(tensor.FromFloat32(g, 3, T)), in, cfg)
+							res, err := PolicyLoss(Grad{Dst: tensor.Must(tensor.FromFloat32(g, 3, T)), Accumulate: acc}, in, cfg)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -138,7 +137,7 @@ func TestPolicySIMDGOMAXPROCS(t *testing.T) {
 	in, _ := simdPolicyInputs(rand.New(rand.NewPCG(1, 9)), 200, 1000, true, true)
 	run := func() (PolicyResult, []float32) {
 		g := make([]float32, 200*1000)
-		res, err := PolicyLoss(tensor.Must(tensor.FromFloat32(g, 200, 1000)), in, fill(PolicyConfig{}))
+		res, err := PolicyLoss(Grad{Dst: tensor.Must(tensor.FromFloat32(g, 200, 1000))}, in, fill(PolicyConfig{}))
 		if err != nil {
 			t.Fatal(err)
 		}

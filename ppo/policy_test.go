@@ -51,7 +51,7 @@ func policyGradCase(t *testing.T, name string, b batch, cfg PolicyConfig) {
 	cfg = fill(cfg)
 	n := b.B * b.T
 	g := make([]float64, n)
-	policyHost(g, b.old, b.lp, b.adv, b.m, b.ltm, b.B, b.T, cfg)
+	policyHost(g, b.old, b.lp, b.adv, b.m, b.ltm, b.B, b.T, cfg, Grad{})
 	old := b.old
 	fcfg := cfg
 	if cfg.LossType == GSPOToken {
@@ -66,7 +66,7 @@ func policyGradCase(t *testing.T, name string, b batch, cfg PolicyConfig) {
 	}
 	x := slices.Clone(b.lp)
 	f := func(x []float64) float64 {
-		_, l := policyHost(nil, old, x, b.adv, b.m, b.ltm, b.B, b.T, fcfg)
+		_, l := policyHost(nil, old, x, b.adv, b.m, b.ltm, b.B, b.T, fcfg, Grad{})
 		return l
 	}
 	gradcheck.Check(t, name, f, x, g, 1e-6, 1e-5, 1e-9)
@@ -126,7 +126,7 @@ func TestPolicyLossCISPOInsideClipClosedForm(t *testing.T) {
 	b := randBatch(rng, 3, 8, 0.1, false)
 	cfg := fill(PolicyConfig{LossType: CISPO})
 	g := make([]float64, len(b.lp))
-	policyHost(g, b.old, b.lp, b.adv, b.m, nil, b.B, b.T, cfg)
+	policyHost(g, b.old, b.lp, b.adv, b.m, nil, b.B, b.T, cfg, Grad{})
 	var S float64
 	for _, w := range b.m {
 		S += w
@@ -147,7 +147,7 @@ func TestPolicyLossGSPOBroadcastPerRow(t *testing.T) {
 	m := []float32{1, 1, 1, 1, 1, 1}
 	in := PolicyInputs{ten(f64s(old), B, T), ten(f64s(lp), B, T), ten(f64s(adv), B, T), ten(f64s(m), B, T), nil}
 	in.OldLogProbs, in.LogProbs = tensor.Must(tensor.FromFloat32(old, B, T)), tensor.Must(tensor.FromFloat32(lp, B, T))
-	res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: GSPO, ClipHigh: 0.28}))
+	res, err := PolicyLoss(Grad{}, in, fill(PolicyConfig{LossType: GSPO, ClipHigh: 0.28}))
 	require.NoError(t, err)
 	// row 0: seq = 0.1, ratio 1.105 inside [0.8, 1.28] -> T = -1.105; row 1: seq = -0.5, ratio
 	// 0.607, clipped 0.8 -> T = max(-0.607, -0.8) = -0.607.
@@ -174,7 +174,7 @@ func TestPolicyLossProperties(t *testing.T) {
 				v, _ := x.Float32s()
 				before = append(before, slices.Clone(v))
 			}
-			res, err := PolicyLoss(grad, in, cfg)
+			res, err := PolicyLoss(Grad{Dst: grad}, in, cfg)
 			require.NoError(t, err)
 			require.False(t, math.IsNaN(float64(res.PGLoss)), "%v/%v: NaN loss from masked garbage", lt, agg.Mode)
 			g, _ := grad.Float32s()
@@ -191,13 +191,13 @@ func TestPolicyLossProperties(t *testing.T) {
 				v, _ := x.Float32s()
 				require.True(t, slices.EqualFunc(before[i], v, func(a, b float32) bool { return a == b || (a != a && b != b) }))
 			}
-			fwd, err := PolicyLoss(nil, in, cfg)
+			fwd, err := PolicyLoss(Grad{}, in, cfg)
 			require.NoError(t, err)
 			require.Equal(t, res, fwd)
 			// An all-zero token mask gives zero loss and gradient.
 			zero := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
 			in.TokenMask = zero
-			res, err = PolicyLoss(grad, in, cfg)
+			res, err = PolicyLoss(Grad{Dst: grad}, in, cfg)
 			require.NoError(t, err)
 			require.Zero(t, res.PGLoss)
 			for _, x := range g {
@@ -226,7 +226,7 @@ func TestPolicyLossRatioOneConstantAdvantage(t *testing.T) {
 				OldLogProbs: tensor.Must(tensor.FromFloat32(lp, B, T)), LogProbs: tensor.Must(tensor.FromFloat32(lp, B, T)),
 				Advantages: tensor.Must(tensor.FromFloat32(adv, B, T)), ResponseMask: tensor.Must(tensor.FromFloat32(m, B, T)),
 			}
-			res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: lt}))
+			res, err := PolicyLoss(Grad{}, in, fill(PolicyConfig{LossType: lt}))
 			require.NoError(t, err)
 			require.InDelta(t, -a, res.PGLoss, 1e-6, "%v a=%v", lt, a)
 			require.Zero(t, res.PPOKL)
@@ -241,7 +241,7 @@ func TestPolicyLossScaleAndAccumulate(t *testing.T) {
 	b := randBatch(rng, 3, 10, 0.8, true)
 	in := b.inputs()
 	plain := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-	res, err := PolicyLoss(plain, in, fill(PolicyConfig{}))
+	res, err := PolicyLoss(Grad{Dst: plain}, in, fill(PolicyConfig{}))
 	require.NoError(t, err)
 	require.Equal(t, res.PGLoss, res.Loss)
 	acc := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
@@ -249,7 +249,7 @@ func TestPolicyLossScaleAndAccumulate(t *testing.T) {
 	for j := range av {
 		av[j] = 1
 	}
-	res2, err := PolicyLoss(acc, in, fill(PolicyConfig{GradOptions: GradOptions{Scale: 0.25, Accumulate: true}}))
+	res2, err := PolicyLoss(Grad{Dst: acc, Scale: 0.25, Accumulate: true}, in, fill(PolicyConfig{}))
 	require.NoError(t, err)
 	require.Equal(t, res.PGLoss, res2.PGLoss)
 	require.InDelta(t, 0.25*res.PGLoss, res2.Loss, 1e-7)
@@ -267,7 +267,7 @@ func TestPolicyLossDeterministicAcrossProcs(t *testing.T) {
 		prev := runtime.GOMAXPROCS(procs)
 		defer runtime.GOMAXPROCS(prev)
 		g := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-		res, err := PolicyLoss(g, in, fill(PolicyConfig{LossType: GSPO, Agg: Agg{Mode: Seq}}))
+		res, err := PolicyLoss(Grad{Dst: g}, in, fill(PolicyConfig{LossType: GSPO, Agg: Agg{Mode: Seq}}))
 		require.NoError(t, err)
 		v, _ := g.Float32s()
 		return res, v
@@ -282,7 +282,7 @@ func TestPolicyLossMetricsKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	in := randBatch(rng, 2, 4, 0.5, false).inputs()
 	for _, lt := range allLossTypes {
-		res, err := PolicyLoss(nil, in, fill(PolicyConfig{LossType: lt}))
+		res, err := PolicyLoss(Grad{}, in, fill(PolicyConfig{LossType: lt}))
 		require.NoError(t, err)
 		keys := []string{}
 		for k := range res.Metrics() {
@@ -304,10 +304,10 @@ func TestPolicyLossNaNAdvantage(t *testing.T) {
 	b := randBatch(rng, 2, 4, 0.3, false)
 	b.m[0], b.adv[0] = 1, math.NaN()
 	in := b.inputs()
-	res, err := PolicyLoss(nil, in, fill(PolicyConfig{}))
+	res, err := PolicyLoss(Grad{}, in, fill(PolicyConfig{}))
 	require.NoError(t, err)
 	require.True(t, math.IsNaN(float64(res.PGLoss)))
-	_, err = PolicyLoss(nil, in, fill(PolicyConfig{CheckFinite: true}))
+	_, err = PolicyLoss(Grad{}, in, fill(PolicyConfig{CheckFinite: true}))
 	wantErr(t, err, tensor.ErrNotFinite, "ppo.PolicyLoss", "Advantages")
 }
 
@@ -321,35 +321,35 @@ func TestPolicyLossBadInputs(t *testing.T) {
 	const op = "ppo.PolicyLoss"
 	for _, c := range []struct {
 		name     string
-		grad     *tensor.Tensor
+		grad     Grad
 		in       PolicyInputs
 		cfg      PolicyConfig
 		sentinel error
 		arg      string
 	}{
-		{"unknown loss type", nil, good, fill(PolicyConfig{LossType: 42}), tensor.ErrParam, "LossType"},
-		{"clip dual one", nil, good, fill(PolicyConfig{ClipDual: 1}), tensor.ErrParam, "ClipDual"},
-		{"clip dual below one", nil, good, fill(PolicyConfig{ClipDual: 0.5}), tensor.ErrParam, "ClipDual"},
-		{"clip dual NaN", nil, good, fill(PolicyConfig{ClipDual: math.NaN()}), tensor.ErrParam, "ClipDual"},
-		{"clip low above one", nil, good, fill(PolicyConfig{ClipLow: 1.5}), tensor.ErrParam, "ClipLow"},
-		{"clip low negative", nil, good, fill(PolicyConfig{ClipLow: -0.1}), tensor.ErrParam, "ClipLow"},
-		{"clip high negative", nil, good, fill(PolicyConfig{ClipHigh: -0.1}), tensor.ErrParam, "ClipHigh"},
-		{"tau pos negative", nil, good, fill(PolicyConfig{LossType: SAPO, TauPos: -1}), tensor.ErrParam, "TauPos"},
-		{"tau neg NaN", nil, good, fill(PolicyConfig{LossType: SAPO, TauNeg: math.NaN()}), tensor.ErrParam, "TauNeg"},
-		{"tau neg inf", nil, good, fill(PolicyConfig{TauNeg: math.Inf(1)}), tensor.ErrParam, "TauNeg"},
-		{"agg mode", nil, good, fill(PolicyConfig{Agg: Agg{Mode: 17}}), tensor.ErrParam, "Agg.Mode"},
-		{"horizon", nil, good, fill(PolicyConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}), tensor.ErrParam, "Agg.Horizon"},
-		{"scale", nil, good, fill(PolicyConfig{GradOptions: GradOptions{Scale: -1}}), tensor.ErrParam, "Scale"},
-		{"scale inf", nil, good, fill(PolicyConfig{GradOptions: GradOptions{Scale: math.Inf(1)}}), tensor.ErrParam, "Scale"},
-		{"nil logprobs", nil, with(func(in *PolicyInputs) { in.LogProbs = nil }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
-		{"nil mask", nil, with(func(in *PolicyInputs) { in.ResponseMask = nil }), fill(PolicyConfig{}), tensor.ErrShape, "ResponseMask"},
-		{"rank 1", nil, with(func(in *PolicyInputs) { in.LogProbs = rank1 }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
-		{"advantages shape", nil, with(func(in *PolicyInputs) { in.Advantages = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "Advantages"},
-		{"old shape", nil, with(func(in *PolicyInputs) { in.OldLogProbs = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "OldLogProbs"},
-		{"token mask shape", nil, with(func(in *PolicyInputs) { in.TokenMask = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "TokenMask"},
-		{"grad shape", wrong, good, fill(PolicyConfig{}), tensor.ErrShape, "grad"},
-		{"mask dtype", nil, with(func(in *PolicyInputs) { in.ResponseMask = ints }), fill(PolicyConfig{}), tensor.ErrDType, "ResponseMask"},
-		{"grad dtype", ints, good, fill(PolicyConfig{}), tensor.ErrDType, "grad"},
+		{"unknown loss type", Grad{}, good, fill(PolicyConfig{LossType: 42}), tensor.ErrParam, "LossType"},
+		{"clip dual one", Grad{}, good, fill(PolicyConfig{ClipDual: 1}), tensor.ErrParam, "ClipDual"},
+		{"clip dual below one", Grad{}, good, fill(PolicyConfig{ClipDual: 0.5}), tensor.ErrParam, "ClipDual"},
+		{"clip dual NaN", Grad{}, good, fill(PolicyConfig{ClipDual: math.NaN()}), tensor.ErrParam, "ClipDual"},
+		{"clip low above one", Grad{}, good, fill(PolicyConfig{ClipLow: 1.5}), tensor.ErrParam, "ClipLow"},
+		{"clip low negative", Grad{}, good, fill(PolicyConfig{ClipLow: -0.1}), tensor.ErrParam, "ClipLow"},
+		{"clip high negative", Grad{}, good, fill(PolicyConfig{ClipHigh: -0.1}), tensor.ErrParam, "ClipHigh"},
+		{"tau pos negative", Grad{}, good, fill(PolicyConfig{LossType: SAPO, TauPos: -1}), tensor.ErrParam, "TauPos"},
+		{"tau neg NaN", Grad{}, good, fill(PolicyConfig{LossType: SAPO, TauNeg: math.NaN()}), tensor.ErrParam, "TauNeg"},
+		{"tau neg inf", Grad{}, good, fill(PolicyConfig{TauNeg: math.Inf(1)}), tensor.ErrParam, "TauNeg"},
+		{"agg mode", Grad{}, good, fill(PolicyConfig{Agg: Agg{Mode: 17}}), tensor.ErrParam, "Agg.Mode"},
+		{"horizon", Grad{}, good, fill(PolicyConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}), tensor.ErrParam, "Agg.Horizon"},
+		{"scale", Grad{Scale: -1}, good, fill(PolicyConfig{}), tensor.ErrParam, "grad.Scale"},
+		{"scale inf", Grad{Scale: math.Inf(1)}, good, fill(PolicyConfig{}), tensor.ErrParam, "grad.Scale"},
+		{"nil logprobs", Grad{}, with(func(in *PolicyInputs) { in.LogProbs = nil }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
+		{"nil mask", Grad{}, with(func(in *PolicyInputs) { in.ResponseMask = nil }), fill(PolicyConfig{}), tensor.ErrShape, "ResponseMask"},
+		{"rank 1", Grad{}, with(func(in *PolicyInputs) { in.LogProbs = rank1 }), fill(PolicyConfig{}), tensor.ErrShape, "LogProbs"},
+		{"advantages shape", Grad{}, with(func(in *PolicyInputs) { in.Advantages = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "Advantages"},
+		{"old shape", Grad{}, with(func(in *PolicyInputs) { in.OldLogProbs = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "OldLogProbs"},
+		{"token mask shape", Grad{}, with(func(in *PolicyInputs) { in.TokenMask = wrong }), fill(PolicyConfig{}), tensor.ErrShape, "TokenMask"},
+		{"grad shape", Grad{Dst: wrong}, good, fill(PolicyConfig{}), tensor.ErrShape, "grad.Dst"},
+		{"mask dtype", Grad{}, with(func(in *PolicyInputs) { in.ResponseMask = ints }), fill(PolicyConfig{}), tensor.ErrDType, "ResponseMask"},
+		{"grad dtype", Grad{Dst: ints}, good, fill(PolicyConfig{}), tensor.ErrDType, "grad.Dst"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := PolicyLoss(c.grad, c.in, c.cfg)
@@ -402,7 +402,7 @@ func FuzzPolicyLoss(f *testing.F) {
 		}
 		cfg := fill(PolicyConfig{LossType: LossType(lt % 5), Agg: allAggs[mode%4]})
 		grad := tensor.Must(tensor.NewLike(in.LogProbs, tensor.Float32))
-		res, err := PolicyLoss(grad, in, cfg)
+		res, err := PolicyLoss(Grad{Dst: grad}, in, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +446,7 @@ func benchPolicy(b *testing.B, lt LossType, B, T int, adversarial bool) {
 	cfg := fill(PolicyConfig{LossType: lt, ClipHigh: 0.28})
 	b.SetBytes(int64(B * T * 4 * 5)) // four inputs read, one gradient written
 	for b.Loop() {
-		if _, err := PolicyLoss(grad, in, cfg); err != nil {
+		if _, err := PolicyLoss(Grad{Dst: grad}, in, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,7 +13,6 @@ type ValueConfig struct {
 	// ClipRange is the reference's cliprange_value c >= 0 (+Inf disables the clip).
 	ClipRange float64
 	Agg       Agg
-	GradOptions
 	// CheckFinite makes ValueLoss return an ErrNotFinite error when an input holds NaN or ±Inf.
 	CheckFinite bool
 }
@@ -26,17 +25,14 @@ func DefaultValueConfig() ValueConfig {
 	return ValueConfig{ClipRange: DefaultClipRangeValue, Agg: Agg{Mode: Token}}
 }
 
-// Validate reports an ErrParam error for a negative or NaN ClipRange, a bad Agg or Scale.
+// Validate reports an ErrParam error for a negative or NaN ClipRange or a bad Agg.
 func (c ValueConfig) Validate() error { return c.validate("ppo.ValueConfig.Validate") }
 
 func (c ValueConfig) validate(op string) error {
 	if !(c.ClipRange >= 0) {
 		return tensor.Errorf(tensor.ErrParam, op, "ClipRange", "is %v, want a value >= 0", c.ClipRange)
 	}
-	if err := c.Agg.validate(op, "Agg"); err != nil {
-		return err
-	}
-	return c.GradOptions.validate(op)
+	return c.Agg.validate(op, "Agg")
 }
 
 // ValueInputs are the tensors of ValueLoss, all float32 [B, T] on one backend.
@@ -49,7 +45,7 @@ type ValueInputs struct {
 
 // ValueResult is the outcome of ValueLoss.
 type ValueResult struct {
-	Loss       float32 // Scale * VFLoss
+	Loss       float32 // Grad.Scale * VFLoss
 	VFLoss     float32 // the reference's vf_loss (unscaled)
 	VFClipFrac float64 // masked_mean(l1 < l2, m)
 	VPredMean  float64 // masked_mean(vpreds, m)
@@ -60,25 +56,30 @@ func (r ValueResult) Metrics() map[string]float64 {
 	return map[string]float64{"vf_clipfrac": r.VFClipFrac, "vpred_mean": r.VPredMean}
 }
 
-// ValueLossKernel is the optional backend kernel for ValueLoss.
+// ValueLossKernel is the optional backend kernel for ValueLoss. It receives validated tensors
+// (grad.Dst may be nil), grad.Scale filled in (never 0) and a validated config.
 type ValueLossKernel interface {
-	ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResult, error)
+	ValueLoss(grad Grad, in ValueInputs, cfg ValueConfig) (ValueResult, error)
 }
 
 // ValueLoss computes the reference's compute_value_loss (docs/semantics.md#value-loss):
 // vc = clamp(vpreds, values - c, values + c), l1 = (vpreds - returns)^2, l2 = (vc - returns)^2,
-// vf_loss = 0.5 * average_loss(max(l1, l2), m). When grad is not nil it writes (or adds, with
-// Accumulate) Scale * d vf_loss / d vpreds into grad [B, T]: the clamp passes the gradient when
+// vf_loss = 0.5 * average_loss(max(l1, l2), m). When grad.Dst is not nil it writes (or adds,
+// with grad.Accumulate) grad.Scale * d vf_loss / d vpreds into it [B, T]: the clamp passes the gradient when
 // vpreds lies inside the bounds, ends included, and a tie l1 == l2 splits it half and half as
 // torch does. Masked-out tokens are skipped (gradient exactly 0).
-func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResult, error) {
+func ValueLoss(grad Grad, in ValueInputs, cfg ValueConfig) (ValueResult, error) {
 	const op = "ppo.ValueLoss"
-	names := []string{"VPreds", "Returns", "Values", "ResponseMask", "grad"}
-	ts := []*tensor.Tensor{in.VPreds, in.Returns, in.Values, in.ResponseMask, grad}
+	names := []string{"VPreds", "Returns", "Values", "ResponseMask", "grad.Dst"}
+	ts := []*tensor.Tensor{in.VPreds, in.Returns, in.Values, in.ResponseMask, grad.Dst}
 	if err := checkBT(op, names, 4, ts...); err != nil {
 		return ValueResult{}, err
 	}
 	if err := cfg.validate(op); err != nil {
+		return ValueResult{}, err
+	}
+	grad, err := grad.check(op)
+	if err != nil {
 		return ValueResult{}, err
 	}
 	if cfg.CheckFinite {
@@ -92,14 +93,14 @@ func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResul
 		return k.ValueLoss(grad, in, cfg)
 	}
 	var res ValueResult
-	err := tensor.OnHost(1, []*tensor.Tensor{grad, in.VPreds, in.Returns, in.Values, in.ResponseMask}, func(h []*tensor.Tensor) error {
+	err = tensor.OnHost(1, []*tensor.Tensor{grad.Dst, in.VPreds, in.Returns, in.Values, in.ResponseMask}, func(h []*tensor.Tensor) error {
 		s := make([][]float32, len(h))
 		for i, t := range h {
 			if t != nil {
 				s[i], _ = t.Float32s()
 			}
 		}
-		res, _ = valueHost(s[0], s[1], s[2], s[3], s[4], in.VPreds.Dim(0), in.VPreds.Dim(1), cfg)
+		res, _ = valueHost(s[0], s[1], s[2], s[3], s[4], in.VPreds.Dim(0), in.VPreds.Dim(1), cfg, grad)
 		return nil
 	})
 	return res, err
@@ -107,11 +108,11 @@ func ValueLoss(grad *tensor.Tensor, in ValueInputs, cfg ValueConfig) (ValueResul
 
 type valueRow struct{ sumL, sumV, clip, cnt float64 }
 
-// valueHost is the pure-Go kernel of ValueLoss on row-major [rows, cols] slices; grad may be nil.
-// It also returns the unscaled loss in precision F.
-func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg ValueConfig) (ValueResult, F) {
+// valueHost is the pure-Go kernel of ValueLoss on row-major [rows, cols] slices; grad may be nil
+// and opt gives the scale and accumulation. It also returns the unscaled loss in precision F.
+func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg ValueConfig, opt Grad) (ValueResult, F) {
 	c := F(cfg.ClipRange)
-	scale := F(cfg.scale())
+	scale := F(opt.scale())
 	cnt := make([]float64, rows)
 	grain := parallel.Grain(cols, 1<<13)
 	maskCounts(cnt, m, cols, grain)
@@ -129,7 +130,7 @@ func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg V
 			var st valueRow
 			for t, mw := range m[a:b] {
 				if mw == 0 {
-					if gr != nil && !cfg.Accumulate {
+					if gr != nil && !opt.Accumulate {
 						gr[t] = 0
 					}
 					continue
@@ -162,7 +163,7 @@ func valueHost[F hostops.Float](grad, vp, ret, val, m []F, rows, cols int, cfg V
 					continue
 				}
 				g := gw * mw * dL
-				if cfg.Accumulate {
+				if opt.Accumulate {
 					gr[t] += g
 				} else {
 					gr[t] = g

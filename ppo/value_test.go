@@ -50,9 +50,9 @@ func TestValueLossGradFiniteDifferences(t *testing.T) {
 			b := randValueBatch(rng, 4, 9, c)
 			cfg := ValueConfig{ClipRange: c, Agg: agg}
 			g := make([]float64, len(b.vp))
-			valueHost(g, b.vp, b.ret, b.val, b.m, b.B, b.T, cfg)
+			valueHost(g, b.vp, b.ret, b.val, b.m, b.B, b.T, cfg, Grad{})
 			f := func(x []float64) float64 {
-				_, l := valueHost(nil, x, b.ret, b.val, b.m, b.B, b.T, cfg)
+				_, l := valueHost(nil, x, b.ret, b.val, b.m, b.B, b.T, cfg, Grad{})
 				return l
 			}
 			gradcheck.Check(t, fmt.Sprintf("c=%v/%v", c, agg.Mode), f, slices.Clone(b.vp), g, 1e-6, 1e-5, 1e-9)
@@ -74,7 +74,7 @@ func TestValueLossTieSplitsGradient(t *testing.T) {
 		Values: tensor.Must(tensor.FromFloat32([]float32{0.5}, 1, 1)), ResponseMask: tensor.Must(tensor.FromFloat32([]float32{1}, 1, 1)),
 	}
 	g := tensor.Must(tensor.NewLike(in.VPreds, tensor.Float32))
-	res, err := ValueLoss(g, in, ValueConfig{})
+	res, err := ValueLoss(Grad{Dst: g}, in, ValueConfig{})
 	require.NoError(t, err)
 	require.InDelta(t, 0.125, res.VFLoss, 1e-7)
 	gv, _ := g.Float32s()
@@ -92,7 +92,7 @@ func TestValueLossPropertiesAndOptions(t *testing.T) {
 	}
 	in := b.inputs()
 	g := tensor.Must(tensor.NewLike(in.VPreds, tensor.Float32))
-	res, err := ValueLoss(g, in, ValueConfig{ClipRange: 0.5})
+	res, err := ValueLoss(Grad{Dst: g}, in, ValueConfig{ClipRange: 0.5})
 	require.NoError(t, err)
 	require.False(t, math.IsNaN(float64(res.VFLoss)))
 	require.Equal(t, res.VFLoss, res.Loss)
@@ -102,7 +102,7 @@ func TestValueLossPropertiesAndOptions(t *testing.T) {
 			require.Zero(t, gv[j])
 		}
 	}
-	fwd, err := ValueLoss(nil, in, ValueConfig{ClipRange: 0.5})
+	fwd, err := ValueLoss(Grad{}, in, ValueConfig{ClipRange: 0.5})
 	require.NoError(t, err)
 	require.Equal(t, res, fwd)
 	require.Equal(t, map[string]float64{"vf_clipfrac": res.VFClipFrac, "vpred_mean": res.VPredMean}, res.Metrics())
@@ -112,7 +112,7 @@ func TestValueLossPropertiesAndOptions(t *testing.T) {
 	for j := range av {
 		av[j] = -1
 	}
-	res2, err := ValueLoss(acc, in, ValueConfig{ClipRange: 0.5, GradOptions: GradOptions{Scale: 3, Accumulate: true}})
+	res2, err := ValueLoss(Grad{Dst: acc, Scale: 3, Accumulate: true}, in, ValueConfig{ClipRange: 0.5})
 	require.NoError(t, err)
 	require.InDelta(t, 3*res.VFLoss, res2.Loss, 1e-6)
 	for j := range av {
@@ -129,20 +129,20 @@ func TestValueLossBadInputs(t *testing.T) {
 	const op = "ppo.ValueLoss"
 	for _, c := range []struct {
 		name     string
-		grad     *tensor.Tensor
+		grad     Grad
 		in       ValueInputs
 		cfg      ValueConfig
 		sentinel error
 		arg      string
 	}{
-		{"negative clip", nil, good, ValueConfig{ClipRange: -0.1}, tensor.ErrParam, "ClipRange"},
-		{"NaN clip", nil, good, ValueConfig{ClipRange: math.NaN()}, tensor.ErrParam, "ClipRange"},
-		{"horizon", nil, good, ValueConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}, tensor.ErrParam, "Horizon"},
-		{"scale", nil, good, ValueConfig{GradOptions: GradOptions{Scale: math.NaN()}}, tensor.ErrParam, "Scale"},
-		{"nil vpreds", nil, with(func(in *ValueInputs) { in.VPreds = nil }), ValueConfig{}, tensor.ErrShape, "VPreds"},
-		{"returns shape", nil, with(func(in *ValueInputs) { in.Returns = wrong }), ValueConfig{}, tensor.ErrShape, "Returns"},
-		{"values dtype", nil, with(func(in *ValueInputs) { in.Values = ints }), ValueConfig{}, tensor.ErrDType, "Values"},
-		{"grad shape", wrong, good, ValueConfig{}, tensor.ErrShape, "grad"},
+		{"negative clip", Grad{}, good, ValueConfig{ClipRange: -0.1}, tensor.ErrParam, "ClipRange"},
+		{"NaN clip", Grad{}, good, ValueConfig{ClipRange: math.NaN()}, tensor.ErrParam, "ClipRange"},
+		{"horizon", Grad{}, good, ValueConfig{Agg: Agg{Mode: SeqMeanTokenSumNorm}}, tensor.ErrParam, "Horizon"},
+		{"scale", Grad{Scale: math.NaN()}, good, ValueConfig{}, tensor.ErrParam, "grad.Scale"},
+		{"nil vpreds", Grad{}, with(func(in *ValueInputs) { in.VPreds = nil }), ValueConfig{}, tensor.ErrShape, "VPreds"},
+		{"returns shape", Grad{}, with(func(in *ValueInputs) { in.Returns = wrong }), ValueConfig{}, tensor.ErrShape, "Returns"},
+		{"values dtype", Grad{}, with(func(in *ValueInputs) { in.Values = ints }), ValueConfig{}, tensor.ErrDType, "Values"},
+		{"grad shape", Grad{Dst: wrong}, good, ValueConfig{}, tensor.ErrShape, "grad.Dst"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ValueLoss(c.grad, c.in, c.cfg)
@@ -153,7 +153,7 @@ func TestValueLossBadInputs(t *testing.T) {
 		v := []float32{1, 2, float32(math.Inf(1)), 4, 5, 6}
 		in.Returns = tensor.Must(tensor.FromFloat32(v, 2, 3))
 	})
-	_, err := ValueLoss(nil, bad, ValueConfig{CheckFinite: true})
+	_, err := ValueLoss(Grad{}, bad, ValueConfig{CheckFinite: true})
 	wantErr(t, err, tensor.ErrNotFinite, op, "Returns")
 }
 
@@ -169,7 +169,7 @@ func BenchmarkValueLoss(b *testing.B) {
 	b.Run("cpu/shape=64x1024", func(b *testing.B) {
 		b.SetBytes(int64(B * T * 4 * 5))
 		for b.Loop() {
-			if _, err := ValueLoss(grad, in, ValueConfig{ClipRange: 0.2}); err != nil {
+			if _, err := ValueLoss(Grad{Dst: grad}, in, ValueConfig{ClipRange: 0.2}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time PyTorch's equivalents of the mtrl CUDA kernels on a GPU, for comparison with
-`cuda.test -test.bench .` (scripts/gpu-check). Shapes follow DESIGN.md section 8:
-logits [8192, 151936] in fp32 and bf16, per-token ops on [512, 2048] and [2048, 2048] (4M tokens).
+`cuda.test -test.bench .` (scripts/gpu-check). Shapes are the GPU benchmark shapes of
+docs/conventions.md#benchmark-shapes: logits [8192, 151936] in fp32 and bf16, per-token ops on
+[512, 2048] and [2048, 2048] (4M tokens).
 
     python3 scripts/torch_bench.py [--iters 20]
 

@@ -1,9 +1,10 @@
 package tensor
 
 import (
-	"fmt"
 	"math"
 	"strings"
+
+	"github.com/mtrl-go/mtrl/internal/enum"
 )
 
 // DType is the element type of a tensor.
@@ -30,20 +31,15 @@ func (d DType) Size() int {
 	return 0
 }
 
+var dtypes = enum.Table[DType]{Type: "tensor.DType", Noun: "dtype",
+	Names: []string{"float32", "bfloat16", "int32", "uint8"}, First: Float32,
+	Errorf: Errorf, Sentinel: ErrDType}
+
 // String returns the lower-case name used by ParseDType ("float32", "bfloat16", ...).
-func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case BFloat16:
-		return "bfloat16"
-	case Int32:
-		return "int32"
-	case Uint8:
-		return "uint8"
-	}
-	return fmt.Sprintf("DType(%d)", uint8(d))
-}
+func (d DType) String() string { return dtypes.String(d) }
+
+// Valid reports whether d is one of the defined element types.
+func (d DType) Valid() bool { return dtypes.Valid(d) }
 
 // ParseDType is the inverse of DType.String. It also accepts "bf16" and "f32".
 func ParseDType(s string) (DType, error) {
@@ -62,25 +58,11 @@ func ParseDType(s string) (DType, error) {
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (d DType) MarshalText() ([]byte, error) {
-	if !d.valid() {
-		return nil, Errorf(ErrDType, "tensor.DType.MarshalText", "d", "unknown dtype %d", int(d))
-	}
-	return []byte(d.String()), nil
-}
+func (d DType) MarshalText() ([]byte, error) { return dtypes.MarshalText(d) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseDType, so configuration files
 // (JSON, YAML) hold the name.
-func (d *DType) UnmarshalText(b []byte) error {
-	v, err := ParseDType(string(b))
-	if err != nil {
-		return err
-	}
-	*d = v
-	return nil
-}
-
-func (d DType) valid() bool { return d.Size() != 0 }
+func (d *DType) UnmarshalText(b []byte) error { return enum.UnmarshalText(d, b, ParseDType) }
 
 // BF16 is one bfloat16 value: the upper half of a float32's bits.
 type BF16 uint16

@@ -22,7 +22,7 @@ func New(b Backend, dtype DType, shape ...int) (*Tensor, error) {
 	if b == nil {
 		return nil, Errorf(ErrBackend, op, "backend", "is nil")
 	}
-	if !dtype.valid() {
+	if !dtype.Valid() {
 		return nil, Errorf(ErrDType, op, "dtype", "unknown dtype %v", dtype)
 	}
 	n, err := checkShape(op, shape)

@@ -1,9 +1,9 @@
 package tprl
 
 import (
-	"strconv"
 	"strings"
 
+	"github.com/mtrl-go/mtrl/internal/enum"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -18,47 +18,31 @@ const (
 	PerceptionFilter
 )
 
-var filterNames = [...]string{EntropyFilter: "entropy", PerceptionFilter: "perception"}
+var filters = enum.Table[Filter]{Type: "tprl.Filter", Noun: "filter",
+	Names:  []string{EntropyFilter: "entropy", PerceptionFilter: "perception"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns "entropy" or "perception".
-func (f Filter) String() string {
-	if f >= 0 && int(f) < len(filterNames) {
-		return filterNames[f]
-	}
-	return "Filter(" + strconv.Itoa(int(f)) + ")"
-}
+func (f Filter) String() string { return filters.String(f) }
+
+// Valid reports whether f is one of the defined filters.
+func (f Filter) Valid() bool { return filters.Valid(f) }
 
 // ParseFilter parses "entropy" or "perception" (exact match); anything else is an ErrParam error.
 func ParseFilter(s string) (Filter, error) {
-	for i, n := range filterNames {
-		if s == n {
-			return Filter(i), nil
-		}
+	if f, ok := filters.Lookup(s); ok {
+		return f, nil
 	}
-	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseFilter", "s", "unknown filter %q (want one of %s)", s, strings.Join(filterNames[:], ", "))
+	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseFilter", "s", "unknown filter %q (want one of %s)", s, strings.Join(filters.Names, ", "))
 }
 
 // MarshalText implements encoding.TextMarshaler with the name String returns; a value outside
 // the defined constants is an error.
-func (f Filter) MarshalText() ([]byte, error) {
-	if !f.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "tprl.Filter.MarshalText", "f", "unknown filter %d", int(f))
-	}
-	return []byte(f.String()), nil
-}
+func (f Filter) MarshalText() ([]byte, error) { return filters.MarshalText(f) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseFilter, so configuration files
 // (JSON, YAML) hold the name.
-func (f *Filter) UnmarshalText(b []byte) error {
-	v, err := ParseFilter(string(b))
-	if err != nil {
-		return err
-	}
-	*f = v
-	return nil
-}
-
-func (f Filter) valid() bool { return f == EntropyFilter || f == PerceptionFilter }
+func (f *Filter) UnmarshalText(b []byte) error { return enum.UnmarshalText(f, b, ParseFilter) }
 
 // ShapingScope says over which rows trajectory advantage shaping takes its normalisation
 // statistics.
@@ -78,48 +62,34 @@ const (
 	PerMicroBatchScope
 )
 
-var scopeNames = [...]string{GlobalScope: "global", PerMicroBatchScope: "per_micro_batch"}
+var scopes = enum.Table[ShapingScope]{Type: "tprl.ShapingScope", Noun: "shaping scope",
+	Names:  []string{GlobalScope: "global", PerMicroBatchScope: "per_micro_batch"},
+	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
 // String returns "global" or "per_micro_batch".
-func (s ShapingScope) String() string {
-	if s >= 0 && int(s) < len(scopeNames) {
-		return scopeNames[s]
-	}
-	return "ShapingScope(" + strconv.Itoa(int(s)) + ")"
-}
+func (s ShapingScope) String() string { return scopes.String(s) }
+
+// Valid reports whether s is one of the defined scopes.
+func (s ShapingScope) Valid() bool { return scopes.Valid(s) }
 
 // ParseShapingScope parses "global" or "per_micro_batch"; the empty string means GlobalScope.
 func ParseShapingScope(s string) (ShapingScope, error) {
 	if s == "" {
 		return GlobalScope, nil
 	}
-	for i, n := range scopeNames {
-		if s == n {
-			return ShapingScope(i), nil
-		}
+	if v, ok := scopes.Lookup(s); ok {
+		return v, nil
 	}
-	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseShapingScope", "s", "unknown shaping scope %q (want one of %s)", s, strings.Join(scopeNames[:], ", "))
+	return 0, tensor.Errorf(tensor.ErrParam, "tprl.ParseShapingScope", "s", "unknown shaping scope %q (want one of %s)", s, strings.Join(scopes.Names, ", "))
 }
 
 // MarshalText implements encoding.TextMarshaler (used by YAML and JSON encoders).
-func (s ShapingScope) MarshalText() ([]byte, error) {
-	if !s.valid() {
-		return nil, tensor.Errorf(tensor.ErrParam, "tprl.ShapingScope.MarshalText", "s", "unknown shaping scope %d", int(s))
-	}
-	return []byte(s.String()), nil
-}
+func (s ShapingScope) MarshalText() ([]byte, error) { return scopes.MarshalText(s) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseShapingScope.
 func (s *ShapingScope) UnmarshalText(b []byte) error {
-	v, err := ParseShapingScope(string(b))
-	if err != nil {
-		return err
-	}
-	*s = v
-	return nil
+	return enum.UnmarshalText(s, b, ParseShapingScope)
 }
-
-func (s ShapingScope) valid() bool { return s == GlobalScope || s == PerMicroBatchScope }
 
 // Reference defaults (the reference's ActorConfig).
 const (
@@ -183,7 +153,7 @@ func (c Config) Validate() error {
 	if err := tensor.CheckUnit(op, "trajectory_scaling_min", c.TrajectoryScalingMin); err != nil {
 		return err
 	}
-	if !c.TrajectoryShapingScope.valid() {
+	if !c.TrajectoryShapingScope.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "trajectory_shaping_scope", "unknown shaping scope %d", int(c.TrajectoryShapingScope))
 	}
 	return nil

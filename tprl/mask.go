@@ -54,7 +54,7 @@ func (s SelectionStats) AppendMetrics(dst map[string][]float64) {
 }
 
 func (s SelectionStats) each(fn func(string, float32)) {
-	if s.Valid <= 0 || !s.Filter.valid() {
+	if s.Valid <= 0 || !s.Filter.Valid() {
 		return
 	}
 	keys := selectionKeys[s.Filter]

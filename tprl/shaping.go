@@ -302,7 +302,7 @@ func (o ShapingOptions) validate(op string) error {
 	if err := tensor.CheckUnit(op, "ScalingMin", o.ScalingMin); err != nil {
 		return err
 	}
-	if !o.Scope.valid() {
+	if !o.Scope.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "Scope", "unknown shaping scope %d", int(o.Scope))
 	}
 	if o.MiniBatchSize < 0 {

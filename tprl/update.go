@@ -18,11 +18,10 @@ type UpdateConfig struct {
 	Policy ppo.PolicyConfig
 	// KLLoss, when not nil, adds ppo.KLLoss to the loss: Coef * average_loss(Kind penalty of
 	// log_probs to ref_log_probs) (the reference's use_kl_loss, kl_penalty, kl_coef); set Kind
-	// and Coef. The update supplies Agg (the policy's) and GradOptions (the micro-batch's token
-	// scale): leave them zero.
+	// and Coef. The update supplies Agg (the policy's): leave it zero.
 	KLLoss *ppo.KLConfig
 	// EntropyPenalty, when not nil, adds ppo.EntropyPenalty: Coef * (-masked_mean(log_probs)),
-	// token-averaged (use_entropy_penalty, entropy_penalty_coef); set Coef, leave GradOptions zero.
+	// token-averaged (use_entropy_penalty, entropy_penalty_coef).
 	EntropyPenalty *ppo.EntropyConfig
 	// WorldSize is the number of data-parallel ranks (0 means 1); it enters the global token
 	// scaling sum(m_micro) * WorldSize / GlobalTokens.
@@ -44,23 +43,16 @@ func (c UpdateConfig) Validate() error {
 	}
 	if kl := c.KLLoss; kl != nil {
 		switch {
-		case !isKnown(kl.Kind):
+		case !kl.Kind.Valid():
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Kind", "unknown divergence kind %v", kl.Kind)
 		case math.IsNaN(kl.Coef) || math.IsInf(kl.Coef, 0):
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Coef", "is %v, want a finite value", kl.Coef)
 		case kl.Agg != (ppo.Agg{}):
 			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.Agg", "is %+v; the update uses Policy.Agg, leave it zero", kl.Agg)
-		case kl.GradOptions != (ppo.GradOptions{}):
-			return tensor.Errorf(tensor.ErrParam, op, "KLLoss.GradOptions", "is %+v; the update sets the token scale, leave it zero", kl.GradOptions)
 		}
 	}
-	if ent := c.EntropyPenalty; ent != nil {
-		switch {
-		case math.IsNaN(ent.Coef) || math.IsInf(ent.Coef, 0):
-			return tensor.Errorf(tensor.ErrParam, op, "EntropyPenalty.Coef", "is %v, want a finite value", ent.Coef)
-		case ent.GradOptions != (ppo.GradOptions{}):
-			return tensor.Errorf(tensor.ErrParam, op, "EntropyPenalty.GradOptions", "is %+v; the update sets the token scale, leave it zero", ent.GradOptions)
-		}
+	if ent := c.EntropyPenalty; ent != nil && (math.IsNaN(ent.Coef) || math.IsInf(ent.Coef, 0)) {
+		return tensor.Errorf(tensor.ErrParam, op, "EntropyPenalty.Coef", "is %v, want a finite value", ent.Coef)
 	}
 	return nil
 }
@@ -265,10 +257,9 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 	if err != nil {
 		return MicroResult{}, err
 	}
-	pcfg := u.cfg.Policy
-	pcfg.GradOptions = ppo.GradOptions{Scale: scale}
-	pol, err := ppo.PolicyLoss(grad, ppo.PolicyInputs{OldLogProbs: old, LogProbs: logp, Advantages: tok.Advantages,
-		ResponseMask: mask, TokenMask: tok.LossTokenMask}, pcfg)
+	// The policy loss overwrites grad; the optional terms add to it.
+	pol, err := ppo.PolicyLoss(ppo.Grad{Dst: grad, Scale: scale}, ppo.PolicyInputs{OldLogProbs: old, LogProbs: logp,
+		Advantages: tok.Advantages, ResponseMask: mask, TokenMask: tok.LossTokenMask}, u.cfg.Policy)
 	if err != nil {
 		return MicroResult{}, err
 	}
@@ -277,11 +268,11 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 	}
 	u.Metrics["actor/pg_loss"] = append(u.Metrics["actor/pg_loss"], float64(pol.PGLoss))
 	total := pol.Loss
-	acc := ppo.GradOptions{Scale: scale, Accumulate: true}
+	acc := ppo.Grad{Dst: grad, Scale: scale, Accumulate: true}
 	if u.cfg.KLLoss != nil {
 		kcfg := *u.cfg.KLLoss
-		kcfg.Agg, kcfg.GradOptions = pcfg.Agg, acc
-		kl, err := ppo.KLLoss(grad, logp, ref, mask, kcfg)
+		kcfg.Agg = u.cfg.Policy.Agg
+		kl, err := ppo.KLLoss(acc, logp, ref, mask, kcfg)
 		if err != nil {
 			return MicroResult{}, err
 		}
@@ -290,21 +281,13 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 		u.Metrics["actor/kl_coef"] = []float64{kcfg.Coef}
 	}
 	if u.cfg.EntropyPenalty != nil {
-		ecfg := *u.cfg.EntropyPenalty
-		ecfg.GradOptions = acc
-		pen, err := ppo.EntropyPenalty(grad, logp, mask, ecfg)
+		pen, err := ppo.EntropyPenalty(acc, logp, mask, *u.cfg.EntropyPenalty)
 		if err != nil {
 			return MicroResult{}, err
 		}
 		total += pen
-		u.Metrics["actor/entropy_penalty_coef"] = []float64{ecfg.Coef}
+		u.Metrics["actor/entropy_penalty_coef"] = []float64{u.cfg.EntropyPenalty.Coef}
 	}
 	done = true
 	return MicroResult{Loss: total, PGLoss: pol.PGLoss, LossTokenMask: tok.LossTokenMask, Advantages: tok.Advantages, tokens: tok}, nil
-}
-
-// isKnown reports whether k is one of divergence's kinds (MarshalText refuses the others).
-func isKnown(k divergence.Kind) bool {
-	_, err := k.MarshalText()
-	return err == nil
 }

@@ -2,7 +2,9 @@ package tprl_test
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/divergence"
@@ -124,7 +126,7 @@ func TestUpdateBadInput(t *testing.T) {
 	require.ErrorIs(t, err, tensor.ErrParam)
 	require.ErrorContains(t, err, "DefaultPolicyConfig")
 
-	// The KL term's aggregation and scale belong to the update; setting them is an error, not ignored.
+	// The KL term's aggregation belongs to the update; setting it is an error, not ignored.
 	bad = cfg
 	bad.KLLoss = &ppo.KLConfig{Kind: divergence.KL, Coef: 0.1, Agg: ppo.Agg{Mode: ppo.Seq}}
 	_, err = bad.Prepare(mb)
@@ -132,8 +134,8 @@ func TestUpdateBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "KLLoss.Agg")
 	bad.KLLoss = &ppo.KLConfig{Kind: divergence.Kind(99), Coef: 0.1}
 	require.ErrorContains(t, bad.Validate(), "KLLoss.Kind")
-	bad.KLLoss, bad.EntropyPenalty = nil, &ppo.EntropyConfig{Coef: 0.1, GradOptions: ppo.GradOptions{Scale: 2}}
-	require.ErrorContains(t, bad.Validate(), "EntropyPenalty.GradOptions")
+	bad.KLLoss, bad.EntropyPenalty = nil, &ppo.EntropyConfig{Coef: math.NaN()}
+	require.ErrorContains(t, bad.Validate(), "EntropyPenalty.Coef")
 
 	u, err := cfg.Prepare(mb)
 	require.NoError(t, err)
@@ -142,4 +144,28 @@ func TestUpdateBadInput(t *testing.T) {
 	require.True(t, errors.Is(err, tensor.ErrParam), "%v", err)
 	_, err = u.MicroBatch(grad, tprl.MicroInputs{LogProbs: logp, Entropy: ent}, 0, 2) // logp has 4 rows, the range 2
 	require.ErrorIs(t, err, tensor.ErrShape)
+}
+
+// The update sets each loss's gradient scale and accumulation per micro-batch (ppo.Grad), so no
+// field of its configuration may hold them: a configured value would pass Validate and be
+// overwritten without a word (UpdateConfig{Policy: {GradOptions: {Scale: 2}}} did).
+func TestUpdateConfigHoldsNoGradientOptions(t *testing.T) {
+	var walk func(path string, typ reflect.Type)
+	walk = func(path string, typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct {
+			return
+		}
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			switch f.Name {
+			case "GradOptions", "Scale", "Accumulate":
+				t.Errorf("tprl.UpdateConfig%s.%s is a gradient option the update would overwrite", path, f.Name)
+			}
+			walk(path+"."+f.Name, f.Type)
+		}
+	}
+	walk("", reflect.TypeFor[tprl.UpdateConfig]())
 }

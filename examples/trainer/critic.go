@@ -101,11 +101,9 @@ func (t *Trainer) Update(ctx context.Context, comm collective.Comm, lb *loop.Bat
 				if err != nil {
 					return nil, err
 				}
-				vc := vcfg
-				vc.Scale = scale
 				grad := tensor.Must(tensor.NewLike(mask, tensor.Float32))
-				res, err := ppo.ValueLoss(grad, ppo.ValueInputs{VPreds: tensor.Must(tensor.FromFloat32(vp, hi-lo, T)),
-					Returns: tensor.Must(returns.Rows(lo, hi)), Values: tensor.Must(oldValues.Rows(lo, hi)), ResponseMask: mask}, vc)
+				res, err := ppo.ValueLoss(ppo.Grad{Dst: grad, Scale: scale}, ppo.ValueInputs{VPreds: tensor.Must(tensor.FromFloat32(vp, hi-lo, T)),
+					Returns: tensor.Must(returns.Rows(lo, hi)), Values: tensor.Must(oldValues.Rows(lo, hi)), ResponseMask: mask}, vcfg)
 				if err != nil {
 					return nil, fmt.Errorf("critic: %w", err)
 				}

@@ -1,5 +1,6 @@
-// Package golden loads the reference test vectors (see ../shared/golden/FORMAT.md) and compares
-// results against them with the file's tolerances. It is test support, not API.
+// Package golden loads the reference test vectors (JSON files, one op and its cases each, in
+// ../shared/golden or $MTRL_GOLDEN_DIR) and compares results against them with the file's
+// tolerances. It is test support, not API.
 package golden
 
 import (
@@ -427,8 +428,7 @@ func conv[T float32 | int32 | int | int64 | uint8](v []T) []float64 {
 }
 
 // Accepted is returned by a handler for an error case whose inputs mtrl deliberately accepts
-// (../shared/golden/FORMAT.md allows this where the correct semantics accept them); Reason says
-// why.
+// (the vectors allow this where the correct semantics accept them); Reason says why.
 type Accepted struct{ Reason string }
 
 func (a Accepted) Error() string { return "accepted by design: " + a.Reason }

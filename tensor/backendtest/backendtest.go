@@ -1,18 +1,18 @@
-// Package backendtest is the conformance suite of every kernel family for a tensor.Backend: the
-// tensor ops (package tensortest), the divergences, the masked statistics, the PPO losses, the
-// advantage estimators, the TPRL selection and the image perturbations. A backend runs all of it
-// in one line:
+// Package backendtest cross-checks a tensor.Backend against the CPU backend's pure-Go reference
+// kernels: the machinery every family's conformance suite uses (Config, Op, CrossCheck and the
+// upload/download helpers) and package tensor's own op families, the fused log-probs (LogProb)
+// and the masked statistics and top-p mask (Stats). The suites of the packages built on tensor
+// live next to them, as gonum's testblas does: divergence/divergencetest, ppo/ppotest,
+// advantage/advantagetest, tprl/tprltest and perturb/perturbtest. Package conformance runs all
+// of them in one line:
 //
-//	func TestConformance(t *testing.T) { backendtest.Run(t, mybackend, backendtest.Config{}) }
+//	func TestConformance(t *testing.T) { conformance.Run(t, mybackend, backendtest.Config{}) }
 //
 // Each op runs on random inputs (fixed seeds) at several shapes, on the backend and on the CPU
 // backend's pure-Go reference kernels (internal/dispatch.ForceGo: the CPU backend's SIMD
 // kernels differ from those in the last bits), and twice on the backend, whose two results
 // must be bitwise equal. The outputs must agree within each op's tolerance, or exactly with
 // Config.Bitwise.
-//
-// One file per op family, named as the family's package: divergence.go, stats.go, ppo.go,
-// advantage.go, tprl.go, perturb.go, logprob.go.
 package backendtest
 
 import (
@@ -21,7 +21,6 @@ import (
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/tensor"
-	"github.com/mtrl-go/mtrl/tensor/tensortest"
 )
 
 // Config selects the strictness and the sizes of the suite.
@@ -61,60 +60,43 @@ func (c Config) logitShapes() [][2]int {
 	return s
 }
 
-// Run runs tensortest.Run and every family's cross-check against backend b, which must not be
-// the CPU backend (it is the reference; its SIMD kernels are checked by their own packages).
-func Run(t *testing.T, b tensor.Backend, cfg Config) {
-	t.Run("tensor", func(t *testing.T) { tensortest.Run(t, b) })
-	t.Run("LogProb", func(t *testing.T) { LogProb(t, b, cfg) })
-	for _, f := range []struct {
-		name string
-		run  func(*testing.T, tensor.Backend, Config)
-	}{
-		{"Divergence", Divergence}, {"Stats", Stats}, {"PPO", PPO},
-		{"Advantage", Advantage}, {"TPRL", TPRL}, {"Perturb", Perturb},
-	} {
-		t.Run(f.name, func(t *testing.T) { f.run(t, b, cfg) })
-	}
-}
+// Stats cross-checks the masked statistics and the top-p mask of package tensor.
+func Stats(t *testing.T, b tensor.Backend, cfg Config) { CrossCheck(t, b, cfg, statsOps) }
 
-// Divergence, Stats, PPO, Advantage, TPRL and Perturb run one family's cross-checks.
-func Divergence(t *testing.T, b tensor.Backend, cfg Config) { crossCheck(t, b, cfg, divergenceOps) }
-func Stats(t *testing.T, b tensor.Backend, cfg Config)      { crossCheck(t, b, cfg, statsOps) }
-func PPO(t *testing.T, b tensor.Backend, cfg Config)        { crossCheck(t, b, cfg, ppoOps) }
-func Advantage(t *testing.T, b tensor.Backend, cfg Config)  { crossCheck(t, b, cfg, advantageOps) }
-func TPRL(t *testing.T, b tensor.Backend, cfg Config)       { crossCheck(t, b, cfg, tprlOps) }
-func Perturb(t *testing.T, b tensor.Backend, cfg Config)    { crossCheck(t, b, cfg, perturbOps) }
-
-// op is one op of a family on fixed inputs: run computes its outputs on a backend and returns
+// Op is one op of a family on fixed inputs: Run computes its outputs on a backend and returns
 // them on the host.
-type op struct {
-	name string
-	// rtol and atol bound the difference from the reference; libm marks ops whose reference
+type Op struct {
+	Name string
+	// RTol and ATol bound the difference from the reference; Libm marks ops whose reference
 	// calls exp, which stay within tolerance even with Config.Bitwise.
-	rtol, atol float64
-	libm       bool
-	run        func(t *testing.T, be tensor.Backend) [][]float32
+	RTol, ATol float64
+	Libm       bool
+	Run        func(t *testing.T, be tensor.Backend) [][]float32
 }
 
-func crossCheck(t *testing.T, b tensor.Backend, cfg Config, family func(rows, cols int) []op) {
+// CrossCheck runs the ops family(rows, cols) at every shape of cfg on the CPU reference and
+// twice on b, which must not be the CPU backend (it is the reference; its SIMD kernels are
+// checked by their own packages). b's outputs must agree with the reference within each op's
+// tolerance (exactly with cfg.Bitwise unless the op is Libm) and the two runs bit for bit.
+func CrossCheck(t *testing.T, b tensor.Backend, cfg Config, family func(rows, cols int) []Op) {
 	if b == tensor.CPU() {
 		t.Fatal("backendtest: the CPU backend is the reference; run the suite on another backend")
 	}
 	defer dispatch.ForceGo()()
 	for _, s := range cfg.shapes() {
 		for _, o := range family(s[0], s[1]) {
-			t.Run(fmt.Sprintf("%s/shape=%dx%d", o.name, s[0], s[1]), func(t *testing.T) {
-				want := o.run(t, tensor.CPU())
-				got := o.run(t, b)
-				again := o.run(t, b)
-				rtol, atol := o.rtol, o.atol
-				if cfg.Bitwise && !o.libm {
+			t.Run(fmt.Sprintf("%s/shape=%dx%d", o.Name, s[0], s[1]), func(t *testing.T) {
+				want := o.Run(t, tensor.CPU())
+				got := o.Run(t, b)
+				again := o.Run(t, b)
+				rtol, atol := o.RTol, o.ATol
+				if cfg.Bitwise && !o.Libm {
 					rtol, atol = 0, 0
 				}
 				for i := range want {
-					near(t, o.name, got[i], want[i], rtol, atol)
+					near(t, o.Name, got[i], want[i], rtol, atol)
 					if !same(got[i], again[i]) {
-						t.Errorf("%s output %d: two runs on %s differ", o.name, i, b.Name())
+						t.Errorf("%s output %d: two runs on %s differ", o.Name, i, b.Name())
 					}
 				}
 			})

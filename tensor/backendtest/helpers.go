@@ -116,11 +116,13 @@ func same(a, b []float32) bool {
 	return true
 }
 
-func newF32(be tensor.Backend, shape ...int) *tensor.Tensor {
+// NewF32 returns a new float32 tensor of the given shape on backend be.
+func NewF32(be tensor.Backend, shape ...int) *tensor.Tensor {
 	return tensor.Must(tensor.New(be, tensor.Float32, shape...))
 }
 
-func scalars(xs ...float64) []float32 {
+// Scalars returns xs as float32, for returning scalar results from an Op.
+func Scalars(xs ...float64) []float32 {
 	out := make([]float32, len(xs))
 	for i, x := range xs {
 		out[i] = float32(x)

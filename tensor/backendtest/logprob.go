@@ -42,7 +42,7 @@ func LogProb(t *testing.T, b tensor.Backend, cfg Config) {
 						t.Fatal(err)
 					}
 					y := UploadInt32(t, be, ys, n)
-					l, e := newF32(be, n), newF32(be, n)
+					l, e := NewF32(be, n), NewF32(be, n)
 					if err := tensor.LogProbEntropy(l, e, logits, y, 0.9); err != nil {
 						t.Fatal(err)
 					}

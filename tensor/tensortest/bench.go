@@ -16,7 +16,8 @@ func RunBenchmarks(b *testing.B, backend tensor.Backend) {
 	b.Run("TopPMask", func(b *testing.B) { BenchTopPMask(b, backend) })
 }
 
-// LogitShapes are the benchmark shapes of DESIGN.md §8 for the CPU; GPU backends pass larger.
+// LogitShapes are the CPU benchmark shapes of the logits (docs/conventions.md#benchmark-shapes);
+// GPU backends pass larger.
 var LogitShapes = [][2]int{{256, 151936}, {512, 32000}}
 
 func benchLogits(b *testing.B, backend tensor.Backend, n, v int, dt tensor.DType) (*tensor.Tensor, *tensor.Tensor) {

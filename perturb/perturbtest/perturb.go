@@ -1,4 +1,4 @@
-package backendtest
+package perturbtest
 
 import (
 	"math/rand/v2"
@@ -6,10 +6,11 @@ import (
 
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/backendtest"
 )
 
-// perturbOps: patch blackening of a batch of rows/16+1 RGB images about cols/4 pixels a side.
-func perturbOps(rows, cols int) []op {
+// opsAt: patch blackening of a batch of rows/16+1 RGB images about cols/4 pixels a side.
+func opsAt(rows, cols int) []backendtest.Op {
 	r := rand.New(rand.NewPCG(uint64(rows)+500, uint64(cols)))
 	imgs, side := rows/16+1, cols/4+5
 	pix := make([]uint8, imgs*side*side*3)
@@ -20,7 +21,7 @@ func perturbOps(rows, cols int) []op {
 	for i := range sampleIDs {
 		sampleIDs[i] = uint64(i * 31)
 	}
-	return []op{{"PatchBlackening", 0, 0, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+	return []backendtest.Op{{Name: "PatchBlackening", Run: func(t *testing.T, be tensor.Backend) [][]float32 {
 		src, err := tensor.To(be, tensor.Must(tensor.FromUint8(pix, imgs, side, side, 3)))
 		if err != nil {
 			t.Fatal(err)
@@ -29,6 +30,6 @@ func perturbOps(rows, cols int) []op {
 		if err := perturb.DefaultBlackening().ApplyBatch(dst, src, 42, sampleIDs); err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{Host(t, dst)}
+		return [][]float32{backendtest.Host(t, dst)}
 	}}}
 }

@@ -1,4 +1,4 @@
-package backendtest
+package tprltest
 
 import (
 	"math"
@@ -6,41 +6,42 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/backendtest"
 	"github.com/mtrl-go/mtrl/tprl"
 )
 
-// tprlOps: the top-p token selection with its statistics (ties and a NaN score included), the
+// opsAt: the top-p token selection with its statistics (ties and a NaN score included), the
 // union of two selections with its statistics (in place), and
 // trajectory shaping: the sensitivity scores, the shaping statistics and the shaped
 // advantages with their factors and per-micro-batch records, in both scopes, with mini- and
 // micro-batches and a fully padded row (row 0 of paddedMask).
-func tprlOps(rows, cols int) []op {
+func opsAt(rows, cols int) []backendtest.Op {
 	r := rand.New(rand.NewPCG(uint64(rows)+400, uint64(cols)))
 	n := rows * cols
-	m := paddedMask(r, rows, cols)
-	sc := Randn(r, n, 1)
+	m := backendtest.PaddedMask(r, rows, cols)
+	sc := backendtest.Randn(r, n, 1)
 	for i := 0; i < n; i += 53 {
 		sc[i] = 0.25
 	}
 	sc[n/2] = float32(math.NaN())
-	ops := []op{{"EntropyMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
-		d := newF32(be, rows, cols)
-		st, err := tprl.EntropyMask(d, Upload(t, be, sc, rows, cols), Upload(t, be, m, rows, cols), 0.3)
+	ops := []backendtest.Op{{Name: "EntropyMask", RTol: 1e-6, ATol: 1e-7, Run: func(t *testing.T, be tensor.Backend) [][]float32 {
+		d := backendtest.NewF32(be, rows, cols)
+		st, err := tprl.EntropyMask(d, backendtest.Upload(t, be, sc, rows, cols), backendtest.Upload(t, be, m, rows, cols), 0.3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{Host(t, d), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
+		return [][]float32{backendtest.Host(t, d), {float32(st.Valid), float32(st.Selected), st.Threshold, st.SelectedMean, st.RejectedMean}}
 	}}}
-	ops = append(ops, op{"UnionMask", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+	ops = append(ops, backendtest.Op{Name: "UnionMask", RTol: 1e-6, ATol: 1e-7, Run: func(t *testing.T, be tensor.Backend) [][]float32 {
 		// The entropy mask of sc and a perception mask of -sc, their union in place of the
 		// first.
-		mask, ent := Upload(t, be, m, rows, cols), Upload(t, be, sc, rows, cols)
+		mask, ent := backendtest.Upload(t, be, m, rows, cols), backendtest.Upload(t, be, sc, rows, cols)
 		neg := make([]float32, n)
 		for i, x := range sc {
 			neg[i] = -x
 		}
-		score := Upload(t, be, neg, rows, cols)
-		em, pm := newF32(be, rows, cols), newF32(be, rows, cols)
+		score := backendtest.Upload(t, be, neg, rows, cols)
+		em, pm := backendtest.NewF32(be, rows, cols), backendtest.NewF32(be, rows, cols)
 		if _, err := tprl.EntropyMask(em, ent, mask, 0.2); err != nil {
 			t.Fatal(err)
 		}
@@ -51,43 +52,43 @@ func tprlOps(rows, cols int) []op {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{Host(t, em), {float32(st.Valid), float32(st.Selected), st.EntropySelectedMean,
+		return [][]float32{backendtest.Host(t, em), {float32(st.Valid), float32(st.Selected), st.EntropySelectedMean,
 			st.EntropyRejectedMean, st.PerceptionSelectedMean, st.PerceptionRejectedMean}}
 	}})
 	// A non-negative perception score (low_var_kl is >= 0) and the advantages to shape.
 	perc := make([]float32, n)
-	for i, x := range Randn(r, n, 1) {
+	for i, x := range backendtest.Randn(r, n, 1) {
 		perc[i] = x * x
 	}
-	adv := Randn(r, n, 1)
+	adv := backendtest.Randn(r, n, 1)
 	mini := (rows + 1) / 2
 	opt := tprl.ShapingOptions{ScalingMin: 0.3, MiniBatchSize: mini, MicroBatchSize: max(mini/2, 1)}
 	for _, scope := range []tprl.ShapingScope{tprl.GlobalScope, tprl.PerMicroBatchScope} {
 		opt := opt
 		opt.Scope = scope
-		ops = append(ops, op{"ShapeBatch/" + scope.String(), 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
-			shaped, fac, sens := newF32(be, rows, cols), newF32(be, rows), newF32(be, rows)
+		ops = append(ops, backendtest.Op{Name: "ShapeBatch/" + scope.String(), RTol: 1e-6, ATol: 1e-7, Run: func(t *testing.T, be tensor.Backend) [][]float32 {
+			shaped, fac, sens := backendtest.NewF32(be, rows, cols), backendtest.NewF32(be, rows), backendtest.NewF32(be, rows)
 			recs, err := tprl.ShapeBatch(tprl.ShapingOutputs{Advantages: shaped, Factors: fac, Sensitivity: sens},
-				tprl.ShapingInputs{Advantages: Upload(t, be, adv, rows, cols), PerceptionScore: Upload(t, be, perc, rows, cols),
-					ResponseMask: Upload(t, be, m, rows, cols)}, opt)
+				tprl.ShapingInputs{Advantages: backendtest.Upload(t, be, adv, rows, cols), PerceptionScore: backendtest.Upload(t, be, perc, rows, cols),
+					ResponseMask: backendtest.Upload(t, be, m, rows, cols)}, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return [][]float32{Host(t, shaped), Host(t, fac), Host(t, sens), shapingRecords(recs...)}
+			return [][]float32{backendtest.Host(t, shaped), backendtest.Host(t, fac), backendtest.Host(t, sens), shapingRecords(recs...)}
 		}})
 	}
-	ops = append(ops, op{"ShapeAdvantages", 1e-6, 1e-7, false, func(t *testing.T, be tensor.Backend) [][]float32 {
+	ops = append(ops, backendtest.Op{Name: "ShapeAdvantages", RTol: 1e-6, ATol: 1e-7, Run: func(t *testing.T, be tensor.Backend) [][]float32 {
 		// Statistics of the whole batch (ShapingStatsOfScore), shaping in place of rows 1..
-		mask, a := Upload(t, be, m, rows, cols), Upload(t, be, adv, rows, cols)
-		sens := newF32(be, rows)
-		if err := tprl.SensitivityScores(sens, Upload(t, be, perc, rows, cols), mask); err != nil {
+		mask, a := backendtest.Upload(t, be, m, rows, cols), backendtest.Upload(t, be, adv, rows, cols)
+		sens := backendtest.NewF32(be, rows)
+		if err := tprl.SensitivityScores(sens, backendtest.Upload(t, be, perc, rows, cols), mask); err != nil {
 			t.Fatal(err)
 		}
 		st, err := tprl.ShapingStatsOf(sens, mask)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fac := newF32(be, rows)
+		fac := backendtest.NewF32(be, rows)
 		views := make([]*tensor.Tensor, 4)
 		for i, x := range []*tensor.Tensor{a, sens, mask, fac} {
 			if views[i], err = x.Rows(1, rows); err != nil {
@@ -99,7 +100,7 @@ func tprlOps(rows, cols int) []op {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{Host(t, a), Host(t, fac), Host(t, sens),
+		return [][]float32{backendtest.Host(t, a), backendtest.Host(t, fac), backendtest.Host(t, sens),
 			{float32(st.Count), st.Min, st.Max, float32(st.Sum)}, shapingRecords(rec)}
 	}})
 	return ops

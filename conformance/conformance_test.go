@@ -1,16 +1,17 @@
-package backendtest_test
+package conformance_test
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/conformance"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/backendtest"
 )
 
 // staging is the smallest backend: memory that package tensor cannot read directly and no
 // kernels, so every op stages its tensors through host memory and runs the pure-Go kernel. It
-// must pass the whole suite bit for bit, which also runs the suite itself on every `go test`.
+// must pass every suite bit for bit, which also runs the suites themselves on every `go test`.
 type staging struct{}
 
 type stagingStorage struct {
@@ -74,7 +75,7 @@ func (staging) Sync() error  { return nil }
 func (staging) Close() error { return nil }
 
 func TestStagingBackend(t *testing.T) {
-	backendtest.Run(t, staging{}, backendtest.Config{
+	conformance.Run(t, staging{}, backendtest.Config{
 		Bitwise:     true,
 		Shapes:      [][2]int{{3, 33}, {64, 257}},
 		LogitShapes: [][2]int{{2, 5003}, {9, 1000}},
