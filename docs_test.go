@@ -38,10 +38,17 @@ func markdownFiles(t *testing.T) []string {
 	return files
 }
 
+// htmlAnchor is an explicit anchor in Markdown text: <a id="name"></a>.
+var htmlAnchor = regexp.MustCompile(`<a id="([^"]+)">`)
+
 // headingAnchors returns the anchors GitHub gives the headings of a Markdown file: lower case,
-// punctuation other than '-' and '_' dropped, spaces turned into '-', repeats numbered -1, -2, ….
+// punctuation other than '-' and '_' dropped, spaces turned into '-', repeats numbered -1, -2, …;
+// and the explicit <a id> anchors.
 func headingAnchors(text string) map[string]bool {
 	anchors, seen := map[string]bool{}, map[string]int{}
+	for _, m := range htmlAnchor.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+		anchors[m[1]] = true
+	}
 	for _, line := range strings.Split(fence.ReplaceAllString(text, ""), "\n") {
 		title, ok := strings.CutPrefix(line, "#")
 		if !ok {

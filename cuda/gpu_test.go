@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/mtrl-go/mtrl/conformance"
+	"github.com/mtrl-go/mtrl/tprl/conformance"
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"

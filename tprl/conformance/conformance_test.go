@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/mtrl-go/mtrl/conformance"
+	"github.com/mtrl-go/mtrl/tprl/conformance"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/backendtest"
 )
