@@ -68,7 +68,10 @@ func (t *Trainer) Update(ctx context.Context, comm collective.Comm, lb *loop.Bat
 	if err != nil {
 		return nil, err
 	}
-	grads, optim := t.trainingOf(t.critic.model, t.critic.opt)
+	grads, optim, err := t.trainingOf(t.critic.model, t.critic.opt)
+	if err != nil {
+		return nil, err
+	}
 	act, cc := t.cfg.Worker.Actor, t.cfg.Worker.Critic
 	miniRows, micro, T := act.GlobalBatchSize*t.cfg.Worker.Rollout.N, act.MicroBatchSizePerDeviceForUpdate, t.respLen
 	vcfg := ppo.ValueConfig{ClipRange: cc.CliprangeValue, Agg: ppo.Agg{Mode: ppo.Token}}

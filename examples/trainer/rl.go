@@ -46,7 +46,10 @@ func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
 	if t.critic != nil {
 		parts.Critic = t
 	}
-	parts.Gradients, parts.Optimizer = t.trainingOf(t.model, t.opt)
+	var err error
+	if parts.Gradients, parts.Optimizer, err = t.trainingOf(t.model, t.opt); err != nil {
+		return nil, err
+	}
 	l, err := loop.New(lc, parts)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -60,16 +63,20 @@ func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
 
 // trainingOf returns the gradient sum and the optimizer of model m with AdamW state opt: on the
 // actor's device there, else on the host.
-func (t *Trainer) trainingOf(m *vlm.Model, opt *loop.AdamW) (loop.Gradients, loop.Optimizer) {
+func (t *Trainer) trainingOf(m *vlm.Model, opt *loop.AdamW) (loop.Gradients, loop.Optimizer, error) {
 	var decay []bool
 	for _, p := range m.HostParams() {
 		decay = append(decay, len(p.W.Shape()) >= 2) // matrices decay; biases and norms do not
 	}
 	if t.onDevice(m) {
-		return &deviceGradients{t: t, m: m}, &deviceOptimizer{t: t, m: m, opt: opt, decay: decay}
+		return &deviceGradients{t: t, m: m}, &deviceOptimizer{t: t, m: m, opt: opt, decay: decay}, nil
 	}
 	ps := actorParams(m)
-	return hostGradients{loop.NewHostGradients(ps), t}, &loop.HostAdamW{AdamW: opt, Params: ps}
+	g, err := loop.NewHostGradients(ps)
+	if err != nil {
+		return nil, nil, err
+	}
+	return hostGradients{g, t}, &loop.HostAdamW{AdamW: opt, Params: ps}, nil
 }
 
 // rewards are the built-in rule rewards as loop reward functions: the accuracy of the chosen

@@ -404,7 +404,10 @@ func (t *Trainer) warmStart(ctx context.Context, progress *Progress, w *warmRun)
 	if t.dev != nil {
 		defer t.dev.forget(opt) // the warm start's moments are not the run's
 	}
-	grads, optim := t.trainingOf(t.model, opt)
+	grads, optim, err := t.trainingOf(t.model, opt)
+	if err != nil {
+		return 0, err
+	}
 	r := rand.New(pcg)
 	micro := t.cfg.Worker.Actor.MicroBatchSizePerDeviceForUpdate
 	saved := w.resumeStep()

@@ -32,8 +32,11 @@ func NewEpochs[P any](items []P, shuffle bool, seed uint64) *Epochs[P] {
 
 // Next implements Data, crossing into the next epoch as needed.
 func (e *Epochs[P]) Next(n int) []P {
+	if n <= 0 || len(e.Items) == 0 {
+		return nil
+	}
 	out := make([]P, 0, n)
-	for len(out) < n && len(e.Items) > 0 {
+	for len(out) < n {
 		if e.pos >= len(e.order) {
 			e.epoch++
 			e.pos = 0

@@ -2,7 +2,9 @@ package loop
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
@@ -28,12 +30,39 @@ type HostGradients struct {
 }
 
 // NewHostGradients returns the Gradients of params (float32 host tensors).
-func NewHostGradients(params []Param) *HostGradients {
+func NewHostGradients(params []Param) (*HostGradients, error) {
+	if err := checkParams(params); err != nil {
+		return nil, err
+	}
 	g := &HostGradients{params: params}
 	for _, p := range params {
 		g.per += p.Grad.Len()
 	}
-	return g
+	return g, nil
+}
+
+// checkParams requires float32 host tensors, value and gradient of one size.
+func checkParams(params []Param) error {
+	if len(params) == 0 {
+		return fmt.Errorf("loop: no parameters")
+	}
+	for _, p := range params {
+		for _, t := range []*tensor.Tensor{p.Value, p.Grad} {
+			if t == nil {
+				return fmt.Errorf("loop: parameter %q has a nil value or gradient", p.Name)
+			}
+			if err := tensor.CheckDType("loop.Param", p.Name, t, tensor.Float32); err != nil {
+				return err
+			}
+			if !t.IsHost() {
+				return fmt.Errorf("loop: parameter %s is not in host memory; give the loop Gradients and an Optimizer of its backend", p.Name)
+			}
+		}
+		if p.Value.Len() != p.Grad.Len() {
+			return fmt.Errorf("loop: parameter %s has %d values and %d gradients", p.Name, p.Value.Len(), p.Grad.Len())
+		}
+	}
+	return nil
 }
 
 // Collect implements Gradients.

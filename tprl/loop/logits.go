@@ -30,8 +30,12 @@ type Logits struct {
 	Release func()
 }
 
-// FromLogits adapts m to a Policy. When m also implements Trainable, so does the result.
+// FromLogits adapts m to a Policy (nil for a nil m). When m also implements Trainable, so does
+// the result.
 func FromLogits[P any](m LogitsModel[P]) Policy[P] {
+	if m == nil {
+		return nil
+	}
 	a := logitsPolicy[P]{m: m}
 	if t, ok := m.(Trainable); ok {
 		return trainableLogits[P]{a, t}
@@ -67,9 +71,18 @@ func (a logitsPolicy[P]) Forward(b *Batch[P], lo, hi int, logp, ent *tensor.Tens
 // forward runs the model and the fused log-prob op on the logits' backend; logp and ent are
 // filled there or, on another backend, through a copy.
 func (a logitsPolicy[P]) forward(b *Batch[P], lo, hi int, in Input, train bool, logp, ent *tensor.Tensor) (*logitsPass, error) {
+	if err := checkRows(b, lo, hi, logp, ent); err != nil {
+		return nil, err
+	}
 	out, err := a.m.Logits(b, lo, hi, in, train)
 	if err != nil {
 		return nil, err
+	}
+	if out.Logits == nil {
+		if out.Release != nil {
+			out.Release()
+		}
+		return nil, fmt.Errorf("loop: the model returned no logits")
 	}
 	p := &logitsPass{out: out, temp: b.Temperature}
 	if err := p.run(completionTokens(b, lo, hi), b.T, logp, ent); err != nil {
@@ -202,4 +215,36 @@ func completionTokens[P any](b *Batch[P], lo, hi int) [][]int32 {
 		out[i] = b.Completions[lo+i].Tokens
 	}
 	return out
+}
+
+// checkRows checks a scoring call's batch, row range and [hi-lo, T] float32 outputs.
+func checkRows[P any](b *Batch[P], lo, hi int, logp, ent *tensor.Tensor) error {
+	switch {
+	case b == nil:
+		return fmt.Errorf("loop: nil batch")
+	case len(b.Completions) != b.Len() || len(b.IDs) != b.Len():
+		return fmt.Errorf("loop: batch of %d prompts has %d completions and %d ids", b.Len(), len(b.Completions), len(b.IDs))
+	case lo < 0 || hi <= lo || hi > b.Len():
+		return fmt.Errorf("loop: rows [%d, %d) are not a non-empty range of the batch's %d", lo, hi, b.Len())
+	case !(b.Temperature > 0):
+		return fmt.Errorf("loop: batch temperature %v, want > 0", b.Temperature)
+	}
+	for _, o := range []struct {
+		name string
+		t    *tensor.Tensor
+	}{{"logp", logp}, {"ent", ent}} {
+		if o.t == nil {
+			if o.name == "logp" {
+				return fmt.Errorf("loop: nil logp")
+			}
+			continue
+		}
+		if err := tensor.CheckDType("loop.Scorer.LogProbs", o.name, o.t, tensor.Float32); err != nil {
+			return err
+		}
+		if err := tensor.CheckShape("loop.Scorer.LogProbs", o.name, o.t, hi-lo, b.T); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -96,7 +96,11 @@ func New[P any](cfg Config, parts Parts[P]) (*Loop[P], error) {
 			return nil, fmt.Errorf("loop: the policy does not implement Trainable: give Parts.Optimizer and Parts.Gradients")
 		}
 		if parts.Gradients == nil {
-			parts.Gradients = NewHostGradients(tr.Params())
+			g, err := NewHostGradients(tr.Params())
+			if err != nil {
+				return nil, err
+			}
+			parts.Gradients = g
 		}
 		if parts.Optimizer == nil {
 			opt, err := NewHostAdamW(tr.Params(), 0.9, 0.999, 1e-8, 0.01)
@@ -212,6 +216,12 @@ func (r *StepResult[P]) Release() {
 // every rank, so they equal one rank's; in the update each rank takes its share of every
 // mini-batch.
 func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
+	if l == nil {
+		return nil, fmt.Errorf("loop: Step of a nil Loop (use New)")
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	start := time.Now()
 	cfg, pol := l.cfg, l.parts.Policy
 	met := map[string]float64{}

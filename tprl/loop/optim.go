@@ -124,14 +124,11 @@ type HostAdamW struct {
 
 // NewHostAdamW creates fresh AdamW state for params.
 func NewHostAdamW(params []Param, beta1, beta2, eps, weightDecay float64) (*HostAdamW, error) {
+	if err := checkParams(params); err != nil {
+		return nil, err
+	}
 	sizes := make([]int, len(params))
 	for i, p := range params {
-		if !p.Value.IsHost() || !p.Grad.IsHost() {
-			return nil, fmt.Errorf("loop: AdamW: parameter %s is not in host memory; give the loop an Optimizer of its backend", p.Name)
-		}
-		if p.Value.Len() != p.Grad.Len() {
-			return nil, fmt.Errorf("loop: AdamW: parameter %s has %d values and %d gradients", p.Name, p.Value.Len(), p.Grad.Len())
-		}
 		sizes[i] = p.Value.Len()
 	}
 	return &HostAdamW{AdamW: NewAdamW(sizes, beta1, beta2, eps, weightDecay), Params: params}, nil
@@ -142,6 +139,9 @@ func (o *HostAdamW) Steps() int { return o.T }
 
 // Step implements Optimizer.
 func (o *HostAdamW) Step(lr, maxNorm float64) (float64, error) {
+	if o == nil || o.AdamW == nil {
+		return 0, fmt.Errorf("loop: HostAdamW without AdamW state")
+	}
 	ws, gs, err := paramSlices(o.Params)
 	if err != nil {
 		return 0, err
