@@ -99,7 +99,6 @@ func newLoop(steps int, seed uint64) (*loop.Loop[prompt], *model, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	const lr = 0.03
 	cfg := loop.Config{
 		Steps: steps, Prompts: prompts, Sampling: loop.Sampling{N: samples, MaxTokens: T, Temperature: 1, TopP: 1},
 		Advantage: advantage.DefaultConfig(), // GRPO
@@ -112,13 +111,13 @@ func newLoop(steps int, seed uint64) (*loop.Loop[prompt], *model, error) {
 		// One mini-batch per step, two epochs over it: the second runs at ratios != 1, so the
 		// clip is exercised. Micro-batches of B rows fill the graph.
 		MiniBatchPrompts: prompts, PPOEpochs: 2, UpdateRows: B, ScoreRows: B,
-		LR: loop.Schedule{LR: lr}, Seed: seed,
+		LR: loop.Schedule{LR: 0.03}, Seed: seed,
 	}
 	l, err := loop.New(cfg, loop.Parts[prompt]{
 		Policy:    loop.FromLogits[prompt](m),
 		Rewards:   []loop.Reward[prompt]{{Name: "quadrant", Weight: 1, Func: namesQuadrant}},
 		Data:      &images{rng: rand.New(rand.NewPCG(seed, 1))},
-		Optimizer: &adam{m: m, solver: G.NewAdamSolver(G.WithLearnRate(lr))},
+		Optimizer: &adam{m: m, solver: G.NewAdamSolver()}, // its rate comes from cfg.LR each step
 		Gradients: newGradients(m),
 	})
 	if err != nil {
@@ -264,8 +263,11 @@ func (m *model) Backend() tensor.Backend { return tensor.CPU() }
 // Generate samples each response's T tokens from the logits of its image: the model is not
 // autoregressive (the logits depend on the image and the position only).
 func (m *model) Generate(ps []prompt, s loop.Sampling, rngs []*rand.Rand) ([]loop.Completion, error) {
-	if s.TopP < 1 || s.TopK > 0 {
+	switch {
+	case s.TopP < 1 || s.TopK > 0:
 		return nil, fmt.Errorf("model: top-p %v / top-k %d sampling is not implemented", s.TopP, s.TopK)
+	case s.Temperature > 0 && len(rngs) != len(ps):
+		return nil, fmt.Errorf("model: %d random sources for %d prompts", len(rngs), len(ps))
 	}
 	imgs := make([][]uint8, len(ps))
 	for i, p := range ps {
@@ -468,6 +470,7 @@ func newGradients(m *model) *gradients {
 		w := nd.Value().Data().([]float32)
 		h := make([]float32, len(w))
 		g.host = append(g.host, h)
+		// HostGradients reads only Grad (the host copy); Value is the weights for the record.
 		params = append(params, loop.Param{Name: nd.Name(),
 			Value: tensor.Must(tensor.FromFloat32(w, len(w))), Grad: tensor.Must(tensor.FromFloat32(h, len(h)))})
 	}
