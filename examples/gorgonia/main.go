@@ -113,12 +113,17 @@ func newLoop(steps int, seed uint64) (*loop.Loop[prompt], *model, error) {
 		MiniBatchPrompts: prompts, PPOEpochs: 2, UpdateRows: B, ScoreRows: B,
 		LR: loop.Schedule{LR: 0.03}, Seed: seed,
 	}
+	grads, err := newGradients(m)
+	if err != nil {
+		m.close()
+		return nil, nil, err
+	}
 	l, err := loop.New(cfg, loop.Parts[prompt]{
 		Policy:    loop.FromLogits[prompt](m),
 		Rewards:   []loop.Reward[prompt]{{Name: "quadrant", Weight: 1, Func: namesQuadrant}},
 		Data:      &images{rng: rand.New(rand.NewPCG(seed, 1))},
 		Optimizer: &adam{m: m, solver: G.NewAdamSolver()}, // its rate comes from cfg.LR each step
-		Gradients: newGradients(m),
+		Gradients: grads,
 	})
 	if err != nil {
 		m.close()
@@ -463,19 +468,17 @@ type gradients struct {
 	sum  *loop.HostGradients
 }
 
-func newGradients(m *model) *gradients {
+func newGradients(m *model) (*gradients, error) {
 	g := &gradients{m: m}
 	var params []loop.Param
 	for _, nd := range m.params {
-		w := nd.Value().Data().([]float32)
-		h := make([]float32, len(w))
+		h := make([]float32, nd.Shape().TotalSize())
 		g.host = append(g.host, h)
-		// HostGradients reads only Grad (the host copy); Value is the weights for the record.
-		params = append(params, loop.Param{Name: nd.Name(),
-			Value: tensor.Must(tensor.FromFloat32(w, len(w))), Grad: tensor.Must(tensor.FromFloat32(h, len(h)))})
+		params = append(params, loop.Param{Name: nd.Name(), Grad: tensor.Must(tensor.FromFloat32(h, len(h)))})
 	}
-	g.sum = loop.NewHostGradients(params)
-	return g
+	var err error
+	g.sum, err = loop.NewHostGradients(params) // reads only Grad, the host copy
+	return g, err
 }
 
 func (g *gradients) Collect() error {

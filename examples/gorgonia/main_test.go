@@ -158,7 +158,9 @@ func TestMicroBatchesSum(t *testing.T) {
 	res, err := l.Step(context.Background())
 	require.NoError(t, err)
 	defer res.Release()
-	b, policy, grads := res.Batch, loop.FromLogits[prompt](m), newGradients(m)
+	b, policy := res.Batch, loop.FromLogits[prompt](m)
+	grads, err := newGradients(m)
+	require.NoError(t, err)
 	upd, err := l.Config().Update.Prepare(tprl.MiniBatch{ResponseMask: res.ResponseMask, OldLogProbs: res.OldLogProbs,
 		Advantages: res.Advantages, PerceptionScore: res.PerceptionScore})
 	require.NoError(t, err)

@@ -9,7 +9,8 @@ import (
 )
 
 // Gradients sums a policy's micro-batch gradients over the micro-batches of a mini-batch and
-// over the ranks.
+// over the ranks. Reduce leaves the sum in the policy's gradients, and the Optimizer's Step
+// zeroes them: a policy whose backward adds to its gradients relies on that.
 type Gradients interface {
 	// Collect takes the gradient of the micro-batch just backpropagated into the pending sum
 	// and zeroes the policy's.
@@ -29,9 +30,9 @@ type HostGradients struct {
 	per     int
 }
 
-// NewHostGradients returns the Gradients of params (float32 host tensors).
+// NewHostGradients returns the Gradients of params (float32 host tensors; only Grad is read).
 func NewHostGradients(params []Param) (*HostGradients, error) {
-	if err := checkParams(params); err != nil {
+	if err := checkParams(params, false); err != nil {
 		return nil, err
 	}
 	g := &HostGradients{params: params}
@@ -41,13 +42,17 @@ func NewHostGradients(params []Param) (*HostGradients, error) {
 	return g, nil
 }
 
-// checkParams requires float32 host tensors, value and gradient of one size.
-func checkParams(params []Param) error {
+// checkParams requires float32 host gradients, and values of their size when withValues.
+func checkParams(params []Param, withValues bool) error {
 	if len(params) == 0 {
 		return fmt.Errorf("loop: no parameters")
 	}
 	for _, p := range params {
-		for _, t := range []*tensor.Tensor{p.Value, p.Grad} {
+		ts := []*tensor.Tensor{p.Grad}
+		if withValues {
+			ts = append(ts, p.Value)
+		}
+		for _, t := range ts {
 			if t == nil {
 				return fmt.Errorf("loop: parameter %q has a nil value or gradient", p.Name)
 			}
@@ -58,7 +63,7 @@ func checkParams(params []Param) error {
 				return fmt.Errorf("loop: parameter %s is not in host memory; give the loop Gradients and an Optimizer of its backend", p.Name)
 			}
 		}
-		if p.Value.Len() != p.Grad.Len() {
+		if withValues && p.Value.Len() != p.Grad.Len() {
 			return fmt.Errorf("loop: parameter %s has %d values and %d gradients", p.Name, p.Value.Len(), p.Grad.Len())
 		}
 	}
@@ -67,7 +72,7 @@ func checkParams(params []Param) error {
 
 // Collect implements Gradients.
 func (g *HostGradients) Collect() error {
-	_, gs, err := paramSlices(g.params)
+	gs, err := gradSlices(g.params)
 	if err != nil {
 		return err
 	}
@@ -91,7 +96,7 @@ func (g *HostGradients) Reduce(ctx context.Context, comm collective.Comm, scale 
 			sum[i] *= scale
 		}
 	}
-	_, gs, err := paramSlices(g.params)
+	gs, err := gradSlices(g.params)
 	if err != nil {
 		return 0, err
 	}
@@ -101,4 +106,16 @@ func (g *HostGradients) Reduce(ctx context.Context, comm collective.Comm, scale 
 		off += len(x)
 	}
 	return received, nil
+}
+
+func gradSlices(ps []Param) ([][]float32, error) {
+	gs := make([][]float32, len(ps))
+	for i, p := range ps {
+		g, err := p.Grad.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("loop: gradient of %s: %w", p.Name, err)
+		}
+		gs[i] = g
+	}
+	return gs, nil
 }

@@ -78,6 +78,9 @@ func New[P any](cfg Config, parts Parts[P]) (*Loop[P], error) {
 	if parts.Reference == nil && (cfg.RewardKL != nil || cfg.Update.KLLoss != nil) {
 		return nil, fmt.Errorf("loop: the KL loss and the divergence in the reward need Parts.Reference")
 	}
+	if w, rows := cfg.Update.WorldSize, cfg.MiniBatchPrompts*cfg.Sampling.N; w > rows {
+		return nil, fmt.Errorf("loop: %d ranks for mini-batches of %d rows: every rank needs at least one row", w, rows)
+	}
 	if parts.Critic == nil && cfg.Advantage.Estimator == advantage.EstimatorGAE {
 		return nil, fmt.Errorf("loop: the gae estimator needs Parts.Critic")
 	}
@@ -360,8 +363,8 @@ func (l *Loop[P]) rollout(ctx context.Context, met map[string]float64) (*Batch[P
 	for len(keep.prompts) < want*n && rounds < maxRounds {
 		rounds++
 		prompts := l.parts.Data.Next(want)
-		if len(prompts) == 0 {
-			return nil, scored{}, fmt.Errorf("rollout: the data gave no prompts")
+		if len(prompts) != want {
+			return nil, scored{}, fmt.Errorf("rollout: the data gave %d prompts, want %d", len(prompts), want)
 		}
 		rows := make([]P, 0, len(prompts)*n)
 		for _, p := range prompts {

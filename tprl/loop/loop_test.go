@@ -257,6 +257,7 @@ func TestNewRejects(t *testing.T) {
 			p.Reference = p.Policy
 		}, "whole distribution"},
 		"not trainable": {func(_ *loop.Config, p *loop.Parts[prompt]) { p.Policy = opaque{p.Policy} }, "Trainable"},
+		"ranks > rows":  {func(c *loop.Config, _ *loop.Parts[prompt]) { c.Update.WorldSize = 17 }, "at least one row"},
 	} {
 		s := newSetup()
 		p := s.parts(nil)
@@ -281,4 +282,22 @@ func TestPolicyErrorsNameTheStep(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "step 1")
 	assert.Contains(t, err.Error(), "MaxTokens")
+}
+
+// short gives fewer prompts than asked.
+type short struct{ items []prompt }
+
+func (s short) Next(n int) []prompt { return s.items[:min(n, len(s.items))] }
+
+// TestShortDataIsAnError: a data source that runs short is an error at the step, not a panic
+// in the update.
+func TestShortDataIsAnError(t *testing.T) {
+	s := newSetup()
+	p := s.parts(nil)
+	p.Data = short{s.data.Items[:3]}
+	l, err := loop.New(s.cfg, p)
+	require.NoError(t, err)
+	_, err = l.Step(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "3 prompts, want 8")
 }

@@ -124,7 +124,7 @@ type HostAdamW struct {
 
 // NewHostAdamW creates fresh AdamW state for params.
 func NewHostAdamW(params []Param, beta1, beta2, eps, weightDecay float64) (*HostAdamW, error) {
-	if err := checkParams(params); err != nil {
+	if err := checkParams(params, true); err != nil {
 		return nil, err
 	}
 	sizes := make([]int, len(params))
@@ -159,16 +159,15 @@ func (o *HostAdamW) Step(lr, maxNorm float64) (float64, error) {
 }
 
 func paramSlices(ps []Param) (ws, gs [][]float32, err error) {
+	if gs, err = gradSlices(ps); err != nil {
+		return nil, nil, err
+	}
 	for _, p := range ps {
 		w, err := p.Value.Float32s()
 		if err != nil {
 			return nil, nil, fmt.Errorf("loop: parameter %s: %w", p.Name, err)
 		}
-		g, err := p.Grad.Float32s()
-		if err != nil {
-			return nil, nil, fmt.Errorf("loop: gradient of %s: %w", p.Name, err)
-		}
-		ws, gs = append(ws, w), append(gs, g)
+		ws = append(ws, w)
 	}
 	return ws, gs, nil
 }
