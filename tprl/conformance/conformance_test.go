@@ -4,9 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/mtrl-go/mtrl/tprl/conformance"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/backendtest"
+	"github.com/mtrl-go/mtrl/tprl/conformance"
 )
 
 // staging is the smallest backend: memory that package tensor cannot read directly and no
