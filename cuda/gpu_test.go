@@ -13,12 +13,12 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/mtrl-go/mtrl/tprl/conformance"
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/backendtest"
 	"github.com/mtrl-go/mtrl/tensor/tensortest"
+	"github.com/mtrl-go/mtrl/tprl/conformance"
 )
 
 func device(t testing.TB) *cuda.Backend {
