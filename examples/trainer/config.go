@@ -102,11 +102,15 @@ type TrainingConfig struct {
 	ValOnly            bool       `yaml:"val_only" json:"val_only"`
 	LoadCheckpointPath string     `yaml:"load_checkpoint_path" json:"load_checkpoint_path"`
 	FindLastCheckpoint bool       `yaml:"find_last_checkpoint" json:"find_last_checkpoint"`
-	RunDir             string     `yaml:"run_dir" json:"run_dir"`
-	Seed               uint64     `yaml:"seed" json:"seed"`
-	RolloutSamples     int        `yaml:"rollout_samples" json:"rollout_samples"`
-	RolloutLogFreq     int        `yaml:"rollout_log_freq" json:"rollout_log_freq"`
-	Progress           bool       `yaml:"progress" json:"progress"`
+	// FallbackCheckpoint resumes from the newest intact checkpoint when newer ones fail their
+	// checksums (with a warning; they are kept as <name>.damaged). Off, that is an error that
+	// names the damaged file and the intact checkpoint.
+	FallbackCheckpoint bool   `yaml:"fallback_checkpoint" json:"fallback_checkpoint"`
+	RunDir             string `yaml:"run_dir" json:"run_dir"`
+	Seed               uint64 `yaml:"seed" json:"seed"`
+	RolloutSamples     int    `yaml:"rollout_samples" json:"rollout_samples"`
+	RolloutLogFreq     int    `yaml:"rollout_log_freq" json:"rollout_log_freq"`
+	Progress           bool   `yaml:"progress" json:"progress"`
 }
 
 // OptimizationConfig is the algorithm: advantages, divergence (KL) control, online filtering,

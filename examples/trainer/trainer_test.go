@@ -124,6 +124,12 @@ func sameRun(t *testing.T, a, b string, step int) {
 			assert.True(t, ok || timingKey(k), "step %d: resumed run has extra %s", la[i].Step, k)
 		}
 	}
+	for _, f := range []string{"rollouts.md", "attention_diagnostics.md"} {
+		ra, erra := os.ReadFile(filepath.Join(a, f))
+		rb, errb := os.ReadFile(filepath.Join(b, f))
+		assert.Equal(t, erra == nil, errb == nil, f)
+		assert.Equal(t, string(ra), string(rb), "%s differs", f)
+	}
 	name := fmt.Sprintf("checkpoints/global_step_%d/model.safetensors", step)
 	wa, _ := os.ReadFile(filepath.Join(a, name))
 	wb, _ := os.ReadFile(filepath.Join(b, name))
