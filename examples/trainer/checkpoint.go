@@ -136,6 +136,7 @@ func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err e
 	if dir, err = c.saveDir(stepDirName(step), files); err != nil {
 		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
+	testPause(stepDirName(step), "tracker")
 	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
 	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
 		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)

@@ -671,7 +671,11 @@ func knownKeys() []string {
 func unknownKey(key, loc string) error {
 	best, bestD := "", math.MaxInt
 	last := key[strings.LastIndex(key, ".")+1:]
-	for _, k := range knownKeys() {
+	keys := knownKeys()
+	if len(key) > 200 { // no key is that long: no suggestion (the edit distance is quadratic)
+		keys = nil
+	}
+	for _, k := range keys {
 		// The whole path counts, and the last part alone (a key put in the wrong section).
 		d := levenshtein(key, k)
 		if kl := k[strings.LastIndex(k, ".")+1:]; kl == last {

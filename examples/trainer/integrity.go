@@ -217,8 +217,10 @@ func cleanStale(dir string) ([]string, error) {
 }
 
 // testPause, for the crash test (scripts/crash-test): with MTRL_TRAINER_TEST_PAUSE=<name>:<phase>
-// (a checkpoint directory name such as global_step_2, and files, commit or replace) the process
-// announces the point on stderr and waits there to be killed.
+// (a checkpoint directory name such as global_step_2 or sft_step_4, and a phase: files, all
+// written but the manifest; commit, before the rename; replace, between moving an older one of
+// the name aside and the rename; tracker, a global_step_N in place, the tracker not yet
+// updated) the process announces the point on stderr and waits there to be killed.
 func testPause(name, phase string) {
 	if v := os.Getenv("MTRL_TRAINER_TEST_PAUSE"); v != "" && v == name+":"+phase {
 		fmt.Fprintf(os.Stderr, "MTRL_TRAINER_TEST_PAUSE: paused at %s\n", v)
