@@ -108,6 +108,10 @@ const (
 	ckptRef       = "ref.safetensors"    // the frozen reference policy, unless disable_divergence
 	ckptCritic    = "critic.safetensors" // the critic's weights and AdamW moments, with gae
 	ckptTracker   = "checkpoint_tracker.json"
+	// ckptManifest lists the SHA-256 of every other file ("<hex>  <name>" lines, sha256sum's
+	// format, so `sha256sum -c checksums.sha256` checks a checkpoint by hand). It is written
+	// last, and verified before anything is loaded.
+	ckptManifest = "checksums.sha256"
 )
 
 // Checkpoints manages run_dir/checkpoints/global_step_N directories. Every save is atomic: the
@@ -132,6 +136,7 @@ func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err e
 	if dir, err = c.saveDir(stepDirName(step), files); err != nil {
 		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
+	testPause(stepDirName(step), "tracker")
 	tracker, _ := json.Marshal(map[string]any{"last_global_step": step, "last_path": stepDirName(step)})
 	if err := WriteFileAtomic(filepath.Join(c.Root, ckptTracker), append(tracker, '\n')); err != nil {
 		return dir, fmt.Errorf("checkpoint step %d: tracker: %w", step, err)
@@ -164,9 +169,16 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if n == ckptManifest {
+			return "", fmt.Errorf("file name %s is the manifest's", n)
+		}
 		if err := writeSync(filepath.Join(tmp, n), files[n]); err != nil {
 			return "", err
 		}
+	}
+	testPause(name, "files")
+	if err := writeSync(filepath.Join(tmp, ckptManifest), manifestOf(files)); err != nil {
+		return "", err
 	}
 	if err := syncDir(tmp); err != nil {
 		return "", err
@@ -181,6 +193,7 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 			return "", err
 		}
 	}
+	testPause(name, "commit")
 	dir = filepath.Join(c.Root, name)
 	if _, err := os.Stat(dir); err == nil {
 		// Replacing a checkpoint of the same name (a resumed run re-saving it): move the old one
@@ -191,7 +204,8 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 		if err := os.Rename(dir, old); err != nil {
 			return "", err
 		}
-		defer os.RemoveAll(old)
+		defer c.removeDir(old)
+		testPause(name, "replace")
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", err
@@ -221,15 +235,16 @@ func (c *Checkpoints) Last() (string, int, error) {
 
 // newest returns the directory and number of the highest complete Root/<prefix>N, or "".
 func (c *Checkpoints) newest(prefix string) (string, int, error) {
-	steps, err := c.list(prefix)
+	steps, err := c.list(prefix, false)
 	if err != nil || len(steps) == 0 {
 		return "", 0, err
 	}
 	return filepath.Join(c.Root, prefix+strconv.Itoa(steps[0])), steps[0], nil
 }
 
-// list returns the numbers N of the complete directories Root/<prefix>N, highest first.
-func (c *Checkpoints) list(prefix string) ([]int, error) {
+// list returns the numbers N of the complete directories Root/<prefix>N (of all of them with
+// incomplete), highest first.
+func (c *Checkpoints) list(prefix string, incomplete bool) ([]int, error) {
 	entries, err := os.ReadDir(c.Root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -247,7 +262,7 @@ func (c *Checkpoints) list(prefix string) ([]int, error) {
 		if err != nil || n < 0 || strconv.Itoa(n) != s {
 			continue
 		}
-		if complete(filepath.Join(c.Root, e.Name())) {
+		if incomplete || complete(filepath.Join(c.Root, e.Name())) {
 			steps = append(steps, n)
 		}
 	}

@@ -103,11 +103,15 @@ type TrainingConfig struct {
 	ValOnly            bool       `yaml:"val_only" json:"val_only"`
 	LoadCheckpointPath string     `yaml:"load_checkpoint_path" json:"load_checkpoint_path"`
 	FindLastCheckpoint bool       `yaml:"find_last_checkpoint" json:"find_last_checkpoint"`
-	RunDir             string     `yaml:"run_dir" json:"run_dir"`
-	Seed               uint64     `yaml:"seed" json:"seed"`
-	RolloutSamples     int        `yaml:"rollout_samples" json:"rollout_samples"`
-	RolloutLogFreq     int        `yaml:"rollout_log_freq" json:"rollout_log_freq"`
-	Progress           bool       `yaml:"progress" json:"progress"`
+	// FallbackCheckpoint resumes from the newest intact checkpoint when newer ones fail their
+	// checksums (with a warning; they are kept as <name>.damaged). Off, that is an error that
+	// names the damaged file and the intact checkpoint.
+	FallbackCheckpoint bool   `yaml:"fallback_checkpoint" json:"fallback_checkpoint"`
+	RunDir             string `yaml:"run_dir" json:"run_dir"`
+	Seed               uint64 `yaml:"seed" json:"seed"`
+	RolloutSamples     int    `yaml:"rollout_samples" json:"rollout_samples"`
+	RolloutLogFreq     int    `yaml:"rollout_log_freq" json:"rollout_log_freq"`
+	Progress           bool   `yaml:"progress" json:"progress"`
 }
 
 // OptimizationConfig is the algorithm: advantages, divergence (KL) control, online filtering,
@@ -668,7 +672,11 @@ func knownKeys() []string {
 func unknownKey(key, loc string) error {
 	best, bestD := "", math.MaxInt
 	last := key[strings.LastIndex(key, ".")+1:]
-	for _, k := range knownKeys() {
+	keys := knownKeys()
+	if len(key) > 200 { // no key is that long: no suggestion (the edit distance is quadratic)
+		keys = nil
+	}
+	for _, k := range keys {
 		// The whole path counts, and the last part alone (a key put in the wrong section).
 		d := levenshtein(key, k)
 		if kl := k[strings.LastIndex(k, ".")+1:]; kl == last {

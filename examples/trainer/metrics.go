@@ -118,11 +118,14 @@ func OpenMetricsLog(path string, keepUpTo int) (*MetricsLog, error) {
 			continue
 		}
 		var head struct{ Step *int }
-		if err := json.Unmarshal(line, &head); err != nil || head.Step == nil {
-			return nil, fmt.Errorf("%s line %d: not a metrics line (%v)", path, n, err)
-		}
+		err := json.Unmarshal(line, &head)
 		dst := &kept
-		if *head.Step > keepUpTo {
+		switch {
+		case (err != nil || head.Step == nil) && !bytes.HasSuffix(data, []byte("\n")) && bytes.HasSuffix(data, line):
+			dst = &orphaned // the last line, cut short by a kill
+		case err != nil || head.Step == nil:
+			return nil, fmt.Errorf("%s line %d: not a metrics line (%v)", path, n, err)
+		case *head.Step > keepUpTo:
 			dst = &orphaned
 		}
 		dst.Write(line)

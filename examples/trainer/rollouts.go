@@ -17,9 +17,10 @@ func writeRollouts(runDir string, step, n, count int, rs []Rollout) error {
 	path := filepath.Join(runDir, "rollouts.md")
 	var b bytes.Buffer
 	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
-		b.WriteString("# Sample rollouts\n")
+		b.WriteString("# Sample rollouts\n\n")
 	}
-	fmt.Fprintf(&b, "\n## step %d\n\n", step)
+	// A section starts at its header line (truncateRollouts cuts there on a resume).
+	fmt.Fprintf(&b, "## step %d\n\n", step)
 	fmt.Fprintf(&b, "Bold tokens: selected by the perception mask (top-p by image dependency); ᵛ: labelled visual by the task.\n\n")
 	imgDir := filepath.Join(runDir, "rollouts")
 	if err := os.MkdirAll(imgDir, dirMode); err != nil {
@@ -74,7 +75,9 @@ func truncateRollouts(path string, keep int) error {
 	}
 	for _, m := range stepHeader.FindAllSubmatchIndex(data, -1) {
 		if s, _ := strconv.Atoi(string(data[m[2]:m[3]])); s > keep {
-			return WriteFileAtomic(path, bytes.TrimRight(data[:m[0]], "\n"))
+			// Everything before the header, blank lines included: the section written again
+			// lands where it was.
+			return WriteFileAtomic(path, data[:m[0]])
 		}
 	}
 	return nil

@@ -109,6 +109,15 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	case dir == "":
 		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
 	}
+	if lead { // before any rank looks for checkpoints (the name gather is the barrier)
+		done, err := cleanStale(dir)
+		for _, d := range done {
+			fmt.Fprintln(stderr, "after an interrupted run:", d)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
+		}
+	}
 	if comm != nil { // rank 0's name (the clock may differ between processes)
 		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
 		if err != nil {
@@ -162,10 +171,15 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	metricsPath := filepath.Join(dir, "metrics.jsonl")
 	resumed := false
 	warmDir, warmStep := "", 0 // a warm-start checkpoint to resume
+	var damaged []string       // checkpoints that failed their check, passed over (fallback_checkpoint)
+	warn := func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
 	switch {
 	case ckDir != "":
 		if !c.FindLastCheckpoint {
 			return nil, fmt.Errorf("training.run_dir %s already holds checkpoints (newest: step %d): set training.find_last_checkpoint=true to resume, or choose another run_dir", dir, ckStep)
+		}
+		if ckDir, ckStep, damaged, err = ck.chooseCheckpoint("global_step_", ckStep, c.FallbackCheckpoint, warn); err != nil {
+			return nil, err
 		}
 		if err := checkResumable(cfg, ckDir); err != nil {
 			return nil, err
@@ -192,6 +206,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		if warmDir != "" && !c.FindLastCheckpoint {
 			return nil, fmt.Errorf("training.run_dir %s holds a warm-start checkpoint (step %d of %d): set training.find_last_checkpoint=true to resume it, or choose another run_dir", dir, warmStep, c.SFTSteps)
 		}
+		if warmDir != "" {
+			if warmDir, warmStep, damaged, err = ck.chooseCheckpoint(warmPrefix, warmStep, c.FallbackCheckpoint, warn); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if comm != nil {
 		// Every rank must have made the same choice: with several processes the run directory
@@ -206,9 +225,14 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			}
 		}
 	}
+	if lead && len(damaged) > 0 { // every rank has chosen: out of the way, kept for inspection
+		if err := moveAside(damaged); err != nil {
+			return nil, err
+		}
+	}
 	if loadDir != "" && !resumed {
 		if err := t.LoadWeights(loadDir); err != nil {
-			return nil, err
+			return nil, withIntactAlternative(err, loadDir)
 		}
 		fmt.Fprintf(stderr, "weights from %s (training.load_checkpoint_path)\n", loadDir)
 	}
@@ -556,7 +580,7 @@ func shellQuote(s string) string {
 var resumeSafeKeys = map[string]bool{
 	"training.steps": true, "training.total_epochs": true, "training.save_freq": true, "training.val_freq": true,
 	"training.val_before_train": true, "training.val_only": true, "training.load_checkpoint_path": true,
-	"training.find_last_checkpoint": true, "training.run_dir": true, "training.logger": true,
+	"training.find_last_checkpoint": true, "training.fallback_checkpoint": true, "training.sft_save_freq": true, "training.run_dir": true, "training.logger": true,
 	"training.project_name": true, "training.experiment_name": true, "training.rollout_samples": true,
 	"training.rollout_log_freq": true, "training.progress": true, "training.nnodes": true, "training.n_gpus_per_node": true,
 	"dataset.val_files": true, "dataset.val_size": true, "dataset.val_batch_size": true, "worker.rollout.val_temperature": true,

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -673,11 +672,11 @@ func (t *Trainer) validateOnly(dir string, stdout io.Writer) error {
 // (training.load_checkpoint_path): a new run from them, with a fresh optimizer.
 func (t *Trainer) LoadWeights(dir string) error {
 	path := filepath.Join(dir, ckptModel)
-	data, err := os.ReadFile(path)
+	files, err := readCheckpoint(dir, ckptModel)
 	if err != nil {
 		return fmt.Errorf("training.load_checkpoint_path: %w", err)
 	}
-	ts, err := DecodeSafetensors(data, path)
+	ts, err := DecodeSafetensors(files[ckptModel], path)
 	if err != nil {
 		return fmt.Errorf("training.load_checkpoint_path: %w", err)
 	}

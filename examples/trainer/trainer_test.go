@@ -25,21 +25,23 @@ import (
 )
 
 // tinyConfig is a configuration that runs a few steps in about a second.
-func tinyConfig(t *testing.T, dir string, extra ...string) Config {
+func tinyConfig(t testing.TB, dir string, extra ...string) Config {
 	t.Helper()
-	o := []string{
-		"training.run_dir=" + dir,
-		"training.steps=4", "training.sft_steps=3", "training.sft_batch_size=8", "training.val_freq=2",
-		"training.save_freq=2", "training.progress=false", "training.rollout_log_freq=2",
-		"dataset.train_size=64", "dataset.val_size=8", "dataset.rollout_batch_size=4",
-		"worker.rollout.n=2", "worker.rollout.max_response_length=12",
-		"worker.actor.global_batch_size=2", "worker.actor.micro_batch_size_per_device_for_update=2",
-		"worker.actor.micro_batch_size_per_device_for_experience=4",
-		"worker.actor.model.dim=16", "worker.actor.model.layers=1", "worker.actor.model.heads=2", "worker.actor.model.mlp_dim=32",
-	}
+	o := append([]string{"training.run_dir=" + dir}, tinyOverrides...)
 	cfg, err := LoadConfig("", append(o, extra...))
 	require.NoError(t, err)
 	return cfg
+}
+
+// tinyOverrides are tinyConfig's settings but the run directory.
+var tinyOverrides = []string{
+	"training.steps=4", "training.sft_steps=3", "training.sft_batch_size=8", "training.val_freq=2",
+	"training.save_freq=2", "training.progress=false", "training.rollout_log_freq=2",
+	"dataset.train_size=64", "dataset.val_size=8", "dataset.rollout_batch_size=4",
+	"worker.rollout.n=2", "worker.rollout.max_response_length=12",
+	"worker.actor.global_batch_size=2", "worker.actor.micro_batch_size_per_device_for_update=2",
+	"worker.actor.micro_batch_size_per_device_for_experience=4",
+	"worker.actor.model.dim=16", "worker.actor.model.layers=1", "worker.actor.model.heads=2", "worker.actor.model.mlp_dim=32",
 }
 
 func run(t *testing.T, cfg Config) *Summary {
@@ -123,6 +125,12 @@ func sameRun(t *testing.T, a, b string, step int) {
 			_, ok := la[i].Metrics[k]
 			assert.True(t, ok || timingKey(k), "step %d: resumed run has extra %s", la[i].Step, k)
 		}
+	}
+	for _, f := range []string{"rollouts.md", "attention_diagnostics.md"} {
+		ra, erra := os.ReadFile(filepath.Join(a, f))
+		rb, errb := os.ReadFile(filepath.Join(b, f))
+		assert.Equal(t, erra == nil, errb == nil, f)
+		assert.Equal(t, string(ra), string(rb), "%s differs", f)
 	}
 	name := fmt.Sprintf("checkpoints/global_step_%d/model.safetensors", step)
 	wa, _ := os.ReadFile(filepath.Join(a, name))

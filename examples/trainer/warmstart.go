@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -117,15 +116,16 @@ func (w *warmRun) seconds() float64 {
 	return s
 }
 
-// removeWarm removes the warm-start checkpoints other than sft_step_<keep> (keep < 0: all).
+// removeWarm removes the warm-start checkpoints other than sft_step_<keep> (keep < 0: all),
+// complete or not.
 func (c *Checkpoints) removeWarm(keep int) error {
-	steps, err := c.list(warmPrefix)
+	steps, err := c.list(warmPrefix, true)
 	if err != nil {
 		return err
 	}
 	for _, s := range steps {
 		if s != keep {
-			if err := os.RemoveAll(filepath.Join(c.Root, warmPrefix+strconv.Itoa(s))); err != nil {
+			if err := c.removeDir(filepath.Join(c.Root, warmPrefix+strconv.Itoa(s))); err != nil {
 				return err
 			}
 		}
@@ -248,17 +248,4 @@ func tensorData(m map[string]NamedTensor, path, name string, n int) ([]float32, 
 		}
 	}
 	return nt.Data, nil
-}
-
-// readCheckpoint reads the named files of the checkpoint directory dir.
-func readCheckpoint(dir string, names ...string) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint: %w", err)
-		}
-		files[n] = b
-	}
-	return files, nil
 }
