@@ -189,6 +189,11 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		}
 		resumed = true
 		fmt.Fprintf(stderr, "resuming from %s (step %d)\n", ckDir, ckStep)
+		if t.lead() { // a kill between global_step_0 and the warm start's removal left them
+			if err := ck.removeWarm(-1); err != nil {
+				return nil, err
+			}
+		}
 	case c.FindLastCheckpoint && c.ValOnly && c.LoadCheckpointPath == "":
 		return nil, fmt.Errorf("training.val_only with find_last_checkpoint: %s holds no complete checkpoint", ck.Root)
 	default:
