@@ -1,5 +1,7 @@
 package tensor
 
+import "math"
+
 // CPU returns the pure-Go host backend. It is stateless, so every call returns an equal value and
 // it needs no Close. Its tensors wrap ordinary Go slices (see FromFloat32), and every op runs the
 // pure-Go kernels, parallel over rows with a fixed chunking so results never depend on GOMAXPROCS.
@@ -16,9 +18,15 @@ func (s hostStorage) Bytes() []byte  { return s }
 
 func (cpuBackend) Name() string { return "cpu" }
 
+// maxHostBytes is the largest allocation Go makes (the runtime's limit on 64-bit platforms;
+// the whole int range on 32-bit ones). Larger requests are errors here, not runtime panics.
+// Requests below it that exceed the machine's memory still end the process, as any Go
+// allocation does.
+const maxHostBytes = int(min(uint64(1)<<48, uint64(math.MaxInt)))
+
 func (cpuBackend) Alloc(bytes int) (Storage, error) {
-	if bytes < 0 {
-		return nil, Errorf(ErrParam, "cpu.Alloc", "bytes", "is negative (%d)", bytes)
+	if bytes < 0 || bytes > maxHostBytes-7 {
+		return nil, Errorf(ErrParam, "cpu.Alloc", "bytes", "is %d, want a size in [0, %d]", bytes, maxHostBytes-7)
 	}
 	// Allocate as 8-byte words so every dtype view is aligned.
 	words := make([]uint64, (bytes+7)/8)
@@ -26,6 +34,9 @@ func (cpuBackend) Alloc(bytes int) (Storage, error) {
 }
 
 func hostOf(op, arg string, s Storage) ([]byte, error) {
+	if s == nil {
+		return nil, Errorf(ErrParam, op, arg, "storage is nil")
+	}
 	hs, ok := s.(HostStorage)
 	if !ok {
 		return nil, Errorf(ErrBackend, op, arg, "storage belongs to %s, not cpu", s.Backend().Name())
@@ -34,8 +45,8 @@ func hostOf(op, arg string, s Storage) ([]byte, error) {
 }
 
 func inRange(op, arg string, size, off, n int) error {
-	if off < 0 || n < 0 || off+n > size {
-		return Errorf(ErrShape, op, arg, "byte range [%d, %d) outside storage of %d bytes", off, off+n, size)
+	if off < 0 || n < 0 || off > size || n > size-off { // not off+n > size: that can overflow
+		return Errorf(ErrShape, op, arg, "byte range of %d bytes at offset %d is outside storage of %d bytes", n, off, size)
 	}
 	return nil
 }
