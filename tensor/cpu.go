@@ -18,18 +18,20 @@ func (s hostStorage) Bytes() []byte  { return s }
 
 func (cpuBackend) Name() string { return "cpu" }
 
-// maxHostBytes is the largest allocation Go makes (the runtime's limit on 64-bit platforms;
-// the whole int range on 32-bit ones). Larger requests are errors here, not runtime panics.
-// Requests below it that exceed the machine's memory still end the process, as any Go
-// allocation does.
-const maxHostBytes = int(min(uint64(1)<<48, uint64(math.MaxInt)))
+// MaxHostBytes is the largest storage the CPU backend allocates: the Go runtime's limit on one
+// allocation on 64-bit platforms (2^48 bytes; the whole int range on 32-bit ones). Larger
+// requests are ErrParam errors, not runtime panics; functions that size host buffers from
+// their arguments (perturb's images and patch grids) refuse sizes above it too. A request
+// below it that exceeds the machine's memory still ends the process, as any Go allocation
+// does.
+const MaxHostBytes = int(min(uint64(1)<<48, uint64(math.MaxInt)))
 
 func (cpuBackend) Alloc(bytes int) (Storage, error) {
-	if bytes < 0 || bytes > maxHostBytes-7 {
-		return nil, Errorf(ErrParam, "cpu.Alloc", "bytes", "is %d, want a size in [0, %d]", bytes, maxHostBytes-7)
+	if bytes < 0 || bytes > MaxHostBytes {
+		return nil, Errorf(ErrParam, "cpu.Alloc", "bytes", "is %d, want a size in [0, MaxHostBytes = %d]", bytes, MaxHostBytes)
 	}
 	// Allocate as 8-byte words so every dtype view is aligned.
-	words := make([]uint64, (bytes+7)/8)
+	words := make([]uint64, bytes/8+min(bytes%8, 1))
 	return hostStorage(asBytes(words)[:bytes:bytes]), nil
 }
 
