@@ -11,6 +11,8 @@ import (
 )
 
 // perturbFuncs lists every exported function and method of perturb.
+// UnmarshalText is called on a valid receiver: decoding into a nil pointer is the caller's bug,
+// as with any encoding.TextUnmarshaler.
 func perturbFuncs() map[string]any {
 	return map[string]any{
 		"AddNoise":              AddNoise,
@@ -35,7 +37,7 @@ func perturbFuncs() map[string]any {
 		"GridSize":              GridSize,
 		"Kind.MarshalText":      Kind.MarshalText,
 		"Kind.String":           Kind.String,
-		"Kind.UnmarshalText":    (*Kind).UnmarshalText,
+		"Kind.UnmarshalText":    func(b []byte) error { var k Kind; return k.UnmarshalText(b) },
 		"Masking.Apply":         Masking.Apply,
 		"Masking.ApplyBatch":    Masking.ApplyBatch,
 		"Masking.Kind":          Masking.Kind,

