@@ -35,7 +35,7 @@ func TestSizeOverflow(t *testing.T) {
 		{"Copy at MaxInt-2", func() error { return cpu.Copy(st, math.MaxInt-2, st, 0, 4) }},
 		{"Copy n MaxInt", func() error { return cpu.Copy(st, 4, st, 0, math.MaxInt) }},
 		{"Alloc MaxInt", func() error { _, err := cpu.Alloc(math.MaxInt); return err }},
-		{"Alloc 2^48", func() error { _, err := cpu.Alloc(1 << 48); return err }},
+		{"Alloc MaxHostBytes+1", func() error { _, err := cpu.Alloc(tensor.MaxHostBytes + 1); return err }},
 	} {
 		err := tc.call()
 		if err == nil {
