@@ -45,9 +45,7 @@ func advantageValues() *hostile.Values {
 // TestHostileInputs: no exported function of advantage panics, whatever its arguments; every
 // error is a *tensor.Error.
 func TestHostileInputs(t *testing.T) {
-	funcs := advantageFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, advantageValues(), hostile.Options{TensorErrors: true})
+	hostile.Test(t, advantageFuncs(), nil, advantageValues(), hostile.Options{TensorErrors: true})
 }
 
 // TestGroupRowAdvantagesChecksOptions: the GRPOOptions values its documentation rejects are

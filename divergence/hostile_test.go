@@ -49,7 +49,5 @@ func divergenceValues() *hostile.Values {
 // TestHostileInputs: no exported function of divergence panics, whatever its arguments;
 // every error is a *tensor.Error.
 func TestHostileInputs(t *testing.T) {
-	funcs := divergenceFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, divergenceValues(), hostile.Options{TensorErrors: true})
+	hostile.Test(t, divergenceFuncs(), nil, divergenceValues(), hostile.Options{TensorErrors: true})
 }

@@ -90,7 +90,5 @@ func perturbValues() *hostile.Values {
 // TestHostileInputs: no exported function of perturb panics, whatever its arguments; every
 // error is a *tensor.Error.
 func TestHostileInputs(t *testing.T) {
-	funcs := perturbFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, perturbValues(), hostile.Options{TensorErrors: true})
+	hostile.Test(t, perturbFuncs(), nil, perturbValues(), hostile.Options{TensorErrors: true})
 }

@@ -59,7 +59,5 @@ func ppoValues() *hostile.Values {
 // TestHostileInputs: no exported function of ppo panics, whatever its arguments; every error
 // is a *tensor.Error.
 func TestHostileInputs(t *testing.T) {
-	funcs := ppoFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, ppoValues(), hostile.Options{TensorErrors: true})
+	hostile.Test(t, ppoFuncs(), nil, ppoValues(), hostile.Options{TensorErrors: true})
 }

@@ -2,6 +2,7 @@ package tprl
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/hostile"
@@ -65,20 +66,7 @@ func TestPrepareChecksEveryTensor(t *testing.T) {
 	for _, field := range []string{"ResponseMask", "OldLogProbs", "Advantages", "AugLogProbs", "RefLogProbs", "PerceptionScore"} {
 		for kind, mk := range wrong {
 			mb := miniBatch(2, 3)
-			switch field {
-			case "ResponseMask":
-				mb.ResponseMask = mk()
-			case "OldLogProbs":
-				mb.OldLogProbs = mk()
-			case "Advantages":
-				mb.Advantages = mk()
-			case "AugLogProbs":
-				mb.AugLogProbs = mk()
-			case "RefLogProbs":
-				mb.RefLogProbs = mk()
-			case "PerceptionScore":
-				mb.PerceptionScore = mk()
-			}
+			reflect.ValueOf(&mb).Elem().FieldByName(field).Set(reflect.ValueOf(mk()))
 			u, err := fullUpdateConfig().Prepare(mb)
 			var te *tensor.Error
 			if err == nil {

@@ -121,7 +121,5 @@ func tprlValues() *hostile.Values {
 // TestHostileInputs: no exported function of tprl panics, whatever its arguments; every error
 // is a *tensor.Error.
 func TestHostileInputs(t *testing.T) {
-	funcs := tprlFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, tprlValues(), hostile.Options{TensorErrors: true})
+	hostile.Test(t, tprlFuncs(), nil, tprlValues(), hostile.Options{TensorErrors: true})
 }

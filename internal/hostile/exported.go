@@ -10,6 +10,14 @@ import (
 	"testing"
 )
 
+// Test is a package's hostile-input test: Covered for the package in the current directory,
+// then Check.
+func Test(t *testing.T, funcs map[string]any, skip map[string]string, v *Values, opt Options) {
+	t.Helper()
+	Covered(t, ".", funcs, skip)
+	Check(t, funcs, v, opt)
+}
+
 // Covered fails the test for every exported function and every exported method of an
 // exported type declared in the package in dir (the files this build compiles, tests
 // excluded) that is neither in funcs nor in skip (name → why it is not called). Names are

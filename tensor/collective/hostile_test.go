@@ -86,7 +86,5 @@ func collectiveValues() *hostile.Values {
 
 // TestHostileInputs: no exported function of collective panics, whatever its arguments.
 func TestHostileInputs(t *testing.T) {
-	funcs := collectiveFuncs()
-	hostile.Covered(t, ".", funcs, nil)
-	hostile.Check(t, funcs, collectiveValues(), hostile.Options{})
+	hostile.Test(t, collectiveFuncs(), nil, collectiveValues(), hostile.Options{})
 }
