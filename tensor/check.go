@@ -153,3 +153,13 @@ func CheckUnit(op, arg string, p float64) error {
 	}
 	return nil
 }
+
+// CheckRange checks that n bytes at byte offset off lie inside storage of size bytes, without
+// computing off+n (which can overflow): the range check of every backend's Upload, Download
+// and Copy.
+func CheckRange(op, arg string, size, off, n int) error {
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return Errorf(ErrShape, op, arg, "byte range of %d bytes at offset %d is outside storage of %d bytes", n, off, size)
+	}
+	return nil
+}

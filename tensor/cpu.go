@@ -46,20 +46,13 @@ func hostOf(op, arg string, s Storage) ([]byte, error) {
 	return hs.Bytes(), nil
 }
 
-func inRange(op, arg string, size, off, n int) error {
-	if off < 0 || n < 0 || off > size || n > size-off { // not off+n > size: that can overflow
-		return Errorf(ErrShape, op, arg, "byte range of %d bytes at offset %d is outside storage of %d bytes", n, off, size)
-	}
-	return nil
-}
-
 func (cpuBackend) Upload(dst Storage, off int, src []byte) error {
 	const op = "cpu.Upload"
 	d, err := hostOf(op, "dst", dst)
 	if err != nil {
 		return err
 	}
-	if err := inRange(op, "dst", len(d), off, len(src)); err != nil {
+	if err := CheckRange(op, "dst", len(d), off, len(src)); err != nil {
 		return err
 	}
 	copy(d[off:], src)
@@ -72,7 +65,7 @@ func (cpuBackend) Download(dst []byte, src Storage, off int) error {
 	if err != nil {
 		return err
 	}
-	if err := inRange(op, "src", len(s), off, len(dst)); err != nil {
+	if err := CheckRange(op, "src", len(s), off, len(dst)); err != nil {
 		return err
 	}
 	copy(dst, s[off:])
@@ -89,10 +82,10 @@ func (cpuBackend) Copy(dst Storage, dstOff int, src Storage, srcOff, n int) erro
 	if err != nil {
 		return err
 	}
-	if err := inRange(op, "dst", len(d), dstOff, n); err != nil {
+	if err := CheckRange(op, "dst", len(d), dstOff, n); err != nil {
 		return err
 	}
-	if err := inRange(op, "src", len(s), srcOff, n); err != nil {
+	if err := CheckRange(op, "src", len(s), srcOff, n); err != nil {
 		return err
 	}
 	copy(d[dstOff:dstOff+n], s[srcOff:srcOff+n])

@@ -27,6 +27,7 @@ func tensorFuncs() map[string]any {
 		"CPU().Name":             cpu.Name,
 		"CheckDType":             tensor.CheckDType,
 		"CheckFinite":            tensor.CheckFinite,
+		"CheckRange":             tensor.CheckRange,
 		"CheckSameBackend":       tensor.CheckSameBackend,
 		"CheckSameShape":         tensor.CheckSameShape,
 		"CheckShape":             tensor.CheckShape,

@@ -247,7 +247,7 @@ func (t *Tensor) Reshape(shape ...int) (*Tensor, error) {
 	}
 	known, err := CheckSize(op, "shape", s...)
 	if err != nil {
-		return nil, err
+		return nil, Errorf(ErrShape, op, "shape", "%v has a negative dimension (other than one -1) or more elements than an int can count", shape)
 	}
 	if infer >= 0 {
 		if known == 0 || t.n%known != 0 {

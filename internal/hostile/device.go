@@ -49,10 +49,7 @@ func span(op string, st tensor.Storage, off, n int) (*devStorage, error) {
 	if s.released.Load() {
 		return nil, tensor.Errorf(tensor.ErrClosed, op, "storage", "was released")
 	}
-	if off < 0 || n < 0 || off > len(s.buf) || n > len(s.buf)-off {
-		return nil, tensor.Errorf(tensor.ErrShape, op, "off", "[%d, +%d) is outside %d bytes", off, n, len(s.buf))
-	}
-	return s, nil
+	return s, tensor.CheckRange(op, "off", len(s.buf), off, n)
 }
 
 func (*device) Upload(dst tensor.Storage, off int, src []byte) error {
