@@ -2,6 +2,7 @@ package advantage
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -83,6 +84,48 @@ func FuzzParseEstimator(f *testing.F) {
 		}
 		if e.String() != s {
 			t.Fatalf("%q parsed to %v", s, e)
+		}
+	})
+}
+
+// FuzzGroupRowAdvantages: any scores, group ids, estimator and options give advantages (one
+// per row) or an ErrParam/ErrShape error; never a panic. Valid options and groups of at least
+// two finite scores give finite advantages.
+func FuzzGroupRowAdvantages(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4}, []byte{0, 0, 1, 1}, uint8(0), 0.0, 0.0, false)
+	f.Add([]byte{1, 1, 1}, []byte{5, 5, 5}, uint8(2), 1e-3, 0.1, true)
+	f.Add([]byte{9, 0}, []byte{0, 1}, uint8(0), -1.0, 0.0, false)
+	f.Add([]byte{}, []byte{}, uint8(3), math.NaN(), math.Inf(-1), false)
+	f.Add([]byte{7, 7, 200, 3}, []byte{1, 1, 1}, uint8(1), 0.0, 0.0, false)
+	f.Fuzz(func(t *testing.T, raw, idBytes []byte, est uint8, eps, floor float64, noStd bool) {
+		scores := make([]float32, len(raw))
+		for i, x := range raw {
+			scores[i] = float32(int(x)-128) / 16
+		}
+		ids := make([]int32, len(idBytes))
+		for i, x := range idBytes {
+			ids[i] = int32(x % 4)
+		}
+		e := []Estimator{EstimatorGRPO, EstimatorGRPOPassK, EstimatorRLOO, EstimatorGAE}[est%4]
+		opts := GRPOOptions{Eps: eps, StdFloor: floor, NoStdNorm: noStd}
+		a, err := GroupRowAdvantages(scores, ids, e, opts)
+		if err != nil {
+			if !errors.Is(err, tensor.ErrParam) && !errors.Is(err, tensor.ErrShape) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if opts.validate("") != nil || e == EstimatorGAE || len(scores) != len(ids) {
+				return
+			}
+			if !errors.Is(err, tensor.ErrParam) {
+				t.Fatalf("valid options: %v", err)
+			}
+			return // a group of one
+		}
+		if opts.validate("") != nil {
+			t.Fatalf("options %+v accepted", opts)
+		}
+		if len(a) != len(scores) || !allFinite(a) {
+			t.Fatalf("advantages %v for scores %v", a, scores)
 		}
 	})
 }

@@ -116,7 +116,8 @@ func groupHost(op string, adv, ret, r, m []float32, ids []int32, cols int, est E
 // EstimatorGRPOPassK or EstimatorRLOO) before the response mask is applied, from each row's
 // summed reward (scores) and its group id (index): the host part of the computation, which the
 // pure-Go kernel and a backend's GroupKernel share so they cannot drift. The caller broadcasts
-// a[i] * mask[i, t]. A group of one is an ErrParam error naming index.
+// a[i] * mask[i, t]. A group of one is an ErrParam error naming index, and opts are validated
+// as GRPOOptions documents.
 func GroupRowAdvantages(scores []float32, index []int32, est Estimator, opts GRPOOptions) ([]float32, error) {
 	const op = "advantage.GroupRowAdvantages"
 	if len(scores) != len(index) {
@@ -124,6 +125,9 @@ func GroupRowAdvantages(scores []float32, index []int32, est Estimator, opts GRP
 	}
 	if est != EstimatorGRPO && est != EstimatorGRPOPassK && est != EstimatorRLOO {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "est", "%v is not a group estimator", est)
+	}
+	if err := opts.validate(op); err != nil {
+		return nil, err
 	}
 	return groupRowAdvantages(groupOpName(est), scores, index, est, opts)
 }

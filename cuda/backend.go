@@ -286,11 +286,15 @@ func (b *Backend) Allocated() (bytes int64, storages int) {
 // any goroutine.
 func (b *Backend) owner(op, arg string, st tensor.Storage, off, n int) (*storage, error) {
 	s, ok := st.(*storage)
-	if !ok || s.b != b {
-		return nil, tensor.Errorf(tensor.ErrBackend, op, arg, "storage belongs to %s, not %s", st.Backend().Name(), b.name)
+	if !ok || s == nil || s.b != b {
+		owner := "no backend (nil storage)"
+		if st != nil {
+			owner = st.Backend().Name()
+		}
+		return nil, tensor.Errorf(tensor.ErrBackend, op, arg, "storage belongs to %s, not %s", owner, b.name)
 	}
-	if off < 0 || n < 0 || off+n > s.n {
-		return nil, tensor.Errorf(tensor.ErrShape, op, arg, "byte range [%d, %d) outside storage of %d bytes", off, off+n, s.n)
+	if err := tensor.CheckRange(op, arg, s.n, off, n); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -21,12 +21,25 @@ type Grid struct {
 }
 
 // GridSize returns the number of patch rows and columns of an h×w image: ceil(h/ps), ceil(w/ps).
-// Edge patches are partial.
+// Edge patches are partial. A negative size or a patch size <= 0 gives 0, 0.
 func GridSize(h, w, patchSize int) (rows, cols int) {
-	if patchSize <= 0 {
+	if patchSize <= 0 || h < 0 || w < 0 {
 		return 0, 0
 	}
-	return (h + patchSize - 1) / patchSize, (w + patchSize - 1) / patchSize
+	return ceilDiv(h, patchSize), ceilDiv(w, patchSize)
+}
+
+// ceilDiv is ceil(a/b) for a >= 0, b > 0, without the overflow of (a+b-1)/b.
+func ceilDiv(a, b int) int { return a/b + min(a%b, 1) }
+
+// checkPixels checks that an image of the given dimensions (uint8 elements) could exist: its
+// size neither overflows int (tensor.CheckSize) nor exceeds tensor.MaxHostBytes.
+func checkPixels(op, arg string, dims ...int) error {
+	n, err := tensor.CheckSize(op, arg, dims...)
+	if err == nil && n > tensor.MaxHostBytes {
+		err = tensor.Errorf(tensor.ErrShape, op, arg, "%v is %d pixel values, more than tensor.MaxHostBytes (%d)", dims, n, tensor.MaxHostBytes)
+	}
+	return err
 }
 
 // PatchGrid is the deterministic core of patch blackening: given the uniform draws the
@@ -37,8 +50,8 @@ func PatchGrid(h, w, patchSize int, prob float64, draws []float64) (Grid, error)
 	if err := checkBlackening(op, "patchSize", patchSize, "prob", prob); err != nil {
 		return Grid{}, err
 	}
-	if h < 0 || w < 0 {
-		return Grid{}, tensor.Errorf(tensor.ErrShape, op, "h, w", "%d×%d is negative", h, w)
+	if err := checkPixels(op, "h, w", h, w); err != nil {
+		return Grid{}, err
 	}
 	rows, cols := GridSize(h, w, patchSize)
 	if len(draws) != rows*cols {
@@ -140,8 +153,8 @@ func (b Blackening) Grid(h, w int, seed, sampleID uint64) (Grid, error) {
 	if err := b.validate("perturb.Blackening.Grid"); err != nil {
 		return Grid{}, err
 	}
-	if h < 0 || w < 0 {
-		return Grid{}, tensor.Errorf(tensor.ErrShape, "perturb.Blackening.Grid", "h, w", "%d×%d is negative", h, w)
+	if err := checkPixels("perturb.Blackening.Grid", "h, w", h, w); err != nil {
+		return Grid{}, err
 	}
 	rows, cols := GridSize(h, w, b.PatchSize)
 	r := rand.New(rand.NewPCG(seed, sampleID))

@@ -22,6 +22,14 @@ func FromImageAs(img image.Image, channels int) (*tensor.Tensor, error) {
 	if img == nil {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "img", "is nil")
 	}
+	b := img.Bounds()
+	h, w := b.Dy(), b.Dx() // negative when the bounds' width overflows int
+	if err := checkPixels(op, "img.Bounds()", h, w); err != nil {
+		return nil, err
+	}
+	if err := checkStdImage(op, img); err != nil {
+		return nil, err
+	}
 	if channels == 0 {
 		switch im := img.(type) {
 		case *image.Gray, *image.Gray16:
@@ -35,44 +43,110 @@ func FromImageAs(img image.Image, channels int) (*tensor.Tensor, error) {
 			channels = 4
 		}
 	}
-	b := img.Bounds()
-	h, w := b.Dy(), b.Dx()
-	var out []uint8
-	var shape []int
-	switch channels {
-	case 1:
-		out, shape = make([]uint8, h*w), []int{h, w}
-		if g, ok := img.(*image.Gray); ok {
-			for y := range h {
-				copy(out[y*w:(y+1)*w], g.Pix[g.PixOffset(b.Min.X, b.Min.Y+y):])
-			}
-			break
-		}
-		for y := range h {
-			for x := range w {
-				out[y*w+x] = color.GrayModel.Convert(img.At(b.Min.X+x, b.Min.Y+y)).(color.Gray).Y
-			}
-		}
-	case 3, 4:
-		out, shape = make([]uint8, h*w*channels), []int{h, w, channels}
-		n, isNRGBA := img.(*image.NRGBA)
-		for y := range h {
-			for x := range w {
-				var px [4]uint8
-				if isNRGBA {
-					o := n.PixOffset(b.Min.X+x, b.Min.Y+y)
-					copy(px[:], n.Pix[o:o+4])
-				} else {
-					c := color.NRGBAModel.Convert(img.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
-					px = [4]uint8{c.R, c.G, c.B, c.A}
-				}
-				copy(out[(y*w+x)*channels:(y*w+x+1)*channels], px[:channels])
-			}
-		}
-	default:
+	if channels != 1 && channels != 3 && channels != 4 {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "channels", "is %d, want 0, 1, 3 or 4", channels)
 	}
-	return tensor.FromUint8(out, shape...)
+	shape := []int{h, w, channels}
+	if channels == 1 {
+		shape = shape[:2]
+	}
+	if err := checkPixels(op, "img.Bounds()", shape...); err != nil {
+		return nil, err
+	}
+	t, err := tensor.New(tensor.CPU(), tensor.Uint8, shape...)
+	if err != nil {
+		return nil, err
+	}
+	out, _ := t.Uint8s()
+	if g, ok := img.(*image.Gray); ok && channels == 1 {
+		for y := range h {
+			copy(out[y*w:(y+1)*w], g.Pix[g.PixOffset(b.Min.X, b.Min.Y+y):])
+		}
+		return t, nil
+	}
+	n, isNRGBA := img.(*image.NRGBA)
+	for y := range h {
+		for x := range w {
+			if isNRGBA && channels != 1 {
+				o := n.PixOffset(b.Min.X+x, b.Min.Y+y)
+				copy(out[(y*w+x)*channels:(y*w+x+1)*channels], n.Pix[o:o+4])
+				continue
+			}
+			c := img.At(b.Min.X+x, b.Min.Y+y)
+			if c == nil {
+				return nil, tensor.Errorf(tensor.ErrParam, op, "img", "has no colour at (%d, %d) (At returned nil)", b.Min.X+x, b.Min.Y+y)
+			}
+			if channels == 1 {
+				out[y*w+x] = color.GrayModel.Convert(c).(color.Gray).Y
+				continue
+			}
+			nc := color.NRGBAModel.Convert(c).(color.NRGBA)
+			px := [4]uint8{nc.R, nc.G, nc.B, nc.A}
+			copy(out[(y*w+x)*channels:(y*w+x+1)*channels], px[:channels])
+		}
+	}
+	return t, nil
+}
+
+// checkStdImage checks the pixel memory of the standard library's images against their
+// bounds, and a paletted image's indices against its palette: their Opaque and At methods
+// index Pix without checking. (The planes of *image.YCbCr are not checked.)
+func checkStdImage(op string, img image.Image) error {
+	h, w := img.Bounds().Dy(), img.Bounds().Dx()
+	switch im := img.(type) {
+	case *image.Gray:
+		return checkPix(op, im.Pix, im.Stride, 1, h, w)
+	case *image.Gray16:
+		return checkPix(op, im.Pix, im.Stride, 2, h, w)
+	case *image.Alpha:
+		return checkPix(op, im.Pix, im.Stride, 1, h, w)
+	case *image.Alpha16:
+		return checkPix(op, im.Pix, im.Stride, 2, h, w)
+	case *image.RGBA:
+		return checkPix(op, im.Pix, im.Stride, 4, h, w)
+	case *image.RGBA64:
+		return checkPix(op, im.Pix, im.Stride, 8, h, w)
+	case *image.NRGBA:
+		return checkPix(op, im.Pix, im.Stride, 4, h, w)
+	case *image.NRGBA64:
+		return checkPix(op, im.Pix, im.Stride, 8, h, w)
+	case *image.CMYK:
+		return checkPix(op, im.Pix, im.Stride, 4, h, w)
+	case *image.Paletted:
+		if err := checkPix(op, im.Pix, im.Stride, 1, h, w); err != nil {
+			return err
+		}
+		return checkPalette(op, im)
+	}
+	return nil
+}
+
+// checkPix checks that pixel memory of the given stride and bytes per pixel holds h rows of
+// w pixels.
+func checkPix(op string, pix []uint8, stride, bpp, h, w int) error {
+	if h == 0 || w == 0 {
+		return nil
+	}
+	last, err := tensor.CheckSize(op, "img.Stride", h-1, stride) // offset of the last row
+	if err == nil && (stride < w*bpp || last > len(pix) || w*bpp > len(pix)-last) {
+		err = tensor.Errorf(tensor.ErrShape, op, "img", "has %d bytes of pixels with stride %d, a %d×%d image needs %d bytes per row", len(pix), stride, h, w, w*bpp)
+	}
+	return err
+}
+
+// checkPalette checks that every pixel of p indexes its palette (image.Paletted.At panics or
+// returns nil otherwise).
+func checkPalette(op string, p *image.Paletted) error {
+	b := p.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		row := p.Pix[p.PixOffset(b.Min.X, y):][:b.Dx()]
+		for x, i := range row {
+			if int(i) >= len(p.Palette) {
+				return tensor.Errorf(tensor.ErrParam, op, "img", "pixel (%d, %d) has palette index %d, the palette has %d colours", b.Min.X+x, y, i, len(p.Palette))
+			}
+		}
+	}
+	return nil
 }
 
 // ToImage converts a uint8 image tensor to an image.Image: [H, W] and [H, W, 1] become

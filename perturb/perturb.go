@@ -84,6 +84,9 @@ func Default(kind Kind) (Perturbation, error) {
 // ApplyImage perturbs an image.Image: it converts img with FromImage, applies p with the given
 // seed and sample id, and converts back with ToImage.
 func ApplyImage(p Perturbation, img image.Image, seed, sampleID uint64) (image.Image, error) {
+	if p == nil {
+		return nil, tensor.Errorf(tensor.ErrParam, "perturb.ApplyImage", "p", "is nil")
+	}
 	t, err := FromImage(img)
 	if err != nil {
 		return nil, err

@@ -194,12 +194,27 @@ func averageLossHost[F hostops.Float](grad, v, m []F, rows, cols int, agg Agg) F
 // Weights writes w[i] such that d loss / d v[i,t] = w[i] * m[i,t], from the per-row mask sums
 // counts[i]: the small per-call plan a backend kernel of AverageLoss, PolicyLoss or ValueLoss
 // applies per row. It is the pure-Go kernels' own float32 arithmetic, so a device kernel that
-// uses it cannot drift from them.
-func (a Agg) Weights(w []float32, counts []float64) { aggWeights(w, counts, a) }
+// uses it cannot drift from them. w and counts have one entry per row; when their lengths
+// differ every w[i] is NaN.
+func (a Agg) Weights(w []float32, counts []float64) {
+	if len(w) != len(counts) {
+		for i := range w {
+			w[i] = float32(math.NaN())
+		}
+		return
+	}
+	aggWeights(w, counts, a)
+}
 
 // Finish reduces per-row float64 masked sums and mask sums to the aggregated loss, combining the
-// rows in order as the pure-Go kernels do (see Weights).
-func (a Agg) Finish(sums, counts []float64) float32 { return aggFinish[float32](sums, counts, a) }
+// rows in order as the pure-Go kernels do (see Weights); NaN when sums and counts differ in
+// length.
+func (a Agg) Finish(sums, counts []float64) float32 {
+	if len(sums) != len(counts) {
+		return float32(math.NaN())
+	}
+	return aggFinish[float32](sums, counts, a)
+}
 
 // aggWeights writes w[i] with d loss / d v[i,t] = w[i] * m[i,t], given the per-row mask sums.
 // The float order follows torch's autograd of the reference expression.

@@ -8,10 +8,24 @@ import (
 // The Check functions are the validation vocabulary of every mtrl entry point. Each returns nil
 // or an *Error naming op and arg.
 
-// CheckShape checks that t is non-nil and has the given dimensions; -1 matches any size.
-func CheckShape(op, arg string, t *Tensor, dims ...int) error {
-	if t == nil {
+// CheckTensor checks that t is a tensor: not nil and not the zero Tensor (a Tensor{} literal,
+// which has no storage). Every Check function below starts with it, so an entry point that
+// checks its tensors refuses both with an ErrShape error instead of panicking.
+func CheckTensor(op, arg string, t *Tensor) error {
+	switch {
+	case t == nil:
 		return Errorf(ErrShape, op, arg, "is nil")
+	case t.store == nil:
+		return Errorf(ErrShape, op, arg, "is the zero Tensor (make tensors with tensor.New, To or a FromXxx function)")
+	}
+	return nil
+}
+
+// CheckShape checks that t is a tensor (CheckTensor) with the given dimensions; -1 matches any
+// size.
+func CheckShape(op, arg string, t *Tensor, dims ...int) error {
+	if err := CheckTensor(op, arg, t); err != nil {
+		return err
 	}
 	ok := len(t.shape) == len(dims)
 	for i := 0; ok && i < len(dims); i++ {
@@ -38,13 +52,13 @@ func shapePattern(dims []int) string {
 	return s + "]"
 }
 
-// CheckSameShape checks that a and b are non-nil and have equal shapes.
+// CheckSameShape checks that a and b are tensors (CheckTensor) with equal shapes.
 func CheckSameShape(op, argA string, a *Tensor, argB string, b *Tensor) error {
-	if a == nil {
-		return Errorf(ErrShape, op, argA, "is nil")
+	if err := CheckTensor(op, argA, a); err != nil {
+		return err
 	}
-	if b == nil {
-		return Errorf(ErrShape, op, argB, "is nil")
+	if err := CheckTensor(op, argB, b); err != nil {
+		return err
 	}
 	if !a.shape.Equal(b.shape) {
 		return Errorf(ErrShape, op, argB, "has shape %v, %s has %v", b.shape, argA, a.shape)
@@ -52,8 +66,11 @@ func CheckSameShape(op, argA string, a *Tensor, argB string, b *Tensor) error {
 	return nil
 }
 
-// CheckDType checks that t's dtype is one of want.
+// CheckDType checks that t is a tensor (CheckTensor) whose dtype is one of want.
 func CheckDType(op, arg string, t *Tensor, want ...DType) error {
+	if err := CheckTensor(op, arg, t); err != nil {
+		return err
+	}
 	for _, w := range want {
 		if t.dtype == w {
 			return nil
@@ -65,21 +82,31 @@ func CheckDType(op, arg string, t *Tensor, want ...DType) error {
 	return Errorf(ErrDType, op, arg, "is %v, want one of %v", t.dtype, want)
 }
 
-// CheckSameBackend checks that every non-nil tensor lives on the same backend as the first.
-// Names label the tensors in the error message.
+// CheckSameBackend checks that every non-nil tensor lives on the same backend as the first
+// (nil entries are optional tensors left out; a zero Tensor is an error). Names label the
+// tensors in the error message; a tensor without a name is called "tensors[i]".
 func CheckSameBackend(op string, names []string, ts ...*Tensor) error {
+	name := func(i int) string {
+		if i < len(names) {
+			return names[i]
+		}
+		return "tensors[" + strconv.Itoa(i) + "]"
+	}
 	var first *Tensor
 	var firstName string
 	for i, t := range ts {
 		if t == nil {
 			continue
 		}
+		if err := CheckTensor(op, name(i), t); err != nil {
+			return err
+		}
 		if first == nil {
-			first, firstName = t, names[i]
+			first, firstName = t, name(i)
 			continue
 		}
 		if t.Backend() != first.Backend() {
-			return Errorf(ErrBackend, op, names[i], "is on %s, %s is on %s", t.Backend().Name(), firstName, first.Backend().Name())
+			return Errorf(ErrBackend, op, name(i), "is on %s, %s is on %s", t.Backend().Name(), firstName, first.Backend().Name())
 		}
 	}
 	return nil
@@ -89,8 +116,8 @@ func CheckSameBackend(op string, names []string, ts ...*Tensor) error {
 // tensor. Ops propagate non-finite values rather than checking on every call; this is the cheap
 // opt-in check (one read of the data; device tensors are copied to host first).
 func CheckFinite(op, arg string, t *Tensor) error {
-	if t == nil {
-		return Errorf(ErrShape, op, arg, "is nil")
+	if err := CheckTensor(op, arg, t); err != nil {
+		return err
 	}
 	return OnHost(0, []*Tensor{t}, func(h []*Tensor) error {
 		bad := -1
@@ -123,6 +150,16 @@ func CheckFinite(op, arg string, t *Tensor) error {
 func CheckUnit(op, arg string, p float64) error {
 	if !(p >= 0 && p <= 1) {
 		return Errorf(ErrParam, op, arg, "is %v, want a value in [0, 1]", p)
+	}
+	return nil
+}
+
+// CheckRange checks that n bytes at byte offset off lie inside storage of size bytes, without
+// computing off+n (which can overflow): the range check of every backend's Upload, Download
+// and Copy.
+func CheckRange(op, arg string, size, off, n int) error {
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return Errorf(ErrShape, op, arg, "byte range of %d bytes at offset %d is outside storage of %d bytes", n, off, size)
 	}
 	return nil
 }

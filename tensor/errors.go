@@ -26,13 +26,21 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	if e.Arg == "" {
 		return fmt.Sprintf("%s: %s: %v", e.Op, e.Detail, e.Err)
 	}
 	return fmt.Sprintf("%s: %s: %s: %v", e.Op, e.Arg, e.Detail, e.Err)
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Errorf builds an *Error wrapping kind (one of the sentinels above).
 func Errorf(kind error, op, arg, format string, args ...any) error {

@@ -5,6 +5,9 @@ package tensor
 // first nOut of them (the outputs) are copied back. This is the fallback every op uses on a
 // backend that lacks a fused kernel for it. Nil entries stay nil.
 func OnHost(nOut int, ts []*Tensor, fn func(host []*Tensor) error) error {
+	if fn == nil {
+		return Errorf(ErrParam, "tensor.OnHost", "fn", "is nil")
+	}
 	host := make([]*Tensor, len(ts))
 	staged := false
 	for i, t := range ts {

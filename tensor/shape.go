@@ -8,11 +8,12 @@ import (
 // Shape lists a tensor's dimensions, outermost first. A scalar has an empty shape.
 type Shape []int
 
-// NumElements is the product of the dimensions (1 for a scalar).
+// NumElements is the product of the dimensions (1 for a scalar), or -1 when a dimension is
+// negative or the product overflows int (see CheckSize).
 func (s Shape) NumElements() int {
-	n := 1
-	for _, d := range s {
-		n *= d
+	n, err := CheckSize("", "", s...)
+	if err != nil {
+		return -1
 	}
 	return n
 }
@@ -32,17 +33,27 @@ func (s Shape) Equal(o Shape) bool {
 
 func (s Shape) String() string { return fmt.Sprint([]int(s)) }
 
-// checkShape validates dimensions and returns the element count without overflowing.
-func checkShape(op string, shape []int) (int, error) {
-	n := 1
-	for i, d := range shape {
-		if d < 0 {
-			return 0, Errorf(ErrShape, op, "shape", "dimension %d is negative (%d)", i, d)
+// CheckSize returns the product of dims, or an ErrShape error naming op and arg when a
+// dimension is negative or the product of the non-zero dimensions overflows int (so no stride
+// of an empty shape overflows either). It is the one overflow-safe size computation of the
+// module: tensor constructors, Reshape, storage byte counts, and the image and patch-grid
+// sizes of package perturb all go through it, so no size wraps around.
+func CheckSize(op, arg string, dims ...int) (int, error) {
+	p, empty := 1, false
+	for i, d := range dims {
+		switch {
+		case d < 0:
+			return 0, Errorf(ErrShape, op, arg, "dimension %d of %v is negative", i, dims)
+		case d == 0:
+			empty = true
+		case p > math.MaxInt/d:
+			return 0, Errorf(ErrShape, op, arg, "%v has more elements than an int can count", dims)
+		default:
+			p *= d
 		}
-		if d != 0 && n > math.MaxInt/d {
-			return 0, Errorf(ErrShape, op, "shape", "%v has too many elements", shape)
-		}
-		n *= d
 	}
-	return n, nil
+	if empty {
+		return 0, nil
+	}
+	return p, nil
 }

@@ -8,6 +8,10 @@ import (
 // Tensor is a dense, row-major array with a dtype, living in storage owned by a Backend.
 // A Tensor value is a view: Rows and Reshape share storage with the tensor they come from.
 // Tensors are not safe for concurrent writes; concurrent reads are fine.
+//
+// Tensors come from New, NewLike, To, the FromXxx wrappers and views of those. The zero
+// Tensor (a Tensor{} literal) has no storage: every function taking tensors refuses it (and
+// nil) with an ErrShape error (see CheckTensor), and its accessors return zero values.
 type Tensor struct {
 	shape  Shape
 	dtype  DType
@@ -25,11 +29,15 @@ func New(b Backend, dtype DType, shape ...int) (*Tensor, error) {
 	if !dtype.Valid() {
 		return nil, Errorf(ErrDType, op, "dtype", "unknown dtype %v", dtype)
 	}
-	n, err := checkShape(op, shape)
+	n, err := CheckSize(op, "shape", shape...)
 	if err != nil {
 		return nil, err
 	}
-	st, err := b.Alloc(n * dtype.Size())
+	bytes, err := CheckSize(op, "shape", n, dtype.Size())
+	if err != nil {
+		return nil, Errorf(ErrShape, op, "shape", "%v of %v needs more bytes than an int can count", shape, dtype)
+	}
+	st, err := b.Alloc(bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +45,12 @@ func New(b Backend, dtype DType, shape ...int) (*Tensor, error) {
 }
 
 // NewLike allocates a zero-filled tensor with t's backend and shape and the given dtype.
-func NewLike(t *Tensor, dtype DType) (*Tensor, error) { return New(t.Backend(), dtype, t.shape...) }
+func NewLike(t *Tensor, dtype DType) (*Tensor, error) {
+	if err := CheckTensor("tensor.NewLike", "t", t); err != nil {
+		return nil, err
+	}
+	return New(t.Backend(), dtype, t.shape...)
+}
 
 // Must returns t and panics if err is not nil. It is meant for examples and tests with literal
 // inputs; library code never uses it.
@@ -52,7 +65,7 @@ func cloneShape(s []int) Shape { return append(Shape{}, s...) }
 
 // wrapHost wraps host bytes without copying.
 func wrapHost(op string, dtype DType, raw []byte, n int, shape []int) (*Tensor, error) {
-	want, err := checkShape(op, shape)
+	want, err := CheckSize(op, "shape", shape...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,48 +127,96 @@ func defaultShape(shape []int, n int) []int {
 	return shape
 }
 
-// Shape returns the dimensions. The caller must not modify the returned slice.
-func (t *Tensor) Shape() Shape { return t.shape }
+// The accessors below accept a nil or zero Tensor and return zero values for it (no shape,
+// no backend), so describing a bad argument in an error message cannot panic.
 
-// Dim returns dimension i; negative i counts from the end.
-func (t *Tensor) Dim(i int) int {
-	if i < 0 {
-		i += len(t.shape)
+// valid reports whether t is a tensor with storage (not nil, not the zero Tensor).
+func (t *Tensor) valid() bool { return t != nil && t.store != nil }
+
+// Shape returns the dimensions. The caller must not modify the returned slice.
+func (t *Tensor) Shape() Shape {
+	if t == nil {
+		return nil
 	}
-	return t.shape[i]
+	return t.shape
+}
+
+// Dim returns dimension i; negative i counts from the end. A dimension the tensor does not
+// have (i outside [-Rank, Rank)) has size 0.
+func (t *Tensor) Dim(i int) int {
+	s := t.Shape()
+	if i < 0 {
+		i += len(s)
+	}
+	if i < 0 || i >= len(s) {
+		return 0
+	}
+	return s[i]
 }
 
 // Rank is the number of dimensions.
-func (t *Tensor) Rank() int { return len(t.shape) }
+func (t *Tensor) Rank() int { return len(t.Shape()) }
 
-// DType returns the element type.
-func (t *Tensor) DType() DType { return t.dtype }
+// DType returns the element type (0, not a valid DType, for a nil or zero Tensor).
+func (t *Tensor) DType() DType {
+	if t == nil {
+		return 0
+	}
+	return t.dtype
+}
 
 // Len returns the number of elements.
-func (t *Tensor) Len() int { return t.n }
+func (t *Tensor) Len() int {
+	if t == nil {
+		return 0
+	}
+	return t.n
+}
 
-// Backend returns the backend that owns the tensor's storage.
-func (t *Tensor) Backend() Backend { return t.store.Backend() }
+// Backend returns the backend that owns the tensor's storage (nil for a nil or zero Tensor).
+func (t *Tensor) Backend() Backend {
+	if !t.valid() {
+		return nil
+	}
+	return t.store.Backend()
+}
 
 // Storage returns the underlying storage and the tensor's element offset into it. Backends use
 // this to find device pointers; other code rarely needs it.
-func (t *Tensor) Storage() (Storage, int) { return t.store, t.offset }
+func (t *Tensor) Storage() (Storage, int) {
+	if t == nil {
+		return nil, 0
+	}
+	return t.store, t.offset
+}
 
 // String describes the tensor without its data, e.g. "Tensor[float32 [2 3] cpu]".
 func (t *Tensor) String() string {
-	if t == nil {
+	switch {
+	case t == nil:
 		return "Tensor(nil)"
+	case t.store == nil:
+		return "Tensor(zero)"
 	}
 	return fmt.Sprintf("Tensor[%v %v %s]", t.dtype, t.shape, t.Backend().Name())
 }
 
 // Release frees the tensor's storage now (device memory); host tensors are left to the GC.
-// Views share storage: release only when no view is in use.
-func (t *Tensor) Release() error { return t.store.Release() }
+// Views share storage: release only when no view is in use. Releasing a nil or zero Tensor
+// does nothing.
+func (t *Tensor) Release() error {
+	if !t.valid() {
+		return nil
+	}
+	return t.store.Release()
+}
 
 // Rows returns the view of rows [lo, hi) along the first dimension, sharing storage.
 func (t *Tensor) Rows(lo, hi int) (*Tensor, error) {
 	const op = "Tensor.Rows"
+	if err := CheckTensor(op, "t", t); err != nil {
+		return nil, err
+	}
 	if len(t.shape) == 0 {
 		return nil, Errorf(ErrShape, op, "t", "a scalar has no rows")
 	}
@@ -174,17 +235,19 @@ func (t *Tensor) Rows(lo, hi int) (*Tensor, error) {
 // Reshape returns a view with a new shape of the same element count. One dimension may be -1.
 func (t *Tensor) Reshape(shape ...int) (*Tensor, error) {
 	const op = "Tensor.Reshape"
+	if err := CheckTensor(op, "t", t); err != nil {
+		return nil, err
+	}
 	s := cloneShape(shape)
-	infer, known := -1, 1
+	infer := -1
 	for i, d := range s {
-		switch {
-		case d == -1 && infer < 0:
-			infer = i
-		case d < 0:
-			return nil, Errorf(ErrShape, op, "shape", "invalid dimension %d in %v", d, shape)
-		default:
-			known *= d
+		if d == -1 && infer < 0 {
+			infer, s[i] = i, 1 // counted as 1 below, then inferred
 		}
+	}
+	known, err := CheckSize(op, "shape", s...)
+	if err != nil {
+		return nil, Errorf(ErrShape, op, "shape", "%v has a negative dimension (other than one -1) or more elements than an int can count", shape)
 	}
 	if infer >= 0 {
 		if known == 0 || t.n%known != 0 {
@@ -192,8 +255,8 @@ func (t *Tensor) Reshape(shape ...int) (*Tensor, error) {
 		}
 		s[infer] = t.n / known
 	}
-	if s.NumElements() != t.n {
-		return nil, Errorf(ErrShape, op, "shape", "%v has %d elements, tensor has %d", shape, s.NumElements(), t.n)
+	if n, err := CheckSize(op, "shape", s...); err != nil || n != t.n {
+		return nil, Errorf(ErrShape, op, "shape", "%v does not have the tensor's %d elements", shape, t.n)
 	}
 	return &Tensor{shape: s, dtype: t.dtype, store: t.store, offset: t.offset, n: t.n}, nil
 }
@@ -205,12 +268,16 @@ func (t *Tensor) hostBytes(op string) ([]byte, error) {
 		return nil, Errorf(ErrBackend, op, "t", "tensor lives on %s, not in host memory (copy it with tensor.To(tensor.CPU(), t))", t.Backend().Name())
 	}
 	sz := t.dtype.Size()
-	return hs.Bytes()[t.offset*sz : (t.offset+t.n)*sz], nil
+	b := hs.Bytes()
+	if lo, hi := t.offset*sz, (t.offset+t.n)*sz; hi <= len(b) {
+		return b[lo:hi], nil
+	}
+	return nil, Errorf(ErrDevice, op, "t", "storage of %d bytes is shorter than the tensor (a backend's Alloc returned less than asked)", len(b))
 }
 
 func typedHost[T any](t *Tensor, op string, want DType) ([]T, error) {
-	if t == nil {
-		return nil, Errorf(ErrShape, op, "t", "is nil")
+	if err := CheckTensor(op, "t", t); err != nil {
+		return nil, err
 	}
 	if t.dtype != want {
 		return nil, Errorf(ErrDType, op, "t", "is %v, want %v", t.dtype, want)
@@ -238,6 +305,9 @@ func (t *Tensor) Uint8s() ([]uint8, error) { return typedHost[uint8](t, "Tensor.
 
 // To copies t to backend b (a new tensor even when b is t's own backend).
 func To(b Backend, t *Tensor) (*Tensor, error) {
+	if err := CheckTensor("tensor.To", "t", t); err != nil {
+		return nil, err
+	}
 	out, err := New(b, t.dtype, t.shape...)
 	if err != nil {
 		return nil, err
@@ -278,7 +348,13 @@ func CopyInto(dst, src *Tensor) error {
 	}
 }
 
-func isHost(t *Tensor) bool { _, ok := t.store.(HostStorage); return ok }
+func isHost(t *Tensor) bool {
+	if t == nil {
+		return false
+	}
+	_, ok := t.store.(HostStorage)
+	return ok
+}
 
 // IsHost reports whether the tensor's storage is in host memory (so Float32s and friends work).
 func (t *Tensor) IsHost() bool { return isHost(t) }

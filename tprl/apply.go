@@ -214,21 +214,21 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 			if err != nil {
 				return nil, err
 			}
-			s.AppendMetrics(res.Metrics)
+			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
 		}
 		if c.EnablePerceptionFiltering {
 			s, err := PerceptionMask(pm, score, mask, float32(c.TopPPerceptionTokens))
 			if err != nil {
 				return nil, err
 			}
-			s.AppendMetrics(res.Metrics)
+			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
 		}
 		if c.EnableEntropyFiltering && c.EnablePerceptionFiltering {
 			s, err := UnionMask(ltm, UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: ent, PerceptionScore: score, ResponseMask: mask})
 			if err != nil {
 				return nil, err
 			}
-			s.AppendMetrics(res.Metrics)
+			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
 		}
 		if shaping {
 			s, err := ShapeAdvantages(ShapingOutputs{Advantages: shaped, Factors: fac},
@@ -236,7 +236,7 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 			if err != nil {
 				return nil, err
 			}
-			s.AppendMetrics(res.Metrics)
+			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
 			res.Shaping = append(res.Shaping, s)
 		}
 	}

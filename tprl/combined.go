@@ -27,9 +27,9 @@ func (s CombinedStats) Metrics() map[string]float64 {
 	return m
 }
 
-// AppendMetrics appends Metrics to the per-key lists of dst.
-func (s CombinedStats) AppendMetrics(dst map[string][]float64) {
-	s.each(func(k string, v float32) { dst[k] = append(dst[k], float64(v)) })
+// AppendMetrics appends Metrics to the per-key lists of dst. A nil dst is an ErrParam error.
+func (s CombinedStats) AppendMetrics(dst map[string][]float64) error {
+	return appendMetrics("tprl.CombinedStats.AppendMetrics", dst, s.each)
 }
 
 func (s CombinedStats) each(fn func(string, float32)) {
@@ -118,7 +118,7 @@ type UnionKernel interface {
 func unionHost(dst, a, b, ent, score, mask []float32, cols int) CombinedStats {
 	rows := 0
 	if cols > 0 {
-		rows = len(mask) / cols
+		rows = len(mask) / cols // with cols == 0 there is no token: the statistics are empty
 	}
 	per := make([]UnionRow, rows)
 	parallel.For(rows, parallel.Grain(cols, 1<<15), func(lo, hi int) {

@@ -48,9 +48,18 @@ func (s SelectionStats) Metrics() map[string]float64 {
 }
 
 // AppendMetrics appends Metrics to the per-key lists of dst, as the reference does once per
-// micro-batch.
-func (s SelectionStats) AppendMetrics(dst map[string][]float64) {
-	s.each(func(k string, v float32) { dst[k] = append(dst[k], float64(v)) })
+// micro-batch. A nil dst is an ErrParam error.
+func (s SelectionStats) AppendMetrics(dst map[string][]float64) error {
+	return appendMetrics("tprl.SelectionStats.AppendMetrics", dst, s.each)
+}
+
+// appendMetrics appends each metric of a record to the per-key lists of dst.
+func appendMetrics(op string, dst map[string][]float64, each func(func(string, float32))) error {
+	if dst == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "dst", "is a nil map")
+	}
+	each(func(k string, v float32) { dst[k] = append(dst[k], float64(v)) })
+	return nil
 }
 
 func (s SelectionStats) each(fn func(string, float32)) {

@@ -182,7 +182,7 @@ func ShapingStatsOf(sensitivity, mask *tensor.Tensor) (ShapingStats, error) {
 	err := tensor.OnHost(0, []*tensor.Tensor{sensitivity, mask}, func(h []*tensor.Tensor) error {
 		v, _ := h[0].Float32s()
 		m, _ := h[1].Float32s()
-		s = statsHost(v, rowCounts(m, mask.Dim(1)))
+		s = statsHost(v, rowCounts(m, mask.Dim(0), mask.Dim(1)))
 		return nil
 	})
 	return s, err
@@ -205,11 +205,9 @@ func ShapingStatsOfScore(score, mask *tensor.Tensor) (ShapingStats, error) {
 	return ShapingStatsOf(sens, mask)
 }
 
-func rowCounts(m []float32, cols int) []float32 {
-	rows := 0
-	if cols > 0 {
-		rows = len(m) / cols
-	}
+// rowCounts returns the row sums of the [rows, cols] mask m (zeros when cols == 0: rows of
+// no tokens).
+func rowCounts(m []float32, rows, cols int) []float32 {
 	out := make([]float32, rows)
 	for i := range out {
 		var n float64
@@ -343,9 +341,9 @@ func (m MicroBatchShaping) Metrics() map[string]float64 {
 	return out
 }
 
-// AppendMetrics appends Metrics to the per-key lists of dst.
-func (m MicroBatchShaping) AppendMetrics(dst map[string][]float64) {
-	m.each(func(k string, v float32) { dst[k] = append(dst[k], float64(v)) })
+// AppendMetrics appends Metrics to the per-key lists of dst. A nil dst is an ErrParam error.
+func (m MicroBatchShaping) AppendMetrics(dst map[string][]float64) error {
+	return appendMetrics("tprl.MicroBatchShaping.AppendMetrics", dst, m.each)
 }
 
 func (m MicroBatchShaping) each(fn func(string, float32)) {
@@ -432,7 +430,7 @@ func ShapeAdvantages(out ShapingOutputs, in ShapingInputs, stats ShapingStats, o
 		s, _ := h[3].Float32s()
 		m, _ := h[4].Float32s()
 		cols := adv.Dim(1)
-		res = shapeHost(sh, f, a, s, rowCounts(m, cols), cols, stats, opt)
+		res = shapeHost(sh, f, a, s, rowCounts(m, adv.Dim(0), cols), cols, stats, opt)
 		return nil
 	})
 	return res, err

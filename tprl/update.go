@@ -98,7 +98,12 @@ type Update struct {
 // MiniBatch.PerceptionScore or, when that is nil, computed once by Prepare when perception
 // filtering or shaping is on (then owned by the Update and valid until Release); nil when
 // neither is on.
-func (u *Update) PerceptionScore() *tensor.Tensor { return u.score }
+func (u *Update) PerceptionScore() *tensor.Tensor {
+	if u == nil {
+		return nil
+	}
+	return u.score
+}
 
 // Release frees what Prepare allocated (the perception score). MicroResults are released
 // separately. Releasing twice is a no-op.
@@ -140,8 +145,18 @@ func (c UpdateConfig) Prepare(mb MiniBatch) (*Update, error) {
 		if err := tensor.CheckSameShape(op, "ResponseMask", mb.ResponseMask, in.name, in.t); err != nil {
 			return nil, err
 		}
+		// Checked here, not first in MicroBatch after the work of Prepare.
+		if err := tensor.CheckDType(op, in.name, in.t, tensor.Float32); err != nil {
+			return nil, err
+		}
+		if err := tensor.CheckSameBackend(op, []string{"ResponseMask", in.name}, mb.ResponseMask, in.t); err != nil {
+			return nil, err
+		}
 	}
 	if err := tensor.CheckShape(op, "ResponseMask", mb.ResponseMask, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := tensor.CheckDType(op, "ResponseMask", mb.ResponseMask, tensor.Float32); err != nil {
 		return nil, err
 	}
 	if mb.ResponseMask.Dim(0) == 0 {
@@ -201,7 +216,12 @@ type MicroResult struct {
 
 // Release frees the tensors the micro-batch allocated (LossTokenMask, shaped Advantages and the
 // filters' intermediates). Releasing twice is a no-op.
-func (r *MicroResult) Release() error { return r.tokens.Release() }
+func (r *MicroResult) Release() error {
+	if r == nil {
+		return nil
+	}
+	return r.tokens.Release()
+}
 
 // MicroInputs are the current policy's outputs for the rows of one micro-batch, float32
 // [rows, T] on the mini-batch's backend.
@@ -216,6 +236,9 @@ type MicroInputs struct {
 // in.LogProbs into grad ([hi-lo, T], float32, overwritten).
 func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (MicroResult, error) {
 	const op = "tprl.Update.MicroBatch"
+	if u == nil || u.mb.ResponseMask == nil {
+		return MicroResult{}, tensor.Errorf(tensor.ErrParam, op, "u", "is not an Update made by UpdateConfig.Prepare")
+	}
 	rows := u.mb.ResponseMask.Dim(0)
 	if lo < 0 || hi <= lo || hi > rows {
 		return MicroResult{}, tensor.Errorf(tensor.ErrParam, op, "lo, hi", "[%d, %d) is not a non-empty row range of [0, %d)", lo, hi, rows)

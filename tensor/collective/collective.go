@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // Op is the reduction of an all-reduce.
@@ -60,6 +62,9 @@ type Comm interface {
 // AllGatherBytes gathers one byte slice of any length from every rank, in rank order: two
 // collectives (the lengths, then the payloads padded to the longest).
 func AllGatherBytes(ctx context.Context, c Comm, send []byte) ([][]byte, error) {
+	if err := checkCall(ctx, c); err != nil {
+		return nil, err
+	}
 	n := c.Size()
 	var l [8]byte
 	binary.LittleEndian.PutUint64(l[:], uint64(len(send)))
@@ -67,19 +72,25 @@ func AllGatherBytes(ctx context.Context, c Comm, send []byte) ([][]byte, error) 
 	if err := c.AllGather(ctx, l[:], lens); err != nil {
 		return nil, err
 	}
-	longest := 0
+	longest := uint64(0)
 	for r := range n {
-		longest = max(longest, int(binary.LittleEndian.Uint64(lens[8*r:])))
+		longest = max(longest, binary.LittleEndian.Uint64(lens[8*r:]))
+	}
+	// The lengths come from other ranks: refuse any the gather buffer could not hold.
+	total, err := tensor.CheckSize("collective.AllGatherBytes", "send", n, int(min(longest, math.MaxInt)))
+	if err != nil || longest > math.MaxInt || total > tensor.MaxHostBytes {
+		return nil, fmt.Errorf("collective: all-gather of up to %d bytes from each of %d ranks exceeds tensor.MaxHostBytes", longest, n)
 	}
 	pad := make([]byte, longest)
 	copy(pad, send)
-	all := make([]byte, n*longest)
+	all := make([]byte, total)
 	if err := c.AllGather(ctx, pad, all); err != nil {
 		return nil, err
 	}
 	out := make([][]byte, n)
 	for r := range n {
-		out[r] = all[r*longest : r*longest+int(binary.LittleEndian.Uint64(lens[8*r:]))]
+		at := r * int(longest)
+		out[r] = all[at : at+int(binary.LittleEndian.Uint64(lens[8*r:]))]
 	}
 	return out, nil
 }
@@ -94,11 +105,25 @@ func Float32Bytes(v []float32) []byte {
 	return b
 }
 
-// BytesFloat32 decodes little-endian float32 values into dst (len(b)/4 of them).
-func BytesFloat32(dst []float32, b []byte) {
-	for i := range dst {
+// BytesFloat32 decodes little-endian float32 values from b into dst and returns how many it
+// decoded: min(len(dst), len(b)/4).
+func BytesFloat32(dst []float32, b []byte) int {
+	n := min(len(dst), len(b)/4)
+	for i := range n {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
+	return n
+}
+
+// checkCall checks the arguments every collective shares: a context and a Comm.
+func checkCall(ctx context.Context, c Comm) error {
+	switch {
+	case ctx == nil:
+		return errors.New("collective: nil context (use context.Background())")
+	case c == nil:
+		return errors.New("collective: nil Comm")
+	}
+	return nil
 }
 
 // reduceInto sets dst to the reduction of parts, taken in order, element by element; every

@@ -109,7 +109,10 @@ func TestRun(t *testing.T) {
 // in-process group standing in for MPI.
 func TestHierarchical(t *testing.T) {
 	const procs, per = 3, 2
-	inter := collective.NewGroup(procs)
+	inter, err := collective.NewGroup(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkGroup(t, procs*per, func(fn func(context.Context, collective.Comm) error) error {
 		errs := make(chan error, procs)
 		for p := range procs {

@@ -5,13 +5,18 @@ import (
 	"context"
 	"encoding/gob"
 	"fmt"
+	"math"
 
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // Shard is rank's contiguous share [lo, hi) of n rows split over size ranks: the shards are in
-// rank order, so concatenating them gives the rows in order.
+// rank order, so concatenating them gives the rows in order. Out-of-range arguments (n < 0, no
+// ranks, a rank outside [0, size)) give the empty share 0, 0.
 func Shard(n, rank, size int) (lo, hi int) {
+	if n < 0 || size <= 0 || rank < 0 || rank >= size || n > math.MaxInt/size {
+		return 0, 0
+	}
 	return rank * n / size, (rank + 1) * n / size
 }
 
@@ -21,6 +26,9 @@ func Shard(n, rank, size int) (lo, hi int) {
 func AllGatherValues[T any](ctx context.Context, c Comm, local []T) ([]T, error) {
 	if c == nil || c.Size() == 1 {
 		return local, nil
+	}
+	if ctx == nil {
+		return nil, checkCall(ctx, c)
 	}
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(local); err != nil {
@@ -46,8 +54,21 @@ func AllGatherValues[T any](ctx context.Context, c Comm, local []T) ([]T, error)
 // that is not in host memory goes through the host: only this rank's rows come down and only
 // the other ranks' go up. With a nil Comm or one rank it does nothing.
 func AllGatherRows(ctx context.Context, c Comm, lo, hi int, x *tensor.Tensor) error {
-	if c == nil || c.Size() == 1 {
+	const op = "collective.AllGatherRows"
+	if err := tensor.CheckTensor(op, "x", x); err != nil {
+		return err
+	}
+	if err := tensor.CheckDType(op, "x", x, tensor.Float32); err != nil {
+		return err
+	}
+	if x.Rank() < 1 || lo < 0 || hi < lo || hi > x.Dim(0) {
+		return tensor.Errorf(tensor.ErrShape, op, "lo, hi", "[%d, %d) is not a row range of x %v", lo, hi, x.Shape())
+	}
+	if c == nil || c.Size() == 1 || x.Len() == 0 { // every rank holds x's shape
 		return nil
+	}
+	if err := checkCall(ctx, c); err != nil {
+		return err
 	}
 	if !x.IsHost() {
 		return gatherDeviceRows(ctx, c, lo, hi, x)
@@ -119,6 +140,9 @@ func copyRows(dst, src *tensor.Tensor, lo, hi int) error {
 // reports the bytes this rank received). With a nil Comm the ranks are this one. local is
 // overwritten (the sum is built in its first gradient when there is one rank).
 func OrderedSum(ctx context.Context, c Comm, local []float32, per int) (sum []float32, received int64, err error) {
+	if c != nil && ctx == nil {
+		return nil, 0, checkCall(ctx, c)
+	}
 	if per <= 0 || len(local) == 0 || len(local)%per != 0 {
 		return nil, 0, fmt.Errorf("collective: ordered sum: %d local values are not a positive number of %d-value gradients", len(local), per)
 	}

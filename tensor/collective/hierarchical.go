@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -9,17 +10,46 @@ import (
 // Comms) with a process-level Comm (inter, e.g. MPI; used only by local rank 0) into one group
 // of inter.Size()·local.Size() ranks. Global rank = process·local.Size() + local rank, so each
 // process holds a contiguous block of ranks. Reductions gather every rank's values and reduce
-// them in global rank order, so every rank receives the same bits as Run would give.
+// them in global rank order, so every rank receives the same bits as Run would give. With a
+// nil local or inter Comm the group is empty: Rank and Size are 0 and every collective
+// returns an error.
 func Hierarchical(local, inter Comm) Comm {
 	return &hier{local: local, inter: inter}
 }
 
 type hier struct{ local, inter Comm }
 
-func (h *hier) Rank() int { return h.inter.Rank()*h.local.Size() + h.local.Rank() }
-func (h *hier) Size() int { return h.inter.Size() * h.local.Size() }
+func (h *hier) ok() bool { return h != nil && h.local != nil && h.inter != nil }
+
+func (h *hier) Rank() int {
+	if !h.ok() {
+		return 0
+	}
+	return h.inter.Rank()*h.local.Size() + h.local.Rank()
+}
+
+func (h *hier) Size() int {
+	if !h.ok() {
+		return 0
+	}
+	return h.inter.Size() * h.local.Size()
+}
+
+// check validates a collective's arguments.
+func (h *hier) check(ctx context.Context) error {
+	if err := checkCall(ctx, h); err != nil {
+		return err
+	}
+	if !h.ok() {
+		return errors.New("collective: Hierarchical group with a nil local or inter Comm")
+	}
+	return nil
+}
 
 func (h *hier) AllGather(ctx context.Context, send, recv []byte) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
 	n := len(send)
 	if len(recv) != n*h.Size() {
 		return fmt.Errorf("collective: all-gather of %d bytes from %d ranks into %d bytes, want %d", n, h.Size(), len(recv), n*h.Size())
@@ -37,6 +67,9 @@ func (h *hier) AllGather(ctx context.Context, send, recv []byte) error {
 }
 
 func (h *hier) Broadcast(ctx context.Context, buf []byte, root int) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
 	if root < 0 || root >= h.Size() {
 		return fmt.Errorf("collective: broadcast root %d outside [0, %d)", root, h.Size())
 	}
@@ -55,6 +88,9 @@ func (h *hier) Broadcast(ctx context.Context, buf []byte, root int) error {
 }
 
 func (h *hier) Barrier(ctx context.Context) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
 	if err := h.local.Barrier(ctx); err != nil {
 		return err
 	}
@@ -67,10 +103,16 @@ func (h *hier) Barrier(ctx context.Context) error {
 }
 
 func (h *hier) AllReduceFloat32(ctx context.Context, buf []float32, op Op) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
 	return gatherReduce(ctx, h, buf, op)
 }
 
 func (h *hier) AllReduceFloat64(ctx context.Context, buf []float64, op Op) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
 	return gatherReduce(ctx, h, buf, op)
 }
 

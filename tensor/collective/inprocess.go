@@ -12,10 +12,14 @@ import (
 // Run runs fn on n ranks, each in its own goroutine with its own Comm of an in-process group,
 // and waits for all of them. The first rank to return an error cancels the context the others
 // got and aborts the group (the collectives they are blocked in return ErrAborted); Run returns
-// that first error, prefixed with its rank. Cancelling ctx aborts the group too.
+// that first error, prefixed with its rank. Cancelling ctx aborts the group too. n must lie in
+// [1, MaxRanks].
 func Run(ctx context.Context, n int, fn func(ctx context.Context, c Comm) error) error {
-	if n < 1 {
-		return fmt.Errorf("collective.Run: %d ranks, want >= 1", n)
+	if err := checkRanks("collective.Run", n); err != nil {
+		return err
+	}
+	if ctx == nil || fn == nil {
+		return errors.New("collective.Run: nil context or nil fn")
 	}
 	eg, gctx := errgroup.WithContext(ctx)
 	g := newGroup(n)
@@ -34,14 +38,27 @@ func Run(ctx context.Context, n int, fn func(ctx context.Context, c Comm) error)
 
 // NewGroup returns the n Comms of one in-process group, for callers that start the ranks'
 // goroutines themselves (Run does it for you). The group is aborted when any rank's
-// collective sees its context cancelled.
-func NewGroup(n int) []Comm {
-	g := newGroup(max(n, 1))
+// collective sees its context cancelled. n must lie in [1, MaxRanks].
+func NewGroup(n int) ([]Comm, error) {
+	if err := checkRanks("collective.NewGroup", n); err != nil {
+		return nil, err
+	}
+	g := newGroup(n)
 	cs := make([]Comm, len(g.slots))
 	for r := range cs {
 		cs[r] = &local{g: g, rank: r}
 	}
-	return cs
+	return cs, nil
+}
+
+// MaxRanks is the largest in-process group: every rank is a goroutine with its own slot.
+const MaxRanks = 1 << 16
+
+func checkRanks(op string, n int) error {
+	if n < 1 || n > MaxRanks {
+		return fmt.Errorf("%s: %d ranks, want 1 to %d", op, n, MaxRanks)
+	}
+	return nil
 }
 
 // group is the shared state of the in-process ranks: a cyclic barrier and one slot per rank
@@ -154,6 +171,9 @@ func (c *local) exchange(ctx context.Context, key string, v any, read func(slots
 }
 
 func allReduce[F float32 | float64](ctx context.Context, c *local, kind string, buf []F, op Op) error {
+	if err := checkCall(ctx, c); err != nil {
+		return err
+	}
 	if err := checkOp(op); err != nil {
 		return err
 	}
@@ -180,6 +200,9 @@ func (c *local) AllReduceFloat64(ctx context.Context, buf []float64, op Op) erro
 }
 
 func (c *local) Broadcast(ctx context.Context, buf []byte, root int) error {
+	if err := checkCall(ctx, c); err != nil {
+		return err
+	}
 	if root < 0 || root >= c.Size() {
 		return fmt.Errorf("collective: broadcast root %d outside [0, %d)", root, c.Size())
 	}
@@ -195,6 +218,9 @@ func (c *local) Broadcast(ctx context.Context, buf []byte, root int) error {
 }
 
 func (c *local) AllGather(ctx context.Context, send, recv []byte) error {
+	if err := checkCall(ctx, c); err != nil {
+		return err
+	}
 	n := len(send)
 	if len(recv) != n*c.Size() {
 		return fmt.Errorf("collective: all-gather of %d bytes from %d ranks into %d bytes, want %d", n, c.Size(), len(recv), n*c.Size())
@@ -212,6 +238,9 @@ func (c *local) AllGather(ctx context.Context, send, recv []byte) error {
 }
 
 func (c *local) Barrier(ctx context.Context) error {
+	if err := checkCall(ctx, c); err != nil {
+		return err
+	}
 	if c.Size() == 1 {
 		return ctx.Err()
 	}
