@@ -168,7 +168,9 @@ func TestShardedLayout(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, ck.Save(dir, SaveOptions{DType: BFloat16, Shards: 3}))
 	var idx struct {
-		Metadata  struct{ TotalSize int `json:"total_size"` } `json:"metadata"`
+		Metadata struct {
+			TotalSize int `json:"total_size"`
+		} `json:"metadata"`
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	data, err := os.ReadFile(filepath.Join(dir, WeightsIndexFile))
