@@ -9,8 +9,10 @@ import (
 // byteLevel is GPT-2's reversible map from bytes to printable characters, which byte-level BPE
 // vocabularies are written in: printable Latin-1 bytes stand for themselves, the other 68 bytes
 // for U+0100 onwards in order.
-var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
-	r2b = map[rune]byte{}
+var byteToRune, runeToByte = func() (b2r [256]rune, r2b [324]int16) {
+	for i := range r2b {
+		r2b[i] = -1
+	}
 	n := 0
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -19,7 +21,7 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
 			b2r[b] = rune(256 + n)
 			n++
 		}
-		r2b[b2r[b]] = byte(b)
+		r2b[b2r[b]] = int16(b)
 	}
 	return
 }()
@@ -29,11 +31,10 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
 func byteLevelDecode(tok string) (raw []byte, ok bool) {
 	raw = make([]byte, 0, len(tok))
 	for _, r := range tok {
-		b, in := runeToByte[r]
-		if !in {
+		if r >= rune(len(runeToByte)) || runeToByte[r] < 0 {
 			return nil, false
 		}
-		raw = append(raw, b)
+		raw = append(raw, byte(runeToByte[r]))
 	}
 	return raw, true
 }

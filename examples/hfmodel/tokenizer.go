@@ -199,7 +199,7 @@ func ParseTokenizer(data []byte) (*Tokenizer, error) {
 	case m.ByteFallback || m.FuseUnk:
 		return nil, bad("model", "byte_fallback/fuse_unk are not supported")
 	}
-	b := &bpe{vocab: make(map[string]int32, len(m.Vocab)), merges: map[uint64]uint64{}, ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}}
+	b := &bpe{vocab: make(map[string]int32, len(m.Vocab)), merges: make(map[uint64]uint64, 1<<18), ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}}
 	maxID := -1
 	for _, id := range m.Vocab {
 		maxID = max(maxID, id)
@@ -229,19 +229,15 @@ func ParseTokenizer(data []byte) (*Tokenizer, error) {
 		return nil, bad("model.merges", "%v", err)
 	}
 	for rank, mg := range merges {
-		l, okL := byteLevelDecode(mg[0])
-		r, okR := byteLevelDecode(mg[1])
-		if !okL || !okR {
-			return nil, bad("model.merges", "merge %d (%q %q) is not in the byte alphabet", rank, mg[0], mg[1])
-		}
-		a, okA := b.vocab[string(l)]
-		c, okC := b.vocab[string(r)]
-		merged, okM := b.vocab[string(l)+string(r)]
+		a, okA := m.Vocab[mg[0]]
+		c, okC := m.Vocab[mg[1]]
+		merged, okM := m.Vocab[mg[0]+mg[1]]
 		if !okA || !okC || !okM {
 			return nil, bad("model.merges", "merge %d (%q %q) uses a token not in the vocabulary", rank, mg[0], mg[1])
 		}
-		if _, dup := b.merges[pairKey(a, c)]; !dup { // the first (lowest) rank wins, as in HF
-			b.merges[pairKey(a, c)] = uint64(rank)<<32 | uint64(uint32(merged))
+		key := pairKey(int32(a), int32(c))
+		if _, dup := b.merges[key]; !dup { // the first (lowest) rank wins, as in HF
+			b.merges[key] = uint64(rank)<<32 | uint64(uint32(merged))
 		}
 	}
 	t.model = b
