@@ -240,7 +240,8 @@ type SaveOptions struct {
 
 // Save writes config.json, generation_config.json (when the checkpoint has one) and the weights
 // into dir (created if needed) in Hugging Face's layout. Shards split the weights in state_dict
-// order into K contiguous files of about equal size.
+// order into K contiguous non-empty files, cut where the running size passes a multiple of
+// total/K (a large tensor such as the embeddings fills a shard alone).
 func (c *Checkpoint) Save(dir string, opt SaveOptions) error {
 	const op = "hfmodel.Checkpoint.Save"
 	if _, err := ParseDType(opt.DType.String()); err != nil {
@@ -307,7 +308,8 @@ func (c *Checkpoint) Save(dir string, opt SaveOptions) error {
 	return nil
 }
 
-// splitShards cuts the tensors, in order, into k non-empty runs of about total/k bytes each.
+// splitShards cuts the tensors, in order, into k non-empty runs, closing a run where the
+// running size passes a multiple of total/k.
 func splitShards(ts []*Tensor, k int) [][]*Tensor {
 	total := 0
 	for _, t := range ts {
