@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -121,7 +122,7 @@ func (c *Checkpoint) setTensors(byName map[string]*Tensor, op string) error {
 		if t == nil {
 			return tensor.Errorf(tensor.ErrShape, op, s.Name, "missing from the weights (config %s: %d layers, tie_word_embeddings %v)", c.Config.Architecture, c.Config.NumHiddenLayers, c.Config.TieWordEmbeddings)
 		}
-		if !equalInts(t.Shape, s.Shape) {
+		if !slices.Equal(t.Shape, s.Shape) {
 			return tensor.Errorf(tensor.ErrShape, op, s.Name, "has shape %v, config.json implies %v", t.Shape, s.Shape)
 		}
 		c.Tensors = append(c.Tensors, t)
@@ -377,16 +378,4 @@ func writeSafetensors(path string, ts []*Tensor) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
