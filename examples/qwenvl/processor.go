@@ -1,6 +1,9 @@
 package qwenvl
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -60,7 +63,7 @@ func (p *Processor) Images(images []*RGB) (Patches, error) {
 	var out Patches
 	for i, img := range images {
 		if err := p.appendFrames(&out, []*RGB{img}); err != nil {
-			return Patches{}, tensor.Errorf(tensor.ErrParam, "qwenvl.Processor.Images", "images", "image %d: %v", i, err)
+			return Patches{}, fmt.Errorf("qwenvl.Processor.Images: image %d: %w", i, err)
 		}
 	}
 	return out, nil
@@ -77,7 +80,7 @@ func (p *Processor) Video(videos [][]*RGB) (Patches, error) {
 			return Patches{}, tensor.Errorf(tensor.ErrShape, "qwenvl.Processor.Video", "videos", "video %d has no frames", i)
 		}
 		if err := p.appendFrames(&out, frames); err != nil {
-			return Patches{}, tensor.Errorf(tensor.ErrParam, "qwenvl.Processor.Video", "videos", "video %d: %v", i, err)
+			return Patches{}, fmt.Errorf("qwenvl.Processor.Video: video %d: %w", i, err)
 		}
 	}
 	return out, nil
@@ -126,7 +129,7 @@ func (p *Processor) appendFrames(out *Patches, frames []*RGB) error {
 	}
 	rows := g.T * g.H * g.W
 	start := len(out.Values)
-	out.Values = append(out.Values, make([]float32, rows*cols)...)
+	out.Values = slices.Grow(out.Values, rows*cols)[:start+rows*cols]
 	p.patchify(out.Values[start:], resized, g)
 	out.Rows += rows
 	out.Cols = cols
@@ -138,11 +141,26 @@ func (p *Processor) appendFrames(out *Patches, frames []*RGB) error {
 // patchify writes frames into dst in Hugging Face's order: the frames viewed as
 // [T, tps, C, H/m, m, p, W/m, m, p] (channels first) and permuted to
 // [T, H/m, W/m, m, m, C, tps, p, p], so a row is one p×p patch over C channels and tps frames,
-// and the rows of one m×m merge window are consecutive.
+// and the rows of one m×m merge window are consecutive. Each distinct frame is first turned
+// into normalised channel planes, so that a patch row is copied p values at a time.
 func (p *Processor) patchify(dst []float32, frames []*RGB, g Grid) {
 	c := p.cfg
 	ps, m, tps := c.PatchSize, c.MergeSize, c.TemporalPatchSize
-	width := frames[0].Width
+	width, height := frames[0].Width, frames[0].Height
+	planes := make([][]float32, len(frames)) // [3·H·W] per frame, channel-major
+	for i, f := range frames {
+		if i > 0 && f == frames[i-1] { // a repeated frame (an image, or a video's padding)
+			planes[i] = planes[i-1]
+			continue
+		}
+		pl := make([]float32, 3*height*width)
+		r, gr, b := pl[:height*width], pl[height*width:2*height*width], pl[2*height*width:]
+		for j := range height * width {
+			px := f.Pix[3*j : 3*j+3]
+			r[j], gr[j], b[j] = p.lut[0][px[0]], p.lut[1][px[1]], p.lut[2][px[2]]
+		}
+		planes[i] = pl
+	}
 	i := 0
 	for t := range g.T {
 		for bh := range g.H / m {
@@ -151,15 +169,11 @@ func (p *Processor) patchify(dst []float32, frames []*RGB, g Grid) {
 					for mw := range m {
 						y0, x0 := (bh*m+mh)*ps, (bw*m+mw)*ps
 						for ch := range 3 {
-							lut := &p.lut[ch]
 							for tt := range tps {
-								pix := frames[t*tps+tt].Pix
+								plane := planes[t*tps+tt][ch*height*width:]
 								for py := range ps {
-									row := pix[3*((y0+py)*width+x0)+ch:]
-									for px := range ps {
-										dst[i] = lut[row[3*px]]
-										i++
-									}
+									src := plane[(y0+py)*width+x0:]
+									i += copy(dst[i:i+ps], src[:ps])
 								}
 							}
 						}
