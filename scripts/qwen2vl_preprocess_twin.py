@@ -11,7 +11,8 @@ are Debian's (run with /usr/bin/python3).
     /usr/bin/python3 scripts/qwen2vl_preprocess_twin.py examples/qwenvl/testdata
 
 writes images/*.png (the generated inputs), resized/*.png (Pillow's resized uint8 images),
-*.f32 (pixel_values, float32 little-endian) and golden.json.
+*.f32 (pixel_values, float32 little-endian) and golden.json. With --bench it times the twin on
+the 1280x720 image of the Go benchmark instead.
 """
 import hashlib
 import json
@@ -414,7 +415,24 @@ def rope_goldens(rng):
     return out
 
 
+def bench(reps=20):
+    """Seconds per preprocess of the 1280x720 image of BenchmarkPreprocess1280x720."""
+    import time
+    i = np.arange(1280 * 720 * 3, dtype=np.int64)
+    pix = ((i * 7 + i // 3840 * 13) % 256).astype(np.uint8).reshape(720, 1280, 3)
+    im, cfg = Image.fromarray(pix), processor_config({})
+    preprocess([[im]], cfg)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        preprocess([[im]], cfg)
+    per = (time.perf_counter() - t0) / reps
+    print(f"twin (Pillow {PIL.__version__}, NumPy {np.__version__}): {per * 1e3:.1f} ms/image, "
+          f"{1 / per:.2f} images/s, {1280 * 720 / 1e6 / per:.2f} MP/s")
+
+
 def main():
+    if sys.argv[1:] == ["--bench"]:
+        return bench()
     out = sys.argv[1] if len(sys.argv) > 1 else "examples/qwenvl/testdata"
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(23)
