@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Golden pixel_values, image_grid_thw and M-RoPE position ids for examples/qwenvl.
 
-A NumPy/PyTorch twin of Hugging Face transformers' Qwen2-VL input side, written from
+A NumPy twin of Hugging Face transformers' Qwen2-VL input side, written from
 src/transformers/models/qwen2_vl/image_processing_qwen2_vl.py (Qwen2VLImageProcessor, the slow
 processor: PIL resize), image_transforms.py (convert_to_rgb, resize, rescale, normalize),
 processing_qwen2_vl.py (<|image_pad|> expansion) and get_rope_index of modeling_qwen2_vl.py and
-modeling_qwen2_5_vl.py. transformers itself is not installable here; Pillow, NumPy and PyTorch
-are Debian's (run with /usr/bin/python3).
+modeling_qwen2_5_vl.py (its torch tensor ops written as the equivalent NumPy ones).
+transformers itself is not installable here; Pillow and NumPy are Debian's (run with
+/usr/bin/python3).
 
     /usr/bin/python3 scripts/qwen2vl_preprocess_twin.py examples/qwenvl/testdata
 
@@ -23,11 +24,6 @@ import sys
 import numpy as np
 import PIL
 from PIL import Image
-
-try:
-    import torch
-except ImportError:  # the image goldens need only NumPy; get_rope_index needs torch
-    torch = None
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -279,18 +275,18 @@ def expand_text(texts, image_grid_thw, video_grid_thw, merge_size):
 
 def get_rope_index(input_ids, image_grid_thw, video_grid_thw, attention_mask, spatial_merge_size,
                    tokens_per_second=None, second_per_grid_ts=None):
-    """get_rope_index of Qwen2-VL (tokens_per_second None) or Qwen2.5-VL."""
+    """get_rope_index of Qwen2-VL (tokens_per_second None) or Qwen2.5-VL, torch ops in NumPy."""
     image_token_id, video_token_id, vision_start_token_id = IMAGE, VIDEO, VISION_START
     mrope_position_deltas = []
     if input_ids is not None and (image_grid_thw is not None or video_grid_thw is not None):
         total_input_ids = input_ids
         if attention_mask is None:
-            attention_mask = torch.ones_like(total_input_ids)
-        position_ids = torch.ones(3, input_ids.shape[0], input_ids.shape[1], dtype=input_ids.dtype)
+            attention_mask = np.ones_like(total_input_ids)
+        position_ids = np.ones((3, input_ids.shape[0], input_ids.shape[1]), dtype=input_ids.dtype)
         image_index, video_index = 0, 0
         for i, input_ids in enumerate(total_input_ids):
             input_ids = input_ids[attention_mask[i] == 1]
-            vision_start_indices = torch.argwhere(input_ids == vision_start_token_id).squeeze(1)
+            vision_start_indices = np.argwhere(input_ids == vision_start_token_id)[:, 0]
             vision_tokens = input_ids[vision_start_indices + 1]
             image_nums = (vision_tokens == image_token_id).sum()
             video_nums = (vision_tokens == video_token_id).sum()
@@ -319,40 +315,39 @@ def get_rope_index(input_ids, image_grid_thw, video_grid_thw, attention_mask, sp
                     video_index += 1
                     remain_videos -= 1
                     ed = ed_video
-                llm_grid_t, llm_grid_h, llm_grid_w = t.item(), h.item() // spatial_merge_size, w.item() // spatial_merge_size
+                llm_grid_t, llm_grid_h, llm_grid_w = int(t), int(h) // spatial_merge_size, int(w) // spatial_merge_size
                 text_len = ed - st
                 st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
-                llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
+                llm_pos_ids_list.append(np.broadcast_to(np.arange(text_len).reshape(1, -1), (3, text_len)) + st_idx)
                 if tokens_per_second is None:  # Qwen2-VL
-                    t_index = torch.arange(llm_grid_t).view(-1, 1).expand(-1, llm_grid_h * llm_grid_w).flatten()
-                else:  # Qwen2.5-VL
-                    range_tensor = torch.arange(llm_grid_t).view(-1, 1)
-                    expanded_range = range_tensor.expand(-1, llm_grid_h * llm_grid_w)
-                    second_per_grid_t = torch.as_tensor(second_per_grid_t, dtype=range_tensor.dtype)
+                    t_index = np.broadcast_to(np.arange(llm_grid_t).reshape(-1, 1), (llm_grid_t, llm_grid_h * llm_grid_w)).ravel()
+                else:  # Qwen2.5-VL: torch.as_tensor(second_per_grid_t, dtype=long) truncates first
+                    range_tensor = np.arange(llm_grid_t).reshape(-1, 1)
+                    expanded_range = np.broadcast_to(range_tensor, (llm_grid_t, llm_grid_h * llm_grid_w))
+                    second_per_grid_t = np.asarray(second_per_grid_t).astype(range_tensor.dtype)
                     time_tensor = expanded_range * second_per_grid_t * tokens_per_second
-                    t_index = time_tensor.long().flatten()
-                h_index = torch.arange(llm_grid_h).view(1, -1, 1).expand(llm_grid_t, -1, llm_grid_w).flatten()
-                w_index = torch.arange(llm_grid_w).view(1, 1, -1).expand(llm_grid_t, llm_grid_h, -1).flatten()
-                llm_pos_ids_list.append(torch.stack([t_index, h_index, w_index]) + text_len + st_idx)
+                    t_index = time_tensor.astype(np.int64).ravel()
+                h_index = np.broadcast_to(np.arange(llm_grid_h).reshape(1, -1, 1), (llm_grid_t, llm_grid_h, llm_grid_w)).ravel()
+                w_index = np.broadcast_to(np.arange(llm_grid_w).reshape(1, 1, -1), (llm_grid_t, llm_grid_h, llm_grid_w)).ravel()
+                llm_pos_ids_list.append(np.stack([t_index, h_index, w_index]) + text_len + st_idx)
                 st = ed + llm_grid_t * llm_grid_h * llm_grid_w
             if st < len(input_tokens):
                 st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
                 text_len = len(input_tokens) - st
-                llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
-            llm_positions = torch.cat(llm_pos_ids_list, dim=1).reshape(3, -1)
-            position_ids[..., i, attention_mask[i] == 1] = llm_positions
+                llm_pos_ids_list.append(np.broadcast_to(np.arange(text_len).reshape(1, -1), (3, text_len)) + st_idx)
+            llm_positions = np.concatenate(llm_pos_ids_list, axis=1).reshape(3, -1)
+            position_ids[:, i, attention_mask[i] == 1] = llm_positions
             mrope_position_deltas.append(llm_positions.max() + 1 - len(total_input_ids[i]))
-        mrope_position_deltas = torch.tensor(mrope_position_deltas).unsqueeze(1)
-        return position_ids, mrope_position_deltas
+        return position_ids, np.array(mrope_position_deltas).reshape(-1, 1)
     if attention_mask is not None:
-        position_ids = attention_mask.long().cumsum(-1) - 1
-        position_ids.masked_fill_(attention_mask == 0, 1)
-        position_ids = position_ids.unsqueeze(0).expand(3, -1, -1)
-        max_position_ids = position_ids.max(0, keepdim=False)[0].max(-1, keepdim=True)[0]
+        position_ids = attention_mask.astype(np.int64).cumsum(-1) - 1
+        position_ids[attention_mask == 0] = 1
+        position_ids = np.broadcast_to(position_ids[np.newaxis], (3,) + position_ids.shape)
+        max_position_ids = position_ids.max(0).max(-1, keepdims=True)
         mrope_position_deltas = max_position_ids + 1 - attention_mask.shape[-1]
     else:
-        position_ids = torch.arange(input_ids.shape[1]).view(1, 1, -1).expand(3, input_ids.shape[0], -1)
-        mrope_position_deltas = torch.zeros([input_ids.shape[0], 1], dtype=input_ids.dtype)
+        position_ids = np.broadcast_to(np.arange(input_ids.shape[1]).reshape(1, 1, -1), (3,) + input_ids.shape)
+        mrope_position_deltas = np.zeros([input_ids.shape[0], 1], dtype=input_ids.dtype)
     return position_ids, mrope_position_deltas
 
 
@@ -401,17 +396,17 @@ def rope_goldens(rng):
         width = max(len(r) for r in ids)
         padded = [[0] * (width - len(r)) + r for r in ids]  # left padding, pad id 0
         mask = [[0] * (width - len(r)) + [1] * len(r) for r in ids]
-        input_ids = torch.tensor(padded, dtype=torch.long)
-        attn = None if c.get("no_mask") else torch.tensor(mask, dtype=torch.long)
-        grids_i = torch.tensor(c["images"], dtype=torch.long) if c["images"] else None
-        grids_v = torch.tensor(c["videos"], dtype=torch.long) if c["videos"] else None
-        spg = torch.tensor(c["second_per_grid_ts"]) if "second_per_grid_ts" in c else None
+        input_ids = np.array(padded, dtype=np.int64)
+        attn = None if c.get("no_mask") else np.array(mask, dtype=np.int64)
+        grids_i = np.array(c["images"], dtype=np.int64) if c["images"] else None
+        grids_v = np.array(c["videos"], dtype=np.int64) if c["videos"] else None
+        spg = np.array(c["second_per_grid_ts"]) if "second_per_grid_ts" in c else None
         pos, deltas = get_rope_index(input_ids, grids_i, grids_v, attn, 2, c.get("tokens_per_second"), spg)
         out.append(dict(name=c["name"], texts=c["texts"], expanded_texts=expanded, raw_ids=raw,
                         input_ids=padded, mask=None if attn is None else mask, images=c["images"],
                         videos=c["videos"], tokens_per_second=c.get("tokens_per_second", 0),
                         second_per_grid_ts=c.get("second_per_grid_ts"),
-                        positions=pos.tolist(), deltas=deltas.squeeze(1).tolist()))
+                        positions=pos.tolist(), deltas=deltas[:, 0].tolist()))
     return out
 
 
@@ -439,9 +434,7 @@ def main():
     cases, errors = image_goldens(out, rng)
     golden = dict(pillow=PIL.__version__, numpy=np.__version__, cases=cases, errors=errors,
                   smart_resize=smart_resize_goldens(rng))
-    if torch is not None:
-        golden["torch"] = torch.__version__
-        golden["rope"] = rope_goldens(rng)
+    golden["rope"] = rope_goldens(rng)
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, separators=(",", ":"))
         f.write("\n")
