@@ -12,7 +12,8 @@
 //     element order, with image_grid_thw;
 //   - ExpandText and ExpandTokens expand each <|image_pad|> / <|video_pad|> by its grid
 //     (grid_t·grid_h·grid_w / merge_size²), and RopeIndex gives the M-RoPE position ids
-//     [3][batch][seq] and rope deltas of get_rope_index, left padding included.
+//     [3][batch][seq] and rope deltas of get_rope_index, left padding included; ParseVisionTokens
+//     reads the token ids it needs from config.json.
 //
 // The goldens in testdata come from scripts/qwen2vl_preprocess_twin.py, a NumPy/PyTorch twin of
 // Hugging Face's code run with Pillow; docs/qwen2vl-preprocess.md says what matches what.

@@ -226,3 +226,29 @@ func TestRunPreprocessCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestParseVisionTokens(t *testing.T) {
+	qwen25 := `{"model_type": "qwen2_5_vl", "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+	  "image_token_id": 151655, "video_token_id": 151656,
+	  "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}}`
+	tok, err := ParseVisionTokens([]byte(qwen25))
+	want := Qwen2VLTokens()
+	want.TokensPerSecond = 2
+	if err != nil || tok != want {
+		t.Fatalf("qwen2_5_vl: %+v, %v; want %+v", tok, err, want)
+	}
+	qwen2 := strings.Replace(strings.Replace(qwen25, "qwen2_5_vl", "qwen2_vl", 1), `, "tokens_per_second": 2`, "", 1)
+	if tok, err := ParseVisionTokens([]byte(qwen2)); err != nil || tok != Qwen2VLTokens() {
+		t.Fatalf("qwen2_vl: %+v, %v", tok, err)
+	}
+	for _, bad := range []string{
+		strings.Replace(qwen25, "qwen2_5_vl", "qwen2", 1),
+		strings.Replace(qwen25, `"image_token_id": 151655,`, "", 1),
+		strings.Replace(qwen25, `"spatial_merge_size": 2`, `"spatial_merge_size": 0`, 1),
+		`{`,
+	} {
+		if _, err := ParseVisionTokens([]byte(bad)); !errors.Is(err, tensor.ErrParam) {
+			t.Errorf("%s: %v, want ErrParam", bad, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package qwenvl
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 
@@ -375,4 +376,49 @@ func countRun(ids []int64, id int64) int {
 
 func errorf(format string, args ...any) error {
 	return tensor.Errorf(tensor.ErrShape, "qwenvl.RopeIndex", "", format, args...)
+}
+
+// ParseVisionTokens reads VisionTokens from a checkpoint's config.json: model_type qwen2_vl or
+// qwen2_5_vl, vision_start_token_id, image_token_id, video_token_id and vision_config's
+// spatial_merge_size (and, for qwen2_5_vl, tokens_per_second). A missing id is an error.
+func ParseVisionTokens(configJSON []byte) (VisionTokens, error) {
+	const op = "qwenvl.ParseVisionTokens"
+	var c struct {
+		ModelType          string `json:"model_type"`
+		VisionStartTokenID *int64 `json:"vision_start_token_id"`
+		ImageTokenID       *int64 `json:"image_token_id"`
+		VideoTokenID       *int64 `json:"video_token_id"`
+		VisionConfig       struct {
+			SpatialMergeSize *int `json:"spatial_merge_size"`
+			TokensPerSecond  *int `json:"tokens_per_second"`
+		} `json:"vision_config"`
+	}
+	if err := json.Unmarshal(configJSON, &c); err != nil {
+		return VisionTokens{}, tensor.Errorf(tensor.ErrParam, op, "config.json", "%v", err)
+	}
+	if c.ModelType != "qwen2_vl" && c.ModelType != "qwen2_5_vl" {
+		return VisionTokens{}, tensor.Errorf(tensor.ErrParam, op, "model_type", "%q: want qwen2_vl or qwen2_5_vl", c.ModelType)
+	}
+	for name, v := range map[string]*int64{"vision_start_token_id": c.VisionStartTokenID, "image_token_id": c.ImageTokenID, "video_token_id": c.VideoTokenID} {
+		if v == nil {
+			return VisionTokens{}, tensor.Errorf(tensor.ErrParam, op, name, "missing")
+		}
+	}
+	tok := VisionTokens{VisionStartID: *c.VisionStartTokenID, ImageID: *c.ImageTokenID, VideoID: *c.VideoTokenID, MergeSize: 2}
+	if m := c.VisionConfig.SpatialMergeSize; m != nil {
+		tok.MergeSize = *m
+	}
+	if tok.MergeSize <= 0 {
+		return VisionTokens{}, tensor.Errorf(tensor.ErrParam, op, "vision_config.spatial_merge_size", "%d must be positive", tok.MergeSize)
+	}
+	if c.ModelType == "qwen2_5_vl" {
+		tok.TokensPerSecond = 4 // Qwen2_5_VLVisionConfig's default
+		if s := c.VisionConfig.TokensPerSecond; s != nil {
+			tok.TokensPerSecond = *s
+		}
+		if tok.TokensPerSecond <= 0 {
+			return VisionTokens{}, tensor.Errorf(tensor.ErrParam, op, "vision_config.tokens_per_second", "%d must be positive", tok.TokensPerSecond)
+		}
+	}
+	return tok, nil
 }
