@@ -32,6 +32,26 @@ func ToRGB(img image.Image) (*RGB, error) {
 		dst.Pix[i], dst.Pix[i+1], dst.Pix[i+2] = r, g, bl
 	}
 	switch src := img.(type) {
+	case *image.RGBA: // what Go's PNG decoder returns for RGB without alpha
+		if src.Opaque() {
+			for y := b.Min.Y; y < b.Max.Y; y++ {
+				row := src.Pix[src.PixOffset(b.Min.X, y):]
+				out := dst.Pix[3*(y-b.Min.Y)*dst.Width:]
+				for x := range dst.Width {
+					out[3*x], out[3*x+1], out[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
+				}
+			}
+			return dst, nil
+		}
+		return convertEach(dst, img), nil
+	case *image.NRGBA:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			row := src.Pix[src.PixOffset(b.Min.X, y):]
+			out := dst.Pix[3*(y-b.Min.Y)*dst.Width:]
+			for x := range dst.Width {
+				out[3*x], out[3*x+1], out[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
+			}
+		}
 	case *image.Gray16, *image.CMYK:
 		return nil, tensor.Errorf(tensor.ErrParam, op, "img", "%T is not supported (convert it to 8-bit RGB first)", img)
 	case *image.Paletted:
@@ -46,14 +66,22 @@ func ToRGB(img image.Image) (*RGB, error) {
 			}
 		}
 	default:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for x := b.Min.X; x < b.Max.X; x++ {
-				p := straightRGB(img.At(x, y))
-				set(x, y, p[0], p[1], p[2])
-			}
-		}
+		convertEach(dst, img)
 	}
 	return dst, nil
+}
+
+// convertEach fills dst pixel by pixel through straightRGB.
+func convertEach(dst *RGB, img image.Image) *RGB {
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			p := straightRGB(img.At(x, y))
+			i := 3 * ((y-b.Min.Y)*dst.Width + x - b.Min.X)
+			dst.Pix[i], dst.Pix[i+1], dst.Pix[i+2] = p[0], p[1], p[2]
+		}
+	}
+	return dst
 }
 
 // straightRGB returns the colour channels of c without alpha, un-premultiplied: exact for the

@@ -82,6 +82,29 @@ func TestToRGB(t *testing.T) {
 			t.Errorf("%T: %v, want %v", c.img, got.Pix, c.want)
 		}
 	}
+	// Fast paths on images whose bounds do not start at the origin, and a translucent RGBA.
+	rgba := image.NewRGBA(image.Rect(1, 1, 3, 2))
+	rgba.SetRGBA(1, 1, color.RGBA{1, 2, 3, 255})
+	rgba.SetRGBA(2, 1, color.RGBA{4, 5, 6, 255})
+	sub := image.NewNRGBA(image.Rect(0, 0, 3, 3)).SubImage(image.Rect(1, 2, 3, 3)).(*image.NRGBA)
+	sub.SetNRGBA(1, 2, color.NRGBA{7, 8, 9, 0})
+	sub.SetNRGBA(2, 2, color.NRGBA{10, 11, 12, 13})
+	half := image.NewRGBA(image.Rect(0, 0, 2, 1))
+	half.SetRGBA(0, 0, color.RGBA{50, 25, 0, 128})
+	half.SetRGBA(1, 0, color.RGBA{9, 9, 9, 255})
+	for _, c := range []struct {
+		img  image.Image
+		want []uint8
+	}{
+		{rgba, []uint8{1, 2, 3, 4, 5, 6}},
+		{sub, []uint8{7, 8, 9, 10, 11, 12}},
+		{half, []uint8{99, 49, 0, 9, 9, 9}},
+	} {
+		got, err := ToRGB(c.img)
+		if err != nil || got.Width != 2 || got.Height != 1 || !bytes.Equal(got.Pix, c.want) {
+			t.Errorf("%T %v: %v, %v; want %v", c.img, c.img.Bounds(), got, err, c.want)
+		}
+	}
 	for _, bad := range []image.Image{nil, image.NewGray16(image.Rect(0, 0, 1, 1)), image.NewCMYK(image.Rect(0, 0, 1, 1)), image.NewRGBA(image.Rect(0, 0, 0, 0))} {
 		if _, err := ToRGB(bad); err == nil {
 			t.Errorf("%T: no error", bad)
