@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mtrl-go/mtrl/examples/qwenvl"
+
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 )
 
@@ -36,6 +38,8 @@ commands:
   tokenize -model DIR   JSON strings on stdin → JSON arrays of token ids on stdout
   chat -model DIR       {"messages": [...]} on stdin → rendered prompts (JSON strings) on stdout
   init -config FILE -out DIR [-seed N] [-dtype float32|bfloat16] [-shards K] [-tokenizer DIR]
+  preprocess -model DIR -image FILE...
+                        Qwen2-VL image preprocessing → image_grid_thw, pixel_values shape and statistics (JSON)
   logits -model DIR     (not implemented yet)
   generate -model DIR   (not implemented yet)`
 
@@ -66,6 +70,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", args[0], errNeedsModel)
 	case "init":
 		return initCheckpoint(fs, args[1:])
+	case "preprocess":
+		return qwenvl.RunPreprocessCommand(args[1:], stdout)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }
