@@ -66,8 +66,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 			}
 		}
 	}
-	st := &stepTensors{b: t.actor.Backend()}
-	defer st.release()
+	st := tensor.NewScratch(t.actor.Backend())
+	defer st.Release()
 	rs, pm, err := t.diagnostics(st, lay, exs, res.ResponseMask, res.PerceptionScore, res.Entropy, met)
 	if err != nil {
 		return nil, err
@@ -77,8 +77,8 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	// The per-token records of rollouts.md: on a device they come down only for a step that
 	// writes them.
-	if !st.device() || t.rolloutDetail {
-		if err := t.rolloutTokens(st, lay, rs, pm, res.PerceptionScore, res.Advantages, res.LossAdvantages); err != nil {
+	if st.Backend() == tensor.CPU() || t.rolloutDetail {
+		if err := t.rolloutTokens(lay, rs, pm, res.PerceptionScore, res.Advantages, res.LossAdvantages); err != nil {
 			return nil, err
 		}
 	}
@@ -97,10 +97,14 @@ func (t *Trainer) Step() (*StepResult, error) {
 // not they are used for training) and their precision and recall against vqa.VisualLabels, and
 // returns per-row token records (rolloutTokens adds the per-token values) and the perception
 // mask. The counts are masked sums on the masks' backend: on a device only they come back.
-func (t *Trainer) diagnostics(st *stepTensors, b *batch, exs []example, mask, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, *tensor.Tensor, error) {
+func (t *Trainer) diagnostics(st *tensor.Scratch, b *batch, exs []example, mask, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, *tensor.Tensor, error) {
 	B, T := b.rows, t.respLen
 	o := t.cfg.Optimization
-	pm, em, err := st.float32x2(B, T)
+	pm, err := st.New(tensor.Float32, B, T)
+	if err != nil {
+		return nil, nil, err
+	}
+	em, err := st.New(tensor.Float32, B, T)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +137,7 @@ func (t *Trainer) diagnostics(st *stepTensors, b *batch, exs []example, mask, sc
 	if !t.hasObjects {
 		return out, pm, nil // no scene, no labels: nothing to measure the masks against
 	}
-	visualMask, err := st.put(visualHost)
+	visualMask, err := st.Put(visualHost)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,13 +175,15 @@ func (t *Trainer) diagnostics(st *stepTensors, b *batch, exs []example, mask, sc
 // rolloutTokens adds each response's per-token perception mask and score, its advantage and its
 // trajectory shaping factor to the records of diagnostics; on a device these [B, T] tensors
 // come down for it.
-func (t *Trainer) rolloutTokens(st *stepTensors, b *batch, res []Rollout, pm, score, adv, shaped *tensor.Tensor) error {
+func (t *Trainer) rolloutTokens(b *batch, res []Rollout, pm, score, adv, shaped *tensor.Tensor) error {
 	T := t.respLen
 	var hs [4][]float32
 	for k, x := range []*tensor.Tensor{pm, score, adv, shaped} {
-		h, err := st.host(x)
-		if err != nil {
-			return err
+		h, err := x, error(nil)
+		if !x.IsHost() {
+			if h, err = tensor.To(tensor.CPU(), x); err != nil {
+				return err
+			}
 		}
 		hs[k], _ = h.Float32s()
 	}
@@ -195,67 +201,4 @@ func (t *Trainer) rolloutTokens(st *stepTensors, b *batch, res []Rollout, pm, sc
 		}
 	}
 	return nil
-}
-
-// stepTensors allocates a step's per-token tensors on the actor's backend (the host, or the
-// device with worker.actor.device=cuda) and releases the device ones at the end of the step.
-type stepTensors struct {
-	b     tensor.Backend
-	owned []*tensor.Tensor
-}
-
-func (s *stepTensors) device() bool { return s.b != tensor.CPU() }
-
-func (s *stepTensors) keep(x *tensor.Tensor) *tensor.Tensor {
-	if s.device() {
-		s.owned = append(s.owned, x)
-	}
-	return x
-}
-
-// float32 returns a zeroed float32 tensor.
-func (s *stepTensors) float32(shape ...int) (*tensor.Tensor, error) {
-	x, err := tensor.New(s.b, tensor.Float32, shape...)
-	if err != nil {
-		return nil, err
-	}
-	return s.keep(x), nil
-}
-
-// float32x2 returns two zeroed float32 tensors of one shape.
-func (s *stepTensors) float32x2(shape ...int) (*tensor.Tensor, *tensor.Tensor, error) {
-	x, err := s.float32(shape...)
-	if err != nil {
-		return nil, nil, err
-	}
-	y, err := s.float32(shape...)
-	return x, y, err
-}
-
-// put returns the host tensor h on the step's backend: h itself on the host, else an uploaded
-// copy.
-func (s *stepTensors) put(h *tensor.Tensor) (*tensor.Tensor, error) {
-	if !s.device() {
-		return h, nil
-	}
-	x, err := tensor.To(s.b, h)
-	if err != nil {
-		return nil, err
-	}
-	return s.keep(x), nil
-}
-
-// host returns x on the host: x itself there, else a downloaded copy.
-func (s *stepTensors) host(x *tensor.Tensor) (*tensor.Tensor, error) {
-	if x.IsHost() {
-		return x, nil
-	}
-	return tensor.To(tensor.CPU(), x)
-}
-
-func (s *stepTensors) release() {
-	for _, x := range s.owned {
-		_ = x.Release()
-	}
-	s.owned = nil
 }

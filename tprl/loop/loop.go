@@ -191,13 +191,13 @@ type StepResult[P any] struct {
 	// shaping is on) are float32 [B, T].
 	ResponseMask, OldLogProbs, Entropy, PerceptionScore, Advantages, LossAdvantages *tensor.Tensor
 
-	tensors *stepTensors
+	scratch *tensor.Scratch
 }
 
 // Release frees the step's device tensors (nothing on the host).
 func (r *StepResult[P]) Release() {
-	if r != nil && r.tensors != nil {
-		r.tensors.release()
+	if r != nil && r.scratch != nil {
+		_ = r.scratch.Release()
 	}
 }
 
@@ -228,10 +228,10 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	start := time.Now()
 	cfg, pol := l.cfg, l.parts.Policy
 	met := map[string]float64{}
-	st := &stepTensors{b: pol.Backend()}
+	st := tensor.NewScratch(pol.Backend())
 	defer func() {
 		if err != nil {
-			st.release()
+			_ = st.Release()
 			err = fmt.Errorf("step %d: %w", l.state.Step+1, err)
 		}
 	}()
@@ -254,13 +254,13 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 		}
 		respTokens += float64(lengths[i])
 	}
-	mask, err := st.put(maskHost)
+	mask, err := st.Put(maskHost)
 	if err != nil {
 		return nil, err
 	}
 
 	// 2. Old log-probs and entropies.
-	oldLogp, entropy, err := st.float32x2(B, T)
+	oldLogp, entropy, err := float32x2(st, B, T)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +278,7 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	}
 	sc.put(met)
 	met["response_length/mean"] = respTokens / float64(B)
-	rewards, err := st.put(rewardsHost)
+	rewards, err := st.Put(rewardsHost)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +287,7 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	var score *tensor.Tensor
 	if cfg.Perturb != nil {
 		var augLogp *tensor.Tensor
-		if augLogp, score, err = st.float32x2(B, T); err != nil {
+		if augLogp, score, err = float32x2(st, B, T); err != nil {
 			return nil, err
 		}
 		if err := l.score(ctx, pol, b, Input{Perturb: cfg.Perturb, Seed: cfg.Seed}, augLogp, nil); err != nil {
@@ -301,7 +301,7 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	// 4. Reference log-probs; the divergence in the reward.
 	var refLogp *tensor.Tensor
 	if ref := l.parts.Reference; ref != nil {
-		if refLogp, err = st.float32(B, T); err != nil {
+		if refLogp, err = st.New(tensor.Float32, B, T); err != nil {
 			return nil, err
 		}
 		if err := l.score(ctx, ref, b, Input{}, refLogp, nil); err != nil {
@@ -341,7 +341,7 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	met["perf/response_tokens_per_second"] = respTokens / el.Seconds()
 	return &StepResult[P]{Metrics: met, Batch: b, Rewards: sc.overall, RewardParts: sc.parts,
 		ResponseMask: mask, OldLogProbs: oldLogp, Entropy: entropy, PerceptionScore: score,
-		Advantages: adv, LossAdvantages: shaped, tensors: st}, nil
+		Advantages: adv, LossAdvantages: shaped, scratch: st}, nil
 }
 
 // rollout samples the step's rows and scores them; see Filter for online filtering.
@@ -496,14 +496,14 @@ func (l *Loop[P]) score(ctx context.Context, sc Scorer[P], b *Batch[P], in Input
 // advantages computes the advantages (and returns) of the step; with GAE the critic predicts
 // the values and is updated toward the returns, with ReMax the baselines are the rewards of
 // greedy completions.
-func (l *Loop[P]) advantages(ctx context.Context, st *stepTensors, b *Batch[P], rewards, mask, maskHost *tensor.Tensor, met map[string]float64) (adv, returns *tensor.Tensor, err error) {
+func (l *Loop[P]) advantages(ctx context.Context, st *tensor.Scratch, b *Batch[P], rewards, mask, maskHost *tensor.Tensor, met map[string]float64) (adv, returns *tensor.Tensor, err error) {
 	B, T, n := b.Len(), b.T, l.cfg.Sampling.N
 	index := make([]int32, B)
 	for i := range index {
 		index[i] = int32(i / n)
 	}
 	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask}
-	if in.Index, err = st.put(tensor.Must(tensor.FromInt32(index, B))); err != nil {
+	if in.Index, err = st.Put(tensor.Must(tensor.FromInt32(index, B))); err != nil {
 		return nil, nil, err
 	}
 	var values *tensor.Tensor // the critic's, on the host
@@ -513,7 +513,7 @@ func (l *Loop[P]) advantages(ctx context.Context, st *stepTensors, b *Batch[P], 
 		if err := l.parts.Critic.Values(b, values); err != nil {
 			return nil, nil, fmt.Errorf("critic values: %w", err)
 		}
-		if in.Values, err = st.put(values); err != nil {
+		if in.Values, err = st.Put(values); err != nil {
 			return nil, nil, err
 		}
 	case advantage.EstimatorReMax:
@@ -521,11 +521,11 @@ func (l *Loop[P]) advantages(ctx context.Context, st *stepTensors, b *Batch[P], 
 		if err != nil {
 			return nil, nil, err
 		}
-		if in.Baselines, err = st.put(bl); err != nil {
+		if in.Baselines, err = st.Put(bl); err != nil {
 			return nil, nil, err
 		}
 	}
-	if adv, returns, err = st.float32x2(B, T); err != nil {
+	if adv, returns, err = float32x2(st, B, T); err != nil {
 		return nil, nil, err
 	}
 	if err := advantage.ComputeWithReturns(adv, returns, in, l.cfg.Advantage); err != nil {
@@ -581,57 +581,14 @@ func f32(shape ...int) *tensor.Tensor {
 	return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, shape...))
 }
 
-// stepTensors allocates a step's per-token tensors on the policy's backend and releases the
-// device ones with the step's result.
-type stepTensors struct {
-	b     tensor.Backend
-	owned []*tensor.Tensor
-}
-
-func (s *stepTensors) device() bool { return s.b != tensor.CPU() }
-
-func (s *stepTensors) keep(x *tensor.Tensor) *tensor.Tensor {
-	if s.device() {
-		s.owned = append(s.owned, x)
-	}
-	return x
-}
-
-// float32 returns a zeroed float32 tensor.
-func (s *stepTensors) float32(shape ...int) (*tensor.Tensor, error) {
-	x, err := tensor.New(s.b, tensor.Float32, shape...)
-	if err != nil {
-		return nil, err
-	}
-	return s.keep(x), nil
-}
-
-func (s *stepTensors) float32x2(shape ...int) (*tensor.Tensor, *tensor.Tensor, error) {
-	x, err := s.float32(shape...)
+// float32x2 returns two zeroed float32 tensors of one shape from sc.
+func float32x2(sc *tensor.Scratch, shape ...int) (*tensor.Tensor, *tensor.Tensor, error) {
+	x, err := sc.New(tensor.Float32, shape...)
 	if err != nil {
 		return nil, nil, err
 	}
-	y, err := s.float32(shape...)
+	y, err := sc.New(tensor.Float32, shape...)
 	return x, y, err
-}
-
-// put returns host tensor h on the step's backend: h itself on the host, else a copy.
-func (s *stepTensors) put(h *tensor.Tensor) (*tensor.Tensor, error) {
-	if !s.device() {
-		return h, nil
-	}
-	x, err := tensor.To(s.b, h)
-	if err != nil {
-		return nil, err
-	}
-	return s.keep(x), nil
-}
-
-func (s *stepTensors) release() {
-	for _, x := range s.owned {
-		_ = x.Release()
-	}
-	s.owned = nil
 }
 
 // isFinite reports whether x is neither NaN nor infinite.

@@ -47,7 +47,7 @@ var overwritten = map[string]bool{"actor/kl_loss": true, "actor/kl_coef": true, 
 // of every mini-batch (whole prompt groups when the mini-batch's prompts divide evenly), with
 // the token count and shaping statistics of the whole mini-batch; the gradients are summed over
 // ranks in the micro-batch order of one rank.
-func (l *Loop[P]) update(ctx context.Context, st *stepTensors, b *Batch[P], mask, oldLogp, score, refLogp, adv *tensor.Tensor, met map[string]float64) (*tensor.Tensor, error) {
+func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], mask, oldLogp, score, refLogp, adv *tensor.Tensor, met map[string]float64) (*tensor.Tensor, error) {
 	cfg := l.cfg
 	B, T := b.Len(), b.T
 	miniRows := cfg.MiniBatchPrompts * cfg.Sampling.N
@@ -56,7 +56,7 @@ func (l *Loop[P]) update(ctx context.Context, st *stepTensors, b *Batch[P], mask
 	var commBytes int64
 	actor := map[string][]float64{}
 	var gradNorms, lrs []float64
-	shaped, err := st.float32(B, T)
+	shaped, err := st.New(tensor.Float32, B, T)
 	if err != nil {
 		return nil, err
 	}
@@ -146,14 +146,14 @@ func (l *Loop[P]) update(ctx context.Context, st *stepTensors, b *Batch[P], mask
 // microBatch runs rows [lo, hi) of the batch (rows [ulo, uhi) of the prepared mini-batch):
 // the policy's forward, tprl's loss and d loss / d log-probs, the policy's backward, and the
 // gradient's collection. The advantages the loss used go into shaped.
-func (l *Loop[P]) microBatch(st *stepTensors, b *Batch[P], upd *tprl.Update, shaped *tensor.Tensor, lo, hi, ulo, uhi int) error {
-	tmp := &stepTensors{b: st.b}
-	defer tmp.release()
-	logp, ent, err := tmp.float32x2(hi-lo, b.T)
+func (l *Loop[P]) microBatch(st *tensor.Scratch, b *Batch[P], upd *tprl.Update, shaped *tensor.Tensor, lo, hi, ulo, uhi int) error {
+	tmp := tensor.NewScratch(st.Backend())
+	defer tmp.Release()
+	logp, ent, err := float32x2(tmp, hi-lo, b.T)
 	if err != nil {
 		return err
 	}
-	grad, err := tmp.float32(hi-lo, b.T)
+	grad, err := tmp.New(tensor.Float32, hi-lo, b.T)
 	if err != nil {
 		return err
 	}
