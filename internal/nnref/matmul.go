@@ -68,11 +68,12 @@ func Linear[F Float](m, n, k int, x, w, bias, y []F) {
 	})
 }
 
-// LinearBackward computes, from dy [m,n], dx = dy·w [m,k] and dw = dyᵀ·x [n,k] and dbias =
-// column sums of dy [n], each overwritten or accumulated (acc). Nil outputs are skipped.
+// LinearBackward computes, from dy [m,n], dx = dy·w [m,k] (overwritten), dw = dyᵀ·x [n,k] and
+// dbias = the column sums of dy [n] (overwritten, or added to when acc). Nil outputs are
+// skipped.
 func LinearBackward[F Float](m, n, k int, x, w, dy []F, dx, dw, dbias []F, acc bool) {
 	if dx != nil {
-		Gemm(false, false, m, k, n, dy, w, acc, dx)
+		Gemm(false, false, m, k, n, dy, w, false, dx)
 	}
 	if dw != nil {
 		Gemm(true, false, n, k, m, dy, x, acc, dw)

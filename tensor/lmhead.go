@@ -1,0 +1,147 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
+
+// LMHeadInputs are the inputs of the fused LM head: hidden states, the head weight, targets and
+// the sampling temperature.
+type LMHeadInputs struct {
+	Hidden  *Tensor       // [..., D], float32 or bfloat16
+	Weight  *PackedWeight // [V, D] (lm_head.weight), float32 or bfloat16
+	Targets *Tensor       // int32, Hidden's shape without D; each in [0, V)
+	// Temperature divides the logits, > 0 (1 for none).
+	Temperature float32
+}
+
+// LMHeadKernel is implemented by backends with their own fused LM head.
+type LMHeadKernel interface {
+	LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error
+	LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error
+}
+
+// LMHeadLogProbs writes what LogProbEntropy would write for logits = Hidden·Weightᵀ — the
+// log-probability of each target and the entropy of softmax(logits/Temperature), float32, shaped
+// like Targets — without ever holding the [N, V] logits: the kernel computes them in tiles of
+// 16 rows by 1024 vocabulary entries and folds each tile into an online softmax (as Liger's
+// fused linear cross-entropy does). Logits are summed in float32, the softmax sums in float64.
+func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
+	const op = "tensor.LMHeadLogProbs"
+	if err := checkLMHead(op, in, []*Tensor{logp, entropy}, []string{"logp", "entropy"}); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[LMHeadKernel](logp.Backend()); ok {
+		return k.LMHeadLogProbs(logp, entropy, in)
+	}
+	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
+	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
+		nnref.LMHead(n, d, v, hostF32(h[2]), hostF32(h[3]), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		return nil
+	})
+}
+
+// checkLMHead validates in and the row tensors rows (float32, Targets' shape; the required ones
+// first: all of them unless nil is allowed by the caller's own check).
+func checkLMHead(op string, in LMHeadInputs, rows []*Tensor, names []string) error {
+	if in.Weight == nil {
+		return Errorf(ErrShape, op, "Weight", "is nil")
+	}
+	if err := checkNonNil(op, []string{"Hidden", "Targets"}, in.Hidden, in.Targets); err != nil {
+		return err
+	}
+	if err := CheckDType(op, "Hidden", in.Hidden, Float32, BFloat16); err != nil {
+		return err
+	}
+	if err := CheckDType(op, "Targets", in.Targets, Int32); err != nil {
+		return err
+	}
+	w := in.Weight.w
+	if in.Hidden.Rank() < 1 || in.Hidden.Dim(-1) != w.Dim(1) {
+		return Errorf(ErrShape, op, "Hidden", "has shape %v, want [..., %d] (the weight is %v)", in.Hidden.shape, w.Dim(1), w.shape)
+	}
+	if w.Dim(0) == 0 {
+		return Errorf(ErrShape, op, "Weight", "has an empty vocabulary")
+	}
+	rowShape := in.Hidden.shape[:in.Hidden.Rank()-1]
+	if !in.Targets.shape.Equal(rowShape) {
+		return Errorf(ErrShape, op, "Targets", "has shape %v, want %v (Hidden without D)", in.Targets.shape, rowShape)
+	}
+	for i, t := range rows {
+		if t != nil && !t.shape.Equal(rowShape) {
+			return Errorf(ErrShape, op, names[i], "has shape %v, want %v (Hidden without D)", t.shape, rowShape)
+		}
+	}
+	if err := checkAll(op, names, 0, rows...); err != nil {
+		return err
+	}
+	for i, t := range rows[:min(2, len(rows))] {
+		if t == nil {
+			return Errorf(ErrShape, op, names[i], "is nil")
+		}
+	}
+	if !(in.Temperature > 0) || math.IsInf(float64(in.Temperature), 1) {
+		return Errorf(ErrParam, op, "Temperature", "is %v, want a finite value > 0", in.Temperature)
+	}
+	if err := CheckSameBackend(op, append([]string{"Hidden", "Weight", "Targets"}, names...), append([]*Tensor{in.Hidden, w, in.Targets}, rows...)...); err != nil {
+		return err
+	}
+	return checkIDs(op, "Targets", in.Targets, w.Dim(0))
+}
+
+// LMHeadGrad is what LMHeadBackward reads: the forward's inputs and outputs and the gradients
+// flowing into them.
+type LMHeadGrad struct {
+	LMHeadInputs
+	// LogProbs and Entropy are LMHeadLogProbs' outputs; both required.
+	LogProbs, Entropy *Tensor
+	// DLogProbs and DEntropy are d loss/d logp and d loss/d entropy; either may be nil (zero).
+	DLogProbs, DEntropy *Tensor
+	// Accumulate adds into dweight instead of overwriting it; dhidden is always overwritten.
+	Accumulate bool
+}
+
+// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32): the
+// gradients of Σ DLogProbs·logp + DEntropy·entropy through the logits, which are recomputed tile
+// by tile (never [N, V]). The logits gradient of a tile is
+// dz = dlogp·(1[v=y] − p) − dentropy·p·(log p + H), divided by the temperature, as in
+// LogProbEntropyBackward; it is multiplied into dhidden (parallel over rows) and into dweight
+// (parallel over the vocabulary) in two passes, so both sums run in a fixed order.
+func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
+	const op = "tensor.LMHeadBackward"
+	rows := []*Tensor{in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy}
+	if err := checkLMHead(op, in.LMHeadInputs, rows, []string{"LogProbs", "Entropy", "DLogProbs", "DEntropy"}); err != nil {
+		return err
+	}
+	if err := checkNonNil(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
+		return err
+	}
+	if err := CheckShape(op, "dhidden", dhidden, in.Hidden.shape...); err != nil {
+		return err
+	}
+	if err := CheckSameShape(op, "Weight", in.Weight.w, "dweight", dweight); err != nil {
+		return err
+	}
+	if err := checkF32(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, []string{"Hidden", "dhidden", "dweight"}, in.Hidden, dhidden, dweight); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[LMHeadKernel](dhidden.Backend()); ok {
+		return k.LMHeadBackward(dhidden, dweight, in)
+	}
+	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
+	ts := []*Tensor{dhidden, dweight, in.Hidden, in.Weight.w, in.Targets, in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy}
+	return OnHost(2, ts, func(h []*Tensor) error {
+		dl := hostF32(h[7])
+		if dl == nil {
+			dl = make([]float32, n)
+		}
+		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
+			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
+		nnref.LMHeadBackward(n, d, v, hostF32(h[2]), hostF32(h[3]), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		return nil
+	})
+}
