@@ -1,12 +1,18 @@
 package tensor
 
-import "github.com/mtrl-go/mtrl/internal/nnref"
+import (
+	"sync"
+
+	"github.com/mtrl-go/mtrl/internal/gemm"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
 
 // PackedWeight is a linear layer's weight [N, K] (out × in, the layout of a Hugging Face
 // nn.Linear) together with whatever layout its backend's kernel multiplies fastest. It is built
 // once by PackWeight and rebuilt by Repack after the weight changes (an optimizer step), so no
-// call transposes or repacks the weight. The pure-Go kernel needs no extra layout: it reads W
-// row by row (one dot product per output).
+// call transposes or repacks the weight. On the CPU with AVX2 or AVX-512 the layout is
+// internal/gemm's panels (a float32 copy of W, and of Wᵀ once a backward needs it); the pure-Go
+// reference needs none: it reads W row by row (one dot product per output).
 type PackedWeight struct {
 	w      *Tensor
 	packed any
@@ -43,8 +49,50 @@ func (p *PackedWeight) Repack() error {
 			return err
 		}
 		p.packed = packed
+		return nil
+	}
+	p.packed = nil
+	if p.w.IsHost() && gemm.SIMD() {
+		n, k := p.w.Dim(0), p.w.Dim(1)
+		p.packed = &hostPacked{fwd: gemm.Pack(n, k, elemOf(p.w))}
 	}
 	return nil
+}
+
+// hostPacked is the CPU's layout of a weight W [N, K]: W's panels for the forward and, built by
+// the first backward, Wᵀ's for dx = dy·W.
+type hostPacked struct {
+	fwd *gemm.Packed
+	mu  sync.Mutex
+	bwd *gemm.Packed
+}
+
+func (h *hostPacked) transposed(w *Tensor) *gemm.Packed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bwd == nil {
+		n, k := w.Dim(0), w.Dim(1)
+		at := elemOf(w)
+		h.bwd = gemm.Pack(k, n, func(i int) float32 { return at((i%n)*k + i/n) })
+	}
+	return h.bwd
+}
+
+// elemOf returns a function reading element i of a host float32 or bfloat16 tensor.
+func elemOf(t *Tensor) func(i int) float32 {
+	if t.dtype == BFloat16 {
+		b, _ := t.BF16s()
+		return func(i int) float32 { return b[i].Float32() }
+	}
+	v, _ := t.Float32s()
+	return func(i int) float32 { return v[i] }
+}
+
+// gemmOf returns the CPU layout of w when the vector GEMM should run (a vector implementation
+// is selected: internal/dispatch.ForceGo selects the pure-Go reference instead).
+func gemmOf(w *PackedWeight) (*hostPacked, bool) {
+	h, ok := w.packed.(*hostPacked)
+	return h, ok && gemm.SIMD()
 }
 
 // Weight returns the weight tensor [N, K].
@@ -115,7 +163,16 @@ func linear(op string, y, x *Tensor, w *PackedWeight, bias *Tensor) error {
 		return kl.Linear(y, x, w, bias)
 	}
 	return OnHost(1, []*Tensor{y, x, w.w, bias}, func(h []*Tensor) error {
-		nnref.Linear(rowsOf(h[1]), n, k, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]))
+		m := rowsOf(h[1])
+		if hp, ok := gemmOf(w); ok {
+			yv := hostF32(h[0])
+			gemm.Mul(m, hostF32(h[1]), k, hp.fwd, yv, n, false)
+			if bias != nil {
+				nnref.AddBias(m, n, yv, hostF32(h[3]))
+			}
+			return nil
+		}
+		nnref.Linear(m, n, k, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]))
 		return nil
 	})
 }
@@ -175,8 +232,35 @@ func LinearBackward(out LinearGradOut, in LinearGrad) error {
 		return kl.LinearBackward(out, in)
 	}
 	return OnHost(3, ts, func(h []*Tensor) error {
-		nnref.LinearBackward(rowsOf(h[4]), n, k, hostF32(h[4]), hostF32(h[5]), hostF32(h[3]),
+		m := rowsOf(h[4])
+		if hp, ok := gemmOf(in.Weight); ok {
+			linearBackwardGEMM(m, n, k, hp, in.Weight.w, hostF32(h[4]), hostF32(h[3]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+			return nil
+		}
+		nnref.LinearBackward(m, n, k, hostF32(h[4]), hostF32(h[5]), hostF32(h[3]),
 			hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
 		return nil
 	})
+}
+
+// linearBackwardGEMM is LinearBackward through internal/gemm: dx = dy·W with Wᵀ's panels, and
+// dw = dyᵀ·x with dy transposed and x packed for this call (O(m·(n+k)) against the product's
+// O(m·n·k)). Nil outputs are skipped.
+func linearBackwardGEMM(m, n, k int, hp *hostPacked, w *Tensor, x, dy, dx, dw, db []float32, acc bool) {
+	if dx != nil {
+		gemm.Mul(m, dy, n, hp.transposed(w), dx, k, false)
+	}
+	if dw != nil {
+		dyT := make([]float32, n*m)
+		for i := range m {
+			for j, v := range dy[i*n : (i+1)*n] {
+				dyT[j*m+i] = v
+			}
+		}
+		xT := gemm.Pack(k, m, func(i int) float32 { return x[(i%m)*k+i/m] })
+		gemm.Mul(n, dyT, m, xT, dw, k, acc)
+	}
+	if db != nil {
+		nnref.ColSum(m, n, dy, acc, db)
+	}
 }

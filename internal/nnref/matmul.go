@@ -55,9 +55,13 @@ func Dot[F Float](x, y []F) F {
 // out × in) and bias [n] (nil for none). The bias is added after the sum.
 func Linear[F Float](m, n, k int, x, w, bias, y []F) {
 	Gemm(false, true, m, n, k, x, w, false, y)
-	if bias == nil {
-		return
+	if bias != nil {
+		AddBias(m, n, y, bias)
 	}
+}
+
+// AddBias adds bias [n] to every row of y [m, n].
+func AddBias[F Float](m, n int, y, bias []F) {
 	parallel.For(m, parallel.Grain(n, 1<<15), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			yi := y[i*n : i*n+n]
