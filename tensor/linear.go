@@ -54,7 +54,13 @@ func (p *PackedWeight) Repack() error {
 	p.packed = nil
 	if p.w.IsHost() && gemm.SIMD() {
 		n, k := p.w.Dim(0), p.w.Dim(1)
-		p.packed = &hostPacked{fwd: gemm.Pack(n, k, elemOf(p.w))}
+		var fwd *gemm.Packed
+		if v, err := p.w.Float32s(); err == nil {
+			fwd = gemm.PackF32(n, k, v)
+		} else {
+			fwd = gemm.Pack(n, k, elemOf(p.w))
+		}
+		p.packed = &hostPacked{fwd: fwd}
 	}
 	return nil
 }
@@ -71,9 +77,11 @@ func (h *hostPacked) transposed(w *Tensor) *gemm.Packed {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.bwd == nil {
-		n, k := w.Dim(0), w.Dim(1)
-		at := elemOf(w)
-		h.bwd = gemm.Pack(k, n, func(i int) float32 { return at((i%n)*k + i/n) })
+		if v, err := w.Float32s(); err == nil {
+			h.bwd = gemm.PackTF32(w.Dim(0), w.Dim(1), v)
+		} else {
+			h.bwd = gemm.PackT(w.Dim(0), w.Dim(1), elemOf(w))
+		}
 	}
 	return h.bwd
 }
@@ -257,7 +265,7 @@ func linearBackwardGEMM(m, n, k int, hp *hostPacked, w *Tensor, x, dy, dx, dw, d
 				dyT[j*m+i] = v
 			}
 		}
-		xT := gemm.Pack(k, m, func(i int) float32 { return x[(i%m)*k+i/m] })
+		xT := gemm.PackTF32(m, k, x)
 		gemm.Mul(n, dyT, m, xT, dw, k, acc)
 	}
 	if db != nil {

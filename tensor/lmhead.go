@@ -3,6 +3,7 @@ package tensor
 import (
 	"math"
 
+	"github.com/mtrl-go/mtrl/internal/gemm"
 	"github.com/mtrl-go/mtrl/internal/nnref"
 )
 
@@ -37,9 +38,65 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	}
 	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
 	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
-		nnref.LMHead(n, d, v, hostF32(h[2]), hostF32(h[3]), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		nnref.LMHead(n, v, lmKernels(in.Weight, d, hostF32(h[2]), h[3], false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
+}
+
+// lmProducts returns the LM head's products: through the packed GEMM when the weight has the
+// CPU layout and a vector implementation is selected (with Wᵀ and the hidden states packed for
+// a backward), else the reference's.
+func lmKernels(w *PackedWeight, d int, hidden []float32, weight *Tensor, backward bool) nnref.LMKernels[float32] {
+	hp, ok := gemmOf(w)
+	if !ok {
+		return nnref.RefKernels[float32]{D: d, H: hidden, W: hostF32(weight)}
+	}
+	g := &cpuLMKernels{d: d, h: hidden, fwd: hp.fwd}
+	if backward {
+		g.bwd = hp.transposed(w.w)
+		g.hT = gemm.PackTF32(len(hidden)/d, d, hidden)
+	}
+	return g
+}
+
+// cpuLMKernels are the LM head's tile kernels on the CPU: the products on internal/gemm (logits
+// through W's panels, dh through Wᵀ's, dw through the transposed hidden states'), the fold and
+// the gradient rows on the log-prob family's vector loops (float32 sums per row of a tile, as
+// LogProbEntropy's blocks).
+type cpuLMKernels struct {
+	d            int
+	h            []float32
+	fwd, bwd, hT *gemm.Packed
+}
+
+func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
+	if c0%gemm.Panel == 0 {
+		gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, c0, c1, 0, g.d, z, c1-c0, false)
+		return
+	}
+	// A tile that starts inside a panel (the target logit of the backward): the whole panel.
+	q0 := c0 / gemm.Panel * gemm.Panel
+	q1 := min(q0+gemm.Panel, g.fwd.N)
+	tmp := make([]float32, (hi-lo)*(q1-q0))
+	gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, q0, q1, 0, g.d, tmp, q1-q0, false)
+	for r := range hi - lo {
+		copy(z[r*(c1-c0):(r+1)*(c1-c0)], tmp[r*(q1-q0)+c0-q0:])
+	}
+}
+
+func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
+	gemm.MulRange(hi-lo, dz, c1-c0, g.bwd, 0, g.d, c0, c1, dh[lo*g.d:], g.d, true)
+}
+
+func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
+	rb, vc := hi-lo, c1-c0
+	dzT := make([]float32, vc*rb)
+	for r := range rb {
+		for j, x := range dz[r*vc : (r+1)*vc] {
+			dzT[j*rb+r] = x
+		}
+	}
+	gemm.MulRange(vc, dzT, rb, g.hT, 0, g.d, lo, hi, dw[c0*g.d:], g.d, true)
 }
 
 // checkLMHead validates in and the row tensors rows (float32, Targets' shape; the required ones
@@ -141,7 +198,36 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 		}
 		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
 			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
-		nnref.LMHeadBackward(n, d, v, hostF32(h[2]), hostF32(h[3]), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		hidden := hostF32(h[2])
+		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, hidden, h[3], true), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
 		return nil
 	})
+}
+
+func (g *cpuLMKernels) Fold(z []float32, m float32) (s, t float64) {
+	var acc [4]float32
+	n := 0
+	if k := lpImpls.Active(); k != nil {
+		n = len(z) &^ (k.lanes - 1)
+		bs, bt, _ := k.fold32(z[:n], nil, m, 1)
+		s, t = float64(bs), float64(bt)
+	}
+	foldBlock(&acc, z[n:], m)
+	return s + float64(acc[0]+acc[1]), t + float64(acc[2]+acc[3])
+}
+
+func (g *cpuLMKernels) GradRow(dz, z []float32, y int, lse, gl, ge, ent float64, temp float32) {
+	l, fgl, fge, h, invT := float32(lse), float32(gl), float32(ge), float32(ent), 1/temp
+	n := 0
+	if k := lpImpls.Active(); k != nil {
+		n = len(z) &^ (k.lanes - 1)
+		k.bwd32to32[0](dz[:n], z[:n], 1, l, fgl, fge, h, -invT)
+	}
+	gradBlock(dz[n:], z[n:], l, fgl, fge, h)
+	for j := n; j < len(z); j++ {
+		dz[j] *= invT
+	}
+	if y >= 0 && y < len(z) {
+		dz[y] += fgl * invT
+	}
 }

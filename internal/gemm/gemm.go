@@ -43,17 +43,66 @@ type Packed struct {
 }
 
 // Pack packs w [n, k] (row-major) into panels; at(i) returns element i of w, so float32 and
-// bfloat16 weights share the code.
+// bfloat16 weights share the code. PackF32 is the same for a float32 slice, faster.
 func Pack(n, k int, at func(i int) float32) *Packed {
+	return pack(n, k, func(dst []float32, row, k int) {
+		for pp := range k {
+			dst[pp*Panel] = at(row*k + pp)
+		}
+	})
+}
+
+// PackF32 is Pack of a float32 slice w [n, k].
+func PackF32(n, k int, w []float32) *Packed {
+	return pack(n, k, func(dst []float32, row, k int) {
+		for pp, v := range w[row*k : row*k+k] {
+			dst[pp*Panel] = v
+		}
+	})
+}
+
+// pack lays out the panels; column fills output column j of a panel (dst[pp*Panel] is row pp)
+// from row `row` of the weight.
+func pack(n, k int, column func(dst []float32, row, k int)) *Packed {
 	np := (n + Panel - 1) / Panel
 	p := &Packed{N: n, K: k, panels: make([]float32, np*k*Panel)}
+	if k == 0 {
+		return p
+	}
 	parallel.For(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			dst := p.panels[q*k*Panel : (q+1)*k*Panel]
 			for j := range min(Panel, n-q*Panel) {
-				row := (q*Panel + j) * k
-				for pp := range k {
-					dst[pp*Panel+j] = at(row + pp)
+				column(dst[j:], q*Panel+j, k)
+			}
+		}
+	})
+	return p
+}
+
+// PackT packs the transpose of x [rows, cols] (row-major, element i read by at): the result
+// multiplies as a [cols, rows] weight, so Mul computes a·x. The panels are filled row by row of
+// x, reading 64 contiguous elements at a time.
+func PackT(rows, cols int, at func(i int) float32) *Packed { return packT(rows, cols, at, nil) }
+
+// PackTF32 is PackT of a float32 slice x [rows, cols].
+func PackTF32(rows, cols int, x []float32) *Packed { return packT(rows, cols, nil, x) }
+
+func packT(rows, cols int, at func(i int) float32, x []float32) *Packed {
+	np := (cols + Panel - 1) / Panel
+	p := &Packed{N: cols, K: rows, panels: make([]float32, np*rows*Panel)}
+	parallel.For(np, 1, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			dst := p.panels[q*rows*Panel : (q+1)*rows*Panel]
+			w := min(Panel, cols-q*Panel)
+			for r := range rows {
+				row := dst[r*Panel : r*Panel+w]
+				if x != nil {
+					copy(row, x[r*cols+q*Panel:])
+					continue
+				}
+				for j := range row {
+					row[j] = at(r*cols + q*Panel + j)
 				}
 			}
 		}
@@ -70,39 +119,58 @@ const MBlock = 384
 const PanelGroup = 4
 
 // Mul computes c = a·Wᵀ (c += a·Wᵀ when acc) for a [m, K] with row stride lda and c [m, N]
-// with row stride ldc.
+// with row stride ldc, in parallel over groups of panels.
 func Mul(m int, a []float32, lda int, p *Packed, c []float32, ldc int, acc bool) {
 	if m == 0 || p.N == 0 {
 		return
 	}
-	k := impls.Active()
-	if k == nil {
-		k = &goKernels
-	}
+	k := active()
 	np := (p.N + Panel - 1) / Panel
 	parallel.For(np, PanelGroup, func(q0, q1 int) {
-		var scratch [MR * Panel]float32
-		if p.K == 0 && !acc {
-			for i := range m {
-				clear(c[i*ldc+q0*Panel : i*ldc+min(q1*Panel, p.N)])
-			}
+		k.panels(m, a, lda, p, q0*Panel, min(q1*Panel, p.N), 0, p.K, c[q0*Panel:], ldc, acc)
+	})
+}
+
+// MulRange computes, on the calling goroutine, c (+)= a·W[n0:n1, k0:k1]ᵀ: a is [m, k1−k0] with
+// row stride lda, c is [m, n1−n0] with row stride ldc. n0 must be a multiple of Panel. It is the
+// building block of callers that parallelise themselves (the fused LM head).
+func MulRange(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
+	if m == 0 || n1 <= n0 {
+		return
+	}
+	active().panels(m, a, lda, p, n0, n1, k0, k1, c, ldc, acc)
+}
+
+func active() *kernels {
+	if k := impls.Active(); k != nil {
+		return k
+	}
+	return &goKernels
+}
+
+// panels is MulRange on the calling goroutine, walking M in blocks of MBlock and K in blocks of
+// KBlock so that the panel block stays in L1 and the A block and C tile in L2.
+func (k *kernels) panels(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
+	var scratch [MR * Panel]float32
+	if k1 == k0 && !acc {
+		for i := range m {
+			clear(c[i*ldc : i*ldc+n1-n0])
 		}
-		for i0 := 0; i0 < m; i0 += MBlock {
-			i1 := min(i0+MBlock, m)
-			for k0 := 0; k0 < p.K; k0 += KBlock {
-				kb := min(KBlock, p.K-k0)
-				add := acc || k0 > 0
-				for q := q0; q < q1; q++ {
-					ncols := min(Panel, p.N-q*Panel)
-					panel := p.panels[(q*p.K+k0)*Panel:]
-					for i := i0; i < i1; i += MR {
-						mr := min(MR, i1-i)
-						k.rows(mr, kb, &a[i*lda+k0], lda, panel, c[i*ldc+q*Panel:], ldc, ncols, add, scratch[:])
-					}
+	}
+	for i0 := 0; i0 < m; i0 += MBlock {
+		i1 := min(i0+MBlock, m)
+		for kk := k0; kk < k1; kk += KBlock {
+			kb := min(KBlock, k1-kk)
+			add := acc || kk > k0
+			for q := n0 / Panel; q*Panel < n1; q++ {
+				panel := p.panels[(q*p.K+kk)*Panel:]
+				ncols := min(Panel, n1-q*Panel)
+				for i := i0; i < i1; i += MR {
+					k.rows(min(MR, i1-i), kb, &a[i*lda+kk-k0], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
 				}
 			}
 		}
-	})
+	}
 }
 
 // rows multiplies mr rows of A (kb columns) by the first ncols columns of a panel block into c,

@@ -7,19 +7,82 @@ import (
 )
 
 // The LM head kernels compute logits in tiles of LMRowBlock hidden states by LMVocabChunk
-// vocabulary rows: the only logits that exist at any time (64 KiB of float32 per goroutine).
+// vocabulary rows, the only logits that exist at any time (256 KiB of float32 per goroutine);
+// the weight gradient's pass takes LMWeightRows rows at a time, so that each tile of dw is
+// updated fewer times.
 const (
-	LMRowBlock   = 16
+	LMRowBlock   = 64
 	LMVocabChunk = 1024
+	LMWeightRows = 128
 )
+
+// LMKernels computes the LM head's tiles for hidden states h [n, d] and the head weight w
+// [v, d]: its three matrix products and its two per-row loops over a tile of logits. The
+// reference's are RefKernels; the CPU's go through the packed GEMM and the log-prob family's
+// vector loops. A logit must not depend on the tile it is computed in.
+type LMKernels[F Float] interface {
+	// Logits writes z [hi−lo, c1−c0] = h[lo:hi]·w[c0:c1]ᵀ.
+	Logits(lo, hi, c0, c1 int, z []F)
+	// AddDHidden adds dz [hi−lo, c1−c0] · w[c0:c1] into dh[lo:hi] (dh is [n, d]).
+	AddDHidden(lo, hi, c0, c1 int, dz, dh []F)
+	// AddDWeight adds dzᵀ · h[lo:hi] into dw[c0:c1] (dz is [hi−lo, c1−c0], dw is [v, d]).
+	AddDWeight(lo, hi, c0, c1 int, dz, dw []F)
+	// Fold returns Σ exp(z−m) and Σ exp(z−m)·(z−m) over a row of logits z <= m.
+	Fold(z []F, m F) (s, t float64)
+	// GradRow writes the logits gradient of a row (dz may be z): with p = exp(z − lse),
+	// dz = (gl·(1[j=y] − p) − ge·p·(z − lse + ent)) / temp; y < 0 or past the row means the
+	// target is elsewhere.
+	GradRow(dz, z []F, y int, lse, gl, ge, ent float64, temp F)
+}
+
+// RefKernels are the reference's: each logit is Dot(h_i, w_v), each gradient sum runs in
+// ascending order, exp is float64.
+type RefKernels[F Float] struct {
+	D    int
+	H, W []F
+}
+
+func (r RefKernels[F]) Fold(z []F, m F) (s, t float64) {
+	for _, x := range z {
+		u := float64(x - m)
+		e := math.Exp(u)
+		s += e
+		t += e * u
+	}
+	return s, t
+}
+
+func (r RefKernels[F]) GradRow(dz, z []F, y int, lse, gl, ge, ent float64, temp F) {
+	for j, x := range z {
+		lp := float64(x) - lse
+		p := math.Exp(lp)
+		g := -gl*p - ge*p*(lp+ent)
+		if j == y {
+			g += gl
+		}
+		dz[j] = F(g / float64(temp))
+	}
+}
+
+func (r RefKernels[F]) Logits(lo, hi, c0, c1 int, z []F) {
+	gemmRows(false, true, 0, hi-lo, hi-lo, c1-c0, r.D, r.H[lo*r.D:hi*r.D], r.W[c0*r.D:c1*r.D], false, z[:(hi-lo)*(c1-c0)])
+}
+
+func (r RefKernels[F]) AddDHidden(lo, hi, c0, c1 int, dz, dh []F) {
+	gemmRows(false, false, 0, hi-lo, hi-lo, r.D, c1-c0, dz[:(hi-lo)*(c1-c0)], r.W[c0*r.D:c1*r.D], true, dh[lo*r.D:hi*r.D])
+}
+
+func (r RefKernels[F]) AddDWeight(lo, hi, c0, c1 int, dz, dw []F) {
+	gemmRows(true, false, 0, c1-c0, c1-c0, r.D, hi-lo, dz[:(hi-lo)*(c1-c0)], r.H[lo*r.D:hi*r.D], true, dw[c0*r.D:c1*r.D])
+}
 
 // LMHead writes, for each of the n hidden states h [n, d], the log-probability of its target
 // and the entropy of softmax(h·wᵀ / temp) over the vocabulary rows of w [v, d], without building
 // the [n, v] logits: each tile of logits is folded into a running max m, s = Σ exp(z − m) and
 // t = Σ exp(z − m)(z − m) (float64), rescaled when the max grows; then logsumexp = m + log s,
 // logp = z_y − logsumexp (clamped at −MaxFloat32 as tensor.LogProbEntropy does) and the
-// entropy is log s − t/s. A logit is Dot(h_i, w_v) / temp, bit for bit.
-func LMHead[F Float](n, d, v int, h, w []F, targets []int32, temp F, logp, ent []F) {
+// entropy is log s − t/s. A logit is h_i·w_v (from prod) divided by temp.
+func LMHead[F Float](n, v int, prod LMKernels[F], targets []int32, temp F, logp, ent []F) {
 	parallel.For(n, LMRowBlock, func(lo, hi int) {
 		rb := hi - lo
 		z := make([]F, rb*LMVocabChunk)
@@ -31,7 +94,7 @@ func LMHead[F Float](n, d, v int, h, w []F, targets []int32, temp F, logp, ent [
 		}
 		for c0 := 0; c0 < v; c0 += LMVocabChunk {
 			vc := min(v-c0, LMVocabChunk)
-			lmLogits(lo, hi, c0, vc, d, h, w, temp, z)
+			lmLogits(prod, lo, hi, c0, vc, temp, z)
 			for r := range rb {
 				zr := z[r*vc : (r+1)*vc]
 				if y := int(targets[lo+r]) - c0; y >= 0 && y < vc {
@@ -52,12 +115,9 @@ func LMHead[F Float](n, d, v int, h, w []F, targets []int32, temp F, logp, ent [
 				if math.IsInf(float64(m[r]), -1) {
 					continue
 				}
-				for _, x := range zr {
-					u := float64(x - m[r])
-					e := math.Exp(u)
-					s[r] += e
-					t[r] += e * u
-				}
+				bs, bt := prod.Fold(zr, m[r])
+				s[r] += bs
+				t[r] += bt
 			}
 		}
 		for r := range rb {
@@ -70,10 +130,9 @@ func LMHead[F Float](n, d, v int, h, w []F, targets []int32, temp F, logp, ent [
 
 // lmLogits writes the logits of hidden rows [lo, hi) and vocabulary rows [c0, c0+vc) into
 // z [hi−lo, vc], divided by temp.
-func lmLogits[F Float](lo, hi, c0, vc, d int, h, w []F, temp F, z []F) {
-	rb := hi - lo
-	gemmRows(false, true, 0, rb, rb, vc, d, h[lo*d:hi*d], w[c0*d:(c0+vc)*d], false, z[:rb*vc])
-	for j := range z[:rb*vc] {
+func lmLogits[F Float](prod LMKernels[F], lo, hi, c0, vc int, temp F, z []F) {
+	prod.Logits(lo, hi, c0, c0+vc, z)
+	for j := range z[:(hi-lo)*vc] {
 		z[j] /= temp
 	}
 }
@@ -90,25 +149,16 @@ type LMHeadGrad[F Float] struct {
 // lmGradTile writes into z the gradient with respect to the logits of hidden rows [lo, hi) and
 // vocabulary rows [c0, c0+vc): with p = exp(z − lse) and lse = z_y − logp,
 // dz = dlogp·(1[v=y] − p) − dent·p·(log p + H), and dlogits = dz / temp.
-func lmGradTile[F Float](lo, hi, c0, vc, d int, h, w []F, g LMHeadGrad[F], lse []float64, z []F) {
-	lmLogits(lo, hi, c0, vc, d, h, w, g.Temp, z)
+func lmGradTile[F Float](prod LMKernels[F], lo, hi, c0, vc int, g LMHeadGrad[F], lse []float64, z []F) {
+	lmLogits(prod, lo, hi, c0, vc, g.Temp, z)
 	for r := range hi - lo {
 		i := lo + r
-		y := int(g.Targets[i]) - c0
-		gl, ge, ent := float64(g.DLogP[i]), 0.0, float64(g.Ent[i])
+		ge := 0.0
 		if g.DEnt != nil {
 			ge = float64(g.DEnt[i])
 		}
 		zr := z[r*vc : (r+1)*vc]
-		for j, x := range zr {
-			lp := float64(x) - lse[i]
-			p := math.Exp(lp)
-			dz := -gl*p - ge*p*(lp+ent)
-			if j == y {
-				dz += gl
-			}
-			zr[j] = F(dz / float64(g.Temp))
-		}
+		prod.GradRow(zr, zr, int(g.Targets[i])-c0, lse[i], float64(g.DLogP[i]), ge, float64(g.Ent[i]), g.Temp)
 	}
 }
 
@@ -116,32 +166,37 @@ func lmGradTile[F Float](lo, hi, c0, vc, d int, h, w []F, g LMHeadGrad[F], lse [
 // acc) for LMHead, recomputing the logits tile by tile. dh is computed in parallel over row
 // blocks and dw in parallel over vocabulary chunks, each summing in a fixed order, so the
 // logits are computed twice (four GEMM-sized passes in all instead of three) in exchange for no
-// floating-point atomics and no per-goroutine copies of dw.
-func LMHeadBackward[F Float](n, d, v int, h, w []F, g LMHeadGrad[F], dh, dw []F, acc bool) {
+// floating-point atomics and no per-goroutine copies of dw. lse = z_y − logp takes z_y from a
+// one-logit tile.
+func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh, dw []F, acc bool) {
 	lse := make([]float64, n)
-	for i := range n {
-		zy := Dot(h[i*d:(i+1)*d], w[int(g.Targets[i])*d:][:d]) / g.Temp
-		lse[i] = float64(zy) - float64(g.LogP[i])
-	}
+	parallel.For(n, LMRowBlock, func(lo, hi int) {
+		var zy [1]F
+		for i := lo; i < hi; i++ {
+			y := int(g.Targets[i])
+			lmLogits(prod, i, i+1, y, 1, g.Temp, zy[:])
+			lse[i] = float64(zy[0]) - float64(g.LogP[i])
+		}
+	})
 	parallel.For(n, LMRowBlock, func(lo, hi int) {
 		z := make([]F, (hi-lo)*LMVocabChunk)
 		clear(dh[lo*d : hi*d])
 		for c0 := 0; c0 < v; c0 += LMVocabChunk {
 			vc := min(v-c0, LMVocabChunk)
-			lmGradTile(lo, hi, c0, vc, d, h, w, g, lse, z)
-			gemmRows(false, false, 0, hi-lo, hi-lo, d, vc, z[:(hi-lo)*vc], w[c0*d:(c0+vc)*d], true, dh[lo*d:hi*d])
+			lmGradTile(prod, lo, hi, c0, vc, g, lse, z)
+			prod.AddDHidden(lo, hi, c0, c0+vc, z, dh)
 		}
 	})
 	parallel.For(v, LMVocabChunk, func(c0, c1 int) {
 		vc := c1 - c0
-		z := make([]F, LMRowBlock*vc)
+		z := make([]F, LMWeightRows*vc)
 		if !acc {
 			clear(dw[c0*d : c1*d])
 		}
-		for lo := 0; lo < n; lo += LMRowBlock {
-			hi := min(lo+LMRowBlock, n)
-			lmGradTile(lo, hi, c0, vc, d, h, w, g, lse, z)
-			gemmRows(true, false, 0, vc, vc, d, hi-lo, z[:(hi-lo)*vc], h[lo*d:hi*d], true, dw[c0*d:c1*d])
+		for lo := 0; lo < n; lo += LMWeightRows {
+			hi := min(lo+LMWeightRows, n)
+			lmGradTile(prod, lo, hi, c0, vc, g, lse, z)
+			prod.AddDWeight(lo, hi, c0, c1, z, dw)
 		}
 	})
 }

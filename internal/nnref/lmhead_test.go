@@ -8,7 +8,7 @@ import (
 
 func TestLMHead(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 20))
-	n, d, v := 19, 5, 2*LMVocabChunk+37 // a partial row block and a partial vocabulary chunk
+	n, d, v := LMRowBlock+19, 5, 2*LMVocabChunk+37 // partial row blocks and a partial vocabulary chunk
 	h, w := randn(r, n*d, 1), randn(r, v*d, 1)
 	targets := make([]int32, n)
 	for i := range targets {
@@ -16,7 +16,7 @@ func TestLMHead(t *testing.T) {
 	}
 	const temp = 0.8
 	logp, ent := make([]float64, n), make([]float64, n)
-	LMHead(n, d, v, h, w, targets, temp, logp, ent)
+	LMHead(n, v, RefKernels[float64]{D: d, H: h, W: w}, targets, temp, logp, ent)
 	for i := range n { // against the materialised logits row
 		z := make([]float64, v)
 		m := math.Inf(-1)
@@ -43,9 +43,9 @@ func TestLMHead(t *testing.T) {
 	gl, ge := randn(r, n, 1), randn(r, n, 1)
 	g := LMHeadGrad[float64]{Targets: targets, LogP: logp, Ent: ent, DLogP: gl, DEnt: ge, Temp: temp}
 	dh, dw := make([]float64, n*d), make([]float64, v*d)
-	LMHeadBackward(n, d, v, h, w, g, dh, dw, false)
+	LMHeadBackward(n, d, v, RefKernels[float64]{D: d, H: h, W: w}, g, dh, dw, false)
 	loss := func() float64 {
-		LMHead(n, d, v, h, w, targets, temp, logp, ent)
+		LMHead(n, v, RefKernels[float64]{D: d, H: h, W: w}, targets, temp, logp, ent)
 		return dotLoss(gl, logp) + dotLoss(ge, ent)
 	}
 	fdStep(t, "dh", h, loss, dh, 1e-5)

@@ -4,7 +4,8 @@ import "github.com/mtrl-go/mtrl/internal/parallel"
 
 // Gemm computes c = op(a)·op(b), or c += op(a)·op(b) when acc, on row-major slices: op(a) is
 // [m,k] (a is stored [k,m] when ta), op(b) is [k,n] (b is stored [n,k] when tb), c is [m,n].
-// Each element is one sum over k in ascending order in F, added to c after the sum.
+// Each element is one sum over k in ascending order in F (whatever the loop order, the same
+// bits), added to c after the sum.
 func Gemm[F Float](ta, tb bool, m, n, k int, a, b []F, acc bool, c []F) {
 	parallel.For(m, parallel.Grain(n*max(k, 1), 1<<15), func(lo, hi int) {
 		gemmRows(ta, tb, lo, hi, m, n, k, a, b, acc, c)
@@ -15,20 +16,26 @@ func Gemm[F Float](ta, tb bool, m, n, k int, a, b []F, acc bool, c []F) {
 func gemmRows[F Float](ta, tb bool, lo, hi, m, n, k int, a, b []F, acc bool, c []F) {
 	row := make([]F, n)
 	for i := lo; i < hi; i++ {
-		clear(row)
-		for p := 0; p < k; p++ {
-			aip := a[i*k+p]
-			if ta {
-				aip = a[p*m+i]
+		if tb && !ta { // rows of a and b are both contiguous: one dot product per element
+			for j := range row {
+				row[j] = Dot(a[i*k:i*k+k], b[j*k:j*k+k])
 			}
-			if tb {
-				for j := range row {
-					row[j] += F(aip * b[j*k+p])
+		} else {
+			clear(row)
+			for p := 0; p < k; p++ {
+				aip := a[i*k+p]
+				if ta {
+					aip = a[p*m+i]
 				}
-				continue
-			}
-			for j, bv := range b[p*n : p*n+n] {
-				row[j] += F(aip * bv)
+				if tb {
+					for j := range row {
+						row[j] += F(aip * b[j*k+p])
+					}
+					continue
+				}
+				for j, bv := range b[p*n : p*n+n] {
+					row[j] += F(aip * bv)
+				}
 			}
 		}
 		ci := c[i*n : i*n+n]
