@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"sync"
 
 	"github.com/mtrl-go/mtrl/internal/gemm"
 	"github.com/mtrl-go/mtrl/internal/nnref"
@@ -67,6 +68,18 @@ type cpuLMKernels struct {
 	d            int
 	h            []float32
 	fwd, bwd, hT *gemm.Packed
+	scratch      sync.Pool // *[]float32: transposed gradient tiles and partial panels
+}
+
+// buffer returns a scratch slice of n float32 from the pool; put it back with g.scratch.Put.
+func (g *cpuLMKernels) buffer(n int) *[]float32 {
+	b, _ := g.scratch.Get().(*[]float32)
+	if b == nil || cap(*b) < n {
+		s := make([]float32, n)
+		b = &s
+	}
+	*b = (*b)[:n]
+	return b
 }
 
 func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
@@ -77,7 +90,9 @@ func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
 	// A tile that starts inside a panel (the target logit of the backward): the whole panel.
 	q0 := c0 / gemm.Panel * gemm.Panel
 	q1 := min(q0+gemm.Panel, g.fwd.N)
-	tmp := make([]float32, (hi-lo)*(q1-q0))
+	buf := g.buffer((hi - lo) * (q1 - q0))
+	defer g.scratch.Put(buf)
+	tmp := *buf
 	gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, q0, q1, 0, g.d, tmp, q1-q0, false)
 	for r := range hi - lo {
 		copy(z[r*(c1-c0):(r+1)*(c1-c0)], tmp[r*(q1-q0)+c0-q0:])
@@ -90,7 +105,9 @@ func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
 
 func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
 	rb, vc := hi-lo, c1-c0
-	dzT := make([]float32, vc*rb)
+	buf := g.buffer(vc * rb)
+	defer g.scratch.Put(buf)
+	dzT := *buf
 	for r := range rb {
 		for j, x := range dz[r*vc : (r+1)*vc] {
 			dzT[j*rb+r] = x
