@@ -78,54 +78,74 @@ func (r RefKernels[F]) AddDWeight(lo, hi, c0, c1 int, dz, dw []F) {
 
 // LMHead writes, for each of the n hidden states h [n, d], the log-probability of its target
 // and the entropy of softmax(h·wᵀ / temp) over the vocabulary rows of w [v, d], without building
-// the [n, v] logits: each tile of logits is folded into a running max m, s = Σ exp(z − m) and
-// t = Σ exp(z − m)(z − m) (float64), rescaled when the max grows; then logsumexp = m + log s,
-// logp = z_y − logsumexp (clamped at −MaxFloat32 as tensor.LogProbEntropy does) and the
-// entropy is log s − t/s. A logit is h_i·w_v (from prod) divided by temp.
+// the [n, v] logits. It runs in parallel over vocabulary chunks, so each chunk of w is read
+// once: every tile of logits (LMRowBlock rows of the chunk) is reduced to its row maxima m and
+// the sums s = Σ exp(z − m) and t = Σ exp(z − m)(z − m) (float64), and the chunks' partial sums
+// are then merged per row in chunk order, rescaled to the running maximum. Finally
+// logsumexp = m + log s, logp = z_y − logsumexp (clamped at −MaxFloat32 as
+// tensor.LogProbEntropy does) and the entropy is log s − t/s. A logit is h_i·w_v (from prod)
+// divided by temp.
 func LMHead[F Float](n, v int, prod LMKernels[F], targets []int32, temp F, logp, ent []F) {
-	parallel.For(n, LMRowBlock, func(lo, hi int) {
-		rb := hi - lo
-		z := make([]F, rb*LMVocabChunk)
-		m := make([]F, rb)
-		s, t := make([]float64, rb), make([]float64, rb)
-		zy := make([]F, rb)
-		for r := range m {
-			m[r] = F(math.Inf(-1))
-		}
-		for c0 := 0; c0 < v; c0 += LMVocabChunk {
+	type partial struct {
+		m    F
+		s, t float64
+	}
+	nc := (v + LMVocabChunk - 1) / LMVocabChunk
+	parts := make([]partial, nc*n)
+	zy := make([]F, n)
+	parallel.For(nc, 1, func(clo, chi int) {
+		z := make([]F, LMRowBlock*LMVocabChunk)
+		for c := clo; c < chi; c++ {
+			c0 := c * LMVocabChunk
 			vc := min(v-c0, LMVocabChunk)
-			lmLogits(prod, lo, hi, c0, vc, temp, z)
-			for r := range rb {
-				zr := z[r*vc : (r+1)*vc]
-				if y := int(targets[lo+r]) - c0; y >= 0 && y < vc {
-					zy[r] = zr[y]
-				}
-				bm := F(math.Inf(-1))
-				for _, x := range zr {
-					bm = max(bm, x)
-				}
-				if bm > m[r] {
-					if s[r] > 0 {
-						c := math.Exp(float64(m[r] - bm))
-						t[r] = c * (t[r] + s[r]*float64(m[r]-bm))
-						s[r] *= c
+			for lo := 0; lo < n; lo += LMRowBlock {
+				hi := min(lo+LMRowBlock, n)
+				lmLogits(prod, lo, hi, c0, vc, temp, z)
+				for r := range hi - lo {
+					zr := z[r*vc : (r+1)*vc]
+					if y := int(targets[lo+r]) - c0; y >= 0 && y < vc {
+						zy[lo+r] = zr[y] // one chunk holds the target
 					}
-					m[r] = bm
+					p := partial{m: F(math.Inf(-1))}
+					for _, x := range zr {
+						p.m = max(p.m, x)
+					}
+					if !math.IsInf(float64(p.m), -1) {
+						p.s, p.t = prod.Fold(zr, p.m)
+					}
+					parts[c*n+lo+r] = p
 				}
-				if math.IsInf(float64(m[r]), -1) {
-					continue
-				}
-				bs, bt := prod.Fold(zr, m[r])
-				s[r] += bs
-				t[r] += bt
 			}
 		}
-		for r := range rb {
-			lse := float64(m[r]) + math.Log(s[r])
-			logp[lo+r] = F(math.Max(float64(zy[r])-lse, -math.MaxFloat32))
-			ent[lo+r] = F(math.Log(s[r]) - t[r]/s[r])
+	})
+	parallel.For(n, LMRowBlock, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			m, s, t := F(math.Inf(-1)), 0.0, 0.0
+			for c := range nc {
+				p := parts[c*n+i]
+				if math.IsInf(float64(p.m), -1) { // every logit of the chunk is −Inf
+					continue
+				}
+				nm := max(m, p.m)
+				s1, t1 := rebase(s, t, m, nm)
+				s2, t2 := rebase(p.s, p.t, p.m, nm)
+				m, s, t = nm, s1+s2, t1+t2
+			}
+			lse := float64(m) + math.Log(s)
+			logp[i] = F(math.Max(float64(zy[i])-lse, -math.MaxFloat32))
+			ent[i] = F(math.Log(s) - t/s)
 		}
 	})
+}
+
+// rebase returns the sums s = Σ exp(z − m) and t = Σ exp(z − m)(z − m) of a partial with
+// maximum m relative to a maximum nm >= m.
+func rebase[F Float](s, t float64, m, nm F) (float64, float64) {
+	if s == 0 {
+		return 0, 0
+	}
+	c := math.Exp(float64(m - nm))
+	return c * s, c * (t + s*float64(m-nm))
 }
 
 // lmLogits writes the logits of hidden rows [lo, hi) and vocabulary rows [c0, c0+vc) into
