@@ -27,8 +27,10 @@ type LMHeadKernel interface {
 // LMHeadLogProbs writes what LogProbEntropy would write for logits = Hidden·Weightᵀ — the
 // log-probability of each target and the entropy of softmax(logits/Temperature), float32, shaped
 // like Targets — without ever holding the [N, V] logits: the kernel computes them in tiles of
-// 16 rows by 1024 vocabulary entries and folds each tile into an online softmax (as Liger's
-// fused linear cross-entropy does). Logits are summed in float32, the softmax sums in float64.
+// 256 rows by 256 vocabulary entries, in parallel over the vocabulary, reduces each tile to
+// per-row maxima and sums of exponentials and merges those per row (as Liger's fused linear
+// cross-entropy avoids the logits). Logits are summed in float32; the softmax sums are float64
+// across tiles. Besides its tiles it holds 24 bytes per row and 256 vocabulary entries.
 func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	const op = "tensor.LMHeadLogProbs"
 	if err := checkLMHead(op, in, []*Tensor{logp, entropy}, []string{"logp", "entropy"}); err != nil {

@@ -6,14 +6,18 @@ import (
 	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
-// The LM head kernels compute logits in tiles of LMRowBlock hidden states by LMVocabChunk
-// vocabulary rows, the only logits that exist at any time (256 KiB of float32 per goroutine);
-// the weight gradient's pass takes LMWeightRows rows at a time, so that each tile of dw is
-// updated fewer times.
+// Tile sizes of the LM head kernels: the only logits that exist at any time are one tile per
+// goroutine (256 KiB of float32). The forward takes LMForwardRows hidden states by
+// LMForwardChunk vocabulary rows (a 896-wide chunk of the weight, 900 KiB, stays in L2 while
+// every row block passes over it); the backward's dh pass takes LMRowBlock rows by LMVocabChunk
+// vocabulary rows, its dw pass LMWeightRows rows at a time, so that each tile of dw is updated
+// fewer times.
 const (
-	LMRowBlock   = 64
-	LMVocabChunk = 1024
-	LMWeightRows = 128
+	LMForwardRows  = 256
+	LMForwardChunk = 256
+	LMRowBlock     = 64
+	LMVocabChunk   = 1024
+	LMWeightRows   = 128
 )
 
 // LMKernels computes the LM head's tiles for hidden states h [n, d] and the head weight w
@@ -79,7 +83,7 @@ func (r RefKernels[F]) AddDWeight(lo, hi, c0, c1 int, dz, dw []F) {
 // LMHead writes, for each of the n hidden states h [n, d], the log-probability of its target
 // and the entropy of softmax(h·wᵀ / temp) over the vocabulary rows of w [v, d], without building
 // the [n, v] logits. It runs in parallel over vocabulary chunks, so each chunk of w is read
-// once: every tile of logits (LMRowBlock rows of the chunk) is reduced to its row maxima m and
+// once: every tile of logits (LMForwardRows rows of the chunk) is reduced to its row maxima m and
 // the sums s = Σ exp(z − m) and t = Σ exp(z − m)(z − m) (float64), and the chunks' partial sums
 // are then merged per row in chunk order, rescaled to the running maximum. Finally
 // logsumexp = m + log s, logp = z_y − logsumexp (clamped at −MaxFloat32 as
@@ -90,16 +94,16 @@ func LMHead[F Float](n, v int, prod LMKernels[F], targets []int32, temp F, logp,
 		m    F
 		s, t float64
 	}
-	nc := (v + LMVocabChunk - 1) / LMVocabChunk
+	nc := (v + LMForwardChunk - 1) / LMForwardChunk
 	parts := make([]partial, nc*n)
 	zy := make([]F, n)
-	parallel.For(nc, 1, func(clo, chi int) {
-		z := make([]F, LMRowBlock*LMVocabChunk)
+	parallel.For(nc, max(1, nc/32), func(clo, chi int) {
+		z := make([]F, LMForwardRows*LMForwardChunk)
 		for c := clo; c < chi; c++ {
-			c0 := c * LMVocabChunk
-			vc := min(v-c0, LMVocabChunk)
-			for lo := 0; lo < n; lo += LMRowBlock {
-				hi := min(lo+LMRowBlock, n)
+			c0 := c * LMForwardChunk
+			vc := min(v-c0, LMForwardChunk)
+			for lo := 0; lo < n; lo += LMForwardRows {
+				hi := min(lo+LMForwardRows, n)
 				lmLogits(prod, lo, hi, c0, vc, temp, z)
 				for r := range hi - lo {
 					zr := z[r*vc : (r+1)*vc]

@@ -48,7 +48,9 @@ func TestLMHead(t *testing.T) {
 		LMHead(n, v, RefKernels[float64]{D: d, H: h, W: w}, targets, temp, logp, ent)
 		return dotLoss(gl, logp) + dotLoss(ge, ent)
 	}
-	fdStep(t, "dh", h, loss, dh, 1e-5)
+	for _, row := range []int{0, 1, LMRowBlock - 1, LMRowBlock, n - 1} { // each row block, both ends
+		fdStep(t, "dh", h[row*d:(row+1)*d], loss, dh[row*d:(row+1)*d], 1e-5)
+	}
 	// Perturb a sample of the vocabulary rows only (the full set is slow): the target rows and a
 	// few others, compared through a restricted loss.
 	rowsToCheck := []int{int(targets[0]), int(targets[1]), 0, LMVocabChunk, v - 1}
