@@ -223,16 +223,26 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 	})
 }
 
-func (g *cpuLMKernels) Fold(z []float32, m float32) (s, t float64) {
-	var acc [4]float32
+func (g *cpuLMKernels) Fold(z []float32) (m float32, s, t float64) {
+	k := lpImpls.Active()
 	n := 0
-	if k := lpImpls.Active(); k != nil {
+	if k != nil {
 		n = len(z) &^ (k.lanes - 1)
+		m = k.max32(z[:n])
+	} else {
+		m = float32(math.Inf(-1))
+	}
+	m = max(m, blockMax(z[n:]))
+	if math.IsInf(float64(m), -1) {
+		return m, 0, 0
+	}
+	if k != nil {
 		bs, bt, _ := k.fold32(z[:n], nil, m, 1)
 		s, t = float64(bs), float64(bt)
 	}
+	var acc [4]float32
 	foldBlock(&acc, z[n:], m)
-	return s + float64(acc[0]+acc[1]), t + float64(acc[2]+acc[3])
+	return m, s + float64(acc[0]+acc[1]), t + float64(acc[2]+acc[3])
 }
 
 func (g *cpuLMKernels) GradRow(dz, z []float32, y int, lse, gl, ge, ent float64, temp float32) {

@@ -31,8 +31,9 @@ type LMKernels[F Float] interface {
 	AddDHidden(lo, hi, c0, c1 int, dz, dh []F)
 	// AddDWeight adds dzᵀ · h[lo:hi] into dw[c0:c1] (dz is [hi−lo, c1−c0], dw is [v, d]).
 	AddDWeight(lo, hi, c0, c1 int, dz, dw []F)
-	// Fold returns Σ exp(z−m) and Σ exp(z−m)·(z−m) over a row of logits z <= m.
-	Fold(z []F, m F) (s, t float64)
+	// Fold returns the maximum m of a row of logits (−Inf when all are −Inf, and then s = t =
+	// 0), s = Σ exp(z−m) and t = Σ exp(z−m)·(z−m).
+	Fold(z []F) (m F, s, t float64)
 	// GradRow writes the logits gradient of a row (dz may be z): with p = exp(z − lse),
 	// dz = (gl·(1[j=y] − p) − ge·p·(z − lse + ent)) / temp; y < 0 or past the row means the
 	// target is elsewhere.
@@ -46,14 +47,21 @@ type RefKernels[F Float] struct {
 	H, W []F
 }
 
-func (r RefKernels[F]) Fold(z []F, m F) (s, t float64) {
+func (r RefKernels[F]) Fold(z []F) (m F, s, t float64) {
+	m = F(math.Inf(-1))
+	for _, x := range z {
+		m = max(m, x)
+	}
+	if math.IsInf(float64(m), -1) {
+		return m, 0, 0
+	}
 	for _, x := range z {
 		u := float64(x - m)
 		e := math.Exp(u)
 		s += e
 		t += e * u
 	}
-	return s, t
+	return m, s, t
 }
 
 func (r RefKernels[F]) GradRow(dz, z []F, y int, lse, gl, ge, ent float64, temp F) {
@@ -110,13 +118,8 @@ func LMHead[F Float](n, v int, prod LMKernels[F], targets []int32, temp F, logp,
 					if y := int(targets[lo+r]) - c0; y >= 0 && y < vc {
 						zy[lo+r] = zr[y] // one chunk holds the target
 					}
-					p := partial{m: F(math.Inf(-1))}
-					for _, x := range zr {
-						p.m = max(p.m, x)
-					}
-					if !math.IsInf(float64(p.m), -1) {
-						p.s, p.t = prod.Fold(zr, p.m)
-					}
+					var p partial
+					p.m, p.s, p.t = prod.Fold(zr)
 					parts[c*n+lo+r] = p
 				}
 			}
@@ -156,6 +159,9 @@ func rebase[F Float](s, t float64, m, nm F) (float64, float64) {
 // z [hi−lo, vc], divided by temp.
 func lmLogits[F Float](prod LMKernels[F], lo, hi, c0, vc int, temp F, z []F) {
 	prod.Logits(lo, hi, c0, c0+vc, z)
+	if temp == 1 {
+		return
+	}
 	for j := range z[:(hi-lo)*vc] {
 		z[j] /= temp
 	}
