@@ -7,11 +7,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/internal/cputime"
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 )
 
 // BenchmarkFMAPeak measures the FMA peak of all cores (GOMAXPROCS goroutines of register-only
-// FMAs), the ceiling BenchmarkMul's GFLOP/s are a fraction of.
+// FMAs), the ceiling BenchmarkMul's GFLOP/s are a fraction of; its GFLOP/cpu-s is the peak of
+// one core.
 func BenchmarkFMAPeak(b *testing.B) {
 	for _, c := range []struct {
 		name  string
@@ -25,6 +27,7 @@ func BenchmarkFMAPeak(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			const rounds = 1 << 22
 			p := runtime.GOMAXPROCS(0)
+			cpu0, _ := cputime.Process()
 			for b.Loop() {
 				var wg sync.WaitGroup
 				for range p {
@@ -32,6 +35,7 @@ func BenchmarkFMAPeak(b *testing.B) {
 				}
 				wg.Wait()
 			}
+			reportCPU(b, cpu0, c.flops*rounds*float64(p)*float64(b.N))
 			b.ReportMetric(c.flops*rounds*float64(p)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
 		})
 	}
