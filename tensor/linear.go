@@ -43,6 +43,9 @@ func PackWeight(w *Tensor) (*PackedWeight, error) {
 
 // Repack rebuilds the backend's layout from the weight tensor after it changed.
 func (p *PackedWeight) Repack() error {
+	if p == nil || p.w == nil {
+		return Errorf(ErrShape, "tensor.PackedWeight.Repack", "p", "is nil or has no weight (make it with PackWeight)")
+	}
 	if k, ok := KernelOf[LinearKernel](p.w.Backend()); ok {
 		packed, err := k.PackWeight(p.w)
 		if err != nil {
@@ -103,11 +106,22 @@ func gemmOf(w *PackedWeight) (*hostPacked, bool) {
 	return h, ok && gemm.SIMD()
 }
 
-// Weight returns the weight tensor [N, K].
-func (p *PackedWeight) Weight() *Tensor { return p.w }
+// Weight returns the weight tensor [N, K] (nil for a nil PackedWeight).
+func (p *PackedWeight) Weight() *Tensor {
+	if p == nil {
+		return nil
+	}
+	return p.w
+}
 
-// Packed returns the backend's layout (nil when the backend has no LinearKernel).
-func (p *PackedWeight) Packed() any { return p.packed }
+// Packed returns the backend's layout (nil when the backend has no LinearKernel, or for a nil
+// PackedWeight).
+func (p *PackedWeight) Packed() any {
+	if p == nil {
+		return nil
+	}
+	return p.packed
+}
 
 // Linear computes y = x·Wᵀ for x [..., K] and y [..., N] (float32); x and W are float32 or
 // bfloat16, summed in float32.

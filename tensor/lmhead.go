@@ -121,8 +121,8 @@ func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
 // checkLMHead validates in and the row tensors rows (float32, Targets' shape; the required ones
 // first: all of them unless nil is allowed by the caller's own check).
 func checkLMHead(op string, in LMHeadInputs, rows []*Tensor, names []string) error {
-	if in.Weight == nil {
-		return Errorf(ErrShape, op, "Weight", "is nil")
+	if in.Weight == nil || in.Weight.w == nil {
+		return Errorf(ErrShape, op, "Weight", "is nil (make it with PackWeight)")
 	}
 	if err := checkNonNil(op, []string{"Hidden", "Targets"}, in.Hidden, in.Targets); err != nil {
 		return err
