@@ -26,6 +26,11 @@
 //   - TopPMask, TopPCount: per-row top-p selection with k = ceil(float32(n)*float32(p)) and
 //     stable ties (lower index wins).
 //   - ResponseMask: 1 up to and including the first end-of-sequence token.
+//   - The transformer ops, forward and backward (docs/ops.md): MatMul, PackWeight and Linear,
+//     RMSNorm, LayerNorm, RoPE (with Qwen2-VL's multimodal sections), Attention (flash-style,
+//     grouped-query, packed variable-length sequences, KV-cache decode), Activate and SwiGLU,
+//     Embedding, AdamWStep, ClipGradNorm and the fused LM head LMHeadLogProbs. Package nntest
+//     is their conformance suite.
 //
 // Shapes in docs use [B, T, V]: sequences, response tokens, vocabulary. Masks are float32 0/1
 // tensors with the values' shape; token ids are int32.

@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/hostile"
@@ -14,7 +15,7 @@ import (
 // as with any encoding.TextUnmarshaler.
 func tensorFuncs() map[string]any {
 	cpu := tensor.CPU()
-	return map[string]any{
+	funcs := map[string]any{
 		"BF16.Float32":           tensor.BF16.Float32,
 		"BF16FromFloat32":        tensor.BF16FromFloat32,
 		"CPU":                    tensor.CPU,
@@ -90,6 +91,48 @@ func tensorFuncs() map[string]any {
 		"TopPCount":              tensor.TopPCount,
 		"TopPMask":               tensor.TopPMask,
 	}
+	// The transformer op families (issue 21).
+	for name, f := range map[string]any{
+		"Activate":                 tensor.Activate,
+		"ActivateBackward":         tensor.ActivateBackward,
+		"Activation.MarshalText":   tensor.Activation.MarshalText,
+		"Activation.String":        tensor.Activation.String,
+		"Activation.UnmarshalText": func(b []byte) error { var a tensor.Activation; return a.UnmarshalText(b) },
+		"AdamWStep":                tensor.AdamWStep,
+		"Attention":                tensor.Attention,
+		"AttentionBackward":        tensor.AttentionBackward,
+		"AttentionDecode":          tensor.AttentionDecode,
+		"AttentionLSE":             tensor.AttentionLSE,
+		"ClipGradNorm":             tensor.ClipGradNorm,
+		"DefaultAdamWConfig":       tensor.DefaultAdamWConfig,
+		"DefaultAttentionConfig":   tensor.DefaultAttentionConfig,
+		"Embedding":                tensor.Embedding,
+		"EmbeddingBackward":        tensor.EmbeddingBackward,
+		"GradNorm":                 tensor.GradNorm,
+		"KVCacheWrite":             tensor.KVCacheWrite,
+		"LMHeadBackward":           tensor.LMHeadBackward,
+		"LMHeadLogProbs":           tensor.LMHeadLogProbs,
+		"LayerNorm":                tensor.LayerNorm,
+		"LayerNormBackward":        tensor.LayerNormBackward,
+		"Linear":                   tensor.Linear,
+		"LinearBackward":           tensor.LinearBackward,
+		"LinearBias":               tensor.LinearBias,
+		"MatMul":                   tensor.MatMul,
+		"PackWeight":               tensor.PackWeight,
+		"PackedWeight.Packed":      (*tensor.PackedWeight).Packed,
+		"PackedWeight.Repack":      (*tensor.PackedWeight).Repack,
+		"PackedWeight.Weight":      (*tensor.PackedWeight).Weight,
+		"ParseActivation":          tensor.ParseActivation,
+		"RMSNorm":                  tensor.RMSNorm,
+		"RMSNormBackward":          tensor.RMSNormBackward,
+		"RoPE":                     tensor.RoPE,
+		"RoPEBackward":             tensor.RoPEBackward,
+		"SwiGLU":                   tensor.SwiGLU,
+		"SwiGLUBackward":           tensor.SwiGLUBackward,
+	} {
+		funcs[name] = f
+	}
+	return funcs
 }
 
 // tensorValues are the plausible arguments tried first: backends, dtypes, storages, logits
@@ -114,7 +157,150 @@ func tensorValues() *hostile.Values {
 		return nil
 	})
 	v.Add([]string{"a", "b", "c"}, []byte("bfloat16"), tensor.ErrShape)
+	addOpValues(v)
 	return v
+}
+
+// The transformer op families' arguments: one consistent small call of each — x [2, 3], a weight
+// [4, 3], attention with 2 query heads over 1 key/value head of dimension 4 in two sequences, a
+// decode batch of one with a cache of 3 — from which the harness varies one argument or field
+// at a time, so that each check behind the others is reached.
+
+func ids(data ...int32) *tensor.Tensor { return hostile.I32(data, len(data)) }
+
+func packed(w *tensor.Tensor) *tensor.PackedWeight {
+	p, err := tensor.PackWeight(w)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func opWeight() *tensor.PackedWeight { return packed(hostile.F32(4, 3)) }
+
+func opLinearGrad() tensor.LinearGrad {
+	return tensor.LinearGrad{X: hostile.F32(2, 3), Weight: opWeight(), DY: hostile.F32(2, 4)}
+}
+
+func opLinearGradOut() tensor.LinearGradOut {
+	return tensor.LinearGradOut{DX: hostile.F32(2, 3), DWeight: hostile.F32(4, 3), DBias: hostile.F32(4)}
+}
+
+func opNormGrad() tensor.NormGrad {
+	return tensor.NormGrad{X: hostile.F32(2, 3), Weight: hostile.F32(3), DY: hostile.F32(2, 3), Eps: 1e-6}
+}
+
+var opRoPE = tensor.RoPEConfig{Theta: 10000}
+
+func opRoPEGrad() tensor.RoPEGrad {
+	return tensor.RoPEGrad{DY: hostile.F32(2, 3, 4), Positions: ids(0, 5), Config: opRoPE}
+}
+
+var opAttn = tensor.DefaultAttentionConfig(4, true)
+
+func opAttnInputs() tensor.AttentionInputs {
+	return tensor.AttentionInputs{Q: hostile.F32(2, 2, 4), K: hostile.F32(2, 1, 4), V: hostile.F32(2, 1, 4),
+		CuSeqlensQ: ids(0, 1, 2), CuSeqlensK: ids(0, 1, 2)}
+}
+
+func opAttnGrad() tensor.AttentionGrad {
+	return tensor.AttentionGrad{AttentionInputs: opAttnInputs(), Out: hostile.F32(2, 2, 4), LSE: hostile.F32(2, 2), DOut: hostile.F32(2, 2, 4)}
+}
+
+func opDecode() tensor.DecodeInputs {
+	return tensor.DecodeInputs{Q: hostile.F32(1, 1, 2, 4), KCache: hostile.F32(1, 3, 1, 4), VCache: hostile.F32(1, 3, 1, 4), Lens: ids(2)}
+}
+
+func opActGrad() tensor.ActivationGrad {
+	return tensor.ActivationGrad{X: hostile.F32(2, 3), DY: hostile.F32(2, 3), Activation: tensor.GELU}
+}
+
+func opSwiGLUGrad() tensor.SwiGLUGrad {
+	return tensor.SwiGLUGrad{Gate: hostile.F32(2, 3), Up: hostile.F32(2, 3), DY: hostile.F32(2, 3)}
+}
+
+func opEmbGrad() tensor.EmbeddingGrad {
+	return tensor.EmbeddingGrad{IDs: ids(0, 1), DY: hostile.F32(2, 3)}
+}
+
+func opAdamW() tensor.AdamWParams {
+	bf := tensor.Must(tensor.FromBF16(make([]tensor.BF16, 6), 2, 3))
+	return tensor.AdamWParams{Param: hostile.F32(2, 3), Grad: hostile.F32(2, 3), ExpAvg: hostile.F32(2, 3), ExpAvgSq: hostile.F32(2, 3), ParamBF16: bf}
+}
+
+func opLMInputs() tensor.LMHeadInputs {
+	return tensor.LMHeadInputs{Hidden: hostile.F32(2, 3), Weight: opWeight(), Targets: ids(3, 0), Temperature: 1}
+}
+
+func opLMGrad() tensor.LMHeadGrad {
+	return tensor.LMHeadGrad{LMHeadInputs: opLMInputs(), LogProbs: hostile.F32(2), Entropy: hostile.F32(2),
+		DLogProbs: hostile.F32(2), DEntropy: hostile.F32(2)}
+}
+
+// addOpValues registers the op families' plausible arguments for every function.
+func addOpValues(v *hostile.Values) {
+	for _, s := range [][]int{{2, 4}, {3, 4}, {4, 3}, {4}, {2, 2, 4}, {2, 1, 4}, {2, 2}, {1, 1, 2, 4}, {1, 3, 1, 4}, {1, 1, 1, 4}} {
+		hostile.Gen(v, fmt.Sprintf("f32%v", s), func() *tensor.Tensor { return hostile.F32(s...) })
+	}
+	hostile.Gen(v, "i32[3] cu_seqlens 0 1 2", func() *tensor.Tensor { return ids(0, 1, 2) })
+	hostile.Gen(v, "i32[1] 2", func() *tensor.Tensor { return ids(2) })
+	hostile.Gen(v, "i32[2 2] mrope positions", func() *tensor.Tensor { return hostile.I32([]int32{0, 1, 0, 2}, 2, 2) })
+	hostile.Gen(v, "packed f32[4 3]", opWeight)
+	hostile.Gen(v, "packed device f32[4 3]", func() *tensor.PackedWeight { return packed(hostile.OnDevice(hostile.F32(4, 3))) })
+	v.Add(tensor.SiLU, tensor.QuickGELU, tensor.Activation(0), tensor.Activation(99))
+	v.Add(tensor.MatMulOptions{}, tensor.MatMulOptions{TransA: true, TransB: true, Accumulate: true})
+	v.Add(opRoPE, tensor.RoPEConfig{Theta: 10000, Sections: []int{1, 1}}, opAttn, tensor.DefaultAdamWConfig(1e-3))
+	hostile.Gen(v, "linear grad", opLinearGrad)
+	hostile.Gen(v, "linear grad out", opLinearGradOut)
+	hostile.Gen(v, "norm grad", opNormGrad)
+	hostile.Gen(v, "rope grad", opRoPEGrad)
+	hostile.Gen(v, "attention inputs", opAttnInputs)
+	hostile.Gen(v, "attention grad", opAttnGrad)
+	hostile.Gen(v, "decode inputs", opDecode)
+	hostile.Gen(v, "activation grad", opActGrad)
+	hostile.Gen(v, "swiglu grad", opSwiGLUGrad)
+	hostile.Gen(v, "embedding grad", opEmbGrad)
+	hostile.Gen(v, "adamw params", opAdamW)
+	hostile.Gen(v, "lm head inputs", opLMInputs)
+	hostile.Gen(v, "lm head grad", opLMGrad)
+}
+
+// opValid are the op families' valid calls (each must succeed).
+func opValid() map[string]func() []any {
+	f := hostile.F32
+	return map[string]func() []any{
+		"Activate":                 func() []any { return []any{f(2, 3), f(2, 3), tensor.SiLU} },
+		"ActivateBackward":         func() []any { return []any{f(2, 3), opActGrad()} },
+		"Activation.MarshalText":   func() []any { return []any{tensor.GELUTanh} },
+		"Activation.UnmarshalText": func() []any { return []any{[]byte("quick_gelu")} },
+		"AdamWStep":                func() []any { return []any{opAdamW(), 1, tensor.DefaultAdamWConfig(1e-3)} },
+		"Attention":                func() []any { return []any{f(2, 2, 4), opAttnInputs(), opAttn} },
+		"AttentionBackward":        func() []any { return []any{f(2, 2, 4), f(2, 1, 4), f(2, 1, 4), opAttnGrad(), opAttn} },
+		"AttentionDecode":          func() []any { return []any{f(1, 1, 2, 4), opDecode(), opAttn} },
+		"AttentionLSE":             func() []any { return []any{f(2, 2, 4), f(2, 2), opAttnInputs(), opAttn} },
+		"ClipGradNorm":             func() []any { return []any{[]*tensor.Tensor{f(2, 3), f(4)}, 0.5} },
+		"Embedding":                func() []any { return []any{f(2, 3), f(4, 3), ids(3, 0)} },
+		"EmbeddingBackward":        func() []any { return []any{f(4, 3), opEmbGrad()} },
+		"GradNorm":                 func() []any { return []any{[]*tensor.Tensor{f(2, 3), f(4)}} },
+		"KVCacheWrite":             func() []any { return []any{f(1, 3, 1, 4), f(1, 1, 1, 4), ids(2)} },
+		"LMHeadBackward":           func() []any { return []any{f(2, 3), f(4, 3), opLMGrad()} },
+		"LMHeadLogProbs":           func() []any { return []any{f(2), f(2), opLMInputs()} },
+		"LayerNorm":                func() []any { return []any{f(2, 3), f(2, 3), f(3), f(3), 1e-5} },
+		"LayerNormBackward":        func() []any { return []any{f(2, 3), f(3), f(3), opNormGrad()} },
+		"Linear":                   func() []any { return []any{f(2, 4), f(2, 3), opWeight()} },
+		"LinearBackward":           func() []any { return []any{opLinearGradOut(), opLinearGrad()} },
+		"LinearBias":               func() []any { return []any{f(2, 4), f(2, 3), opWeight(), f(4)} },
+		"MatMul":                   func() []any { return []any{f(2, 4), f(2, 3), f(3, 4), tensor.MatMulOptions{}} },
+		"PackWeight":               func() []any { return []any{f(4, 3)} },
+		"PackedWeight.Repack":      func() []any { return []any{opWeight()} },
+		"ParseActivation":          func() []any { return []any{"silu"} },
+		"RMSNorm":                  func() []any { return []any{f(2, 3), f(2, 3), f(3), 1e-6} },
+		"RMSNormBackward":          func() []any { return []any{f(2, 3), f(3), opNormGrad()} },
+		"RoPE":                     func() []any { return []any{f(2, 3, 4), f(2, 3, 4), ids(0, 5), opRoPE} },
+		"RoPEBackward":             func() []any { return []any{f(2, 3, 4), opRoPEGrad()} },
+		"SwiGLU":                   func() []any { return []any{f(2, 3), f(2, 3), f(2, 3)} },
+		"SwiGLUBackward":           func() []any { return []any{f(2, 3), f(2, 3), opSwiGLUGrad()} },
+	}
 }
 
 // TestHostileInputs: no exported function of tensor panics, whatever its arguments; every
@@ -132,6 +318,6 @@ func TestHostileInputs(t *testing.T) {
 		delete(funcs, name)
 	}
 	v := tensorValues()
-	hostile.Check(t, funcs, v, hostile.Options{TensorErrors: true})
+	hostile.Check(t, funcs, v, hostile.Options{TensorErrors: true, Valid: opValid()})
 	hostile.Check(t, plain, v, hostile.Options{})
 }

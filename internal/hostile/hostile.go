@@ -237,6 +237,11 @@ type Options struct {
 	// TensorErrors requires every error to be a *tensor.Error wrapping one of tensor's
 	// sentinels (the libraries' convention).
 	TensorErrors bool
+	// Valid maps a function's name to a maker of one valid argument list (fresh values each
+	// time). The call with exactly these arguments must succeed, and every parameter's
+	// candidates are varied one at a time from them, so each check behind the first is reached
+	// (random picks rarely make a valid call of a function with several tensors).
+	Valid map[string]func() []any
 }
 
 // Check calls every function of funcs (name → function value or method expression) with the
@@ -257,10 +262,32 @@ func checkFunc(t *testing.T, name string, fn reflect.Value, v *Values, opt Optio
 	}
 	ft := fn.Type()
 	cands := make([][]gen, ft.NumIn())
+	valid := opt.Valid[name]
 	for i := range cands {
 		cands[i] = v.candidates(ft.In(i), 2)
+		if valid != nil {
+			cands[i] = append([]gen{{"valid", func() reflect.Value { return argValue(valid()[i], ft.In(i)) }}}, cands[i]...)
+		}
 		if len(cands[i]) == 0 {
 			t.Fatalf("%s: no candidates for parameter %d (%v)", name, i, ft.In(i))
+		}
+	}
+	if valid != nil {
+		if n := len(valid()); n != ft.NumIn() {
+			t.Fatalf("%s: Valid gives %d arguments, the function takes %d", name, n, ft.NumIn())
+		}
+		args := make([]reflect.Value, ft.NumIn())
+		for i := range args {
+			args[i] = cands[i][0].make()
+		}
+		out, msg := invoke(fn, args)
+		if msg != "" {
+			t.Fatalf("%s with its valid arguments panicked: %s", name, msg)
+		}
+		if len(out) > 0 {
+			if err, ok := out[len(out)-1].Interface().(error); ok && err != nil {
+				t.Fatalf("%s with its valid arguments failed: %v", name, err)
+			}
 		}
 	}
 	failures := 0
@@ -306,6 +333,14 @@ func checkFunc(t *testing.T, name string, fn reflect.Value, v *Values, opt Optio
 		}
 		call(p)
 	}
+}
+
+// argValue converts x to a value of type typ (nil to its zero value).
+func argValue(x any, typ reflect.Type) reflect.Value {
+	if x == nil {
+		return reflect.Zero(typ)
+	}
+	return reflect.ValueOf(x).Convert(typ)
 }
 
 // invoke calls fn and returns the panic message and stack when it panics.

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// gemmFamily emits the micro-kernels of internal/gemm (gemm_amd64.s): C[mr, w] = A[mr, k] ·
+// B[k, w] for a row-major block of A (row stride lda) and a panel of B (row stride ldb, w
+// columns), with w = 64 (four zmm) on AVX-512 and w = 16 (two ymm) on AVX2, for mr = 1..6 rows.
+// The accumulators stay in registers for the whole k loop (24 zmm, or 12 ymm, at mr = 6); each
+// step loads one row of the panel and multiplies it by a broadcast element of every row of A
+// (embedded broadcast on AVX-512) with FMAs. At the end the tile is stored, or added to C.
+func gemmFamily() {
+	for _, a := range []isa{avx512, avx2} {
+		for mr := 1; mr <= 6; mr++ {
+			gemmKernel(a, mr)
+		}
+		peakKernel(a)
+	}
+}
+
+// peakKernel emits fmaPeak<ISA>(n int): n rounds of 24 (AVX-512) or 12 (AVX2) independent FMAs
+// on registers, enough to cover the FMA latency on both pipes. The benchmarks time it to
+// measure the core's FMA peak (flops = 2·lanes·FMAs·n), the ceiling the GEMM is compared with.
+func peakKernel(a isa) {
+	name := "fmaPeak" + a.name
+	nacc := 24
+	if !a.avx512 {
+		nacc = 12
+	}
+	TEXT(name, NOSPLIT, "func(n int)")
+	Doc(fmt.Sprintf("%s runs n rounds of %d independent register FMAs (%d flops per round).", name, nacc, 2*a.lanes*nacc))
+	n := Load(Param("n"), GP64())
+	acc := make([]VecVirtual, nacc)
+	for i := range acc {
+		acc[i] = a.vec()
+		VXORPS(acc[i], acc[i], acc[i])
+	}
+	x := a.vec()
+	VXORPS(x, x, x)
+	Label(name + "_loop")
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	for i := range acc {
+		VFMADD231PS(x, x, acc[i])
+	}
+	DECQ(n)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+func gemmKernel(a isa, mr int) {
+	nv := 4 // vectors per panel row
+	if !a.avx512 {
+		nv = 2
+	}
+	w := nv * a.lanes
+	name := fmt.Sprintf("gemm%dx%d%s", mr, w, a.name)
+	TEXT(name, NOSPLIT, "func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)")
+	Doc(fmt.Sprintf("%s computes the %dx%d tile C = A·B (or C += A·B when acc): A is %d rows of k", name, mr, w, mr),
+		fmt.Sprintf("float32 with row stride lda, B is k rows of %d float32 with row stride ldb, C has row stride", w),
+		"ldc (strides in elements). Each element is one sum over k in ascending order, with FMAs.")
+	k := Load(Param("k"), GP64())
+	lda := Load(Param("lda"), GP64())
+	bp := Load(Param("b"), GP64())
+	ldb := Load(Param("ldb"), GP64())
+	SHLQ(U8(2), lda)
+	SHLQ(U8(2), ldb)
+	rows := make([]Register, mr)
+	rows[0] = Load(Param("a"), GP64())
+	for i := 1; i < mr; i++ {
+		rows[i] = GP64()
+		LEAQ(Mem{Base: rows[i-1], Index: lda, Scale: 1}, rows[i])
+	}
+	acc := make([][]VecVirtual, mr)
+	for i := range acc {
+		acc[i] = make([]VecVirtual, nv)
+		for j := range acc[i] {
+			acc[i][j] = a.vec()
+			VXORPS(acc[i][j], acc[i][j], acc[i][j])
+		}
+	}
+	bv := make([]VecVirtual, nv)
+	for j := range bv {
+		bv[j] = a.vec()
+	}
+	var bc VecVirtual
+	if !a.avx512 {
+		bc = a.vec()
+	}
+	Label(name + "_loop")
+	TESTQ(k, k)
+	JZ(LabelRef(name + "_store"))
+	for j := range bv {
+		VMOVUPS(Mem{Base: bp, Disp: 4 * a.lanes * j}, bv[j])
+	}
+	for i := range mr {
+		if a.avx512 {
+			for j := range bv {
+				VFMADD231PS_BCST(Mem{Base: rows[i]}, bv[j], acc[i][j])
+			}
+		} else {
+			VBROADCASTSS(Mem{Base: rows[i]}, bc)
+			for j := range bv {
+				VFMADD231PS(bc, bv[j], acc[i][j])
+			}
+		}
+		ADDQ(U8(4), rows[i])
+	}
+	ADDQ(ldb, bp)
+	DECQ(k)
+	JMP(LabelRef(name + "_loop"))
+
+	Label(name + "_store")
+	cp := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	flag := Load(Param("acc"), GP8())
+	TESTB(flag, flag)
+	JZ(LabelRef(name + "_write"))
+	row := GP64()
+	MOVQ(cp, row)
+	for i := range mr {
+		for j := range nv {
+			VADDPS(Mem{Base: row, Disp: 4 * a.lanes * j}, acc[i][j], acc[i][j])
+		}
+		ADDQ(ldc, row)
+	}
+	Label(name + "_write")
+	for i := range mr {
+		for j := range nv {
+			VMOVUPS(acc[i][j], Mem{Base: cp, Disp: 4 * a.lanes * j})
+		}
+		ADDQ(ldc, cp)
+	}
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,231 @@
+package gemm
+
+import (
+	"unsafe"
+
+	"github.com/mtrl-go/mtrl/internal/dispatch"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+)
+
+// Panel is the number of output columns of a packed panel.
+const Panel = 64
+
+// KBlock is how many rows of K one micro-kernel call covers: a 32 KiB block of a panel.
+const KBlock = 128
+
+// MR is the most rows of A a micro-kernel call handles.
+const MR = 6
+
+// tileFn is a micro-kernel: the mr×width tile C = A·B (C += A·B when acc), strides in elements.
+type tileFn func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+
+// kernels is one implementation's micro-kernels, indexed by the number of rows (1..MR).
+type kernels struct {
+	width int // columns per call: 64 or 16
+	tile  [MR + 1]tileFn
+}
+
+var impls = dispatch.New(simdImpls()...)
+
+// Impls lists the implementations this build and CPU can run, best first; "go" is last.
+func Impls() []string { return impls.Names() }
+
+// Use selects an implementation by name until restore is called (tests and benchmarks).
+func Use(name string) (restore func()) { return impls.Use(name) }
+
+// SIMD reports whether a vector implementation is selected (not the pure-Go twin).
+func SIMD() bool { return impls.Active() != nil }
+
+// Packed is a weight W [N, K] in panel layout.
+type Packed struct {
+	N, K   int
+	panels []float32 // ceil(N/Panel) panels of K×Panel
+}
+
+// Pack packs w [n, k] (row-major) into panels; at(i) returns element i of w, so float32 and
+// bfloat16 weights share the code. PackF32 is the same for a float32 slice, faster.
+func Pack(n, k int, at func(i int) float32) *Packed {
+	return pack(n, k, func(dst []float32, row, k int) {
+		for pp := range k {
+			dst[pp*Panel] = at(row*k + pp)
+		}
+	})
+}
+
+// PackF32 is Pack of a float32 slice w [n, k].
+func PackF32(n, k int, w []float32) *Packed {
+	return pack(n, k, func(dst []float32, row, k int) {
+		for pp, v := range w[row*k : row*k+k] {
+			dst[pp*Panel] = v
+		}
+	})
+}
+
+// pack lays out the panels; column fills output column j of a panel (dst[pp*Panel] is row pp)
+// from row `row` of the weight.
+func pack(n, k int, column func(dst []float32, row, k int)) *Packed {
+	np := (n + Panel - 1) / Panel
+	p := &Packed{N: n, K: k, panels: make([]float32, np*k*Panel)}
+	if k == 0 {
+		return p
+	}
+	parallel.For(np, 1, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			dst := p.panels[q*k*Panel : (q+1)*k*Panel]
+			for j := range min(Panel, n-q*Panel) {
+				column(dst[j:], q*Panel+j, k)
+			}
+		}
+	})
+	return p
+}
+
+// PackT packs the transpose of x [rows, cols] (row-major, element i read by at): the result
+// multiplies as a [cols, rows] weight, so Mul computes a·x. The panels are filled row by row of
+// x, reading 64 contiguous elements at a time.
+func PackT(rows, cols int, at func(i int) float32) *Packed { return packT(rows, cols, at, nil) }
+
+// PackTF32 is PackT of a float32 slice x [rows, cols].
+func PackTF32(rows, cols int, x []float32) *Packed { return packT(rows, cols, nil, x) }
+
+func packT(rows, cols int, at func(i int) float32, x []float32) *Packed {
+	np := (cols + Panel - 1) / Panel
+	p := &Packed{N: cols, K: rows, panels: make([]float32, np*rows*Panel)}
+	parallel.For(np, 1, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			dst := p.panels[q*rows*Panel : (q+1)*rows*Panel]
+			w := min(Panel, cols-q*Panel)
+			for r := range rows {
+				row := dst[r*Panel : r*Panel+w]
+				if x != nil {
+					copy(row, x[r*cols+q*Panel:])
+					continue
+				}
+				for j := range row {
+					row[j] = at(r*cols + q*Panel + j)
+				}
+			}
+		}
+	})
+	return p
+}
+
+// MBlock is how many rows of A a pass over a group of panels covers: the A block (MBlock×KBlock,
+// 192 KiB) and the C tile (MBlock×PanelGroup·Panel, 384 KiB) stay in L2 while the group's panel
+// blocks are reused from L1.
+const MBlock = 384
+
+// PanelGroup is how many panels one goroutine takes at a time.
+const PanelGroup = 4
+
+// Mul computes c = a·Wᵀ (c += a·Wᵀ when acc) for a [m, K] with row stride lda and c [m, N]
+// with row stride ldc, in parallel over groups of panels.
+func Mul(m int, a []float32, lda int, p *Packed, c []float32, ldc int, acc bool) {
+	if m == 0 || p.N == 0 {
+		return
+	}
+	k := active()
+	np := (p.N + Panel - 1) / Panel
+	parallel.For(np, PanelGroup, func(q0, q1 int) {
+		k.panels(m, a, lda, p, q0*Panel, min(q1*Panel, p.N), 0, p.K, c[q0*Panel:], ldc, acc)
+	})
+}
+
+// MulRange computes, on the calling goroutine, c (+)= a·W[n0:n1, k0:k1]ᵀ: a is [m, k1−k0] with
+// row stride lda, c is [m, n1−n0] with row stride ldc. n0 must be a multiple of Panel. It is the
+// building block of callers that parallelise themselves (the fused LM head).
+func MulRange(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
+	if m == 0 || n1 <= n0 {
+		return
+	}
+	active().panels(m, a, lda, p, n0, n1, k0, k1, c, ldc, acc)
+}
+
+func active() *kernels {
+	if k := impls.Active(); k != nil {
+		return k
+	}
+	return &goKernels
+}
+
+// panels is MulRange on the calling goroutine, walking M in blocks of MBlock and K in blocks of
+// KBlock so that the panel block stays in L1 and the A block and C tile in L2.
+func (k *kernels) panels(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
+	var scratch [MR * Panel]float32
+	if k1 == k0 && !acc {
+		for i := range m {
+			clear(c[i*ldc : i*ldc+n1-n0])
+		}
+	}
+	for i0 := 0; i0 < m; i0 += MBlock {
+		i1 := min(i0+MBlock, m)
+		for kk := k0; kk < k1; kk += KBlock {
+			kb := min(KBlock, k1-kk)
+			add := acc || kk > k0
+			for q := n0 / Panel; q*Panel < n1; q++ {
+				panel := p.panels[(q*p.K+kk)*Panel:]
+				ncols := min(Panel, n1-q*Panel)
+				for i := i0; i < i1; i += MR {
+					k.rows(min(MR, i1-i), kb, &a[i*lda+kk-k0], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
+				}
+			}
+		}
+	}
+}
+
+// rows multiplies mr rows of A (kb columns) by the first ncols columns of a panel block into c,
+// in calls of the kernels' width; a partial last call goes through scratch.
+func (k *kernels) rows(mr, kb int, a *float32, lda int, panel []float32, c []float32, ldc, ncols int, add bool, scratch []float32) {
+	for j0 := 0; j0 < ncols; j0 += k.width {
+		if j0+k.width <= ncols {
+			k.tile[mr](kb, a, lda, &panel[j0], Panel, &c[j0], ldc, add)
+			continue
+		}
+		w := ncols - j0
+		for i := range mr {
+			copy(scratch[i*k.width:i*k.width+w], c[i*ldc+j0:i*ldc+j0+w])
+		}
+		k.tile[mr](kb, a, lda, &panel[j0], Panel, &scratch[0], k.width, add)
+		for i := range mr {
+			copy(c[i*ldc+j0:i*ldc+j0+w], scratch[i*k.width:i*k.width+w])
+		}
+	}
+}
+
+// goKernels is the pure-Go twin of the vector micro-kernels: the same tile loops, 16 columns.
+var goKernels = func() kernels {
+	k := kernels{width: 16}
+	for mr := 1; mr <= MR; mr++ {
+		k.tile[mr] = func(kk int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool) {
+			tileGo(mr, 16, kk, a, lda, b, ldb, c, ldc, acc)
+		}
+	}
+	return k
+}()
+
+func tileGo(mr, w, k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool) {
+	as := unsafe.Slice(a, (mr-1)*lda+k)
+	bs := unsafe.Slice(b, max(0, (k-1)*ldb+w))
+	cs := unsafe.Slice(c, (mr-1)*ldc+w)
+	var t [MR * Panel]float32
+	for p := range k {
+		brow := bs[p*ldb : p*ldb+w]
+		for i := range mr {
+			ai := as[i*lda+p]
+			ti := t[i*w : i*w+w]
+			for j, bv := range brow {
+				ti[j] += float32(ai * bv)
+			}
+		}
+	}
+	for i := range mr {
+		ci := cs[i*ldc : i*ldc+w]
+		for j := range ci {
+			if acc {
+				ci[j] += t[i*w+j]
+			} else {
+				ci[j] = t[i*w+j]
+			}
+		}
+	}
+}

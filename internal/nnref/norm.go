@@ -1,0 +1,132 @@
+package nnref
+
+import (
+	"math"
+
+	"github.com/mtrl-go/mtrl/internal/parallel"
+)
+
+// RMSNorm writes y = w ⊙ (x · r) with r = 1/sqrt(mean(x²) + eps) for each of the rows of x
+// [rows, d], as Qwen2's RMSNorm does in float32 (the mean is summed in float64 here).
+func RMSNorm[F Float](rows, d int, x, w []F, eps float64, y []F) {
+	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xi, yi := x[i*d:i*d+d], y[i*d:i*d+d]
+			r := rmsScale(xi, eps)
+			for j, v := range xi {
+				yi[j] = w[j] * F(v*r)
+			}
+		}
+	})
+}
+
+func rmsScale[F Float](x []F, eps float64) F {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	return F(1 / math.Sqrt(ss/float64(len(x))+eps))
+}
+
+// RMSNormBackward writes dx and dw (overwritten, or added to when acc) for y = RMSNorm(x, w):
+// with x̂ = x·r and g = dy ⊙ w, dx = r·(g − x̂·mean(g ⊙ x̂)) and dw = Σ_rows dy ⊙ x̂.
+func RMSNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw []F, acc bool) {
+	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
+			r := rmsScale(xi, eps)
+			var gx float64
+			for j, v := range xi {
+				gx += float64(F(dyi[j]*w[j])) * float64(F(v*r))
+			}
+			c := F(gx / float64(d))
+			for j, v := range xi {
+				xh := F(v * r)
+				dxi[j] = r * (F(dyi[j]*w[j]) - F(xh*c))
+			}
+		}
+	})
+	normWeightGrad(rows, d, x, dy, dw, nil, acc, func(xi []F) (F, F) { return 0, rmsScale(xi, eps) })
+}
+
+// normWeightGrad accumulates dw = Σ dy ⊙ x̂ and db = Σ dy (db may be nil) over rows in order,
+// in parallel over column blocks; stats gives a row's mean and 1/std, x̂ = (x − mean)·rstd.
+func normWeightGrad[F Float](rows, d int, x, dy, dw, db []F, acc bool, stats func(xi []F) (mean, rstd F)) {
+	mean, rstd := make([]F, rows), make([]F, rows)
+	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			mean[i], rstd[i] = stats(x[i*d : i*d+d])
+		}
+	})
+	parallel.For(d, 256, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			var sw, sb F
+			for i := range rows {
+				g := dy[i*d+j]
+				sw += F(g * F((x[i*d+j]-mean[i])*rstd[i]))
+				sb += g
+			}
+			if acc {
+				sw += dw[j]
+				if db != nil {
+					sb += db[j]
+				}
+			}
+			dw[j] = sw
+			if db != nil {
+				db[j] = sb
+			}
+		}
+	})
+}
+
+// layerStats returns the mean of x and 1/sqrt(var + eps) (biased variance), summed in float64.
+func layerStats[F Float](x []F, eps float64) (F, F) {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	mu := s / float64(len(x))
+	var ss float64
+	for _, v := range x {
+		ss += (float64(v) - mu) * (float64(v) - mu)
+	}
+	return F(mu), F(1 / math.Sqrt(ss/float64(len(x))+eps))
+}
+
+// LayerNorm writes y = w ⊙ (x − mean)·r + b with r = 1/sqrt(var + eps) (biased variance), as
+// torch.nn.LayerNorm, for each row of x [rows, d].
+func LayerNorm[F Float](rows, d int, x, w, b []F, eps float64, y []F) {
+	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xi, yi := x[i*d:i*d+d], y[i*d:i*d+d]
+			mu, r := layerStats(xi, eps)
+			for j, v := range xi {
+				yi[j] = F(w[j]*F((v-mu)*r)) + b[j]
+			}
+		}
+	})
+}
+
+// LayerNormBackward writes dx, dw and db (the last two overwritten, or added to when acc):
+// with g = dy ⊙ w, dx = r·(g − mean(g) − x̂·mean(g ⊙ x̂)), dw = Σ dy ⊙ x̂, db = Σ dy.
+func LayerNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw, db []F, acc bool) {
+	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
+			mu, r := layerStats(xi, eps)
+			var sg, sgx float64
+			for j, v := range xi {
+				g := F(dyi[j] * w[j])
+				sg += float64(g)
+				sgx += float64(g) * float64(F((v-mu)*r))
+			}
+			mg, mgx := F(sg/float64(d)), F(sgx/float64(d))
+			for j, v := range xi {
+				xh := F((v - mu) * r)
+				dxi[j] = r * (F(dyi[j]*w[j]) - mg - F(xh*mgx))
+			}
+		}
+	})
+	normWeightGrad(rows, d, x, dy, dw, db, acc, func(xi []F) (F, F) { return layerStats(xi, eps) })
+}

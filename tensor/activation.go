@@ -1,0 +1,169 @@
+package tensor
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
+
+// Activation is an elementwise activation function, named as Hugging Face's configs name it
+// (hidden_act).
+type Activation int
+
+// The activations.
+const (
+	SiLU      Activation = iota + 1 // "silu": x·σ(x)
+	GELU                            // "gelu": x·Φ(x), the exact erf form of torch.nn.GELU()
+	GELUTanh                        // "gelu_pytorch_tanh": GELU(approximate="tanh")
+	QuickGELU                       // "quick_gelu": x·σ(1.702·x) (CLIP, Qwen2-VL's vision tower)
+)
+
+var activationNames = map[Activation]string{SiLU: "silu", GELU: "gelu", GELUTanh: "gelu_pytorch_tanh", QuickGELU: "quick_gelu"}
+
+// String returns the Hugging Face name ("silu", "gelu", "gelu_pytorch_tanh", "quick_gelu").
+func (a Activation) String() string {
+	if s, ok := activationNames[a]; ok {
+		return s
+	}
+	return "Activation(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseActivation is the inverse of Activation.String.
+func ParseActivation(s string) (Activation, error) {
+	for a, n := range activationNames {
+		if strings.EqualFold(strings.TrimSpace(s), n) {
+			return a, nil
+		}
+	}
+	return 0, Errorf(ErrParam, "tensor.ParseActivation", "s", "unknown activation %q (want silu, gelu, gelu_pytorch_tanh or quick_gelu)", s)
+}
+
+// MarshalText implements encoding.TextMarshaler with String; an undefined value is an error.
+func (a Activation) MarshalText() ([]byte, error) {
+	if _, ok := activationNames[a]; !ok {
+		return nil, Errorf(ErrParam, "tensor.Activation.MarshalText", "a", "unknown activation %d", int(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseActivation.
+func (a *Activation) UnmarshalText(b []byte) error {
+	v, err := ParseActivation(string(b))
+	if err == nil {
+		*a = v
+	}
+	return err
+}
+
+func (a Activation) ref() nnref.Act {
+	return map[Activation]nnref.Act{SiLU: nnref.SiLU, GELU: nnref.GELU, GELUTanh: nnref.GELUTanh, QuickGELU: nnref.QuickGELU}[a]
+}
+
+// ActivationKernel is implemented by backends with their own activations and gated MLP.
+type ActivationKernel interface {
+	Activate(y, x *Tensor, a Activation) error
+	ActivateBackward(dx *Tensor, in ActivationGrad) error
+	SwiGLU(y, gate, up *Tensor) error
+	SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error
+}
+
+// checkElementwise checks that ts (names) are non-nil float32 tensors of one shape on one
+// backend.
+func checkElementwise(op string, names []string, ts ...*Tensor) error {
+	if err := checkAll(op, names, len(ts), ts...); err != nil {
+		return err
+	}
+	for i := 1; i < len(ts); i++ {
+		if err := CheckSameShape(op, names[0], ts[0], names[i], ts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkActivation(op string, a Activation) error {
+	if _, ok := activationNames[a]; !ok {
+		return Errorf(ErrParam, op, "a", "unknown activation %d", int(a))
+	}
+	return nil
+}
+
+// Activate writes y = a(x) elementwise (float32, evaluated in float64). y may be x.
+func Activate(y, x *Tensor, a Activation) error {
+	const op = "tensor.Activate"
+	if err := checkActivation(op, a); err != nil {
+		return err
+	}
+	if err := checkElementwise(op, []string{"y", "x"}, y, x); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ActivationKernel](x.Backend()); ok {
+		return k.Activate(y, x, a)
+	}
+	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
+		nnref.Activate(a.ref(), hostF32(h[1]), hostF32(h[0]))
+		return nil
+	})
+}
+
+// ActivationGrad is what ActivateBackward reads: the forward's input and activation and the
+// gradient flowing into its output.
+type ActivationGrad struct {
+	X, DY      *Tensor
+	Activation Activation
+}
+
+// ActivateBackward writes dx = dy·a'(x). dx may be DY.
+func ActivateBackward(dx *Tensor, in ActivationGrad) error {
+	const op = "tensor.ActivateBackward"
+	if err := checkActivation(op, in.Activation); err != nil {
+		return err
+	}
+	if err := checkElementwise(op, []string{"dx", "X", "DY"}, dx, in.X, in.DY); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ActivationKernel](dx.Backend()); ok {
+		return k.ActivateBackward(dx, in)
+	}
+	return OnHost(1, []*Tensor{dx, in.X, in.DY}, func(h []*Tensor) error {
+		nnref.ActivateBackward(in.Activation.ref(), hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		return nil
+	})
+}
+
+// SwiGLU writes y = silu(gate) ⊙ up, the gated MLP of Llama and Qwen2 (between the gate/up
+// projections and the down projection).
+func SwiGLU(y, gate, up *Tensor) error {
+	const op = "tensor.SwiGLU"
+	if err := checkElementwise(op, []string{"y", "gate", "up"}, y, gate, up); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ActivationKernel](y.Backend()); ok {
+		return k.SwiGLU(y, gate, up)
+	}
+	return OnHost(1, []*Tensor{y, gate, up}, func(h []*Tensor) error {
+		nnref.SwiGLU(hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		return nil
+	})
+}
+
+// SwiGLUGrad is what SwiGLUBackward reads.
+type SwiGLUGrad struct {
+	Gate, Up, DY *Tensor
+}
+
+// SwiGLUBackward writes dgate = dy ⊙ up ⊙ silu'(gate) and dup = dy ⊙ silu(gate).
+func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
+	const op = "tensor.SwiGLUBackward"
+	if err := checkElementwise(op, []string{"dgate", "dup", "Gate", "Up", "DY"}, dgate, dup, in.Gate, in.Up, in.DY); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ActivationKernel](dgate.Backend()); ok {
+		return k.SwiGLUBackward(dgate, dup, in)
+	}
+	return OnHost(2, []*Tensor{dgate, dup, in.Gate, in.Up, in.DY}, func(h []*Tensor) error {
+		nnref.SwiGLUBackward(hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		return nil
+	})
+}

@@ -1,0 +1,288 @@
+package tensor
+
+import (
+	"sync"
+
+	"github.com/mtrl-go/mtrl/internal/gemm"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
+
+// PackedWeight is a linear layer's weight [N, K] (out × in, the layout of a Hugging Face
+// nn.Linear) together with whatever layout its backend's kernel multiplies fastest. It is built
+// once by PackWeight and rebuilt by Repack after the weight changes (an optimizer step), so no
+// call transposes or repacks the weight. On the CPU with AVX2 or AVX-512 the layout is
+// internal/gemm's panels (a float32 copy of W, and of Wᵀ once a backward needs it); the pure-Go
+// reference needs none: it reads W row by row (one dot product per output).
+type PackedWeight struct {
+	w      *Tensor
+	packed any
+}
+
+// LinearKernel is implemented by backends with their own linear layer. PackWeight returns the
+// backend's layout of w (kept in PackedWeight.Packed); the other methods receive validated
+// tensors.
+type LinearKernel interface {
+	PackWeight(w *Tensor) (any, error)
+	Linear(y, x *Tensor, w *PackedWeight, bias *Tensor) error
+	LinearBackward(out LinearGradOut, in LinearGrad) error
+}
+
+// PackWeight wraps w [N, K] (float32 or bfloat16) for Linear, packing it with the backend's
+// LinearKernel when it has one. The PackedWeight refers to w; call Repack after changing w.
+func PackWeight(w *Tensor) (*PackedWeight, error) {
+	const op = "tensor.PackWeight"
+	if err := CheckShape(op, "w", w, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := CheckDType(op, "w", w, Float32, BFloat16); err != nil {
+		return nil, err
+	}
+	p := &PackedWeight{w: w}
+	return p, p.Repack()
+}
+
+// Repack rebuilds the backend's layout from the weight tensor after it changed.
+func (p *PackedWeight) Repack() error {
+	if p == nil || p.w == nil {
+		return Errorf(ErrShape, "tensor.PackedWeight.Repack", "p", "is nil or has no weight (make it with PackWeight)")
+	}
+	if k, ok := KernelOf[LinearKernel](p.w.Backend()); ok {
+		packed, err := k.PackWeight(p.w)
+		if err != nil {
+			return err
+		}
+		p.packed = packed
+		return nil
+	}
+	p.packed = nil
+	if p.w.IsHost() && gemm.SIMD() {
+		n, k := p.w.Dim(0), p.w.Dim(1)
+		var fwd *gemm.Packed
+		if v, err := p.w.Float32s(); err == nil {
+			fwd = gemm.PackF32(n, k, v)
+		} else {
+			fwd = gemm.Pack(n, k, elemOf(p.w))
+		}
+		p.packed = &hostPacked{fwd: fwd}
+	}
+	return nil
+}
+
+// hostPacked is the CPU's layout of a weight W [N, K]: W's panels for the forward and, built by
+// the first backward, Wᵀ's for dx = dy·W.
+type hostPacked struct {
+	fwd *gemm.Packed
+	mu  sync.Mutex
+	bwd *gemm.Packed
+}
+
+func (h *hostPacked) transposed(w *Tensor) *gemm.Packed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bwd == nil {
+		if v, err := w.Float32s(); err == nil {
+			h.bwd = gemm.PackTF32(w.Dim(0), w.Dim(1), v)
+		} else {
+			h.bwd = gemm.PackT(w.Dim(0), w.Dim(1), elemOf(w))
+		}
+	}
+	return h.bwd
+}
+
+// elemOf returns a function reading element i of a host float32 or bfloat16 tensor.
+func elemOf(t *Tensor) func(i int) float32 {
+	if t.dtype == BFloat16 {
+		b, _ := t.BF16s()
+		return func(i int) float32 { return b[i].Float32() }
+	}
+	v, _ := t.Float32s()
+	return func(i int) float32 { return v[i] }
+}
+
+// gemmOf returns the CPU layout of w when the vector GEMM should run (a vector implementation
+// is selected: internal/dispatch.ForceGo selects the pure-Go reference instead).
+func gemmOf(w *PackedWeight) (*hostPacked, bool) {
+	h, ok := w.packed.(*hostPacked)
+	return h, ok && gemm.SIMD()
+}
+
+// Weight returns the weight tensor [N, K] (nil for a nil PackedWeight).
+func (p *PackedWeight) Weight() *Tensor {
+	if p == nil {
+		return nil
+	}
+	return p.w
+}
+
+// Packed returns the backend's layout (nil when the backend has no LinearKernel, or for a nil
+// PackedWeight).
+func (p *PackedWeight) Packed() any {
+	if p == nil {
+		return nil
+	}
+	return p.packed
+}
+
+// Linear computes y = x·Wᵀ for x [..., K] and y [..., N] (float32); x and W are float32 or
+// bfloat16, summed in float32.
+func Linear(y, x *Tensor, w *PackedWeight) error {
+	return linear("tensor.Linear", y, x, w, nil)
+}
+
+// LinearBias computes y = x·Wᵀ + bias with bias [N] (float32), added after the sum.
+func LinearBias(y, x *Tensor, w *PackedWeight, bias *Tensor) error {
+	if bias == nil {
+		return Errorf(ErrShape, "tensor.LinearBias", "bias", "is nil (use Linear)")
+	}
+	return linear("tensor.LinearBias", y, x, w, bias)
+}
+
+func checkLinear(op string, x *Tensor, w *PackedWeight) (n, k int, err error) {
+	if w == nil || w.w == nil {
+		return 0, 0, Errorf(ErrShape, op, "w", "is nil")
+	}
+	if x == nil {
+		return 0, 0, Errorf(ErrShape, op, "x", "is nil")
+	}
+	if err := CheckDType(op, "x", x, Float32, BFloat16); err != nil {
+		return 0, 0, err
+	}
+	n, k = w.w.Dim(0), w.w.Dim(1)
+	if x.Rank() < 1 || x.Dim(-1) != k {
+		return 0, 0, Errorf(ErrShape, op, "x", "has shape %v, want [..., %d] (the weight is %v)", x.shape, k, w.w.shape)
+	}
+	return n, k, nil
+}
+
+// withLast returns t's shape with its last dimension replaced by d.
+func withLast(t *Tensor, d int) []int {
+	s := append([]int{}, t.shape...)
+	s[len(s)-1] = d
+	return s
+}
+
+func linear(op string, y, x *Tensor, w *PackedWeight, bias *Tensor) error {
+	n, k, err := checkLinear(op, x, w)
+	if err != nil {
+		return err
+	}
+	if err := CheckShape(op, "y", y, withLast(x, n)...); err != nil {
+		return err
+	}
+	if bias != nil {
+		if err := CheckShape(op, "bias", bias, n); err != nil {
+			return err
+		}
+	}
+	names := []string{"y", "bias", "x", "w"}
+	if err := checkF32(op, names[:2], y, bias); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, names, y, bias, x, w.w); err != nil {
+		return err
+	}
+	if kl, ok := KernelOf[LinearKernel](x.Backend()); ok {
+		return kl.Linear(y, x, w, bias)
+	}
+	return OnHost(1, []*Tensor{y, x, w.w, bias}, func(h []*Tensor) error {
+		m := rowsOf(h[1])
+		if hp, ok := gemmOf(w); ok {
+			yv := hostF32(h[0])
+			gemm.Mul(m, hostF32(h[1]), k, hp.fwd, yv, n, false)
+			if bias != nil {
+				nnref.AddBias(m, n, yv, hostF32(h[3]))
+			}
+			return nil
+		}
+		nnref.Linear(m, n, k, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]))
+		return nil
+	})
+}
+
+// LinearGrad is what LinearBackward reads: the forward's input and weight and the gradient
+// flowing into its output.
+type LinearGrad struct {
+	X      *Tensor // [..., K], float32 or bfloat16
+	Weight *PackedWeight
+	DY     *Tensor // [..., N], float32
+	// Accumulate adds into DWeight and DBias (gradient accumulation over micro-batches) instead
+	// of overwriting them; DX is always overwritten.
+	Accumulate bool
+}
+
+// LinearGradOut are LinearBackward's outputs (float32); a nil field is not computed.
+type LinearGradOut struct {
+	DX      *Tensor // [..., K]: dy·W
+	DWeight *Tensor // [N, K]: dyᵀ·x summed over every leading index
+	DBias   *Tensor // [N]: dy summed over every leading index
+}
+
+// LinearBackward computes the gradients of Linear (or LinearBias) from in.DY.
+func LinearBackward(out LinearGradOut, in LinearGrad) error {
+	const op = "tensor.LinearBackward"
+	n, k, err := checkLinear(op, in.X, in.Weight)
+	if err != nil {
+		return err
+	}
+	if err := CheckShape(op, "DY", in.DY, withLast(in.X, n)...); err != nil {
+		return err
+	}
+	if out.DX != nil {
+		if err := CheckSameShape(op, "X", in.X, "DX", out.DX); err != nil {
+			return err
+		}
+	}
+	if out.DWeight != nil {
+		if err := CheckShape(op, "DWeight", out.DWeight, n, k); err != nil {
+			return err
+		}
+	}
+	if out.DBias != nil {
+		if err := CheckShape(op, "DBias", out.DBias, n); err != nil {
+			return err
+		}
+	}
+	names := []string{"DX", "DWeight", "DBias", "DY", "X", "Weight"}
+	ts := []*Tensor{out.DX, out.DWeight, out.DBias, in.DY, in.X, in.Weight.w}
+	if err := checkF32(op, names[:4], ts[:4]...); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, names, ts...); err != nil {
+		return err
+	}
+	if kl, ok := KernelOf[LinearKernel](in.X.Backend()); ok {
+		return kl.LinearBackward(out, in)
+	}
+	return OnHost(3, ts, func(h []*Tensor) error {
+		m := rowsOf(h[4])
+		if hp, ok := gemmOf(in.Weight); ok {
+			linearBackwardGEMM(m, n, k, hp, in.Weight.w, hostF32(h[4]), hostF32(h[3]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+			return nil
+		}
+		nnref.LinearBackward(m, n, k, hostF32(h[4]), hostF32(h[5]), hostF32(h[3]),
+			hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+		return nil
+	})
+}
+
+// linearBackwardGEMM is LinearBackward through internal/gemm: dx = dy·W with Wᵀ's panels, and
+// dw = dyᵀ·x with dy transposed and x packed for this call (O(m·(n+k)) against the product's
+// O(m·n·k)). Nil outputs are skipped.
+func linearBackwardGEMM(m, n, k int, hp *hostPacked, w *Tensor, x, dy, dx, dw, db []float32, acc bool) {
+	if dx != nil {
+		gemm.Mul(m, dy, n, hp.transposed(w), dx, k, false)
+	}
+	if dw != nil {
+		dyT := make([]float32, n*m)
+		for i := range m {
+			for j, v := range dy[i*n : (i+1)*n] {
+				dyT[j*m+i] = v
+			}
+		}
+		xT := gemm.PackTF32(m, k, x)
+		gemm.Mul(n, dyT, m, xT, dw, k, acc)
+	}
+	if db != nil {
+		nnref.ColSum(m, n, dy, acc, db)
+	}
+}

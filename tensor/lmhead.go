@@ -1,0 +1,262 @@
+package tensor
+
+import (
+	"math"
+	"sync"
+
+	"github.com/mtrl-go/mtrl/internal/gemm"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
+
+// LMHeadInputs are the inputs of the fused LM head: hidden states, the head weight, targets and
+// the sampling temperature.
+type LMHeadInputs struct {
+	Hidden  *Tensor       // [..., D], float32 or bfloat16
+	Weight  *PackedWeight // [V, D] (lm_head.weight), float32 or bfloat16
+	Targets *Tensor       // int32, Hidden's shape without D; each in [0, V)
+	// Temperature divides the logits, > 0 (1 for none).
+	Temperature float32
+}
+
+// LMHeadKernel is implemented by backends with their own fused LM head.
+type LMHeadKernel interface {
+	LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error
+	LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error
+}
+
+// LMHeadLogProbs writes what LogProbEntropy would write for logits = Hidden·Weightᵀ — the
+// log-probability of each target and the entropy of softmax(logits/Temperature), float32, shaped
+// like Targets — without ever holding the [N, V] logits: the kernel computes them in tiles of
+// 256 rows by 256 vocabulary entries, in parallel over the vocabulary, reduces each tile to
+// per-row maxima and sums of exponentials and merges those per row (as Liger's fused linear
+// cross-entropy avoids the logits). Logits are summed in float32; the softmax sums are float64
+// across tiles. Besides its tiles it holds 24 bytes per row and 256 vocabulary entries.
+func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
+	const op = "tensor.LMHeadLogProbs"
+	if err := checkLMHead(op, in, []*Tensor{logp, entropy}, []string{"logp", "entropy"}); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[LMHeadKernel](logp.Backend()); ok {
+		return k.LMHeadLogProbs(logp, entropy, in)
+	}
+	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
+	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
+		nnref.LMHead(n, v, lmKernels(in.Weight, d, hostF32(h[2]), h[3], false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		return nil
+	})
+}
+
+// lmProducts returns the LM head's products: through the packed GEMM when the weight has the
+// CPU layout and a vector implementation is selected (with Wᵀ and the hidden states packed for
+// a backward), else the reference's.
+func lmKernels(w *PackedWeight, d int, hidden []float32, weight *Tensor, backward bool) nnref.LMKernels[float32] {
+	hp, ok := gemmOf(w)
+	if !ok {
+		return nnref.RefKernels[float32]{D: d, H: hidden, W: hostF32(weight)}
+	}
+	g := &cpuLMKernels{d: d, h: hidden, fwd: hp.fwd}
+	if backward {
+		g.bwd = hp.transposed(w.w)
+		g.hT = gemm.PackTF32(len(hidden)/d, d, hidden)
+	}
+	return g
+}
+
+// cpuLMKernels are the LM head's tile kernels on the CPU: the products on internal/gemm (logits
+// through W's panels, dh through Wᵀ's, dw through the transposed hidden states'), the fold and
+// the gradient rows on the log-prob family's vector loops (float32 sums per row of a tile, as
+// LogProbEntropy's blocks).
+type cpuLMKernels struct {
+	d            int
+	h            []float32
+	fwd, bwd, hT *gemm.Packed
+	scratch      sync.Pool // *[]float32: transposed gradient tiles and partial panels
+}
+
+// buffer returns a scratch slice of n float32 from the pool; put it back with g.scratch.Put.
+func (g *cpuLMKernels) buffer(n int) *[]float32 {
+	b, _ := g.scratch.Get().(*[]float32)
+	if b == nil || cap(*b) < n {
+		s := make([]float32, n)
+		b = &s
+	}
+	*b = (*b)[:n]
+	return b
+}
+
+func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
+	if c0%gemm.Panel == 0 {
+		gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, c0, c1, 0, g.d, z, c1-c0, false)
+		return
+	}
+	// A tile that starts inside a panel (the target logit of the backward): the whole panel.
+	q0 := c0 / gemm.Panel * gemm.Panel
+	q1 := min(q0+gemm.Panel, g.fwd.N)
+	buf := g.buffer((hi - lo) * (q1 - q0))
+	defer g.scratch.Put(buf)
+	tmp := *buf
+	gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, q0, q1, 0, g.d, tmp, q1-q0, false)
+	for r := range hi - lo {
+		copy(z[r*(c1-c0):(r+1)*(c1-c0)], tmp[r*(q1-q0)+c0-q0:])
+	}
+}
+
+func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
+	gemm.MulRange(hi-lo, dz, c1-c0, g.bwd, 0, g.d, c0, c1, dh[lo*g.d:], g.d, true)
+}
+
+func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
+	rb, vc := hi-lo, c1-c0
+	buf := g.buffer(vc * rb)
+	defer g.scratch.Put(buf)
+	dzT := *buf
+	for r := range rb {
+		for j, x := range dz[r*vc : (r+1)*vc] {
+			dzT[j*rb+r] = x
+		}
+	}
+	gemm.MulRange(vc, dzT, rb, g.hT, 0, g.d, lo, hi, dw[c0*g.d:], g.d, true)
+}
+
+// checkLMHead validates in and the row tensors rows (float32, Targets' shape; the required ones
+// first: all of them unless nil is allowed by the caller's own check).
+func checkLMHead(op string, in LMHeadInputs, rows []*Tensor, names []string) error {
+	if in.Weight == nil || in.Weight.w == nil {
+		return Errorf(ErrShape, op, "Weight", "is nil (make it with PackWeight)")
+	}
+	if err := checkNonNil(op, []string{"Hidden", "Targets"}, in.Hidden, in.Targets); err != nil {
+		return err
+	}
+	if err := CheckDType(op, "Hidden", in.Hidden, Float32, BFloat16); err != nil {
+		return err
+	}
+	if err := CheckDType(op, "Targets", in.Targets, Int32); err != nil {
+		return err
+	}
+	w := in.Weight.w
+	if in.Hidden.Rank() < 1 || in.Hidden.Dim(-1) != w.Dim(1) {
+		return Errorf(ErrShape, op, "Hidden", "has shape %v, want [..., %d] (the weight is %v)", in.Hidden.shape, w.Dim(1), w.shape)
+	}
+	if w.Dim(0) == 0 {
+		return Errorf(ErrShape, op, "Weight", "has an empty vocabulary")
+	}
+	rowShape := in.Hidden.shape[:in.Hidden.Rank()-1]
+	if !in.Targets.shape.Equal(rowShape) {
+		return Errorf(ErrShape, op, "Targets", "has shape %v, want %v (Hidden without D)", in.Targets.shape, rowShape)
+	}
+	for i, t := range rows {
+		if t != nil && !t.shape.Equal(rowShape) {
+			return Errorf(ErrShape, op, names[i], "has shape %v, want %v (Hidden without D)", t.shape, rowShape)
+		}
+	}
+	if err := checkAll(op, names, 0, rows...); err != nil {
+		return err
+	}
+	for i, t := range rows[:min(2, len(rows))] {
+		if t == nil {
+			return Errorf(ErrShape, op, names[i], "is nil")
+		}
+	}
+	if !(in.Temperature > 0) || math.IsInf(float64(in.Temperature), 1) {
+		return Errorf(ErrParam, op, "Temperature", "is %v, want a finite value > 0", in.Temperature)
+	}
+	if err := CheckSameBackend(op, append([]string{"Hidden", "Weight", "Targets"}, names...), append([]*Tensor{in.Hidden, w, in.Targets}, rows...)...); err != nil {
+		return err
+	}
+	return checkIDs(op, "Targets", in.Targets, w.Dim(0))
+}
+
+// LMHeadGrad is what LMHeadBackward reads: the forward's inputs and outputs and the gradients
+// flowing into them.
+type LMHeadGrad struct {
+	LMHeadInputs
+	// LogProbs and Entropy are LMHeadLogProbs' outputs; both required.
+	LogProbs, Entropy *Tensor
+	// DLogProbs and DEntropy are d loss/d logp and d loss/d entropy; either may be nil (zero).
+	DLogProbs, DEntropy *Tensor
+	// Accumulate adds into dweight instead of overwriting it; dhidden is always overwritten.
+	Accumulate bool
+}
+
+// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32): the
+// gradients of Σ DLogProbs·logp + DEntropy·entropy through the logits, which are recomputed tile
+// by tile (never [N, V]). The logits gradient of a tile is
+// dz = dlogp·(1[v=y] − p) − dentropy·p·(log p + H), divided by the temperature, as in
+// LogProbEntropyBackward; it is multiplied into dhidden (parallel over rows) and into dweight
+// (parallel over the vocabulary) in two passes, so both sums run in a fixed order.
+func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
+	const op = "tensor.LMHeadBackward"
+	rows := []*Tensor{in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy}
+	if err := checkLMHead(op, in.LMHeadInputs, rows, []string{"LogProbs", "Entropy", "DLogProbs", "DEntropy"}); err != nil {
+		return err
+	}
+	if err := checkNonNil(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
+		return err
+	}
+	if err := CheckShape(op, "dhidden", dhidden, in.Hidden.shape...); err != nil {
+		return err
+	}
+	if err := CheckSameShape(op, "Weight", in.Weight.w, "dweight", dweight); err != nil {
+		return err
+	}
+	if err := checkF32(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, []string{"Hidden", "dhidden", "dweight"}, in.Hidden, dhidden, dweight); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[LMHeadKernel](dhidden.Backend()); ok {
+		return k.LMHeadBackward(dhidden, dweight, in)
+	}
+	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
+	ts := []*Tensor{dhidden, dweight, in.Hidden, in.Weight.w, in.Targets, in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy}
+	return OnHost(2, ts, func(h []*Tensor) error {
+		dl := hostF32(h[7])
+		if dl == nil {
+			dl = make([]float32, n)
+		}
+		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
+			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
+		hidden := hostF32(h[2])
+		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, hidden, h[3], true), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		return nil
+	})
+}
+
+func (g *cpuLMKernels) Fold(z []float32) (m float32, s, t float64) {
+	k := lpImpls.Active()
+	n := 0
+	if k != nil {
+		n = len(z) &^ (k.lanes - 1)
+		m = k.max32(z[:n])
+	} else {
+		m = float32(math.Inf(-1))
+	}
+	m = max(m, blockMax(z[n:]))
+	if math.IsInf(float64(m), -1) {
+		return m, 0, 0
+	}
+	if k != nil {
+		bs, bt, _ := k.fold32(z[:n], nil, m, 1)
+		s, t = float64(bs), float64(bt)
+	}
+	var acc [4]float32
+	foldBlock(&acc, z[n:], m)
+	return m, s + float64(acc[0]+acc[1]), t + float64(acc[2]+acc[3])
+}
+
+func (g *cpuLMKernels) GradRow(dz, z []float32, y int, lse, gl, ge, ent float64, temp float32) {
+	l, fgl, fge, h, invT := float32(lse), float32(gl), float32(ge), float32(ent), 1/temp
+	n := 0
+	if k := lpImpls.Active(); k != nil {
+		n = len(z) &^ (k.lanes - 1)
+		k.bwd32to32[0](dz[:n], z[:n], 1, l, fgl, fge, h, -invT)
+	}
+	gradBlock(dz[n:], z[n:], l, fgl, fge, h)
+	for j := n; j < len(z); j++ {
+		dz[j] *= invT
+	}
+	if y >= 0 && y < len(z) {
+		dz[y] += fgl * invT
+	}
+}

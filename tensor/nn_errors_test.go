@@ -1,0 +1,60 @@
+package tensor_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// TestTransformerOpErrors: each bad input of the transformer ops is an error naming the op and
+// wrapping the right sentinel, never a panic.
+func TestTransformerOpErrors(t *testing.T) {
+	f := func(s ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...)) }
+	i32 := func(v ...int32) *tensor.Tensor { return tensor.Must(tensor.FromInt32(v)) }
+	bf := tensor.Must(tensor.New(tensor.CPU(), tensor.BFloat16, 4, 3))
+	w, _ := tensor.PackWeight(f(5, 3))
+	lmIn := tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 4), Temperature: 1}
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"MatMul inner dims", tensor.MatMul(f(2, 4), f(2, 3), f(4, 4), tensor.MatMulOptions{}), tensor.ErrShape},
+		{"MatMul bf16 output", tensor.MatMul(bf, f(4, 2), f(2, 3), tensor.MatMulOptions{}), tensor.ErrDType},
+		{"MatMul batch", tensor.MatMul(f(2, 4, 4), f(2, 4, 3), f(3, 3, 4), tensor.MatMulOptions{}), tensor.ErrShape},
+		{"PackWeight rank", func() error { _, err := tensor.PackWeight(f(3)); return err }(), tensor.ErrShape},
+		{"Linear width", tensor.Linear(f(2, 5), f(2, 4), w), tensor.ErrShape},
+		{"LinearBias nil", tensor.LinearBias(f(2, 5), f(2, 3), w, nil), tensor.ErrShape},
+		{"LinearBackward DWeight", tensor.LinearBackward(tensor.LinearGradOut{DWeight: f(3, 5)}, tensor.LinearGrad{X: f(2, 3), Weight: w, DY: f(2, 5)}), tensor.ErrShape},
+		{"RMSNorm weight", tensor.RMSNorm(f(2, 4), f(2, 4), f(3), 1e-6), tensor.ErrShape},
+		{"RMSNorm eps", tensor.RMSNorm(f(2, 4), f(2, 4), f(4), -1), tensor.ErrParam},
+		{"LayerNorm bias", tensor.LayerNorm(f(2, 4), f(2, 4), f(4), nil, 1e-5), tensor.ErrShape},
+		{"RoPE odd D", tensor.RoPE(f(2, 1, 3), f(2, 1, 3), i32(0, 1), tensor.RoPEConfig{Theta: 1e4}), tensor.ErrShape},
+		{"RoPE sections", tensor.RoPE(f(2, 1, 8), f(2, 1, 8), tensor.Must(tensor.FromInt32(make([]int32, 6), 3, 2)), tensor.RoPEConfig{Theta: 1e4, Sections: []int{1, 1, 1}}), tensor.ErrParam},
+		{"RoPE theta", tensor.RoPE(f(2, 1, 4), f(2, 1, 4), i32(0, 1), tensor.RoPEConfig{}), tensor.ErrParam},
+		{"Attention heads", tensor.Attention(f(4, 3, 8), tensor.AttentionInputs{Q: f(4, 3, 8), K: f(4, 2, 8), V: f(4, 2, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrShape},
+		{"Attention scale", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8)}, tensor.AttentionConfig{}), tensor.ErrParam},
+		{"Attention cu_seqlens", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8),
+			CuSeqlensQ: i32(0, 3, 2, 4), CuSeqlensK: i32(0, 1, 2, 4)}, tensor.DefaultAttentionConfig(8, false)), tensor.ErrParam},
+		{"Attention one cu_seqlens", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8),
+			CuSeqlensQ: i32(0, 4)}, tensor.DefaultAttentionConfig(8, false)), tensor.ErrShape},
+		{"AttentionDecode lens", tensor.AttentionDecode(f(1, 2, 2, 8), tensor.DecodeInputs{Q: f(1, 2, 2, 8), KCache: f(1, 6, 1, 8), VCache: f(1, 6, 1, 8), Lens: i32(1)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrParam},
+		{"KVCacheWrite start", tensor.KVCacheWrite(f(1, 6, 1, 8), f(1, 2, 1, 8), i32(5)), tensor.ErrParam},
+		{"Activate kind", tensor.Activate(f(3), f(3), tensor.Activation(0)), tensor.ErrParam},
+		{"SwiGLU shapes", tensor.SwiGLU(f(3), f(3), f(4)), tensor.ErrShape},
+		{"Embedding id", tensor.Embedding(f(2, 3), f(5, 3), i32(1, 5)), tensor.ErrParam},
+		{"AdamW step", tensor.AdamWStep(tensor.AdamWParams{Param: f(3), Grad: f(3), ExpAvg: f(3), ExpAvgSq: f(3)}, 0, tensor.DefaultAdamWConfig(1e-3)), tensor.ErrParam},
+		{"AdamW beta", tensor.AdamWStep(tensor.AdamWParams{Param: f(3), Grad: f(3), ExpAvg: f(3), ExpAvgSq: f(3)}, 1, tensor.AdamWConfig{LR: 1, Beta1: 1, Beta2: 0.9}), tensor.ErrParam},
+		{"ClipGradNorm max", func() error { _, err := tensor.ClipGradNorm([]*tensor.Tensor{f(3)}, 0); return err }(), tensor.ErrParam},
+		{"LMHead target", tensor.LMHeadLogProbs(f(2), f(2), tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 5), Temperature: 1}), tensor.ErrParam},
+		{"LMHead entropy", tensor.LMHeadLogProbs(f(2), nil, lmIn), tensor.ErrShape},
+		{"LMHead temperature", tensor.LMHeadLogProbs(f(2), f(2), tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 4)}), tensor.ErrParam},
+		{"LMHeadBackward dweight", tensor.LMHeadBackward(f(2, 3), f(4, 3), tensor.LMHeadGrad{LMHeadInputs: lmIn, LogProbs: f(2), Entropy: f(2)}), tensor.ErrShape},
+	} {
+		var te *tensor.Error
+		if !errors.Is(c.err, c.want) || !errors.As(c.err, &te) {
+			t.Errorf("%s: got %v, want an *tensor.Error wrapping %v", c.name, c.err, c.want)
+		}
+	}
+}

@@ -1,0 +1,45 @@
+package nntest
+
+import (
+	"testing"
+
+	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Norm checks RMSNorm and LayerNorm and their backwards (weight and bias gradients
+// accumulated) against the float64 reference.
+func Norm(t *testing.T, b tensor.Backend) {
+	e := newEnv(t, b, 22)
+	const rows, d, eps = 3 * 5, 200, 1e-6
+	xv, wv, bv, dyv := e.randn(rows*d, 2, false), e.randn(d, 1, false), e.randn(d, 1, false), e.randn(rows*d, 1, false)
+	for i := range xv {
+		xv[i] += 1.5 // LayerNorm must remove a mean
+	}
+	dw0, db0 := e.randn(d, 1, false), e.randn(d, 1, false)
+	got := twice(t, func() [][]float32 {
+		x, w, bb, dy := e.f32(xv, 3, 5, d), e.f32(wv, d), e.f32(bv, d), e.f32(dyv, 3, 5, d)
+		y, ly := e.zeros(3, 5, d), e.zeros(3, 5, d)
+		e.ok(tensor.RMSNorm(y, x, w, eps))
+		e.ok(tensor.LayerNorm(ly, x, w, bb, eps))
+		in := tensor.NormGrad{X: x, Weight: w, DY: dy, Eps: eps, Accumulate: true}
+		dx, dw := e.zeros(3, 5, d), e.f32(append([]float32(nil), dw0...), d)
+		e.ok(tensor.RMSNormBackward(dx, dw, in))
+		ldx, ldw, ldb := e.zeros(3, 5, d), e.f32(append([]float32(nil), dw0...), d), e.f32(append([]float32(nil), db0...), d)
+		e.ok(tensor.LayerNormBackward(ldx, ldw, ldb, in))
+		return [][]float32{e.host(y), e.host(dx), e.host(dw), e.host(ly), e.host(ldx), e.host(ldw), e.host(ldb)}
+	})
+	x, w, bb, dy := f64(xv), f64(wv), f64(bv), f64(dyv)
+	y, dx, dw := make([]float64, rows*d), make([]float64, rows*d), f64(dw0)
+	nnref.RMSNorm(rows, d, x, w, eps, y)
+	nnref.RMSNormBackward(rows, d, x, w, dy, eps, dx, dw, true)
+	ly, ldx, ldw, ldb := make([]float64, rows*d), make([]float64, rows*d), f64(dw0), f64(db0)
+	nnref.LayerNorm(rows, d, x, w, bb, eps, ly)
+	nnref.LayerNormBackward(rows, d, x, w, dy, eps, ldx, ldw, ldb, true)
+	for i, c := range []struct {
+		name string
+		want []float64
+	}{{"rms y", y}, {"rms dx", dx}, {"rms dw", dw}, {"ln y", ly}, {"ln dx", ldx}, {"ln dw", ldw}, {"ln db", ldb}} {
+		near(t, c.name, got[i], c.want, rtol, 1e-4) // the weight gradients sum 15 rows of O(1) terms
+	}
+}

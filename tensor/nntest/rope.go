@@ -1,0 +1,53 @@
+package nntest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// RoPE checks RoPE and RoPEBackward, plain and with Qwen2-VL's multimodal sections, at
+// positions up to 4096 (where a float32 angle has lost most of its fraction: the backend must
+// round the angle to float32 as the reference does).
+func RoPE(t *testing.T, b tensor.Backend) {
+	for _, c := range []struct {
+		sections []int
+		theta    float64
+	}{{nil, 1e6}, {[]int{16, 24, 24}, 1e6}} {
+		t.Run(fmt.Sprint("sections=", c.sections), func(t *testing.T) {
+			e := newEnv(t, b, 23)
+			const tn, h, d = 9, 3, 128
+			ns := max(1, len(c.sections))
+			pos := make([]int32, ns*tn)
+			for i := range pos {
+				pos[i] = int32(e.r.IntN(4096))
+			}
+			xv, dyv := e.randn(tn*h*d, 1, false), e.randn(tn*h*d, 1, false)
+			cfg := tensor.RoPEConfig{Theta: c.theta, Sections: c.sections}
+			got := twice(t, func() [][]float32 {
+				posShape := []int{tn}
+				if c.sections != nil {
+					posShape = []int{ns, tn}
+				}
+				p := e.i32(pos, posShape...)
+				y, dx := e.zeros(tn, h, d), e.zeros(tn, h, d)
+				e.ok(tensor.RoPE(y, e.f32(xv, tn, h, d), p, cfg))
+				e.ok(tensor.RoPEBackward(dx, tensor.RoPEGrad{DY: e.f32(dyv, tn, h, d), Positions: p, Config: cfg}))
+				return [][]float32{e.host(y), e.host(dx)}
+			})
+			rows := make([][]int32, ns)
+			for s := range rows {
+				rows[s] = pos[s*tn : (s+1)*tn]
+			}
+			// The float32 reference: the angle is rounded to float32, so float64 angles would differ
+			// by up to position·2⁻²⁴ radians.
+			y, dx := make([]float32, len(xv)), make([]float32, len(xv))
+			nnref.RoPE(tn, h, d, xv, rows, c.sections, c.theta, false, y)
+			nnref.RoPE(tn, h, d, dyv, rows, c.sections, c.theta, true, dx)
+			near(t, "y", got[0], f64(y), rtol, atol)
+			near(t, "dx", got[1], f64(dx), rtol, atol)
+		})
+	}
+}
