@@ -106,7 +106,8 @@ func gemmOf(w *PackedWeight) (*hostPacked, bool) {
 // Weight returns the weight tensor [N, K].
 func (p *PackedWeight) Weight() *Tensor { return p.w }
 
-// Packed returns the backend's layout (nil when the backend has no LinearKernel).
+// Packed returns the backend's layout: what its LinearKernel's PackWeight returned, the CPU's
+// own (internal/gemm's panels) for a host weight on a CPU with AVX2 or AVX-512, else nil.
 func (p *PackedWeight) Packed() any { return p.packed }
 
 // Linear computes y = x·Wᵀ for x [..., K] and y [..., N] (float32); x and W are float32 or
