@@ -43,3 +43,30 @@ func TestReasoningTaskAndRandomFilter(t *testing.T) {
 	_, err = LoadConfig("", []string{"dataset.task=long"})
 	require.ErrorContains(t, err, "long")
 }
+
+// TestStudyArmFiles: the study's arm files load, each turns on what its name says, and they
+// differ in nothing else.
+func TestStudyArmFiles(t *testing.T) {
+	want := map[string][4]bool{ // perception, shaping, entropy, random
+		"grpo": {}, "vppo": {true, true, false, false}, "grpo_tgf": {true, false, false, false},
+		"grpo_tas": {false, true, false, false}, "grpo_entropy": {false, false, true, false},
+		"grpo_random": {false, false, false, true},
+	}
+	var common string
+	for arm, flags := range want {
+		cfg, err := LoadConfig("study/"+arm+".yaml", nil)
+		require.NoError(t, err, arm)
+		o := &cfg.Optimization
+		require.Equal(t, flags, [4]bool{o.EnablePerceptionFiltering, o.EnableTrajectoryReweighting,
+			o.EnableEntropyFiltering, o.EnableRandomFiltering}, arm)
+		require.Equal(t, vqa.ReasoningChain, cfg.Dataset.Task, arm)
+		require.Zero(t, cfg.Training.SFTShortcut, arm)
+		require.Equal(t, o.TopPPerceptionTokens, o.TopPRandomTokens, "%s: the control must keep as many tokens", arm)
+		o.EnablePerceptionFiltering, o.EnableTrajectoryReweighting, o.EnableEntropyFiltering, o.EnableRandomFiltering = false, false, false, false
+		y := string(cfg.YAML())
+		if common == "" {
+			common = y
+		}
+		require.Equal(t, common, y, "%s differs from the other arms beyond the enable_* keys", arm)
+	}
+}
