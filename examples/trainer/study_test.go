@@ -23,22 +23,10 @@ func TestPairedT(t *testing.T) {
 
 func TestStudy(t *testing.T) {
 	root := t.TempDir()
-	for ai, arm := range []string{"vppo", "grpo"} {
-		for s := 1; s <= 3; s++ {
-			dir := filepath.Join(root, arm, fmt.Sprintf("s%d", s))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			for st := 0; st <= 20; st += 10 {
-				acc := 0.3 + float64(st)/100*float64(2-ai) + 0.01*float64(s)
-				fmt.Fprintf(&b, `{"step":%d,"val/accuracy":%g,"perception/precision":0.2,"perception/recall":0.5,"perception/visual_token_fraction":0.1}`+"\n", st, acc)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(b.String()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	writeStudyRuns(t, root, []string{"vppo", "grpo"}, 20, func(ai, s, st int) string {
+		acc := 0.3 + float64(st)/100*float64(2-ai) + 0.01*float64(s)
+		return fmt.Sprintf(`{"step":%d,"val/accuracy":%g,"perception/precision":0.2,"perception/recall":0.5,"perception/visual_token_fraction":0.1}`, st, acc)
+	})
 	var out bytes.Buffer
 	png := filepath.Join(root, "study.png")
 	if err := Study(&out, root, png, 0.05); err != nil {
@@ -74,24 +62,10 @@ func TestSignTest(t *testing.T) {
 // TestStudyControls: the endpoint table and the paired comparisons against the random mask.
 func TestStudyControls(t *testing.T) {
 	root := t.TempDir()
-	// grpo_random gains 0.01 per 10 steps, grpo_tgf 0.02 and vppo 0.03, at every seed; vppo's
-	// best is at step 10 for seed 1 only (a dip after it).
-	for ai, arm := range []string{"grpo", "grpo_random", "grpo_tgf", "vppo"} {
-		for s := 1; s <= 3; s++ {
-			dir := filepath.Join(root, arm, fmt.Sprintf("s%d", s))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			for st := 0; st <= 50; st += 10 {
-				acc := 0.3 + 0.01*float64(s) + float64(st)/1000*float64(ai)
-				fmt.Fprintf(&b, `{"step":%d,"val/accuracy":%g}`+"\n", st, acc)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(b.String()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	// grpo_random gains 0.01 per 10 steps, grpo_tgf 0.02 and vppo 0.03, at every seed.
+	writeStudyRuns(t, root, []string{"grpo", "grpo_random", "grpo_tgf", "vppo"}, 50, func(ai, s, st int) string {
+		return fmt.Sprintf(`{"step":%d,"val/accuracy":%g}`, st, 0.3+0.01*float64(s)+float64(st)/1000*float64(ai))
+	})
 	var out bytes.Buffer
 	if err := Study(&out, root, filepath.Join(root, "study.png"), 0.05); err != nil {
 		t.Fatal(err)
@@ -119,5 +93,26 @@ func TestStudyControls(t *testing.T) {
 	}
 	if strings.Contains(got, "grpo_random − grpo_random") {
 		t.Errorf("a control compared with itself:\n%s", got)
+	}
+}
+
+// writeStudyRuns writes root/<arm>/s<seed>/metrics.jsonl for seeds 1..3, a line every 10 steps up
+// to last made by line(arm index, seed, step).
+func writeStudyRuns(t *testing.T, root string, arms []string, last int, line func(ai, s, st int) string) {
+	t.Helper()
+	for ai, arm := range arms {
+		for s := 1; s <= 3; s++ {
+			dir := filepath.Join(root, arm, fmt.Sprintf("s%d", s))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			for st := 0; st <= last; st += 10 {
+				b.WriteString(line(ai, s, st) + "\n")
+			}
+			if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
