@@ -95,7 +95,9 @@ func weights(m *tiny) []float32 {
 func TestRanksEqualOneRank(t *testing.T) {
 	// The VPPO setup, and the random token mask, whose rows are keyed by their index in the
 	// step's batch and so do not depend on which rank holds them.
-	random := func(c *tprl.Config) { c.EnablePerceptionFiltering, c.EnableRandomFiltering, c.TopPRandomTokens = false, true, 0.5 }
+	random := func(c *tprl.Config) {
+		c.EnablePerceptionFiltering, c.EnableRandomFiltering, c.TopPRandomTokens = false, true, 0.5
+	}
 	for name, opts := range map[string][]func(*tprl.Config){"vppo": nil, "random": {random}} {
 		t.Run(name, func(t *testing.T) {
 			one := newSetup(opts...)
