@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -36,7 +37,9 @@ type studyRun struct {
 // table of validation accuracy (mean ± standard error over seeds) at fixed steps, the steps to
 // reach the warm start's accuracy + delta, a paired t-test of every arm against the first arm
 // (same seeds, hence the same warm starts), and the perception mask's precision/recall against
-// the labelled visual tokens early and late in training; it plots mean ± s.e. per arm into out.
+// the labelled visual tokens early and late in training, then each arm's final, late and best
+// accuracy with paired comparisons (studyEndpoints); it plots mean ± s.e. per arm into out,
+// and the gain over each seed's warm start into out with "_gain" before the extension.
 func Study(w io.Writer, root, out string, delta float64) error {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -118,7 +121,8 @@ func Study(w io.Writer, root, out string, delta float64) error {
 	}
 	fmt.Fprintf(tw, "\tsteps to start+%.2f (reached)\tpaired Δ end vs %s\tt (df)\tp\n", delta, arms[0])
 	palette := []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {255, 127, 14, 255}, {23, 190, 207, 255}}
-	var series []Series
+	var series, gains []Series
+	glo, ghi := 0.0, 0.0 // the gain plot's range
 	base := map[string]float64{}
 	for _, r := range runs[arms[0]] {
 		base[r.seed] = r.val[last]
@@ -165,6 +169,15 @@ func Study(w io.Writer, root, out string, delta float64) error {
 			s.X, s.Y, s.Band = append(s.X, float64(st)), append(s.Y, m), append(s.Band, se)
 		}
 		series = append(series, s)
+		// The same minus each seed's warm start: the seeds' common offset (their warm starts
+		// differ more than the arms do) leaves the band.
+		g := Series{Name: fmt.Sprintf("%s (%d seeds): gain over the warm start, mean ± s.e.", a, len(rs)), Colour: s.Colour, Points: true}
+		for _, st := range steps {
+			m, se := meanSE(collect(rs, func(r studyRun) float64 { return r.val[st] - r.val[steps[0]] }))
+			g.X, g.Y, g.Band = append(g.X, float64(st)), append(g.Y, m), append(g.Band, se)
+			glo, ghi = math.Min(glo, m-se), math.Max(ghi, m+se)
+		}
+		gains = append(gains, g)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -195,7 +208,22 @@ func Study(w io.Writer, root, out string, delta float64) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(out, png)
+	if err := WriteFileAtomic(out, png); err != nil {
+		return err
+	}
+	pad := 0.1 * (ghi - glo)
+	png, err = PlotPNG("validation accuracy minus the seed's warm start, mean ± s.e. over seeds", "RL step", "val/accuracy gain", glo-pad, ghi+pad, gains)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(studyGainPath(out), png)
+}
+
+// studyGainPath is where Study writes its second plot, the gains over the warm start: out with
+// "_gain" before the extension.
+func studyGainPath(out string) string {
+	ext := filepath.Ext(out)
+	return strings.TrimSuffix(out, ext) + "_gain" + ext
 }
 
 // studyEndpoints prints each arm's final, best and late accuracy (the mean over the validations

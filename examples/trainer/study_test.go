@@ -42,8 +42,10 @@ func TestStudy(t *testing.T) {
 			t.Errorf("missing %q in\n%s", want, got)
 		}
 	}
-	if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
-		t.Fatal("no plot", err)
+	for _, f := range []string{png, filepath.Join(root, "study_gain.png")} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Fatal("no plot", f, err)
+		}
 	}
 }
 
