@@ -63,7 +63,7 @@ func TestEnumsAreText(t *testing.T) {
 	textEnum(t, []perturb.Kind{perturb.PatchBlackening, perturb.GaussianNoise, perturb.CompleteMasking, perturb.GaussianBlur}, 99)
 	textEnum(t, []ppo.AggMode{ppo.Token, ppo.Seq, ppo.SeqMeanTokenSum, ppo.SeqMeanTokenSumNorm}, 99)
 	textEnum(t, []ppo.LossType{ppo.Vanilla, ppo.GSPO, ppo.GSPOToken, ppo.CISPO, ppo.SAPO}, 99)
-	textEnum(t, []tprl.Filter{tprl.EntropyFilter, tprl.PerceptionFilter}, 99)
+	textEnum(t, []tprl.Filter{tprl.EntropyFilter, tprl.PerceptionFilter, tprl.RandomFilter}, 99)
 	textEnum(t, []tprl.ShapingScope{tprl.GlobalScope, tprl.PerMicroBatchScope}, 99)
 	textEnum(t, []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Uint8}, 0)
 }

@@ -31,6 +31,9 @@ type Batch struct {
 	// ShapingStats, when not nil, are the shaping statistics to use instead of this batch's own:
 	// for example the all-reduced statistics of every device's mini-batch (see ShapingStats).
 	ShapingStats *ShapingStats
+	// Random seeds the random filter (its FirstRow is the index of this batch's first row in
+	// the step's batch); used only with EnableRandomFiltering.
+	Random RandomKey
 }
 
 // Result is what Config.Apply produces. Its tensors are newly allocated on the mask's backend
@@ -38,10 +41,11 @@ type Batch struct {
 // the caller's Batch.Advantages.
 type Result struct {
 	// LossTokenMask is the token mask of the loss (float32 0/1 [B, T]): the entropy mask, the
-	// perception mask or their union; nil when no filter is enabled.
+	// perception mask, their union, or the random mask; nil when no filter is enabled.
 	LossTokenMask *tensor.Tensor
-	// EntropyMask and PerceptionMask are the individual masks, nil when that filter is off.
-	EntropyMask, PerceptionMask *tensor.Tensor
+	// EntropyMask, PerceptionMask and RandomMask are the individual masks, nil when that filter
+	// is off.
+	EntropyMask, PerceptionMask, RandomMask *tensor.Tensor
 	// PerceptionScore is low_var_kl [B, T] when perception filtering or shaping is on:
 	// Batch.PerceptionScore when given (then not owned by the Result), otherwise computed.
 	PerceptionScore *tensor.Tensor
@@ -78,8 +82,9 @@ func (r *Result) Release() error {
 
 // Apply runs the token filters and trajectory shaping of c on one mini-batch, per micro-batch as
 // the reference's update_policy does (docs/semantics.md#policy-update, steps 1-2): entropy mask,
-// perception mask, their union when both are on, and shaping when c.Shaping(). The mask of a row
-// does not depend on the micro-batch split; with GlobalScope neither do the shaped advantages.
+// perception mask, their union when both are on (or the random mask instead), and shaping when
+// c.Shaping(). The mask of a row does not depend on the micro-batch split; with GlobalScope
+// neither do the shaped advantages.
 //
 // Unlike the reference, shaping runs whenever EnableTrajectoryReweighting is set, computing
 // the perception score itself if the perception filter is off; set ShapingRequiresPerception
@@ -166,6 +171,12 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	if c.EnableRandomFiltering {
+		if res.RandomMask, err = alloc(rows, cols); err != nil {
+			return nil, err
+		}
+		res.LossTokenMask = res.RandomMask // Validate: no other filter is on
+	}
 	switch {
 	case c.EnableEntropyFiltering && c.EnablePerceptionFiltering:
 		if res.LossTokenMask, err = alloc(rows, cols); err != nil {
@@ -204,11 +215,11 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 	for lo := 0; lo < rows; lo += micro {
 		hi := min(lo+micro, rows)
 		v, err := views(lo, hi, b.ResponseMask, b.Entropy, res.PerceptionScore, res.EntropyMask, res.PerceptionMask,
-			res.LossTokenMask, b.Advantages, res.Advantages, res.Sensitivity, res.ScalingFactors)
+			res.LossTokenMask, b.Advantages, res.Advantages, res.Sensitivity, res.ScalingFactors, res.RandomMask)
 		if err != nil {
 			return nil, err
 		}
-		mask, ent, score, em, pm, ltm, adv, shaped, sens, fac := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]
+		mask, ent, score, em, pm, ltm, adv, shaped, sens, fac, rm := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
 		if c.EnableEntropyFiltering {
 			s, err := EntropyMask(em, ent, mask, float32(c.TopPEntropyTokens))
 			if err != nil {
@@ -222,6 +233,13 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 				return nil, err
 			}
 			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
+		}
+		if c.EnableRandomFiltering {
+			s, err := RandomMask(rm, mask, float32(c.TopPRandomTokens), b.Random.rows(lo))
+			if err != nil {
+				return nil, err
+			}
+			s.AppendMetrics(res.Metrics)
 		}
 		if c.EnableEntropyFiltering && c.EnablePerceptionFiltering {
 			s, err := UnionMask(ltm, UnionInputs{EntropyMask: em, PerceptionMask: pm, Entropy: ent, PerceptionScore: score, ResponseMask: mask})

@@ -7,7 +7,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// Filter names the two token filters of TPRL; it selects the metric names of SelectionStats.
+// Filter names the token filters of TPRL (and the random control); it selects the metric names
+// of SelectionStats.
 type Filter int
 
 const (
@@ -16,19 +17,23 @@ const (
 	// PerceptionFilter keeps the tokens with the highest perception score (low_var_kl between the
 	// log-probs with the original and with the perturbed image; use_vppo_on_perception).
 	PerceptionFilter
+	// RandomFilter keeps a uniformly random subset of the same size as the perception filter's
+	// (RandomMask): the control that trains on as few tokens, chosen blindly. Not in the
+	// reference.
+	RandomFilter
 )
 
 var filters = enum.Table[Filter]{Type: "tprl.Filter", Noun: "filter",
-	Names:  []string{EntropyFilter: "entropy", PerceptionFilter: "perception"},
+	Names:  []string{EntropyFilter: "entropy", PerceptionFilter: "perception", RandomFilter: "random"},
 	Errorf: tensor.Errorf, Sentinel: tensor.ErrParam}
 
-// String returns "entropy" or "perception".
+// String returns "entropy", "perception" or "random".
 func (f Filter) String() string { return filters.String(f) }
 
 // Valid reports whether f is one of the defined filters.
 func (f Filter) Valid() bool { return filters.Valid(f) }
 
-// ParseFilter parses "entropy" or "perception" (exact match); anything else is an ErrParam error.
+// ParseFilter parses "entropy", "perception" or "random" (exact match); anything else is an ErrParam error.
 func ParseFilter(s string) (Filter, error) {
 	if f, ok := filters.Lookup(s); ok {
 		return f, nil
@@ -96,6 +101,9 @@ const (
 	DefaultTopPEntropyTokens    = 0.2
 	DefaultTopPPerceptionTokens = 0.2
 	DefaultTrajectoryScalingMin = 0.8
+	// DefaultTopPRandomTokens is the perception filter's default, so that the random control
+	// keeps as many tokens.
+	DefaultTopPRandomTokens = DefaultTopPPerceptionTokens
 )
 
 // Config is the TPRL section of a training configuration, with the seeds' YAML keys.
@@ -114,6 +122,13 @@ type Config struct {
 	EnablePerceptionFiltering bool `yaml:"enable_perception_filtering" json:"enable_perception_filtering"`
 	// TopPPerceptionTokens is the fraction kept by the perception filter, in [0, 1].
 	TopPPerceptionTokens float64 `yaml:"top_p_perception_tokens" json:"top_p_perception_tokens"`
+	// EnableRandomFiltering trains only on a uniformly random subset of each response's valid
+	// tokens (RandomMask, seeded per step and row by Batch.Random): the control of the
+	// perception filter. Not in the reference; it cannot be combined with the other filters.
+	EnableRandomFiltering bool `yaml:"enable_random_filtering" json:"enable_random_filtering"`
+	// TopPRandomTokens is the fraction kept by the random filter, in [0, 1]; set it to
+	// TopPPerceptionTokens for the control with the same keep count.
+	TopPRandomTokens float64 `yaml:"top_p_random_tokens" json:"top_p_random_tokens"`
 	// EnableTrajectoryReweighting turns on trajectory advantage shaping: each response's
 	// advantages are multiplied by a factor in [TrajectoryScalingMin, target_max] that grows
 	// with the response's mean perception score.
@@ -136,12 +151,14 @@ func DefaultConfig() Config {
 	return Config{
 		TopPEntropyTokens:    DefaultTopPEntropyTokens,
 		TopPPerceptionTokens: DefaultTopPPerceptionTokens,
+		TopPRandomTokens:     DefaultTopPRandomTokens,
 		TrajectoryScalingMin: DefaultTrajectoryScalingMin,
 	}
 }
 
-// Validate checks the numeric fields: each top-p and the scaling minimum must lie in [0, 1].
-// The error wraps tensor.ErrParam and names the YAML key.
+// Validate checks the numeric fields — each top-p and the scaling minimum must lie in [0, 1] —
+// and that the random filter is not combined with another filter. The error wraps
+// tensor.ErrParam and names the YAML key.
 func (c Config) Validate() error {
 	const op = "tprl.Config.Validate"
 	if err := tensor.CheckUnit(op, "top_p_entropy_tokens", c.TopPEntropyTokens); err != nil {
@@ -150,8 +167,14 @@ func (c Config) Validate() error {
 	if err := tensor.CheckUnit(op, "top_p_perception_tokens", c.TopPPerceptionTokens); err != nil {
 		return err
 	}
+	if err := tensor.CheckUnit(op, "top_p_random_tokens", c.TopPRandomTokens); err != nil {
+		return err
+	}
 	if err := tensor.CheckUnit(op, "trajectory_scaling_min", c.TrajectoryScalingMin); err != nil {
 		return err
+	}
+	if c.EnableRandomFiltering && (c.EnableEntropyFiltering || c.EnablePerceptionFiltering) {
+		return tensor.Errorf(tensor.ErrParam, op, "enable_random_filtering", "is a control that replaces the entropy and perception filters; it cannot be combined with them")
 	}
 	if !c.TrajectoryShapingScope.Valid() {
 		return tensor.Errorf(tensor.ErrParam, op, "trajectory_shaping_scope", "unknown shaping scope %d", int(c.TrajectoryShapingScope))

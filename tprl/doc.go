@@ -17,7 +17,10 @@
 //  4. Trajectory shaping (ShapeAdvantages, ShapeBatch) rescales each response's advantages by a
 //     factor that grows with its mean perception score (docs/semantics.md#advantage-shaping).
 //
-// Config.Apply does all of this from a Config with the seeds' YAML keys.
+// Config.Apply does all of this from a Config with the seeds' YAML keys. RandomMask (not in the
+// reference) is the perception mask's control: as many tokens per response, chosen uniformly at
+// random and seeded per (seed, step, row), to tell training on fewer tokens from training on the
+// right ones (Config.EnableRandomFiltering).
 //
 // UpdateConfig and Update go one step further and run the reference's whole actor update
 // (update_policy, docs/semantics.md#policy-update) for one mini-batch: Prepare computes what the

@@ -162,3 +162,28 @@ func ExampleUpdateConfig_Prepare() {
 	// rows 2-4: token mask [1 0 1 1 0 0], loss 0.3134
 	// d loss / d logp: [-0.1217 -0.1111 0.0000 -0.1111 -0.0012 0.0000 0.1111 0.0000 0.0885 0.1111 0.0000 0.0000]
 }
+
+func ExampleRandomMask() {
+	// The control of the perception mask: per row as many tokens as PerceptionMask keeps for
+	// the same p (ceil(5*0.4) = 2, ceil(3*0.4) = 2), chosen at random among the valid ones.
+	mask := tensor.Must(tensor.FromFloat32([]float32{
+		1, 1, 1, 1, 1,
+		1, 1, 1, 0, 0,
+	}, 2, 5))
+	dst := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 2, 5))
+	key := tprl.RandomKey{Seed: 1, Step: 0, FirstRow: 0} // row i draws from (seed, step, FirstRow+i)
+	stats, err := tprl.RandomMask(dst, mask, 0.4, key)
+	if err != nil {
+		panic(err)
+	}
+	sel, _ := dst.Float32s()
+	var kept [2]float32
+	for i, v := range sel {
+		kept[i/5] += v
+	}
+	fmt.Println("kept per row", kept, "padding kept", sel[8]+sel[9])
+	fmt.Println(stats.Metrics())
+	// Output:
+	// kept per row [2 2] padding kept 0
+	// map[actor/random_token_fraction:0.5]
+}

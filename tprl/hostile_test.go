@@ -33,6 +33,7 @@ func tprlFuncs() map[string]any {
 		"ParseFilter":                     ParseFilter,
 		"ParseShapingScope":               ParseShapingScope,
 		"PerceptionMask":                  PerceptionMask,
+		"RandomMask":                      RandomMask,
 		"Result.Release":                  (*Result).Release,
 		"SelectionStats.AppendMetrics":    SelectionStats.AppendMetrics,
 		"SelectionStats.Metrics":          SelectionStats.Metrics,

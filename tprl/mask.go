@@ -12,7 +12,8 @@ import (
 // reference logs (docs/semantics.md#entropy-mask,
 // docs/semantics.md#perception-mask).
 type SelectionStats struct {
-	// Filter selects the metric names (entropy_* or perception/low_var_kl_*).
+	// Filter selects the metric names (entropy_*, perception/low_var_kl_*, or
+	// random_token_fraction alone: a random selection has no threshold and no means).
 	Filter Filter
 	// Valid is S, the number of valid tokens (mask != 0).
 	Valid int
@@ -36,6 +37,7 @@ var selectionKeys = [...][4]string{
 		"actor/entropy_mean_selected", "actor/entropy_mean_rejected"},
 	PerceptionFilter: {"actor/perception_token_fraction", "actor/low_var_kl_threshold",
 		"actor/low_var_kl_mean_selected", "actor/low_var_kl_mean_rejected"},
+	RandomFilter: {"actor/random_token_fraction"}, // no values: no threshold or means
 }
 
 // Metrics returns the metrics the reference logs for this selection, under its names: none
@@ -68,6 +70,9 @@ func (s SelectionStats) each(fn func(string, float32)) {
 	}
 	keys := selectionKeys[s.Filter]
 	fn(keys[0], s.TokenFraction())
+	if s.Filter == RandomFilter {
+		return
+	}
 	fn(keys[1], s.Threshold)
 	if s.Selected > 0 {
 		fn(keys[2], s.SelectedMean)

@@ -75,6 +75,9 @@ type MiniBatch struct {
 	// ShapingStats, when not nil, are all-reduced shaping statistics of every rank's
 	// mini-batch (see ShapingStats); nil means this mini-batch's own.
 	ShapingStats *ShapingStats
+	// Random seeds the random filter (Config.EnableRandomFiltering); its FirstRow is the index
+	// of the mini-batch's first row in the step's batch.
+	Random RandomKey
 }
 
 // Update runs the micro-batches of one prepared mini-batch. Create it with
@@ -262,7 +265,8 @@ func (u *Update) MicroBatch(grad *tensor.Tensor, in MicroInputs, lo, hi int) (Mi
 		return MicroResult{}, err
 	}
 
-	tok, err := u.cfg.Tokens.Apply(Batch{ResponseMask: mask, Entropy: in.Entropy, PerceptionScore: score, Advantages: adv, ShapingStats: u.stats})
+	tok, err := u.cfg.Tokens.Apply(Batch{ResponseMask: mask, Entropy: in.Entropy, PerceptionScore: score, Advantages: adv,
+		ShapingStats: u.stats, Random: u.mb.Random.rows(lo)})
 	if err != nil {
 		return MicroResult{}, err
 	}

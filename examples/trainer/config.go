@@ -16,6 +16,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/ppo"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -66,6 +67,10 @@ type DatasetConfig struct {
 	Options   int `yaml:"options" json:"options"`
 	// OrderedOptions lists a generated question's options in the value lists' order.
 	OrderedOptions bool `yaml:"ordered_options" json:"ordered_options"`
+	// Task is the generated task's reference chain: short (the visual fact alone) or reasoning
+	// (the fact among image-independent text, vqa.ReasoningChain; no planted bias, so the
+	// warm-start shortcut is dropped).
+	Task vqa.ChainStyle `yaml:"task" json:"task"`
 }
 
 // TrainingConfig is the loop: budget, warm start, validation, checkpoints, outputs.
@@ -402,7 +407,7 @@ func (c *Config) resolve() error {
 	// The planted answer-A bias is part of the generated task: a user's own references are
 	// never rewritten. The default's fraction is dropped with dataset.train_files; one given
 	// explicitly is an error (Validate).
-	if c.Dataset.TrainFiles != "" && c.set["training.sft_shortcut"] == 0 {
+	if (c.Dataset.TrainFiles != "" || c.Dataset.Task != vqa.ShortChain) && c.set["training.sft_shortcut"] == 0 {
 		c.Training.SFTShortcut = 0
 	}
 	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
@@ -855,6 +860,9 @@ func (c Config) Validate() error {
 	}
 	if d.TrainFiles != "" && t.SFTShortcut > 0 {
 		return keyErr("training.sft_shortcut", "is %v with dataset.train_files set: it would rewrite that fraction of your warm-start references to answer A; the planted bias is for the generated task only: set training.sft_shortcut=0", t.SFTShortcut)
+	}
+	if d.TrainFiles == "" && d.Task != vqa.ShortChain && (t.SFTShortcut > 0 || t.SFTBlind) {
+		return keyErr("training.sft_shortcut", "is %v (sft_blind %v) with dataset.task=%v: the planted bias and blind references rewrite the short chain only", t.SFTShortcut, t.SFTBlind, d.Task)
 	}
 	if d.TrainFiles == "" && d.TrainSize == 0 {
 		return keyErr("dataset.train_size", "is 0 and dataset.train_files is empty: no training data")

@@ -8,13 +8,19 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // studyArmOrder is the order of the study's arms in its table and plot (others follow by name).
-var studyArmOrder = []string{"grpo", "grpo_tgf", "grpo_tas", "vppo", "grpo_entropy"}
+var studyArmOrder = []string{"grpo", "grpo_tgf", "grpo_tas", "vppo", "grpo_entropy", "grpo_random"}
+
+// studyControls are the paired comparisons Study adds to "every arm against the first": the
+// perception mask and VPPO against the random mask with the same keep count, which separates
+// training on the right tokens from training on fewer tokens.
+var studyControls = [][2]string{{"grpo_tgf", "grpo_random"}, {"vppo", "grpo_random"}, {"vppo", "grpo_tas"}}
 
 // studyRun is one seed of one arm: validation accuracy per validated step and the mean
 // perception-mask precision and recall over the first and the last fifth of the steps.
@@ -31,7 +37,9 @@ type studyRun struct {
 // table of validation accuracy (mean ± standard error over seeds) at fixed steps, the steps to
 // reach the warm start's accuracy + delta, a paired t-test of every arm against the first arm
 // (same seeds, hence the same warm starts), and the perception mask's precision/recall against
-// the labelled visual tokens early and late in training; it plots mean ± s.e. per arm into out.
+// the labelled visual tokens early and late in training, then each arm's final, late and best
+// accuracy with paired comparisons (studyEndpoints); it plots mean ± s.e. per arm into out,
+// and the gain over each seed's warm start into out with "_gain" before the extension.
 func Study(w io.Writer, root, out string, delta float64) error {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -113,7 +121,8 @@ func Study(w io.Writer, root, out string, delta float64) error {
 	}
 	fmt.Fprintf(tw, "\tsteps to start+%.2f (reached)\tpaired Δ end vs %s\tt (df)\tp\n", delta, arms[0])
 	palette := []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {255, 127, 14, 255}, {23, 190, 207, 255}}
-	var series []Series
+	var series, gains []Series
+	glo, ghi := 0.0, 0.0 // the gain plot's range
 	base := map[string]float64{}
 	for _, r := range runs[arms[0]] {
 		base[r.seed] = r.val[last]
@@ -160,6 +169,15 @@ func Study(w io.Writer, root, out string, delta float64) error {
 			s.X, s.Y, s.Band = append(s.X, float64(st)), append(s.Y, m), append(s.Band, se)
 		}
 		series = append(series, s)
+		// The same minus each seed's warm start: the seeds' common offset (their warm starts
+		// differ more than the arms do) leaves the band.
+		g := Series{Name: fmt.Sprintf("%s (%d seeds): gain over the warm start, mean ± s.e.", a, len(rs)), Colour: s.Colour, Points: true}
+		for _, st := range steps {
+			m, se := meanSE(collect(rs, func(r studyRun) float64 { return r.val[st] - r.val[steps[0]] }))
+			g.X, g.Y, g.Band = append(g.X, float64(st)), append(g.Y, m), append(g.Band, se)
+			glo, ghi = math.Min(glo, m-se), math.Max(ghi, m+se)
+		}
+		gains = append(gains, g)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -182,11 +200,124 @@ func Study(w io.Writer, root, out string, delta float64) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w)
+	if err := studyEndpoints(w, arms, runs, steps); err != nil {
+		return err
+	}
 	png, err := PlotPNG("validation accuracy, mean ± standard error over seeds", "RL step", "val/accuracy", 0, 1, series)
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(out, png)
+	if err := WriteFileAtomic(out, png); err != nil {
+		return err
+	}
+	pad := 0.1 * (ghi - glo)
+	png, err = PlotPNG("validation accuracy minus the seed's warm start, mean ± s.e. over seeds", "RL step", "val/accuracy gain", glo-pad, ghi+pad, gains)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(studyGainPath(out), png)
+}
+
+// studyGainPath is where Study writes its second plot, the gains over the warm start: out with
+// "_gain" before the extension.
+func studyGainPath(out string) string {
+	ext := filepath.Ext(out)
+	return strings.TrimSuffix(out, ext) + "_gain" + ext
+}
+
+// studyEndpoints prints each arm's final, best and late accuracy (the mean over the validations
+// in the last fifth of the steps, less noisy than one validation), then paired comparisons on
+// each across seeds: every arm against the first, and the studyControls present.
+func studyEndpoints(w io.Writer, arms []string, runs map[string][]studyRun, steps []int) error {
+	last := steps[len(steps)-1]
+	endpoint := map[string]func(studyRun) float64{
+		"final": func(r studyRun) float64 { return r.val[last] },
+		"best": func(r studyRun) float64 {
+			b := math.Inf(-1)
+			for _, st := range steps {
+				b = math.Max(b, r.val[st])
+			}
+			return b
+		},
+		"late": func(r studyRun) float64 {
+			var xs []float64
+			for _, st := range steps {
+				if st > last-max(1, last/5) {
+					xs = append(xs, r.val[st])
+				}
+			}
+			return mean(xs)
+		},
+	}
+	names := []string{"final", "late", "best"}
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "arm	final (step %d)	late (mean of steps > %d)	best	gain final − start\n", last, last-max(1, last/5))
+	for _, a := range arms {
+		fmt.Fprint(tw, a)
+		for _, n := range names {
+			m, se := meanSE(collect(runs[a], endpoint[n]))
+			fmt.Fprintf(tw, "	%.3f ± %.3f", m, se)
+		}
+		m, se := meanSE(collect(runs[a], func(r studyRun) float64 { return r.val[last] - r.val[steps[0]] }))
+		fmt.Fprintf(tw, "	%+.3f ± %.3f\n", m, se)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var pairs [][2]string
+	for _, a := range arms[1:] {
+		pairs = append(pairs, [2]string{a, arms[0]})
+	}
+	for _, c := range studyControls {
+		if len(runs[c[0]]) > 0 && len(runs[c[1]]) > 0 && c[1] != arms[0] {
+			pairs = append(pairs, c)
+		}
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "comparison (paired by seed)	endpoint	Δ mean ± s.e.	t (df)	p (paired t)	wins (sign test p)")
+	for _, pr := range pairs {
+		other := map[string]studyRun{}
+		for _, r := range runs[pr[1]] {
+			other[r.seed] = r
+		}
+		for _, n := range names {
+			var d []float64
+			for _, r := range runs[pr[0]] {
+				if o, ok := other[r.seed]; ok {
+					d = append(d, endpoint[n](r)-endpoint[n](o))
+				}
+			}
+			m, se := meanSE(d)
+			tval, p := pairedT(d)
+			wins, n0 := 0, 0
+			for _, x := range d {
+				if x > 0 {
+					wins++
+				}
+				if x != 0 {
+					n0++
+				}
+			}
+			fmt.Fprintf(tw, "%s − %s	%s	%+.3f ± %.3f	%.2f (%d)	%.3f	%d/%d (%.3f)\n", pr[0], pr[1], n, m, se, tval, len(d)-1, p, wins, n0, signTest(wins, n0))
+		}
+	}
+	return tw.Flush()
+}
+
+// signTest is the two-sided exact binomial p-value of k wins among n non-tied pairs (1 when n
+// is 0).
+func signTest(k, n int) float64 {
+	if n == 0 {
+		return 1
+	}
+	lo := min(k, n-k)
+	var tail float64
+	for i := 0; i <= lo; i++ {
+		tail += distuv.Binomial{N: float64(n), P: 0.5}.Prob(float64(i))
+	}
+	return math.Min(1, 2*tail)
 }
 
 func readStudyRun(seed string, lines []MetricsLine) studyRun {

@@ -138,7 +138,7 @@ func NewTrainer(cfg Config) (*Trainer, error) {
 // training data and encodes every example (images fitted to the model's input).
 func (t *Trainer) loadData() error {
 	d := t.cfg.Dataset
-	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options, OrderedOptions: d.OrderedOptions}
+	task := vqa.TaskConfig{ImageSize: d.ImageSize, MaxShapes: d.MaxShapes, Options: d.Options, OrderedOptions: d.OrderedOptions, Chain: d.Task}
 	if d.TrainFiles == "" || d.ValFiles == "" {
 		if err := task.Validate(); err != nil {
 			return fmt.Errorf("config: dataset: %w", err)

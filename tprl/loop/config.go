@@ -41,7 +41,8 @@ type Config struct {
 	MaxGradNorm float64
 	// LR is the learning-rate schedule over the optimizer steps of the run.
 	LR Schedule
-	// Seed keys the rollout sampling (per step, round and row) and the perturbation.
+	// Seed keys the rollout sampling (per step, round and row), the perturbation and the random
+	// token filter (tprl.RandomKey).
 	Seed uint64
 }
 

@@ -27,7 +27,7 @@ type setup struct {
 	data    *loop.Epochs[prompt]
 }
 
-func newSetup() *setup {
+func newSetup(tokenOpts ...func(*tprl.Config)) *setup {
 	var data []prompt
 	for i := range 64 {
 		a := int32(i % 4)
@@ -37,6 +37,9 @@ func newSetup() *setup {
 	m.g = tensor.Must(tensor.NewLike(m.w, tensor.Float32))
 	tokens := tprl.DefaultConfig()
 	tokens.EnablePerceptionFiltering, tokens.EnableTrajectoryReweighting = true, true
+	for _, o := range tokenOpts {
+		o(&tokens)
+	}
 	return &setup{
 		cfg: loop.Config{
 			Steps: 4, Prompts: 8, Sampling: loop.Sampling{N: 4, MaxTokens: respLen, Temperature: 1, TopP: 1},
@@ -90,29 +93,41 @@ func weights(m *tiny) []float32 {
 // TestRanksEqualOneRank: two data-parallel ranks take the steps of one, bit for bit: the same
 // metrics and the same weights on every replica.
 func TestRanksEqualOneRank(t *testing.T) {
-	one := newSetup()
-	l, err := loop.New(one.cfg, one.parts(nil))
-	require.NoError(t, err)
-	want := steps(t, l, 3)
+	// The VPPO setup, and the random token mask, whose rows are keyed by their index in the
+	// step's batch and so do not depend on which rank holds them.
+	random := func(c *tprl.Config) {
+		c.EnablePerceptionFiltering, c.EnableRandomFiltering, c.TopPRandomTokens = false, true, 0.5
+	}
+	for name, opts := range map[string][]func(*tprl.Config){"vppo": nil, "random": {random}} {
+		t.Run(name, func(t *testing.T) {
+			one := newSetup(opts...)
+			l, err := loop.New(one.cfg, one.parts(nil))
+			require.NoError(t, err)
+			want := steps(t, l, 3)
+			if name == "random" {
+				require.InDelta(t, 0.5, want[0]["actor/random_token_fraction"], 0.1)
+			}
 
-	var got [2][]map[string]float64
-	var ws [2][]float32
-	err = collective.Run(context.Background(), 2, func(ctx context.Context, c collective.Comm) error {
-		s := newSetup()
-		l, err := loop.New(s.cfg, s.parts(c))
-		if err != nil {
-			return err
-		}
-		got[c.Rank()] = steps(t, l, 3)
-		ws[c.Rank()] = weights(s.model)
-		return nil
-	})
-	require.NoError(t, err)
-	for r := range 2 {
-		require.Equal(t, weights(one.model), ws[r], "rank %d", r)
-		for i := range want {
-			assert.Equal(t, want[i], got[r][i], "rank %d step %d", r, i+1)
-		}
+			var got [2][]map[string]float64
+			var ws [2][]float32
+			err = collective.Run(context.Background(), 2, func(ctx context.Context, c collective.Comm) error {
+				s := newSetup(opts...)
+				l, err := loop.New(s.cfg, s.parts(c))
+				if err != nil {
+					return err
+				}
+				got[c.Rank()] = steps(t, l, 3)
+				ws[c.Rank()] = weights(s.model)
+				return nil
+			})
+			require.NoError(t, err)
+			for r := range 2 {
+				require.Equal(t, weights(one.model), ws[r], "rank %d", r)
+				for i := range want {
+					assert.Equal(t, want[i], got[r][i], "rank %d step %d", r, i+1)
+				}
+			}
+		})
 	}
 }
 

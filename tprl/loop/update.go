@@ -73,7 +73,8 @@ func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], m
 			local := func(x *tensor.Tensor) *tensor.Tensor { return rowsOrNil(x, mlo+slo, mlo+shi) }
 			g := totals[mlo/miniRows]
 			mb := tprl.MiniBatch{ResponseMask: local(mask), OldLogProbs: local(oldLogp), PerceptionScore: local(score),
-				Advantages: local(adv), GlobalTokens: g.tokens, ShapingStats: g.stats}
+				Advantages: local(adv), GlobalTokens: g.tokens, ShapingStats: g.stats,
+				Random: tprl.RandomKey{Seed: cfg.Seed, Step: l.state.Step, FirstRow: mlo + slo}}
 			if cfg.Update.KLLoss != nil {
 				mb.RefLogProbs = local(refLogp)
 			}

@@ -16,6 +16,11 @@
 //	prompt:   what colour is the square ? A pink B blue C white D red
 //	response: <think> the square is red </think> Answer: D
 //
+// With TaskConfig.Chain = ReasoningChain the reference wraps the same fact in about thirty
+// image-independent tokens phrased one of several ways (an opening remark, the question
+// restated, the fact, a conclusion naming the value and its letter), so that most of a response's
+// tokens, and most of its sampling entropy, have no bearing on the answer.
+//
 // No question can be answered from the prompt alone: every option is a value
 // the image could have. Question kinds whose value set is smaller than
 // Options (shapes: 5, positions: 4) are not asked. Generation is deterministic:

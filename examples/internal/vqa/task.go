@@ -19,6 +19,10 @@ type TaskConfig struct {
 	// Positions()) instead of shuffled: which letter names a value then follows from the other
 	// options alone, so choosing the letter is easy and the visual fact decides the answer.
 	OrderedOptions bool
+	// Chain is the style of the reference responses: ShortChain (the default) or
+	// ReasoningChain, whose visual fact sits among image-independent text. Scene, question and
+	// options do not depend on it.
+	Chain ChainStyle
 }
 
 // DefaultTaskConfig returns the default generated task: 32-pixel images, 1..3 shapes, 4
@@ -38,6 +42,8 @@ func (c TaskConfig) Validate() error {
 		return fmt.Errorf("vqa: TaskConfig.MaxShapes must be in [1, %d], got %d", len(positions), c.MaxShapes)
 	case c.Options < 2 || c.Options > len(letters):
 		return fmt.Errorf("vqa: TaskConfig.Options must be in [2, %d], got %d", len(letters), c.Options)
+	case c.Chain != ShortChain && c.Chain != ReasoningChain:
+		return fmt.Errorf("vqa: TaskConfig.Chain must be ShortChain or ReasoningChain, got %v", c.Chain)
 	}
 	return nil
 }
@@ -219,13 +225,17 @@ func generateOne(cfg TaskConfig, seed, id uint64) Sample {
 			answer = letters[i]
 		}
 	}
+	response := "<think> " + think + " </think> Answer: " + answer
+	if cfg.Chain == ReasoningChain {
+		response = reasoningResponse(r, question, think, correct, answer)
+	}
 	return Sample{
 		ID:       id,
 		Image:    Render(cfg.ImageSize, objs),
 		Objects:  objs,
 		Prompt:   b.String(),
 		Answer:   answer,
-		Response: "<think> " + think + " </think> Answer: " + answer,
+		Response: response,
 	}
 }
 
