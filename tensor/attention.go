@@ -185,7 +185,7 @@ type AttentionGrad struct {
 }
 
 // AttentionBackward writes dq, dk and dv (overwritten; the shapes of Q, K and V) for Attention,
-// recomputing the probabilities from LSE one key tile at a time (no [Tq, Tk] matrix). The
+// recomputing each probability from LSE as it needs it (no [Tq, Tk] matrix). The
 // gradients of the query heads that share a key/value head are summed in a fixed order.
 func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig) error {
 	const op = "tensor.AttentionBackward"

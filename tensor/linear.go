@@ -114,8 +114,9 @@ func (p *PackedWeight) Weight() *Tensor {
 	return p.w
 }
 
-// Packed returns the backend's layout (nil when the backend has no LinearKernel, or for a nil
-// PackedWeight).
+// Packed returns the backend's layout: what its LinearKernel's PackWeight returned, the CPU's
+// own (internal/gemm's panels) for a host weight on a CPU with AVX2 or AVX-512, else nil (also
+// for a nil PackedWeight).
 func (p *PackedWeight) Packed() any {
 	if p == nil {
 		return nil
