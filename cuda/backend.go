@@ -39,6 +39,7 @@ type Backend struct {
 	aux      cu.DevicePtr // auxBytes of flags and small results
 	scratch  cu.DevicePtr
 	scratchN int64
+	blas     unsafe.Pointer // the cuBLAS handle (cublas.go), created at the first GEMM
 }
 
 // auxBytes holds the error flag (8 bytes at 0) and small results (at 64).
@@ -129,6 +130,7 @@ func (b *Backend) shutdown() {
 		return
 	}
 	_ = b.stream.Synchronize()
+	b.destroyBLAS()
 	_ = b.ctx.Destroy()
 }
 

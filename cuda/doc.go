@@ -55,10 +55,17 @@
 //     (trajectory shaping: per-row masked sums come down, the host computes the statistics and
 //     factors with tprl's own plan, the B factors go up and the rows are scaled on the device);
 //   - perturb.BlackenKernel (Blackening.ApplyBatch: grids drawn on the host from the seeded
-//     generators, one pass on the device).
+//     generators, one pass on the device);
+//   - the transformer op families of package tensor (docs/ops.md, "CUDA"): MatMul and Linear
+//     through cuBLAS (cublasGemmEx, cublasGemmStridedBatchedEx; float32 or bfloat16 inputs,
+//     float32 compute; bound in cublas.go), RMSNorm, LayerNorm, RoPE (mrope sections),
+//     activations, SwiGLU, embedding gather and scatter-add, AdamW and the gradient-norm
+//     reductions (kernels/nn.cu), flash-style attention forward, decode and backward
+//     (kernels/attention.cu).
 //
-// Not on the device yet (host staging through tensor.OnHost): ResponseMask (package tensor
-// declares no kernel interface for it), the single-image perturbations and the other
+// Not on the device yet (host staging through tensor.OnHost): the fused LM head
+// (tensor.LMHeadLogProbs and its backward), ResponseMask (package tensor declares no kernel
+// interface for it), the single-image perturbations and the other
 // perturbation kinds (noise, masking, blur).
 //
 // The loss and advantage kernels use ports of internal/hostops' float32 exp (hostexp.cuh) and

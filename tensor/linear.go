@@ -115,7 +115,7 @@ func (p *PackedWeight) Weight() *Tensor {
 }
 
 // Packed returns the backend's layout: what its LinearKernel's PackWeight returned, the CPU's
-// own (internal/gemm's panels) for a host weight on a CPU with AVX2 or AVX-512, else nil (and nil
+// own (internal/gemm's panels) for a host weight on a CPU with AVX2 or AVX-512, else nil (also
 // for a nil PackedWeight).
 func (p *PackedWeight) Packed() any {
 	if p == nil {

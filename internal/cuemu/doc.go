@@ -35,6 +35,13 @@
 // edited kernel is recompiled, and LoadData refuses to run when a source changed since the last
 // generation.
 //
+// # cuBLAS
+//
+// The subpackage blas replaces gorgonia.org/cu/blas as this package replaces gorgonia.org/cu:
+// it defines the cuBLAS C entry points package cuda binds (handles, stream, cublasGemmEx,
+// cublasGemmStridedBatchedEx) and computes the GEMMs on the host with the checks above (see its
+// doc).
+//
 // # Environment
 //
 //	CUEMU_DEVICES   number of devices (default 1)

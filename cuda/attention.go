@@ -1,0 +1,218 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"unsafe"
+
+	"github.com/mtrl-go/mtrl/tensor"
+	"gorgonia.org/cu"
+)
+
+// Attention (kernels/attention.cu): flash-style forward, decode and backward.
+var _ tensor.AttentionKernel = deviceKernels{}
+
+// attnThreads is ATT_THREADS of the kernels.
+const attnThreads = 128
+
+// attnTiles returns the kernels' suffix and the forward's query and key tile sizes for head
+// dimension d.
+func attnTiles(op string, d int) (suffix string, bq, bk int, err error) {
+	switch {
+	case d <= 128:
+		return "d128_f32", 16, 32, nil
+	case d <= 256:
+		return "d256_f32", 8, 16, nil
+	}
+	return "", 0, 0, tensor.Errorf(tensor.ErrParam, op, "Q", "has head dimension %d: the CUDA attention kernels take at most 256", d)
+}
+
+// attnSeqs returns the sequences as the kernels read them, [q0, qn, k0, kn] per sequence, from
+// cu_seqlens (downloaded; the entry point validated them) or one sequence of all rows.
+func (b *Backend) attnSeqs(op string, in tensor.AttentionInputs) ([]int32, error) {
+	tq, tk := in.Q.Dim(0), in.K.Dim(0)
+	if in.CuSeqlensQ == nil {
+		return []int32{0, int32(tq), 0, int32(tk)}, nil
+	}
+	n := in.CuSeqlensQ.Len()
+	cq, ck := make([]int32, n), make([]int32, n)
+	for i, c := range []struct {
+		t   *tensor.Tensor
+		dst []int32
+	}{{in.CuSeqlensQ, cq}, {in.CuSeqlensK, ck}} {
+		p, err := b.ptrOf(op, []string{"CuSeqlensQ", "CuSeqlensK"}[i], c.t)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.download(op, unsafe.Pointer(&c.dst[0]), p, n*4); err != nil {
+			return nil, err
+		}
+	}
+	seqs := make([]int32, 0, 4*(n-1))
+	for i := 1; i < n; i++ {
+		seqs = append(seqs, cq[i-1], cq[i]-cq[i-1], ck[i-1], ck[i]-ck[i-1])
+	}
+	return seqs, nil
+}
+
+// uploadSeqs copies seqs to the start of scratch, which holds extra more bytes after them
+// (256-aligned), and returns both addresses.
+func (b *Backend) uploadSeqs(op string, seqs []int32, extra int64) (cu.DevicePtr, cu.DevicePtr, error) {
+	head := int64(ceilDiv(len(seqs)*4, 256) * 256)
+	s, err := b.scratchPtr(op, head+extra)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(seqs) > 0 {
+		if err := b.upload(op, s, unsafe.Pointer(&seqs[0]), len(seqs)*4); err != nil {
+			return 0, 0, err
+		}
+	}
+	return s, s + cu.DevicePtr(head), nil
+}
+
+// maxOf returns the largest of seqs[i], seqs[i+4], … (0 for none).
+func maxOf(seqs []int32, i int) int {
+	m := 0
+	for ; i < len(seqs); i += 4 {
+		m = max(m, int(seqs[i]))
+	}
+	return m
+}
+
+// launchPerSeq launches kernel name with grid (tiles, sequences·heads), in chunks of sequences
+// that keep the grid's y within 65535; args[seqArg] is the address of the sequences, advanced
+// per chunk.
+func (b *Backend) launchPerSeq(op, name string, tiles, nseq, heads int, seqArg int, args ...arg) error {
+	if tiles == 0 {
+		return nil
+	}
+	per := max(1, 65535/heads)
+	base := args[seqArg]
+	for s0 := 0; s0 < nseq; s0 += per {
+		n := min(per, nseq-s0)
+		args[seqArg] = base + arg(s0*16)
+		if err := b.launch(op, name, tiles, n*heads, attnThreads, 0, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Attention is the flash-style forward: one block per tile of queries and head.
+func (b deviceKernels) Attention(out, lse *tensor.Tensor, in tensor.AttentionInputs, cfg tensor.AttentionConfig) error {
+	const op = "tensor.Attention"
+	return b.do(op, func() error {
+		seqs, err := b.attnSeqs(op, in)
+		if err != nil {
+			return err
+		}
+		return b.attnForward(op, out, lse, in.Q, in.K, in.V, seqs, cfg)
+	})
+}
+
+func (b *Backend) attnForward(op string, out, lse, q, k, v *tensor.Tensor, seqs []int32, cfg tensor.AttentionConfig) error {
+	hq, hkv, d := q.Dim(-2), k.Dim(-2), q.Dim(-1)
+	sfx, bq, _, err := attnTiles(op, d)
+	if err != nil {
+		return err
+	}
+	p, err := b.ptrs(op, []string{"out", "lse", "Q", "K", "V"}, out, lse, q, k, v)
+	if err != nil {
+		return err
+	}
+	s, _, err := b.uploadSeqs(op, seqs, 0)
+	if err != nil {
+		return err
+	}
+	return b.launchPerSeq(op, "attention_fwd_"+sfx, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 5,
+		ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(s),
+		intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal))
+}
+
+// AttentionDecode is the forward over each sequence's cache: sequence b's queries are rows
+// [b·Tn, (b+1)·Tn) and its keys the first Lens[b] rows of its cache.
+func (b deviceKernels) AttentionDecode(out *tensor.Tensor, in tensor.DecodeInputs, cfg tensor.AttentionConfig) error {
+	const op = "tensor.AttentionDecode"
+	bn, tn, sMax := in.Q.Dim(0), in.Q.Dim(1), in.KCache.Dim(1)
+	return b.do(op, func() error {
+		lens := make([]int32, bn)
+		if bn > 0 {
+			p, err := b.ptrOf(op, "Lens", in.Lens)
+			if err != nil {
+				return err
+			}
+			if err := b.download(op, unsafe.Pointer(&lens[0]), p, bn*4); err != nil {
+				return err
+			}
+		}
+		seqs := make([]int32, 0, 4*bn)
+		for i, l := range lens {
+			seqs = append(seqs, int32(i*tn), int32(tn), int32(i*sMax), l)
+		}
+		return b.attnForward(op, out, nil, in.Q, in.KCache, in.VCache, seqs, cfg)
+	})
+}
+
+// KVCacheWrite copies the new rows into the caches in one kernel.
+func (b deviceKernels) KVCacheWrite(cache, kv, starts *tensor.Tensor) error {
+	bn, sMax, tn := cache.Dim(0), cache.Dim(1), kv.Dim(1)
+	row := cache.Dim(2) * cache.Dim(3)
+	return b.elementwiseOp("tensor.KVCacheWrite", "attention_kvwrite_fwd_f32", []*tensor.Tensor{cache, kv, starts}, bn*tn*row,
+		intArg(bn), intArg(sMax), intArg(tn), intArg(row))
+}
+
+// AttentionBackward: D_i = dO_i·O_i per row, then dQ one block per query tile and head, and dK,
+// dV one block per key tile and key/value head (the group's query heads in order): every
+// gradient element is written by one thread, no atomics.
+func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.AttentionGrad, cfg tensor.AttentionConfig) error {
+	const op = "tensor.AttentionBackward"
+	hq, hkv, d := in.Q.Dim(-2), in.K.Dim(-2), in.Q.Dim(-1)
+	sfx, bq, _, err := attnTiles(op, d)
+	if err != nil {
+		return err
+	}
+	bk := bq // the backward's tiles are square: 16 × 16 at d128, 8 × 8 at d256
+	rows := in.Q.Dim(0) * hq
+	return b.do(op, func() error {
+		seqs, err := b.attnSeqs(op, in.AttentionInputs)
+		if err != nil {
+			return err
+		}
+		p, err := b.ptrs(op, []string{"dq", "dk", "dv", "Q", "K", "V", "Out", "LSE", "DOut"},
+			dq, dk, dv, in.Q, in.K, in.V, in.Out, in.LSE, in.DOut)
+		if err != nil {
+			return err
+		}
+		s, delta, err := b.uploadSeqs(op, seqs, int64(max(1, rows))*4)
+		if err != nil {
+			return err
+		}
+		// Keys no query sees get zero gradients: clear dK and dV, which the kernels skip there.
+		for _, t := range []struct {
+			p cu.DevicePtr
+			n int
+		}{{p[1], dk.Len()}, {p[2], dv.Len()}} {
+			if t.n > 0 {
+				if err := cu.MemsetD8Async(t.p, 0, int64(t.n)*4, b.stream); err != nil {
+					return devErr(op, "cuMemsetD8Async", "", err)
+				}
+			}
+		}
+		if rows == 0 {
+			return nil
+		}
+		if err := b.launch(op, "attention_delta_bwd_f32", ceilDiv(rows, blockSize), 1, blockSize, 0,
+			ptrArg(delta), ptrArg(p[6]), ptrArg(p[8]), intArg(rows), intArg(d)); err != nil {
+			return err
+		}
+		if err := b.launchPerSeq(op, "attention_dq_bwd_"+sfx, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 7,
+			ptrArg(p[0]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(p[5]), ptrArg(p[8]), ptrArg(p[7]), ptrArg(delta), ptrArg(s),
+			intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal)); err != nil {
+			return err
+		}
+		return b.launchPerSeq(op, "attention_dkdv_bwd_"+sfx, ceilDiv(maxOf(seqs, 3), bk), len(seqs)/4, hkv, 8,
+			ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(p[5]), ptrArg(p[8]), ptrArg(p[7]), ptrArg(delta), ptrArg(s),
+			intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal))
+	})
+}

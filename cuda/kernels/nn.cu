@@ -1,0 +1,272 @@
+// The transformer op families of package tensor that are not GEMMs or attention (those are
+// cuBLAS and attention.cu): linear's bias and column sums, RMSNorm and LayerNorm, RoPE,
+// activations and SwiGLU, embedding gather and scatter-add, AdamW and the gradient-norm
+// reductions. Each mirrors its pure-Go reference in internal/nnref: the same float32 roundings
+// in the same order where the reference rounds, float64 where it sums or evaluates in float64,
+// fixed-order reductions (no atomics), so two runs give the same bits.
+#include "common.cuh"
+
+extern "C" {
+
+// ---- Linear (the GEMMs are cuBLAS) ----
+
+// dst[i] = float(src[i]): a bfloat16 operand widened for a GEMM whose other operand is float32.
+__global__ void __launch_bounds__(MTRL_BLOCK) linear_widen_fwd_bf16(float* dst, const bf16_t* src, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        dst[i] = bf16_to_f32(src[i]);
+    }
+}
+
+// y[i, j] += bias[j] over rows × n.
+__global__ void __launch_bounds__(MTRL_BLOCK) linear_bias_fwd_f32(float* y, const float* bias, int64_t rows, int64_t n) {
+    int64_t total = rows * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        y[i] = y[i] + bias[i % n];
+    }
+}
+
+// db[j] (+)= Σ_i dy[i, j], rows in ascending order (nnref.ColSum): one thread per column.
+__global__ void __launch_bounds__(MTRL_BLOCK) linear_colsum_bwd_f32(float* db, const float* dy, int64_t rows, int64_t n, int acc) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float s = 0;
+    for (int64_t i = 0; i < rows; i++) s += dy[i * n + j];
+    if (acc) s += db[j];
+    db[j] = s;
+}
+
+// ---- RMSNorm and LayerNorm: one block per row; stats[2·row] = mean, stats[2·row+1] = rstd ----
+
+__device__ __forceinline__ float rms_scale(const float* x, int64_t d, double eps, double* scratch) {
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) ss += (double)x[j] * (double)x[j];
+    ss = block_sum_f64(ss, scratch);
+    return (float)(1.0 / sqrt(ss / (double)d + eps));
+}
+
+__device__ __forceinline__ void layer_stats(const float* x, int64_t d, double eps, double* scratch, float* mean, float* rstd) {
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) s += (double)x[j];
+    double mu = block_sum_f64(s, scratch) / (double)d;
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) ss += ((double)x[j] - mu) * ((double)x[j] - mu);
+    ss = block_sum_f64(ss, scratch);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(ss / (double)d + eps));
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, const float* x, const float* w, int64_t d, double eps) {
+    __shared__ double scratch[MTRL_WARPS];
+    const float* xi = x + (int64_t)blockIdx.x * d;
+    float* yi = y + (int64_t)blockIdx.x * d;
+    float r = rms_scale(xi, d, eps, scratch);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) yi[j] = w[j] * (xi[j] * r);
+}
+
+// dx = r·(g − x̂·c) with g = dy·w, x̂ = x·r, c = mean(g·x̂); stats for the weight gradient.
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+    __shared__ double scratch[MTRL_WARPS];
+    int64_t row = blockIdx.x;
+    const float *xi = x + row * d, *dyi = dy + row * d;
+    float* dxi = dx + row * d;
+    float r = rms_scale(xi, d, eps, scratch);
+    double gx = 0;
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) gx += (double)(dyi[j] * w[j]) * (double)(xi[j] * r);
+    float c = (float)(block_sum_f64(gx, scratch) / (double)d);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        float xh = xi[j] * r;
+        dxi[j] = r * (dyi[j] * w[j] - xh * c);
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * row] = 0;
+        stats[2 * row + 1] = r;
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, const float* x, const float* w, const float* b, int64_t d, double eps) {
+    __shared__ double scratch[MTRL_WARPS];
+    const float* xi = x + (int64_t)blockIdx.x * d;
+    float* yi = y + (int64_t)blockIdx.x * d;
+    float mu, r;
+    layer_stats(xi, d, eps, scratch, &mu, &r);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) yi[j] = w[j] * ((xi[j] - mu) * r) + b[j];
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+    __shared__ double scratch[MTRL_WARPS];
+    int64_t row = blockIdx.x;
+    const float *xi = x + row * d, *dyi = dy + row * d;
+    float* dxi = dx + row * d;
+    float mu, r;
+    layer_stats(xi, d, eps, scratch, &mu, &r);
+    double sg = 0, sgx = 0;
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        float g = dyi[j] * w[j];
+        sg += (double)g;
+        sgx += (double)g * (double)((xi[j] - mu) * r);
+    }
+    float mg = (float)(block_sum_f64(sg, scratch) / (double)d);
+    float mgx = (float)(block_sum_f64(sgx, scratch) / (double)d);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        float xh = (xi[j] - mu) * r;
+        dxi[j] = r * (dyi[j] * w[j] - mg - xh * mgx);
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * row] = mu;
+        stats[2 * row + 1] = r;
+    }
+}
+
+// dw[j] (+)= Σ_i dy·float((x − mean)·rstd), db[j] (+)= Σ_i dy (db may be null): one thread per
+// column, rows in ascending order (nnref's normWeightGrad).
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_weight_bwd_f32(float* dw, float* db, const float* stats, const float* x, const float* dy, int64_t rows, int64_t d, int acc) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    float sw = 0, sb = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        float g = dy[i * d + j];
+        sw += g * ((x[i * d + j] - stats[2 * i]) * stats[2 * i + 1]);
+        sb += g;
+    }
+    if (acc) {
+        sw += dw[j];
+        if (db) sb += db[j];
+    }
+    dw[j] = sw;
+    if (db) db[j] = sb;
+}
+
+// ---- RoPE: one thread per (token, head, i < D/2); freq and sec (the section of each
+// frequency) come from the host, computed as the reference computes them ----
+
+__global__ void __launch_bounds__(MTRL_BLOCK) rope_fwd_f32(float* y, const float* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
+    int64_t half = d / 2, total = t * h * half;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = q % half, row = q / half, ti = row / h;
+        float a = (float)pos[(int64_t)sec[i] * t + ti] * freq[i];
+        float c = (float)cos((double)a), s = (float)sin((double)a);
+        if (inverse) s = -s;
+        int64_t o = row * d;
+        float x0 = x[o + i], x1 = x[o + i + half];
+        y[o + i] = x0 * c - x1 * s;
+        y[o + i + half] = x1 * c + x0 * s;
+    }
+}
+
+// ---- Activations, evaluated in float64 as nnref.actFn ----
+
+// act_eval returns f(x) and f'(x) of activation kind (0 SiLU, 1 GELU, 2 GELUTanh, 3 QuickGELU:
+// nnref.Act's values).
+__device__ __forceinline__ void act_eval(int kind, double x, double* f, double* df) {
+    if (kind == 0) {
+        double s = 1 / (1 + exp(-x));
+        *f = x * s;
+        *df = s * (1 + x * (1 - s));
+    } else if (kind == 1) {
+        double c = 0.5 * (1 + erf(x / 1.4142135623730951));
+        *f = x * c;
+        *df = c + x * exp(-x * x / 2) / 2.5066282746310002;
+    } else if (kind == 2) {
+        const double k = 0.7978845608028654;
+        double u = k * (x + 0.044715 * x * x * x);
+        double th = tanh(u);
+        *f = 0.5 * x * (1 + th);
+        *df = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+    } else {
+        double s = 1 / (1 + exp(-1.702 * x));
+        *f = x * s;
+        *df = s + 1.702 * x * s * (1 - s);
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) act_fwd_f32(float* y, const float* x, int64_t n, int kind) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double f, df;
+        act_eval(kind, (double)x[i], &f, &df);
+        y[i] = (float)f;
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) act_bwd_f32(float* dx, const float* x, const float* dy, int64_t n, int kind) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double f, df;
+        act_eval(kind, (double)x[i], &f, &df);
+        dx[i] = dy[i] * (float)df;
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_fwd_f32(float* y, const float* gate, const float* up, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double f, df;
+        act_eval(0, (double)gate[i], &f, &df);
+        y[i] = (float)f * up[i];
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_bwd_f32(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double f, df;
+        act_eval(0, (double)gate[i], &f, &df);
+        float g = dy[i], u = up[i];
+        dgate[i] = (g * u) * (float)df;
+        dup[i] = g * (float)f;
+    }
+}
+
+// ---- Embedding (ids validated on the host) ----
+
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_f32(float* y, const float* table, const int* ids, int64_t n, int64_t d) {
+    int64_t total = n * d;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = q / d, j = q % d;
+        y[q] = table[(int64_t)ids[i] * d + j];
+    }
+}
+
+// dtable[ids[i], j] += dy[i, j] in ascending i: one thread per column j, so repeated ids add
+// in a fixed order without atomics (dtable was zeroed by the host unless accumulating).
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_scatter_bwd_f32(float* dtable, const int* ids, const float* dy, int64_t n, int64_t d) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    for (int64_t i = 0; i < n; i++) {
+        float* p = dtable + (int64_t)ids[i] * d + j;
+        *p = *p + dy[i * d + j];
+    }
+}
+
+// ---- AdamW (scalars from the host, as nnref.AdamW rounds them) and the gradient norm ----
+
+__global__ void __launch_bounds__(MTRL_BLOCK) optim_adamw_fwd_f32(float* param, bf16_t* param16, float* m, float* v, const float* grad, int64_t n,
+                                                                 float decay, float w1, float b2, float w2, float bc2, float step_size, float eps) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = grad[i];
+        float p = param[i] * decay;
+        float mi = m[i] + w1 * (g - m[i]);
+        float vi = v[i] * b2 + (w2 * g) * g;
+        float denom = sqrtf(vi) / bc2 + eps;
+        p = p + (step_size * mi) / denom;
+        param[i] = p;
+        m[i] = mi;
+        v[i] = vi;
+        if (param16) param16[i] = f32_to_bf16(p);
+    }
+}
+
+// partial[b] = Σ x² (float64) over chunk b.
+__global__ void __launch_bounds__(MTRL_BLOCK) optim_sumsq_fwd_f32(double* partial, const float* x, int64_t n, int64_t chunk) {
+    __shared__ double scratch[MTRL_WARPS];
+    int64_t lo = (int64_t)blockIdx.x * chunk;
+    int64_t hi = lo + chunk < n ? lo + chunk : n;
+    double s = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += MTRL_BLOCK) s += (double)x[i] * (double)x[i];
+    s = block_sum_f64(s, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) optim_scale_fwd_f32(float* x, int64_t n, float c) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        x[i] = x[i] * c;
+    }
+}
+
+}  // extern "C"
