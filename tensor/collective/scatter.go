@@ -14,6 +14,20 @@ import (
 // all-gather of every gradient. Each element is reduced once, on the rank that owns it, so the
 // replicas that gather the shards hold the same bits whatever order the reduction took.
 
+// groupOf is c's size and this rank (1 and 0 for a nil Comm: this rank alone).
+func groupOf(ctx context.Context, c Comm) (size, rank int, err error) {
+	if c == nil {
+		return 1, 0, nil
+	}
+	if err := checkCall(ctx, c); err != nil {
+		return 0, 0, err
+	}
+	if c.Size() < 1 || c.Rank() < 0 || c.Rank() >= c.Size() {
+		return 0, 0, fmt.Errorf("collective: rank %d of a group of %d", c.Rank(), c.Size())
+	}
+	return c.Size(), c.Rank(), nil
+}
+
 // allToAller is a Comm that sends each rank its own piece natively.
 type allToAller interface {
 	allToAll(ctx context.Context, send [][]byte) ([][]byte, error)
@@ -29,12 +43,9 @@ type reduceScatterer interface {
 // in-process group and MPI (MPI_Alltoallv) move only the pieces; another Comm falls back to an
 // all-gather of every rank's pieces, Size times the bytes. With a nil Comm send is one piece.
 func AllToAll(ctx context.Context, c Comm, send [][]byte) (recv [][]byte, received int64, err error) {
-	size, rank := 1, 0
-	if c != nil {
-		if err := checkCall(ctx, c); err != nil {
-			return nil, 0, err
-		}
-		size, rank = c.Size(), c.Rank()
+	size, rank, err := groupOf(ctx, c)
+	if err != nil {
+		return nil, 0, err
 	}
 	if len(send) != size {
 		return nil, 0, fmt.Errorf("collective: all-to-all of %d pieces for %d ranks", len(send), size)
@@ -94,12 +105,9 @@ func allToAllByGather(ctx context.Context, c Comm, send [][]byte) (recv [][]byte
 // MPI_Reduce_scatter, in MPI's order. It returns the bytes received: (Size−1)·len(shard)·4
 // for the native implementations (what a direct or ring reduce-scatter receives).
 func ReduceScatterFloat32(ctx context.Context, c Comm, buf, shard []float32) (received int64, err error) {
-	size, rank := 1, 0
-	if c != nil {
-		if err := checkCall(ctx, c); err != nil {
-			return 0, err
-		}
-		size, rank = c.Size(), c.Rank()
+	size, rank, err := groupOf(ctx, c)
+	if err != nil {
+		return 0, err
 	}
 	lo, hi := Shard(len(buf), rank, size)
 	if len(shard) != hi-lo {
@@ -144,15 +152,12 @@ func ReduceScatterFloat32(ctx context.Context, c Comm, buf, shard []float32) (re
 // (gradients of the others)·per/Size values instead of OrderedSum's (gradients of the
 // others)·per. local is not modified.
 func OrderedReduceScatter(ctx context.Context, c Comm, local []float32, per int) (shard []float32, received int64, err error) {
-	if c != nil && ctx == nil {
-		return nil, 0, checkCall(ctx, c)
+	size, rank, err := groupOf(ctx, c)
+	if err != nil {
+		return nil, 0, err
 	}
 	if per <= 0 || len(local) == 0 || len(local)%per != 0 {
 		return nil, 0, fmt.Errorf("collective: ordered reduce-scatter: %d local values are not a positive number of %d-value gradients", len(local), per)
-	}
-	size, rank := 1, 0
-	if c != nil {
-		size, rank = c.Size(), c.Rank()
 	}
 	lo, hi := Shard(per, rank, size)
 	if size == 1 {
@@ -202,12 +207,9 @@ func orderedSumOf(all []float32, per, lo, hi int) []float32 {
 // rank's is shard. It moves the shards padded to the longest, ⌈len(full)/Size⌉ values, through
 // AllGather and returns the bytes received from the other ranks.
 func AllGatherShards(ctx context.Context, c Comm, shard, full []float32) (received int64, err error) {
-	size, rank := 1, 0
-	if c != nil {
-		if err := checkCall(ctx, c); err != nil {
-			return 0, err
-		}
-		size, rank = c.Size(), c.Rank()
+	size, rank, err := groupOf(ctx, c)
+	if err != nil {
+		return 0, err
 	}
 	n := len(full)
 	lo, hi := Shard(n, rank, size)
