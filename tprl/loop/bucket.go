@@ -207,10 +207,12 @@ func (g *BucketedGradients) Reduce(ctx context.Context, comm collective.Comm, sc
 		if g.shardOnly {
 			clear(buf[:n])
 			copy(buf[lo-b[0]:], shard)
-		} else if recv, err = collective.AllGatherShards(ctx, comm, shard, buf[:n]); err != nil {
-			return 0, err
+		} else {
+			if recv, err = collective.AllGatherShards(ctx, comm, shard, buf[:n]); err != nil {
+				return 0, err
+			}
+			received += recv
 		}
-		received += recv
 		l.write(gs, buf[:n], b[0], b[1])
 	}
 	return received, nil
