@@ -170,3 +170,22 @@ func TestShardsBadInput(t *testing.T) {
 		t.Fatal("ranks with different lengths: no error")
 	}
 }
+
+// A reduce-scatter leaves each rank the sum of its shard; the all-gather of the shards gives
+// every rank the whole sum: an all-reduce in 2·(N−1)/N of the values per rank.
+func ExampleReduceScatterFloat32() {
+	sums := make([][]float32, 2)
+	err := collective.Run(context.Background(), 2, func(ctx context.Context, c collective.Comm) error {
+		grad := []float32{1, 2, 3, float32(c.Rank())} // this rank's gradient
+		lo, hi := collective.Shard(len(grad), c.Rank(), c.Size())
+		shard := make([]float32, hi-lo)
+		if _, err := collective.ReduceScatterFloat32(ctx, c, grad, shard); err != nil {
+			return err
+		}
+		_, err := collective.AllGatherShards(ctx, c, shard, grad)
+		sums[c.Rank()] = grad
+		return err
+	})
+	fmt.Println(sums, err)
+	// Output: [[2 4 6 1] [2 4 6 1]] <nil>
+}
