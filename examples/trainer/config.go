@@ -175,6 +175,38 @@ type ActorConfig struct {
 	// Device runs the policy's forward and backward on "cpu" (the default; "" is cpu) or "cuda"
 	// (device 0, needs a binary built with -tags cuda; see device_cuda.go).
 	Device string `yaml:"device" json:"device"`
+	// GradReduce is how the actor's gradients are summed over micro-batches and ranks:
+	// "ordered" (each micro-batch's gradient apart, added in one device's order: the same bits
+	// on any number of ranks) or "bucketed" (micro-batches summed on each rank, then a bucketed
+	// reduce-scatter and all-gather: less memory and traffic, last-bit differences with N).
+	GradReduce string `yaml:"grad_reduce" json:"grad_reduce"`
+	// GradBucketMB is the bucket of the sharded reductions in MiB of float32 gradient.
+	GradBucketMB float64 `yaml:"grad_bucket_mb" json:"grad_bucket_mb"`
+	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding, the other
+	// keys are accepted and ignored.
+	FSDP FSDPConfig `yaml:"fsdp" json:"fsdp"`
+}
+
+// FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
+type FSDPConfig struct {
+	// ShardingStrategy (verl's names): NO_SHARD, every rank holds the whole AdamW state;
+	// SHARD_GRAD_OP, ZeRO-2: each rank keeps the AdamW moments and reduced gradient of its
+	// shard of the parameters and the updated shards are all-gathered after each step
+	// (loop.ShardedAdamW). FULL_SHARD and HYBRID_SHARD would also shard the parameters between
+	// steps (ZeRO-3, gathered layer by layer for forward and backward); this trainer's model
+	// runs whole, so they run as SHARD_GRAD_OP, with a warning.
+	ShardingStrategy string `yaml:"sharding_strategy" json:"sharding_strategy"`
+}
+
+// Sharding is the loop's ZeRO stage of the strategy (0: none).
+func (f FSDPConfig) Sharding() (loop.Sharding, error) {
+	switch f.ShardingStrategy {
+	case "NO_SHARD":
+		return 0, nil
+	case "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD":
+		return loop.ShardGradients, nil
+	}
+	return 0, keyErr("worker.actor.fsdp.sharding_strategy", "is %q, want NO_SHARD, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD", f.ShardingStrategy)
 }
 
 // CriticConfig is the value model of gae: a separate small model of the actor's shape (see
@@ -318,7 +350,7 @@ var ignored = map[string]string{
 	"dataset.format_prompt":                            "prompts are used as written (no Jinja templates in Go)",
 	"worker.hybrid_engine":                             "one process does rollout and update",
 	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
-	"worker.actor.fsdp.":                               "no FSDP: one process",
+	"worker.actor.fsdp.":                               "no FSDP wrapping, mixed precision or offload: float32 on the host (sharding_strategy is read)",
 	"worker.actor.offload.":                            "no CPU offload: everything is on the CPU already",
 	"worker.ref.":                                      "the reference is the frozen warm-started policy, in process",
 	"worker.actor.padding_free":                        "rows are right-padded; the model masks the padding",
@@ -409,6 +441,9 @@ func (c *Config) resolve() error {
 	// explicitly is an error (Validate).
 	if (c.Dataset.TrainFiles != "" || c.Dataset.Task != vqa.ShortChain) && c.set["training.sft_shortcut"] == 0 {
 		c.Training.SFTShortcut = 0
+	}
+	if f := c.Worker.Actor.FSDP.ShardingStrategy; f == "FULL_SHARD" || f == "HYBRID_SHARD" {
+		c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.fsdp.sharding_strategy=%s runs as SHARD_GRAD_OP (ZeRO-2): the AdamW moments and gradients are sharded over the ranks, the parameters stay whole on every rank (this model runs whole, not layer by layer)", f))
 	}
 	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
 	// pixel bounds (Qwen2-VL's processor settings) can only check.
@@ -583,6 +618,9 @@ func kindName(t reflect.Type) string {
 // ignore reports whether key is a PyTorch/vLLM-only key and records its warning once.
 func (c *Config) ignore(key, loc string) bool {
 	canon := canonical(key)
+	if _, ok := fieldAt(canon); ok { // a key of an ignored section that is read (fsdp.sharding_strategy)
+		return false
+	}
 	for k, why := range ignored {
 		if canon == strings.TrimSuffix(k, ".") || (strings.HasSuffix(k, ".") && strings.HasPrefix(canon, k)) {
 			msg := fmt.Sprintf("config: %s (%s): accepted and ignored: %s", key, loc, why)
@@ -881,6 +919,20 @@ func (c Config) Validate() error {
 	}
 	if a.Device != "" && a.Device != "cpu" && a.Device != "cuda" {
 		return keyErr("worker.actor.device", "is %q, want cpu or cuda", a.Device)
+	}
+	switch a.GradReduce {
+	case "ordered", "bucketed":
+	default:
+		return keyErr("worker.actor.grad_reduce", "is %q, want ordered or bucketed", a.GradReduce)
+	}
+	if !(a.GradBucketMB > 0 && a.GradBucketMB <= 1<<20) {
+		return keyErr("worker.actor.grad_bucket_mb", "is %v, want a size in MiB in (0, 1048576]", a.GradBucketMB)
+	}
+	if _, err := a.FSDP.Sharding(); err != nil {
+		return err
+	}
+	if a.Device == "cuda" && (a.GradReduce != "ordered" || a.FSDP.ShardingStrategy != "NO_SHARD") {
+		return keyErr("worker.actor.device", "is cuda: the device's gradients and optimizer are whole and ordered; grad_reduce=%s and fsdp.sharding_strategy=%s run on the host (device=cpu)", a.GradReduce, a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -158,11 +159,15 @@ func TestSeedConfigLoads(t *testing.T) {
 	assert.Equal(t, "videos", d.VideoKey, "a real key: a row's videos are an error, not dropped")
 	for _, k := range []string{"worker.hybrid_engine", "worker.actor.model.model_path",
 		"worker.actor.model.enable_gradient_checkpointing", "worker.actor.model.trust_remote_code",
-		"worker.actor.fsdp", "worker.actor.padding_free", "worker.actor.dynamic_batching", "worker.rollout.name",
+		"worker.actor.fsdp.mixed_precision_dtype", "worker.actor.fsdp.cpu_offload", "worker.actor.padding_free", "worker.actor.dynamic_batching", "worker.rollout.name",
 		"worker.rollout.gpu_memory_utilization", "worker.reward.reward_fn_path"} {
 		assert.Equal(t, 1, strings.Count(ws, "config: "+k+" "), "one warning for %s in:\n%s", k, ws)
 	}
-	assert.Len(t, c.Warnings(), 10, ws)
+	assert.Contains(t, ws, "config: worker.actor.fsdp.sharding_strategy=FULL_SHARD runs as SHARD_GRAD_OP")
+	assert.Len(t, c.Warnings(), 12, ws)
+	stage, err := a.FSDP.Sharding()
+	require.NoError(t, err)
+	assert.Equal(t, loop.ShardGradients, stage, "FULL_SHARD: ZeRO-2 here")
 	ctl, err := c.Controller()
 	require.NoError(t, err)
 	assert.Equal(t, 0.01, ctl.Coef())

@@ -47,7 +47,7 @@ func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
 		parts.Critic = t
 	}
 	var err error
-	if parts.Gradients, parts.Optimizer, err = t.trainingOf(t.model, t.opt); err != nil {
+	if parts.Gradients, parts.Optimizer, err = t.actorTraining(); err != nil {
 		return nil, err
 	}
 	l, err := loop.New(lc, parts)
@@ -77,6 +77,82 @@ func (t *Trainer) trainingOf(m *vlm.Model, opt *loop.AdamW) (loop.Gradients, loo
 		return nil, nil, err
 	}
 	return hostGradients{g, t}, &loop.HostAdamW{AdamW: opt, Params: ps}, nil
+}
+
+// actorTraining returns the actor's gradient sum and optimizer: worker.actor.grad_reduce and
+// fsdp.sharding_strategy choose them on the host; on the device, trainingOf's.
+func (t *Trainer) actorTraining() (loop.Gradients, loop.Optimizer, error) {
+	a := t.cfg.Worker.Actor
+	stage, err := a.FSDP.Sharding()
+	if err != nil {
+		return nil, nil, err
+	}
+	t.wholeMoments()
+	t.zero = nil
+	if t.onDevice(t.model) || (stage == 0 && a.GradReduce == "ordered") {
+		return t.trainingOf(t.model, t.opt)
+	}
+	ps := actorParams(t.model)
+	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
+	if stage == 0 {
+		g, err := loop.NewBucketedGradients(ps, rc, t.rank(), t.world())
+		return g, &loop.HostAdamW{AdamW: t.opt, Params: ps}, err
+	}
+	o := t.opt
+	zero, g, err := loop.NewShardedAdamW(ps, stage, rc, t.rank(), t.world(), o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := zero.SetMoments([]loop.MomentShard{loop.FlatMoments(o)}); err != nil {
+		return nil, nil, err
+	}
+	zero.T = o.T
+	t.zero, o.M, o.V = zero, nil, nil // the moments live sharded now
+	return g, zero, nil
+}
+
+// wholeMoments gives t.opt its whole moments back (zero when they were handed to a sharded
+// optimizer; a checkpoint's load or gatherMoments fills them).
+func (t *Trainer) wholeMoments() {
+	if t.opt.M != nil {
+		return
+	}
+	for _, p := range t.model.Params() {
+		t.opt.M, t.opt.V = append(t.opt.M, make([]float32, p.W.Len())), append(t.opt.V, make([]float32, p.W.Len()))
+	}
+	t.rl = nil // the loop is rebuilt around them
+}
+
+// gatherMoments, on every rank before a checkpoint, all-gathers the sharded moments into the
+// lead rank's t.opt (the checkpoint's optimizer file is the whole, rank-independent layout:
+// it loads at any number of ranks, sharded or not). Without sharding it does nothing.
+func (t *Trainer) gatherMoments() error {
+	if t.zero == nil {
+		return nil
+	}
+	shards, err := collective.AllGatherValues(t.ctxOrBackground(), t.comm, t.zero.Moments())
+	if err != nil || !t.lead() {
+		return err
+	}
+	whole, _, err := loop.NewShardedAdamW(actorParams(t.model), loop.ShardGradients, loop.ReduceConfig{}, 0, 1, 0, 0, 0, 0)
+	if err != nil {
+		return err
+	}
+	if err := whole.SetMoments(shards); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	var flat loop.MomentShard // one rank owns every bucket, in order
+	for _, m := range whole.Moments() {
+		flat.M, flat.V = append(flat.M, m.M...), append(flat.V, m.V...)
+	}
+	zero, rl := t.zero, t.rl
+	t.wholeMoments()
+	t.zero, t.rl = zero, rl // the sharded optimizer goes on; t.opt is the checkpoint's copy
+	for i, at := 0, 0; i < len(t.opt.M); i++ {
+		copy(t.opt.M[i], flat.M[at:])
+		at += copy(t.opt.V[i], flat.V[at:])
+	}
+	return nil
 }
 
 // rewards are the built-in rule rewards as loop reward functions: the accuracy of the chosen

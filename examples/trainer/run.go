@@ -293,6 +293,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		}
 	}
 	save := func() error {
+		if err := t.gatherMoments(); err != nil { // every rank: the sharded moments
+			return err
+		}
 		if !lead {
 			return nil
 		}
@@ -589,6 +592,10 @@ var resumeSafeKeys = map[string]bool{
 	"training.project_name": true, "training.experiment_name": true, "training.rollout_samples": true,
 	"training.rollout_log_freq": true, "training.progress": true, "training.nnodes": true, "training.n_gpus_per_node": true,
 	"dataset.val_files": true, "dataset.val_size": true, "dataset.val_batch_size": true, "worker.rollout.val_temperature": true,
+	// Where the moments live and how the reduction is cut up: with grad_reduce=ordered not a bit
+	// changes (the checkpoint's moments are the whole layout); with bucketed, as with
+	// n_gpus_per_node, the last bits.
+	"worker.actor.fsdp.sharding_strategy": true, "worker.actor.grad_bucket_mb": true,
 }
 
 // checkResumable refuses to resume the checkpoint in ckDir with a configuration that would

@@ -46,7 +46,10 @@ type Trainer struct {
 	pert   perturb.Perturbation
 	reward vqa.RewardWeights
 
-	opt   *loop.AdamW // the actor's RL optimizer state
+	opt *loop.AdamW // the actor's RL optimizer state
+	// zero, with worker.actor.fsdp.sharding_strategy SHARD_GRAD_OP, holds this rank's shard
+	// of the moments instead of opt (whose M and V are then nil until a save gathers them).
+	zero  *loop.ShardedAdamW
 	decay []bool
 	actor *vlmModel                 // the policy as tprl/loop sees it
 	data  *loop.Epochs[example]     // the training prompts, epoch by epoch
@@ -716,9 +719,15 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			return "", err
 		}
 	}
+	if t.zero != nil {
+		t.opt.T = t.zero.T
+	}
 	mb, ob, err := encodeModelAndMoments(t.model.HostParams(), t.opt)
 	if err != nil {
 		return "", err
+	}
+	if t.zero != nil { // gatherMoments' copy is written
+		t.opt.M, t.opt.V = nil, nil
 	}
 	rng, err := t.rng.MarshalBinary()
 	if err != nil {
@@ -821,6 +830,7 @@ func (t *Trainer) Load(dir string) error {
 		return fmt.Errorf("checkpoint %s: %s out of range: step %d, data epoch %d index %d (of %d training samples), optimizer steps %d and %d, skipped %d",
 			dir, ckptState, st.Step, st.Epoch, st.Pos, len(t.train), st.AdamT, st.CriticAdamT, st.Skipped)
 	}
+	t.wholeMoments()
 	for i, p := range t.model.Params() {
 		w, _ := p.W.Float32s()
 		copy(w, ws[i])

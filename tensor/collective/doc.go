@@ -10,6 +10,11 @@
 //   - NCCL (package cuda, build tags cuda and nccl) reduces CUDA device buffers; it is
 //     bootstrapped by one of the above.
 //
+// Sharded reductions work on top of any Comm: ReduceScatterFloat32 and AllGatherShards (an
+// all-reduce in 2·(N−1)/N of the values per rank), OrderedReduceScatter (OrderedSum's result,
+// shard by shard) and AllToAll; the in-process group and MPI run them natively
+// (MPI_Reduce_scatter, MPI_Alltoallv), other Comms through an all-gather.
+//
 // Hierarchical composes an in-process group with a process-level Comm (N goroutine ranks in
 // each of M MPI processes: a world of M·N ranks).
 //

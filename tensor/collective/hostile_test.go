@@ -14,18 +14,22 @@ import (
 // a nil Comm receiver is the caller's bug and is skipped).
 func collectiveFuncs() map[string]any {
 	return map[string]any{
-		"AllGatherBytes":  collective.AllGatherBytes,
-		"AllGatherRows":   collective.AllGatherRows,
-		"AllGatherValues": collective.AllGatherValues[float64],
-		"OrderedSum":      collective.OrderedSum,
-		"Shard":           collective.Shard,
-		"BytesFloat32":    collective.BytesFloat32,
-		"Float32Bytes":    collective.Float32Bytes,
-		"Hierarchical":    collective.Hierarchical,
-		"IsAborted":       collective.IsAborted,
-		"NewGroup":        collective.NewGroup,
-		"Op.String":       collective.Op.String,
-		"Run":             collective.Run,
+		"AllGatherBytes":       collective.AllGatherBytes,
+		"AllGatherRows":        collective.AllGatherRows,
+		"AllGatherValues":      collective.AllGatherValues[float64],
+		"OrderedSum":           collective.OrderedSum,
+		"AllToAll":             collective.AllToAll,
+		"AllGatherShards":      collective.AllGatherShards,
+		"OrderedReduceScatter": collective.OrderedReduceScatter,
+		"ReduceScatterFloat32": collective.ReduceScatterFloat32,
+		"Shard":                collective.Shard,
+		"BytesFloat32":         collective.BytesFloat32,
+		"Float32Bytes":         collective.Float32Bytes,
+		"Hierarchical":         collective.Hierarchical,
+		"IsAborted":            collective.IsAborted,
+		"NewGroup":             collective.NewGroup,
+		"Op.String":            collective.Op.String,
+		"Run":                  collective.Run,
 		"Comm.AllReduceFloat32": func(ctx context.Context, c collective.Comm, buf []float32, op collective.Op) error {
 			if c == nil {
 				return nil

@@ -250,3 +250,31 @@ func (c *local) Barrier(ctx context.Context) error {
 // IsAborted reports whether err says a collective was aborted because of another rank or a
 // cancelled context (rather than this rank's own failure).
 func IsAborted(err error) bool { return errors.Is(err, ErrAborted) }
+
+// allToAll hands each rank the piece every other rank addressed to it.
+func (c *local) allToAll(ctx context.Context, send [][]byte) ([][]byte, error) {
+	recv := make([][]byte, c.Size())
+	return recv, c.exchange(ctx, "alltoall", send, func(slots []any) error {
+		for q, s := range slots {
+			pieces := s.([][]byte)
+			if len(pieces) != len(slots) {
+				return fmt.Errorf("%w: all-to-all: rank %d sent %d pieces for %d ranks", ErrMismatch, q, len(pieces), len(slots))
+			}
+			recv[q] = append([]byte(nil), pieces[c.rank]...)
+		}
+		return nil
+	}, nil)
+}
+
+// reduceScatterFloat32 reads this rank's shard of every rank's buffer and sums it in rank order.
+func (c *local) reduceScatterFloat32(ctx context.Context, buf, shard []float32) error {
+	lo, hi := Shard(len(buf), c.rank, c.Size())
+	return c.exchange(ctx, fmt.Sprintf("reducescatter-f32[%d]", len(buf)), buf, func(slots []any) error {
+		parts := make([][]float32, len(slots))
+		for q, s := range slots {
+			parts[q] = s.([]float32)[lo:hi]
+		}
+		reduceInto(shard, parts, Sum)
+		return nil
+	}, nil)
+}

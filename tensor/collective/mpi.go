@@ -31,6 +31,15 @@ static int mtrl_bcast(void *buf, int n, int root) {
 static int mtrl_allgather(void *send, int n, void *recv) {
 	return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
 }
+static int mtrl_alltoall_counts(long long *send, long long *recv) {
+	return MPI_Alltoall(send, 1, MPI_LONG_LONG, recv, 1, MPI_LONG_LONG, MPI_COMM_WORLD);
+}
+static int mtrl_alltoallv(void *send, int *scounts, int *sdispls, void *recv, int *rcounts, int *rdispls) {
+	return MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MPI_COMM_WORLD);
+}
+static int mtrl_reduce_scatter_f32(float *send, float *recv, int *counts) {
+	return MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
 static int mtrl_barrier(void) { return MPI_Barrier(MPI_COMM_WORLD); }
 static int mtrl_finalize(void) { return MPI_Finalize(); }
 static int mtrl_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
@@ -177,4 +186,63 @@ func (c *MPIComm) AllGather(ctx context.Context, send, recv []byte) error {
 
 func (c *MPIComm) Barrier(ctx context.Context) error {
 	return c.call(ctx, "MPI_Barrier", func() C.int { return C.mtrl_barrier() })
+}
+
+// allToAll is MPI_Alltoallv of bytes, after an MPI_Alltoall of the pieces' lengths.
+func (c *MPIComm) allToAll(ctx context.Context, send [][]byte) ([][]byte, error) {
+	scount, rcount := make([]C.longlong, c.size), make([]C.longlong, c.size)
+	for q, p := range send {
+		scount[q] = C.longlong(len(p))
+	}
+	if err := c.call(ctx, "MPI_Alltoall", func() C.int { return C.mtrl_alltoall_counts(&scount[0], &rcount[0]) }); err != nil {
+		return nil, err
+	}
+	sc, sd, rc, rd := make([]C.int, c.size), make([]C.int, c.size), make([]C.int, c.size), make([]C.int, c.size)
+	var stotal, rtotal int
+	for q := range c.size {
+		if rcount[q] < 0 || int64(rcount[q]) > math.MaxInt32 || stotal+len(send[q]) > math.MaxInt32 || rtotal+int(rcount[q]) > math.MaxInt32 {
+			return nil, fmt.Errorf("collective: all-to-all of more than %d bytes in one MPI call", math.MaxInt32)
+		}
+		sc[q], sd[q], rc[q], rd[q] = C.int(len(send[q])), C.int(stotal), C.int(rcount[q]), C.int(rtotal)
+		stotal += len(send[q])
+		rtotal += int(rcount[q])
+	}
+	// MPI needs valid buffers even when every count is zero.
+	sbuf, rbuf := make([]byte, max(1, stotal)), make([]byte, max(1, rtotal))
+	for q, p := range send {
+		copy(sbuf[sd[q]:], p)
+	}
+	err := c.call(ctx, "MPI_Alltoallv", func() C.int {
+		return C.mtrl_alltoallv(unsafe.Pointer(&sbuf[0]), &sc[0], &sd[0], unsafe.Pointer(&rbuf[0]), &rc[0], &rd[0])
+	})
+	if err != nil {
+		return nil, err
+	}
+	recv := make([][]byte, c.size)
+	for q := range recv {
+		recv[q] = rbuf[rd[q] : int(rd[q])+int(rc[q])]
+	}
+	return recv, nil
+}
+
+// reduceScatterFloat32 is MPI_Reduce_scatter (sum) into Shard's layout.
+func (c *MPIComm) reduceScatterFloat32(ctx context.Context, buf, shard []float32) error {
+	if _, err := count(len(buf)); err != nil {
+		return err
+	}
+	counts := make([]C.int, c.size)
+	for q := range counts {
+		lo, hi := Shard(len(buf), q, c.size)
+		counts[q] = C.int(hi - lo)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	recv := shard
+	if len(recv) == 0 { // MPI needs a valid receive buffer
+		recv = make([]float32, 1)
+	}
+	return c.call(ctx, "MPI_Reduce_scatter", func() C.int {
+		return C.mtrl_reduce_scatter_f32((*C.float)(unsafe.Pointer(&buf[0])), (*C.float)(unsafe.Pointer(&recv[0])), &counts[0])
+	})
 }

@@ -37,7 +37,15 @@ func TestMPI(t *testing.T) {
 	checkGroup(t, c.Size(), func(fn func(context.Context, collective.Comm) error) error {
 		return fn(context.Background(), c)
 	})
+	checkShards(t, c.Size(), func(fn func(context.Context, collective.Comm) error) error {
+		return fn(context.Background(), c)
+	})
 	checkGroup(t, 2*c.Size(), func(fn func(context.Context, collective.Comm) error) error {
+		return collective.Run(context.Background(), 2, func(ctx context.Context, l collective.Comm) error {
+			return fn(ctx, collective.Hierarchical(l, c))
+		})
+	})
+	checkShards(t, 2*c.Size(), func(fn func(context.Context, collective.Comm) error) error {
 		return collective.Run(context.Background(), 2, func(ctx context.Context, l collective.Comm) error {
 			return fn(ctx, collective.Hierarchical(l, c))
 		})

@@ -13,7 +13,10 @@
 //   - Data: the prompts of each step (Epochs over a slice).
 //   - Optional: a Reference scorer (the KL loss, or the divergence in the reward), a Critic
 //     (GAE), an Optimizer (AdamW shipped) and Gradients (the micro-batch and rank sum), and a
-//     collective.Comm for N data-parallel ranks.
+//     collective.Comm for N data-parallel ranks. HostGradients sums in one device's order;
+//     BucketedGradients reduce-scatters and all-gathers in buckets (ordered, or summing
+//     micro-batches in place); NewShardedAdamW shards AdamW's moments over the ranks (ZeRO-1/2)
+//     with its Gradients, and the loop steps it as a GroupOptimizer.
 //
 // Config is assembled from the library's own configurations: advantage.Config,
 // tprl.UpdateConfig, perturb.Perturbation and divergence.ControllerConfig. Loop.Step returns the
@@ -23,5 +26,6 @@
 //
 // With a Comm, each rank samples and scores its share of the rows and the results are
 // gathered; every statistic is computed on the whole batch on every rank, and the gradient sum
-// runs in one fixed order, so N ranks reproduce one rank bit for bit.
+// runs in one fixed order (the default, and every ordered reduction), so N ranks reproduce one
+// rank bit for bit.
 package loop

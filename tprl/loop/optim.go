@@ -94,16 +94,26 @@ func (o *AdamW) Shrink(decay bool, lr float64) float32 {
 // torch.nn.utils.clip_grad_norm_ does. It returns the norm before clipping; a non-finite norm
 // leaves the gradients untouched.
 func ClipGradNorm(gs [][]float32, maxNorm float64) float64 {
-	var sum float64
-	for _, g := range gs {
-		for _, x := range g {
-			sum += float64(x) * float64(x)
-		}
-	}
-	norm := math.Sqrt(sum)
+	norm := math.Sqrt(sumSquares(0, gs))
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm
 	}
+	clipTo(gs, norm, maxNorm)
+	return norm
+}
+
+// sumSquares continues the sum acc with the squares of gs, in order, in float64.
+func sumSquares(acc float64, gs [][]float32) float64 {
+	for _, g := range gs {
+		for _, x := range g {
+			acc += float64(x) * float64(x)
+		}
+	}
+	return acc
+}
+
+// clipTo scales gs by maxNorm/(norm+1e-6) when norm exceeds maxNorm > 0.
+func clipTo(gs [][]float32, norm, maxNorm float64) {
 	if maxNorm > 0 && norm > maxNorm {
 		s := float32(maxNorm / (norm + 1e-6))
 		for _, g := range gs {
@@ -112,7 +122,6 @@ func ClipGradNorm(gs [][]float32, maxNorm float64) float64 {
 			}
 		}
 	}
-	return norm
 }
 
 // HostAdamW is the Optimizer of host parameters: AdamW's state and the float32 host

@@ -101,7 +101,14 @@ func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], m
 			}
 			commTime, commBytes = commTime+time.Since(t0), commBytes+recv
 			lr := cfg.LR.At(l.parts.Optimizer.Steps(), l.OptimizerSteps())
-			norm, err := l.parts.Optimizer.Step(lr, cfg.MaxGradNorm)
+			var norm float64
+			if opt, ok := l.parts.Optimizer.(GroupOptimizer); ok {
+				var recv int64
+				norm, recv, err = opt.StepGroup(ctx, l.parts.Comm, lr, cfg.MaxGradNorm)
+				commBytes += recv
+			} else {
+				norm, err = l.parts.Optimizer.Step(lr, cfg.MaxGradNorm)
+			}
 			if err != nil {
 				_ = upd.Release()
 				return nil, err
