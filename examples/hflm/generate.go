@@ -64,12 +64,7 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 	if longest+s.MaxNewTokens > c.MaxPositionEmbeddings {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "MaxNewTokens", "%d new tokens after a prompt of %d pass max_position_embeddings %d", s.MaxNewTokens, longest, c.MaxPositionEmbeddings)
 	}
-	cache := &kvCache{s: longest + s.MaxNewTokens}
-	for range m.layers {
-		k, _ := f32(b, cache.s, c.NumKeyValueHeads, c.HeadDim)
-		v, _ := f32(b, cache.s, c.NumKeyValueHeads, c.HeadDim)
-		cache.k, cache.v = append(cache.k, k), append(cache.v, v)
-	}
+	cache := m.newCache(b, longest+s.MaxNewTokens)
 	a, err := m.forwardCached(in, cache)
 	if err != nil {
 		return nil, err
@@ -118,6 +113,18 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 			lens[i]++
 		}
 	}
+}
+
+// newCache allocates the caches of b rows of up to s positions.
+func (m *Model) newCache(b, s int) *kvCache {
+	c := m.Config
+	cache := &kvCache{s: s}
+	for range m.layers {
+		k, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
+		v, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
+		cache.k, cache.v = append(cache.k, k), append(cache.v, v)
+	}
+	return cache
 }
 
 // forwardCached is the inference forward of a packed batch that also writes every layer's
