@@ -16,7 +16,7 @@ type Sampling struct {
 	// tokens are drawn from softmax(logits / Temperature) cut by TopK, then TopP, as
 	// transformers' sampling orders its warpers.
 	Temperature float64
-	TopP        float64 // in (0, 1]; 1 keeps every token
+	TopP        float64 // in (0, 1] when sampling; 1 keeps every token
 	TopK        int     // <= 0 keeps every token
 	// Stop ends a row after it emits one of these ids (generation_config's eos_token_id); the
 	// stop token is part of the completion.
@@ -42,7 +42,7 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 		return nil, tensor.Errorf(tensor.ErrParam, op, "MaxNewTokens", "is %d, want > 0", s.MaxNewTokens)
 	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 1):
 		return nil, tensor.Errorf(tensor.ErrParam, op, "Temperature", "is %v, want a finite value >= 0", s.Temperature)
-	case !(s.TopP > 0 && s.TopP <= 1):
+	case s.Temperature > 0 && !(s.TopP > 0 && s.TopP <= 1):
 		return nil, tensor.Errorf(tensor.ErrParam, op, "TopP", "is %v, want a value in (0, 1]", s.TopP)
 	case s.Temperature > 0 && len(rngs) != len(prompts):
 		return nil, tensor.Errorf(tensor.ErrParam, op, "rngs", "has %d random sources for %d prompts", len(rngs), len(prompts))

@@ -137,7 +137,7 @@ func TestGenerateErrors(t *testing.T) {
 		kind    error
 	}{
 		{"no tokens", [][]int32{{1}}, Sampling{TopP: 1}, nil, tensor.ErrParam},
-		{"top-p", [][]int32{{1}}, Sampling{MaxNewTokens: 1}, nil, tensor.ErrParam},
+		{"top-p", [][]int32{{1}}, Sampling{MaxNewTokens: 1, Temperature: 1}, rng, tensor.ErrParam},
 		{"temperature", [][]int32{{1}}, Sampling{MaxNewTokens: 1, TopP: 1, Temperature: math.NaN()}, nil, tensor.ErrParam},
 		{"random sources", [][]int32{{1}, {2}}, Sampling{MaxNewTokens: 1, TopP: 1, Temperature: 1}, rng, tensor.ErrParam},
 		{"empty prompt", [][]int32{{}}, Sampling{MaxNewTokens: 1, TopP: 1}, nil, tensor.ErrShape},
