@@ -43,6 +43,6 @@ func Example() {
 	}
 	fmt.Printf("log p(9, 14 | 1, 5) per token: %.2f\n", s.LogProbs[0])
 	// Output:
-	// parameters: 29024 logits: [3 128]
-	// log p(9, 14 | 1, 5) per token: [-5.27 -4.89]
+	// parameters: 22816 logits: [3 128]
+	// log p(9, 14 | 1, 5) per token: [-5.19 -4.95]
 }

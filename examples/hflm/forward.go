@@ -81,6 +81,8 @@ type layerActs struct {
 // acts are the activations a training forward keeps.
 type acts struct {
 	in     *packed
+	keep   bool
+	lora   map[*adapter]loraAct
 	layers []layerActs
 	xLast  *tensor.Tensor // the final norm's input
 	hidden *tensor.Tensor // [N, D]: the final norm's output, which the LM head reads
@@ -96,7 +98,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	var e errs
 	x, _ := f32(n, d)
 	e.do(tensor.Embedding(x, m.embed, in.ids))
-	a := &acts{in: in}
+	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
@@ -109,9 +111,9 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		s.q, _ = f32(n, hq, hd)
 		s.k, _ = f32(n, hkv, hd)
 		s.v, _ = f32(n, hkv, hd)
-		e.do(linearInto(s.q, s.h1, ly.q))
-		e.do(linearInto(s.k, s.h1, ly.k))
-		e.do(linearInto(s.v, s.h1, ly.v))
+		e.do(m.linearFwd(s.q, s.h1, ly.q, a))
+		e.do(m.linearFwd(s.k, s.h1, ly.k, a))
+		e.do(m.linearFwd(s.v, s.h1, ly.v, a))
 		e.do(tensor.RoPE(s.q, s.q, in.pos, m.rope))
 		e.do(tensor.RoPE(s.k, s.k, in.pos, m.rope))
 		if onKV != nil && e.err == nil {
@@ -126,19 +128,19 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			e.do(tensor.Attention(s.attn, ai, m.attn))
 		}
 		o, ov := f32(n, d)
-		e.do(linearInto(o, s.attn, ly.o))
+		e.do(m.linearFwd(o, s.attn, ly.o, a))
 		addTo(ov, host(x))
 		s.xMid = o
 		s.h2, _ = f32(n, d)
 		e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
 		s.gate, _ = f32(n, c.IntermediateSize)
 		s.up, _ = f32(n, c.IntermediateSize)
-		e.do(linearInto(s.gate, s.h2, ly.gate))
-		e.do(linearInto(s.up, s.h2, ly.up))
+		e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
+		e.do(m.linearFwd(s.up, s.h2, ly.up, a))
 		s.act, _ = f32(n, c.IntermediateSize)
 		e.do(tensor.SwiGLU(s.act, s.gate, s.up))
 		y, yv := f32(n, d)
-		e.do(linearInto(y, s.act, ly.down))
+		e.do(m.linearFwd(y, s.act, ly.down, a))
 		addTo(yv, host(s.xMid))
 		x = y
 		if e.err != nil {
@@ -154,8 +156,19 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	return a, e.err
 }
 
-// linearInto writes y = x·Wᵀ (+ bias) for y and x of any shapes with the right last
-// dimensions' product (the heads of q, k and v are views).
+// linearFwd writes y = x·Wᵀ (+ bias) (+ the adapter's scale·B·A·x) for y and x of any shapes
+// with the right last dimensions' product (the heads of q, k and v are views). a is the
+// forward's activations (nil in decoding).
+func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
+	if err := linearInto(y, x, l); err != nil {
+		return err
+	}
+	if ad := m.adapterOf(l); ad != nil {
+		return m.loraForward(y, x, ad, a)
+	}
+	return nil
+}
+
 func linearInto(y, x *tensor.Tensor, l linear) error {
 	y2, err := y.Reshape(-1, l.w.Weight().Dim(0))
 	if err != nil {
@@ -188,6 +201,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	n, d := a.in.n, c.HiddenSize
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	g := func(name string) *tensor.Tensor { return m.byName[name].grad }
+	if m.lora != nil { // the base is frozen: its norms' gradients go to scratch
+		g = func(string) *tensor.Tensor { return m.frozen().norm }
+	}
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
 	dx, dxv := f32(n, d)
@@ -197,19 +213,19 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		ly, s := &m.layers[l], &a.layers[l]
 		// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
 		dact, _ := f32(n, c.IntermediateSize)
-		e.do(m.linearBackward(dact, s.act, dx, ly.down))
+		e.do(m.linearBackward(dact, s.act, dx, ly.down, a))
 		dgate, _ := f32(n, c.IntermediateSize)
 		dup, _ := f32(n, c.IntermediateSize)
 		e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: s.gate, Up: s.up, DY: dact}))
 		dh2, dh2v := f32(n, d)
-		e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate))
-		e.do(m.linearBackward(tmp, s.h2, dup, ly.up))
+		e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, a))
+		e.do(m.linearBackward(tmp, s.h2, dup, ly.up, a))
 		addTo(dh2v, tmpv)
 		e.do(tensor.RMSNormBackward(tmp, g(ly.prefix+"post_attention_layernorm.weight"), tensor.NormGrad{X: s.xMid, Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps, Accumulate: true}))
 		addTo(dxv, tmpv)
 		// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
 		dattn, _ := f32(n, hq, hd)
-		e.do(m.linearBackward(dattn, s.attn, dx, ly.o))
+		e.do(m.linearBackward(dattn, s.attn, dx, ly.o, a))
 		dq, _ := f32(n, hq, hd)
 		dk, _ := f32(n, hkv, hd)
 		dv, _ := f32(n, hkv, hd)
@@ -220,10 +236,10 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: a.in.pos, Config: m.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: a.in.pos, Config: m.rope}))
 		dh1, dh1v := f32(n, d)
-		e.do(m.linearBackward(dh1, s.h1, dq, ly.q))
-		e.do(m.linearBackward(tmp, s.h1, dk, ly.k))
+		e.do(m.linearBackward(dh1, s.h1, dq, ly.q, a))
+		e.do(m.linearBackward(tmp, s.h1, dk, ly.k, a))
 		addTo(dh1v, tmpv)
-		e.do(m.linearBackward(tmp, s.h1, dv, ly.v))
+		e.do(m.linearBackward(tmp, s.h1, dv, ly.v, a))
 		addTo(dh1v, tmpv)
 		e.do(tensor.RMSNormBackward(tmp, g(ly.prefix+"input_layernorm.weight"), tensor.NormGrad{X: s.xIn, Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps, Accumulate: true}))
 		addTo(dxv, tmpv)
@@ -231,12 +247,15 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 			return e.err
 		}
 	}
-	e.do(tensor.EmbeddingBackward(g("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
+	if m.lora == nil {
+		e.do(tensor.EmbeddingBackward(g("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
+	}
 	return e.err
 }
 
-// linearBackward writes dx and adds the weight (and bias) gradients of y = x·Wᵀ + b given dy.
-func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
+// linearBackward writes dx and adds the weight (and bias) gradients of y = x·Wᵀ + b given dy
+// (the adapter's instead when the base is frozen).
+func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) error {
 	nOut, nIn := l.w.Weight().Dim(0), l.w.Weight().Dim(1)
 	dx2, err := dx.Reshape(-1, nIn)
 	if err != nil {
@@ -250,11 +269,20 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
 	if err != nil {
 		return err
 	}
-	out := tensor.LinearGradOut{DX: dx2, DWeight: m.byName[l.name+".weight"].grad}
-	if l.b != nil {
-		out.DBias = m.byName[l.name+".bias"].grad
+	out := tensor.LinearGradOut{DX: dx2}
+	if m.lora == nil {
+		out.DWeight = m.byName[l.name+".weight"].grad
+		if l.b != nil {
+			out.DBias = m.byName[l.name+".bias"].grad
+		}
 	}
-	return tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true})
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+		return err
+	}
+	if ad := m.adapterOf(l); ad != nil {
+		return m.loraBackward(dx2, dy2, ad, a)
+	}
+	return nil
 }
 
 // Logits returns the next-token logits [len(tokens), V] of one sequence, in float32: row t

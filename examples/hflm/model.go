@@ -3,6 +3,7 @@ package hflm
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -25,6 +26,20 @@ type Model struct {
 
 	rope tensor.RoPEConfig
 	attn tensor.AttentionConfig
+
+	// LoRA (AddLoRA): the adapters, in layer and projection order; with them the base is
+	// frozen. loraOff disables them (Base).
+	lora      *LoRAConfig
+	adapters  []*adapter
+	loraOff   bool
+	dropRNG   *rand.Rand
+	frozenEnv *frozenGrads
+}
+
+// frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
+// (tensor.RMSNormBackward's dw, tensor.LMHeadBackward's dweight) but nobody reads.
+type frozenGrads struct {
+	norm, head *tensor.Tensor
 }
 
 type param struct {
@@ -38,6 +53,7 @@ type linear struct {
 	w    *tensor.PackedWeight
 	b    *tensor.Tensor // nil: no bias
 	name string         // e.g. model.layers.0.self_attn.q_proj
+	lora *adapter       // nil: none
 }
 
 type layer struct {
@@ -145,6 +161,14 @@ func (m *Model) packWeight(name string) (*tensor.PackedWeight, error) {
 
 // Repack rebuilds the packed layouts after the weights changed (an optimizer step).
 func (m *Model) Repack() error {
+	for _, ad := range m.adapters {
+		if err := ad.pa.Repack(); err != nil {
+			return err
+		}
+		if err := ad.pb.Repack(); err != nil {
+			return err
+		}
+	}
 	for i := range m.params {
 		if p := m.params[i].packed; p != nil {
 			if err := p.Repack(); err != nil {
@@ -181,8 +205,12 @@ func (m *Model) Grad(name string) *tensor.Tensor {
 	return nil
 }
 
-// ensureGrads allocates the zero gradients on first use.
+// ensureGrads allocates the zero gradients on first use (only the adapters' when the base is
+// frozen: they are allocated with them).
 func (m *Model) ensureGrads() error {
+	if m.lora != nil {
+		return nil
+	}
 	for i := range m.params {
 		p := &m.params[i]
 		if p.grad == nil {
@@ -198,6 +226,10 @@ func (m *Model) ensureGrads() error {
 
 // ZeroGrads sets every gradient to zero.
 func (m *Model) ZeroGrads() {
+	for _, ad := range m.adapters {
+		clear(host(ad.ga))
+		clear(host(ad.gb))
+	}
 	for _, p := range m.params {
 		if p.grad != nil {
 			g, _ := p.grad.Float32s()

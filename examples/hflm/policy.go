@@ -154,10 +154,19 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 func (p *pass) Release() { p.s = nil }
 
 // Params are the model's parameters and gradients, named as Hugging Face names them, for
-// loop.HostGradients and AdamW (weight decay on matrices, not on norms and biases).
+// loop.HostGradients and AdamW (weight decay on matrices, not on norms and biases); with LoRA
+// the adapters' alone, named as PEFT names them.
 func (m *Model) Params() ([]loop.Param, error) {
 	if err := m.ensureGrads(); err != nil {
 		return nil, err
+	}
+	if m.lora != nil {
+		var out []loop.Param
+		for _, ad := range m.adapters {
+			out = append(out, loop.Param{Name: ad.peft + ".lora_A.weight", Value: ad.a, Grad: ad.ga, Decay: true},
+				loop.Param{Name: ad.peft + ".lora_B.weight", Value: ad.b, Grad: ad.gb, Decay: true})
+		}
+		return out, nil
 	}
 	out := make([]loop.Param, len(m.params))
 	for i, p := range m.params {

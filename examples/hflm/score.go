@@ -140,8 +140,12 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 	return s.m.backward(s.a, dHidden)
 }
 
-// headGrad is the gradient of the LM head's weight: lm_head's, or the embeddings' when tied.
+// headGrad is the gradient of the LM head's weight: lm_head's, or the embeddings' when tied
+// (scratch when the base is frozen).
 func (m *Model) headGrad() *tensor.Tensor {
+	if m.lora != nil {
+		return m.frozen().head
+	}
 	if m.Config.TieWordEmbeddings {
 		return m.byName["model.embed_tokens.weight"].grad
 	}
