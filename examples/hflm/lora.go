@@ -226,14 +226,13 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 func (m *Model) MergeLoRA() error {
 	for _, ad := range m.adapters {
 		p := m.byName[ad.module+".weight"]
-		out, in := ad.b.Dim(0), ad.a.Dim(1)
-		ba, bav := f32(out, in)
-		if err := tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}); err != nil {
+		delta, err := ad.delta()
+		if err != nil {
 			return err
 		}
 		w := host(p.value)
-		for i, v := range bav {
-			w[i] += ad.scale * v
+		for i, v := range delta {
+			w[i] += v
 		}
 		if err := p.packed.Repack(); err != nil {
 			return err
@@ -246,6 +245,18 @@ func (m *Model) MergeLoRA() error {
 	}
 	m.adapters, m.lora = nil, nil
 	return nil
+}
+
+// delta returns scale·B·A [out, in], the adapter's change of its base weight.
+func (ad *adapter) delta() ([]float32, error) {
+	ba, v := f32(ad.b.Dim(0), ad.a.Dim(1))
+	if err := tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}); err != nil {
+		return nil, err
+	}
+	for i := range v {
+		v[i] *= ad.scale
+	}
+	return v, nil
 }
 
 // adapterConfig is adapter_config.json as PEFT writes it for a causal LM.

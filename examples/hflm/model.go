@@ -238,15 +238,30 @@ func (m *Model) ZeroGrads() {
 	}
 }
 
-// Checkpoint returns the model's current weights as a checkpoint in Hugging Face's layout
-// (float32; Save converts), with generation config gen (may be nil).
+// Checkpoint returns the weights the model computes with as a checkpoint in Hugging Face's
+// layout (float32; Save converts), adapters merged into copies of their base weights (the
+// model keeps them), with generation config gen (may be nil): the export of a trained model.
 func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, error) {
+	merged := map[string]*adapter{}
+	if !m.loraOff {
+		for _, ad := range m.adapters {
+			merged[ad.module+".weight"] = ad
+		}
+	}
 	ts := make([]*hfmodel.Tensor, len(m.params))
 	for i, p := range m.params {
-		v, err := p.value.Float32s()
-		if err != nil {
-			return nil, err
+		v := host(p.value)
+		if ad := merged[p.name]; ad != nil {
+			delta, err := ad.delta()
+			if err != nil {
+				return nil, err
+			}
+			for j, w := range v {
+				delta[j] += w
+			}
+			v = delta
 		}
+		var err error
 		if ts[i], err = hfmodel.NewTensor(p.name, p.value.Shape(), v, hfmodel.Float32); err != nil {
 			return nil, err
 		}
