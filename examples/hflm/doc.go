@@ -10,7 +10,12 @@
 //     gradient.
 //   - Generate decodes a batch with a key/value cache: greedy, or temperature with top-k and
 //     top-p from one random source per row, each row stopping at its own stop token.
-//   - Policy makes a model a tprl/loop policy.
+//   - Policy makes a model a tprl/loop policy; Model.Training gives the loop its optimizer
+//     (AdamW that repacks the weights after each step) and gradients.
+//   - AddLoRA trains PEFT-style adapters on a frozen base; Base is the model without them
+//     (the reference, no copy); SaveLoRA/LoadLoRA read and write PEFT's files; Checkpoint
+//     exports the weights, adapters merged.
 //
-// Everything computes in float32 on the host, sequences packed end to end without padding.
+// Everything computes in float32 on the host, sequences packed end to end without padding. A
+// Model is not safe for concurrent use. docs/qwen2.md says how it is checked against PyTorch.
 package hflm
