@@ -33,6 +33,8 @@ func TestTransformerOpErrors(t *testing.T) {
 		{"RoPE odd D", tensor.RoPE(f(2, 1, 3), f(2, 1, 3), i32(0, 1), tensor.RoPEConfig{Theta: 1e4}), tensor.ErrShape},
 		{"RoPE sections", tensor.RoPE(f(2, 1, 8), f(2, 1, 8), tensor.Must(tensor.FromInt32(make([]int32, 6), 3, 2)), tensor.RoPEConfig{Theta: 1e4, Sections: []int{1, 1, 1}}), tensor.ErrParam},
 		{"RoPE theta", tensor.RoPE(f(2, 1, 4), f(2, 1, 4), i32(0, 1), tensor.RoPEConfig{}), tensor.ErrParam},
+		{"RoPE frequencies count", tensor.RoPE(f(2, 1, 4), f(2, 1, 4), i32(0, 1), tensor.RoPEConfig{Frequencies: []float64{1}}), tensor.ErrParam},
+		{"RoPE frequency", tensor.RoPE(f(2, 1, 4), f(2, 1, 4), i32(0, 1), tensor.RoPEConfig{Frequencies: []float64{1, -1}}), tensor.ErrParam},
 		{"Attention heads", tensor.Attention(f(4, 3, 8), tensor.AttentionInputs{Q: f(4, 3, 8), K: f(4, 2, 8), V: f(4, 2, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrShape},
 		{"Attention scale", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8)}, tensor.AttentionConfig{}), tensor.ErrParam},
 		{"Attention cu_seqlens", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8),

@@ -15,6 +15,10 @@ type RoPEConfig struct {
 	// taking its positions from row s of the positions (temporal, height, width). They must sum
 	// to D/2. Nil means one group: positions is [T].
 	Sections []int
+	// Frequencies, when set, are the D/2 frequencies f_i (each finite and > 0) used instead of
+	// 1/Theta^(2i/D): those a rope_scaling computes (linear interpolation, Llama 3). Theta is
+	// then not read. They are rounded to float32 as the reference computes in float32.
+	Frequencies []float64
 }
 
 // RoPEKernel is implemented by backends with their own rotary embedding; inverse applies the
@@ -69,7 +73,16 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 	if d%2 != 0 {
 		return Errorf(ErrShape, op, "x", "has head dimension %d, want an even one", d)
 	}
-	if !(cfg.Theta > 0) || math.IsInf(cfg.Theta, 1) {
+	if cfg.Frequencies != nil {
+		if len(cfg.Frequencies) != d/2 {
+			return Errorf(ErrParam, op, "cfg.Frequencies", "has %d values, want D/2 = %d", len(cfg.Frequencies), d/2)
+		}
+		for i, f := range cfg.Frequencies {
+			if !(f > 0) || math.IsInf(f, 1) {
+				return Errorf(ErrParam, op, "cfg.Frequencies", "[%d] is %v, want a finite value > 0", i, f)
+			}
+		}
+	} else if !(cfg.Theta > 0) || math.IsInf(cfg.Theta, 1) {
 		return Errorf(ErrParam, op, "cfg.Theta", "is %v, want a finite value > 0", cfg.Theta)
 	}
 	if cfg.Sections == nil {
@@ -103,7 +116,16 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 		for s := range rows {
 			rows[s] = p[s*t : (s+1)*t]
 		}
-		nnref.RoPE(t, x.Dim(1), d, hostF32(h[1]), rows, cfg.Sections, cfg.Theta, inverse, hostF32(h[0]))
+		var freq []float32
+		if cfg.Frequencies == nil {
+			freq = nnref.DefaultRoPEFrequencies[float32](d, cfg.Theta)
+		} else {
+			freq = make([]float32, d/2)
+			for i, f := range cfg.Frequencies {
+				freq[i] = float32(f)
+			}
+		}
+		nnref.RoPEFrequencies(t, x.Dim(1), d, hostF32(h[1]), rows, cfg.Sections, freq, inverse, hostF32(h[0]))
 		return nil
 	})
 }

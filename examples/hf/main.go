@@ -4,11 +4,13 @@
 //	go run ./examples/hf tokenize -model DIR   # stdin: one JSON string a line; stdout: one JSON array of token ids a line
 //	go run ./examples/hf chat -model DIR       # stdin: {"messages": [...]} a line; stdout: the prompt (add_generation_prompt=true) as a JSON string a line
 //	go run ./examples/hf init -config FILE -out DIR [-seed N] [-dtype float32|bfloat16] [-shards K] [-tokenizer DIR]
-//	go run ./examples/hf logits -model DIR     # not implemented yet: needs the Qwen2 model
-//	go run ./examples/hf generate -model DIR   # not implemented yet: needs the Qwen2 model
+//	go run ./examples/hf logits -model DIR     # stdin: one JSON array of token ids a line; stdout: a JSON array over positions of arrays over the vocabulary of float32 logits
+//	go run ./examples/hf generate -model DIR [-max-new-tokens N] [-temperature T -top-p P -top-k K -seed S]
+//	                                           # stdin: {"messages": [...]} a line; stdout: the completion (greedy by default) as a JSON string a line
 //
 // Each subcommand reads only the files it needs: tokenize the tokenizer (and config.json when
-// present, to check the ids fit the model), chat the chat template and tokenizer_config.json.
+// present, to check the ids fit the model), chat the chat template and tokenizer_config.json,
+// logits config.json and the weights, generate all of these and generation_config.json.
 package main
 
 import (
@@ -40,11 +42,9 @@ commands:
   init -config FILE -out DIR [-seed N] [-dtype float32|bfloat16] [-shards K] [-tokenizer DIR]
   preprocess -model DIR -image FILE...
                         Qwen2-VL image preprocessing → image_grid_thw, pixel_values shape and statistics (JSON)
-  logits -model DIR     (not implemented yet)
-  generate -model DIR   (not implemented yet)`
-
-// errNeedsModel is what logits and generate answer until the model exists.
-var errNeedsModel = errors.New("not implemented yet: needs the Qwen2 model (issue 22)")
+  logits -model DIR     JSON arrays of token ids on stdin → per line, the logits [positions][vocabulary] on stdout
+  generate -model DIR [-max-new-tokens N] [-temperature T] [-top-p P] [-top-k K] [-seed S]
+                        {"messages": [...]} on stdin → completions (JSON strings) on stdout; greedy unless -temperature > 0`
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -53,6 +53,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hf "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "", "checkpoint directory")
+	gen := generateFlags(fs, args[0])
 	switch args[0] {
 	case "tokenize", "chat", "logits", "generate":
 		if err := fs.Parse(args[1:]); err != nil {
@@ -66,8 +67,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return tokenize(*model, stdin, stdout)
 		case "chat":
 			return chat(*model, stdin, stdout)
+		case "logits":
+			return logits(*model, stdin, stdout)
 		}
-		return fmt.Errorf("%s: %w", args[0], errNeedsModel)
+		return generate(*model, gen, stdin, stdout)
 	case "init":
 		return initCheckpoint(fs, args[1:])
 	case "preprocess":

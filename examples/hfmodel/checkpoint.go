@@ -141,16 +141,27 @@ func (c *Checkpoint) setTensors(byName map[string]*Tensor, op string) error {
 // read; Close unmaps them. Every tensor must be one the config implies, with its shape, stored
 // as float32, bfloat16 or float16.
 func Open(dir string) (*Checkpoint, error) {
+	gen, err := LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := OpenWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck.Generation = gen
+	return ck, nil
+}
+
+// OpenWeights is Open without generation_config.json: it reads only config.json and the
+// weights (Generation is nil).
+func OpenWeights(dir string) (*Checkpoint, error) {
 	const op = "hfmodel.Open"
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	gen, err := LoadGenerationConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	ck := &Checkpoint{Config: cfg, Generation: gen}
+	ck := &Checkpoint{Config: cfg}
 	byName, err := ck.mapWeights(dir)
 	if err == nil {
 		err = ck.setTensors(byName, op)

@@ -12,5 +12,5 @@
 //     pre-tokenizer, added and special tokens, decoding) as Hugging Face tokenizers does.
 //   - ChatTemplate renders tokenizer_config.json's chat_template (Jinja) with gonja.
 //
-// The model itself (forward, backward, generation) is not here yet; see docs/hf.md.
+// The model itself (forward, backward, generation, the tprl/loop policy) is examples/hflm.
 package hfmodel

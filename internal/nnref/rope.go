@@ -19,13 +19,25 @@ import (
 // applies the transposed rotation (angle −a), which is the backward. The frequency, the angle
 // and its cosine and sine are rounded to F as the reference computes them in float32.
 func RoPE[F Float](t, h, d int, x []F, pos [][]int32, sections []int, theta float64, inverse bool, y []F) {
-	half := d / 2
-	freq := make([]F, half)
-	sec := make([]int, half)
-	for i := range half {
+	RoPEFrequencies(t, h, d, x, pos, sections, DefaultRoPEFrequencies[F](d, theta), inverse, y)
+}
+
+// DefaultRoPEFrequencies returns the d/2 frequencies f_i = 1/theta^(2i/d), rounded to F as the
+// reference computes them in float32.
+func DefaultRoPEFrequencies[F Float](d int, theta float64) []F {
+	freq := make([]F, d/2)
+	for i := range freq {
 		e := F(F(2*i) / F(d))
 		freq[i] = F(1 / F(math.Pow(theta, float64(e))))
 	}
+	return freq
+}
+
+// RoPEFrequencies is RoPE with the d/2 frequencies given (rope_scaling's linear and llama3
+// forms compute their own).
+func RoPEFrequencies[F Float](t, h, d int, x []F, pos [][]int32, sections []int, freq []F, inverse bool, y []F) {
+	half := d / 2
+	sec := make([]int, half)
 	if sections != nil {
 		i := 0
 		for s, n := range sections {

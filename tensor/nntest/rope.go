@@ -8,15 +8,16 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// RoPE checks RoPE and RoPEBackward, plain and with Qwen2-VL's multimodal sections, at
-// positions up to 4096 (where a float32 angle has lost most of its fraction: the backend must
+// RoPE checks RoPE and RoPEBackward, plain, with given frequencies (rope_scaling) and with
+// Qwen2-VL's multimodal sections, at positions up to 4096 (where a float32 angle has lost most of its fraction: the backend must
 // round the angle to float32 as the reference does).
 func RoPE(t *testing.T, b tensor.Backend) {
 	for _, c := range []struct {
 		sections []int
 		theta    float64
-	}{{nil, 1e6}, {[]int{16, 24, 24}, 1e6}} {
-		t.Run(fmt.Sprint("sections=", c.sections), func(t *testing.T) {
+		scaled   bool // frequencies given: the default ones divided by 1 + i/8
+	}{{nil, 1e6, false}, {nil, 1e6, true}, {[]int{16, 24, 24}, 1e6, false}} {
+		t.Run(fmt.Sprint("sections=", c.sections, "/scaled=", c.scaled), func(t *testing.T) {
 			e := newEnv(t, b, 23)
 			const tn, h, d = 9, 3, 128
 			ns := max(1, len(c.sections))
@@ -26,6 +27,14 @@ func RoPE(t *testing.T, b tensor.Backend) {
 			}
 			xv, dyv := e.randn(tn*h*d, 1, false), e.randn(tn*h*d, 1, false)
 			cfg := tensor.RoPEConfig{Theta: c.theta, Sections: c.sections}
+			freq := nnref.DefaultRoPEFrequencies[float32](d, c.theta)
+			if c.scaled {
+				cfg.Theta = 0 // not read
+				for i := range freq {
+					freq[i] /= 1 + float32(i)/8
+					cfg.Frequencies = append(cfg.Frequencies, float64(freq[i]))
+				}
+			}
 			got := twice(t, func() [][]float32 {
 				posShape := []int{tn}
 				if c.sections != nil {
@@ -44,8 +53,8 @@ func RoPE(t *testing.T, b tensor.Backend) {
 			// The float32 reference: the angle is rounded to float32, so float64 angles would differ
 			// by up to position·2⁻²⁴ radians.
 			y, dx := make([]float32, len(xv)), make([]float32, len(xv))
-			nnref.RoPE(tn, h, d, xv, rows, c.sections, c.theta, false, y)
-			nnref.RoPE(tn, h, d, dyv, rows, c.sections, c.theta, true, dx)
+			nnref.RoPEFrequencies(tn, h, d, xv, rows, c.sections, freq, false, y)
+			nnref.RoPEFrequencies(tn, h, d, dyv, rows, c.sections, freq, true, dx)
 			near(t, "y", got[0], f64(y), rtol, atol)
 			near(t, "dx", got[1], f64(dx), rtol, atol)
 		})

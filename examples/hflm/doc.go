@@ -1,0 +1,21 @@
+// Package hflm runs Hugging Face's Qwen2/Qwen2.5 and Llama causal language models (the
+// checkpoints examples/hfmodel reads) on the SDK's transformer ops: tensor.Embedding, RMSNorm,
+// RoPE (rope_theta, rope_scaling linear and llama3), grouped-query Attention with q/k/v biases,
+// SwiGLU, Linear on weights packed once at load, and the fused LM head.
+//
+//   - Load converts a checkpoint to float32 (bfloat16 and float16 widen exactly) and packs it.
+//   - Logits is the full forward of one sequence: next-token logits [T, V].
+//   - Score computes completions' per-token log-probs and entropies through the fused LM head
+//     (never the [tokens, V] logits); with train, Scores.Backward accumulates every parameter's
+//     gradient.
+//   - Generate decodes a batch with a key/value cache: greedy, or temperature with top-k and
+//     top-p from one random source per row, each row stopping at its own stop token.
+//   - Policy makes a model a tprl/loop policy; Model.Training gives the loop its optimizer
+//     (AdamW that repacks the weights after each step) and gradients.
+//   - AddLoRA trains PEFT-style adapters on a frozen base; Base is the model without them
+//     (the reference, no copy); SaveLoRA/LoadLoRA read and write PEFT's files; Checkpoint
+//     exports the weights, adapters merged.
+//
+// Everything computes in float32 on the host, sequences packed end to end without padding. A
+// Model is not safe for concurrent use. docs/qwen2.md says how it is checked against PyTorch.
+package hflm

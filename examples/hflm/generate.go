@@ -1,0 +1,270 @@
+package hflm
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Sampling says how Generate draws tokens.
+type Sampling struct {
+	MaxNewTokens int // > 0
+	// Temperature 0 is greedy decoding (the most likely token, the lowest id on ties); otherwise
+	// tokens are drawn from softmax(logits / Temperature) cut by TopK, then TopP, as
+	// transformers' sampling orders its warpers.
+	Temperature float64
+	TopP        float64 // in (0, 1] when sampling; 1 keeps every token
+	TopK        int     // <= 0 keeps every token
+	// Stop ends a row after it emits one of these ids (generation_config's eos_token_id); the
+	// stop token is part of the completion.
+	Stop []int32
+}
+
+// kvCache is the keys and values of every layer, [B, S, Hkv, D] each, and how many positions
+// of each row are filled.
+type kvCache struct {
+	k, v []*tensor.Tensor
+	s    int
+}
+
+// Generate continues each prompt by up to s.MaxNewTokens tokens with a key/value cache: the
+// prompts run once as one packed batch (prefill), then all rows advance one token per step
+// (each row's query attends to its own cache). Row i samples with rngs[i] (not read when
+// greedy). It returns each row's new tokens.
+func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]int32, error) {
+	const op = "hflm.Model.Generate"
+	c := m.Config
+	switch {
+	case s.MaxNewTokens <= 0:
+		return nil, tensor.Errorf(tensor.ErrParam, op, "MaxNewTokens", "is %d, want > 0", s.MaxNewTokens)
+	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 1):
+		return nil, tensor.Errorf(tensor.ErrParam, op, "Temperature", "is %v, want a finite value >= 0", s.Temperature)
+	case s.Temperature > 0 && !(s.TopP > 0 && s.TopP <= 1):
+		return nil, tensor.Errorf(tensor.ErrParam, op, "TopP", "is %v, want a value in (0, 1]", s.TopP)
+	case s.Temperature > 0 && len(rngs) != len(prompts):
+		return nil, tensor.Errorf(tensor.ErrParam, op, "rngs", "has %d random sources for %d prompts", len(rngs), len(prompts))
+	}
+	for i, r := range rngs {
+		if s.Temperature > 0 && r == nil {
+			return nil, tensor.Errorf(tensor.ErrParam, op, "rngs", "source %d is nil", i)
+		}
+	}
+	in, err := m.packSeqs(prompts)
+	if err != nil {
+		return nil, err
+	}
+	b := len(prompts)
+	longest := 0
+	for _, p := range prompts {
+		longest = max(longest, len(p))
+	}
+	if longest+s.MaxNewTokens > c.MaxPositionEmbeddings {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "MaxNewTokens", "%d new tokens after a prompt of %d pass max_position_embeddings %d", s.MaxNewTokens, longest, c.MaxPositionEmbeddings)
+	}
+	cache := m.newCache(b, longest+s.MaxNewTokens)
+	a, err := m.forwardCached(in, cache)
+	if err != nil {
+		return nil, err
+	}
+	last := make([]int, b)
+	lens := make([]int32, b)
+	for i := range prompts {
+		last[i] = in.starts[i+1] - 1
+		lens[i] = int32(len(prompts[i]))
+	}
+	hidden := m.gatherRows(a.hidden, last)
+	out := make([][]int32, b)
+	done := make([]bool, b)
+	next := make([]int32, b)
+	logits, lv := f32(b, c.VocabSize)
+	scratch := &sampler{}
+	for step := 0; ; step++ {
+		if err := tensor.Linear(logits, hidden, m.head); err != nil {
+			return nil, err
+		}
+		active := 0
+		for i := range b {
+			if done[i] {
+				continue
+			}
+			var rng *rand.Rand
+			if s.Temperature > 0 {
+				rng = rngs[i]
+			}
+			tok := scratch.sample(lv[i*c.VocabSize:(i+1)*c.VocabSize], s, rng)
+			out[i] = append(out[i], tok)
+			next[i] = tok
+			done[i] = len(out[i]) == s.MaxNewTokens || slices.Contains(s.Stop, tok)
+			if !done[i] {
+				active++
+			}
+		}
+		if active == 0 {
+			return out, nil
+		}
+		// Finished rows run along (their tokens are not read) so the batch keeps its shape.
+		if hidden, err = m.decodeStep(next, lens, cache); err != nil {
+			return nil, err
+		}
+		for i := range lens {
+			lens[i]++
+		}
+	}
+}
+
+// newCache allocates the caches of b rows of up to s positions.
+func (m *Model) newCache(b, s int) *kvCache {
+	c := m.Config
+	cache := &kvCache{s: s}
+	for range m.layers {
+		k, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
+		v, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
+		cache.k, cache.v = append(cache.k, k), append(cache.v, v)
+	}
+	return cache
+}
+
+// forwardCached is the inference forward of a packed batch that also writes every layer's
+// keys and values into the cache, sequence b at positions [0, len_b) of row b.
+func (m *Model) forwardCached(in *packed, cache *kvCache) (*acts, error) {
+	return m.forward(in, false, func(l int, k, v *tensor.Tensor) error {
+		for b := range len(in.starts) - 1 {
+			for _, p := range []struct{ src, dst *tensor.Tensor }{{k, cache.k[l]}, {v, cache.v[l]}} {
+				if err := writeRows(p.dst, b, p.src, in.starts[b], in.starts[b+1]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// writeRows copies rows [lo, hi) of src [N, H, D] into positions [0, hi-lo) of row b of the
+// cache [B, S, H, D] with tensor.KVCacheWrite on views of that row.
+func writeRows(cache *tensor.Tensor, b int, src *tensor.Tensor, lo, hi int) error {
+	s, h, d := cache.Dim(1), cache.Dim(2), cache.Dim(3)
+	w := h * d
+	row := tensor.Must(tensor.FromFloat32(host(cache)[b*s*w:(b+1)*s*w], 1, s, h, d))
+	kv := tensor.Must(tensor.FromFloat32(host(src)[lo*w:hi*w], 1, hi-lo, h, d))
+	return tensor.KVCacheWrite(row, kv, tensor.Must(tensor.FromInt32([]int32{0}, 1)))
+}
+
+// decodeStep runs one new token per row at position lens[b] over the cache and returns the
+// final hidden states [B, D].
+func (m *Model) decodeStep(tokens, lens []int32, cache *kvCache) (*tensor.Tensor, error) {
+	c := m.Config
+	b, d := len(tokens), c.HiddenSize
+	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	ids := tensor.Must(tensor.FromInt32(tokens, b))
+	pos := tensor.Must(tensor.FromInt32(slices.Clone(lens), b))
+	total := make([]int32, b)
+	for i, l := range lens {
+		total[i] = l + 1
+	}
+	lensT := tensor.Must(tensor.FromInt32(total, b))
+	var e errs
+	x, xv := f32(b, d)
+	e.do(tensor.Embedding(x, m.embed, ids))
+	h, _ := f32(b, d)
+	q, _ := f32(b, hq, hd)
+	k, _ := f32(b, hkv, hd)
+	v, _ := f32(b, hkv, hd)
+	attn, _ := f32(b, 1, hq, hd)
+	o, ov := f32(b, d)
+	gate, _ := f32(b, c.IntermediateSize)
+	up, _ := f32(b, c.IntermediateSize)
+	for l := range m.layers {
+		ly := &m.layers[l]
+		e.do(tensor.RMSNorm(h, x, ly.inNorm, c.RMSNormEps))
+		e.do(m.linearFwd(q, h, ly.q, nil))
+		e.do(m.linearFwd(k, h, ly.k, nil))
+		e.do(m.linearFwd(v, h, ly.v, nil))
+		e.do(tensor.RoPE(q, q, pos, m.rope))
+		e.do(tensor.RoPE(k, k, pos, m.rope))
+		k4, v4, q4 := reshape4(k, b, hkv, hd), reshape4(v, b, hkv, hd), reshape4(q, b, hq, hd)
+		e.do(tensor.KVCacheWrite(cache.k[l], k4, pos))
+		e.do(tensor.KVCacheWrite(cache.v[l], v4, pos))
+		e.do(tensor.AttentionDecode(attn, tensor.DecodeInputs{Q: q4, KCache: cache.k[l], VCache: cache.v[l], Lens: lensT}, m.attn))
+		e.do(m.linearFwd(o, attn, ly.o, nil))
+		addTo(xv, ov)
+		e.do(tensor.RMSNorm(h, x, ly.postNorm, c.RMSNormEps))
+		e.do(m.linearFwd(gate, h, ly.gate, nil))
+		e.do(m.linearFwd(up, h, ly.up, nil))
+		e.do(tensor.SwiGLU(gate, gate, up))
+		e.do(m.linearFwd(o, gate, ly.down, nil))
+		addTo(xv, ov)
+		if e.err != nil {
+			return nil, e.err
+		}
+	}
+	e.do(tensor.RMSNorm(h, x, m.norm, c.RMSNormEps))
+	return h, e.err
+}
+
+// reshape4 views x [B, H, D] as [B, 1, H, D] (one new token per row).
+func reshape4(x *tensor.Tensor, b, h, d int) *tensor.Tensor {
+	return tensor.Must(x.Reshape(b, 1, h, d))
+}
+
+// sampler draws tokens from logits, reusing its buffers across calls.
+type sampler struct {
+	order []int32
+	probs []float64
+}
+
+// sample returns the next token for one row's logits.
+func (sp *sampler) sample(logits []float32, s Sampling, rng *rand.Rand) int32 {
+	if s.Temperature == 0 {
+		best := 0
+		for i, z := range logits {
+			if z > logits[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	v := len(logits)
+	sp.order = sp.order[:0]
+	for i := range v {
+		sp.order = append(sp.order, int32(i))
+	}
+	// Candidates in decreasing logit order (lower id first on ties); top-k keeps a prefix.
+	slices.SortFunc(sp.order, func(a, b int32) int {
+		if c := cmp.Compare(logits[b], logits[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	n := v
+	if s.TopK > 0 && s.TopK < v {
+		n = s.TopK
+	}
+	sp.probs = sp.probs[:0]
+	top := float64(logits[sp.order[0]]) / s.Temperature
+	sum := 0.0
+	for _, id := range sp.order[:n] {
+		p := math.Exp(float64(logits[id])/s.Temperature - top)
+		sp.probs = append(sp.probs, p)
+		sum += p
+	}
+	// Top-p keeps the smallest prefix whose probability reaches TopP (at least one token).
+	kept, acc := 0, 0.0
+	for kept < n {
+		acc += sp.probs[kept]
+		kept++
+		if acc >= s.TopP*sum {
+			break
+		}
+	}
+	u := rng.Float64() * acc
+	for i := range kept {
+		u -= sp.probs[i]
+		if u < 0 {
+			return sp.order[i]
+		}
+	}
+	return sp.order[kept-1]
+}

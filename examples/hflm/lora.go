@@ -1,0 +1,378 @@
+package hflm
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// LoRAConfig is PEFT's LoraConfig as the seed sets it (lora_rank, lora_alpha, lora_dropout,
+// target_modules).
+type LoRAConfig struct {
+	Rank    int     // r > 0
+	Alpha   float64 // the update is scaled by Alpha / Rank
+	Dropout float64 // in [0, 1): dropout on the adapter's input in training passes
+	// TargetModules are projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+	// down_proj), or "all-linear": every one of them (PEFT leaves lm_head out).
+	TargetModules []string
+	Seed          uint64 // A's initialisation and the dropout masks
+}
+
+// Files of a PEFT adapter directory.
+const (
+	AdapterConfigFile  = "adapter_config.json"
+	AdapterWeightsFile = "adapter_model.safetensors"
+)
+
+var projections = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// adapter is one LoRA pair on a projection: y += scale · B·(A·x), A [r, in], B [out, r].
+type adapter struct {
+	a, b         *tensor.Tensor
+	pa, pb       *tensor.PackedWeight
+	ga, gb       *tensor.Tensor // gradients
+	scale        float32
+	module, peft string // e.g. model.layers.0.self_attn.q_proj and its PEFT prefix
+}
+
+// loraAct is what an adapter's backward reads: its (dropped-out) input and A·x.
+type loraAct struct {
+	x, t *tensor.Tensor
+	mask []float32 // dropout's scale per input element (nil: no dropout)
+}
+
+// AddLoRA adds adapters to the targeted projections, initialised as PEFT does (A
+// Kaiming-uniform with a = √5, that is U(±1/√in); B zero, so the model is unchanged), and
+// freezes the base: from now on only the adapters are trained (Params lists them alone).
+func (m *Model) AddLoRA(cfg LoRAConfig) error {
+	const op = "hflm.Model.AddLoRA"
+	switch {
+	case m.lora != nil:
+		return tensor.Errorf(tensor.ErrParam, op, "m", "already has adapters")
+	case cfg.Rank <= 0:
+		return tensor.Errorf(tensor.ErrParam, op, "Rank", "is %d, want > 0", cfg.Rank)
+	case !(cfg.Alpha > 0) || math.IsInf(cfg.Alpha, 1):
+		return tensor.Errorf(tensor.ErrParam, op, "Alpha", "is %v, want a finite value > 0", cfg.Alpha)
+	case !(cfg.Dropout >= 0 && cfg.Dropout < 1):
+		return tensor.Errorf(tensor.ErrParam, op, "Dropout", "is %v, want a value in [0, 1)", cfg.Dropout)
+	}
+	targets := map[string]bool{}
+	for _, t := range cfg.TargetModules {
+		switch {
+		case t == "all-linear":
+			for _, p := range projections {
+				targets[p] = true
+			}
+		case slices.Contains(projections, t):
+			targets[t] = true
+		default:
+			return tensor.Errorf(tensor.ErrParam, op, "TargetModules", "%q is not one of %v or all-linear", t, projections)
+		}
+	}
+	if len(targets) == 0 {
+		return tensor.Errorf(tensor.ErrParam, op, "TargetModules", "is empty")
+	}
+	c := cfg
+	c.TargetModules = nil
+	for _, p := range projections {
+		if targets[p] {
+			c.TargetModules = append(c.TargetModules, p)
+		}
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x10ea))
+	scale := float32(cfg.Alpha / float64(cfg.Rank))
+	for l := range m.layers {
+		for _, lin := range m.layers[l].linears() {
+			if !targets[lin.short()] {
+				continue
+			}
+			out, in := lin.w.Weight().Dim(0), lin.w.Weight().Dim(1)
+			a, av := f32(cfg.Rank, in)
+			bound := 1 / math.Sqrt(float64(in))
+			for i := range av {
+				av[i] = float32((2*rng.Float64() - 1) * bound)
+			}
+			b, _ := f32(out, cfg.Rank)
+			ad := &adapter{a: a, b: b, scale: scale, module: lin.name, peft: "base_model.model." + lin.name}
+			if err := ad.pack(); err != nil {
+				return err
+			}
+			ad.ga, _ = f32(cfg.Rank, in)
+			ad.gb, _ = f32(out, cfg.Rank)
+			lin.lora = ad
+			m.adapters = append(m.adapters, ad)
+		}
+	}
+	m.lora = &c
+	m.dropRNG = rand.New(rand.NewPCG(cfg.Seed, 0xd0))
+	return nil
+}
+
+func (ad *adapter) pack() error {
+	var err error
+	if ad.pa, err = tensor.PackWeight(ad.a); err != nil {
+		return err
+	}
+	ad.pb, err = tensor.PackWeight(ad.b)
+	return err
+}
+
+// linears returns pointers to the layer's projections.
+func (ly *layer) linears() []*linear {
+	return []*linear{&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down}
+}
+
+// short is the projection's name without its module path (q_proj, …).
+func (l *linear) short() string { return filepath.Ext(l.name)[1:] }
+
+// Base returns the model with its adapters disabled, sharing every weight (no copy): the
+// reference policy of a LoRA run, as TRL computes it.
+func (m *Model) Base() *Model {
+	b := *m
+	b.loraOff = true
+	return &b
+}
+
+// adapterOf returns l's adapter when it is active.
+func (m *Model) adapterOf(l linear) *adapter {
+	if m.loraOff {
+		return nil
+	}
+	return l.lora
+}
+
+// loraForward adds scale·B·(A·x) to y; a training pass (a.keep) applies the dropout and keeps
+// the adapter's activations.
+func (m *Model) loraForward(y, x *tensor.Tensor, ad *adapter, a *acts) error {
+	r := ad.a.Dim(0)
+	in, out := ad.a.Dim(1), ad.b.Dim(0)
+	x2, err := x.Reshape(-1, in)
+	if err != nil {
+		return err
+	}
+	n := x2.Dim(0)
+	act := loraAct{x: x2}
+	if a != nil && a.keep && m.lora.Dropout > 0 {
+		xd, xdv := f32(n, in)
+		act.mask = make([]float32, n*in)
+		keep := float32(1 / (1 - m.lora.Dropout))
+		for i, v := range host(x2) {
+			if m.dropRNG.Float64() >= m.lora.Dropout {
+				act.mask[i] = keep
+				xdv[i] = v * keep
+			}
+		}
+		act.x = xd
+	}
+	var yv []float32
+	act.t, _ = f32(n, r)
+	var e errs
+	e.do(tensor.Linear(act.t, act.x, ad.pa))
+	u, uv := f32(n, out)
+	e.do(tensor.Linear(u, act.t, ad.pb))
+	if e.err != nil {
+		return e.err
+	}
+	yv = host(y)
+	for i, v := range uv {
+		yv[i] += ad.scale * v
+	}
+	if a != nil && a.keep {
+		a.lora[ad] = act
+	}
+	return nil
+}
+
+// loraBackward adds the adapter's gradients and its part of dx (dx += ...) given dy.
+func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error {
+	act, ok := a.lora[ad]
+	if !ok {
+		return fmt.Errorf("hflm: no activations of the adapter of %s (forward without keep)", ad.module)
+	}
+	r := ad.a.Dim(0)
+	in, out := ad.a.Dim(1), ad.b.Dim(0)
+	n := act.x.Dim(0)
+	dys, dysv := f32(n, out)
+	for i, v := range host(dy) {
+		dysv[i] = ad.scale * v
+	}
+	dt, _ := f32(n, r)
+	var e errs
+	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dt, DWeight: ad.gb}, tensor.LinearGrad{X: act.t, Weight: ad.pb, DY: dys, Accumulate: true}))
+	dxa, dxav := f32(n, in)
+	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dxa, DWeight: ad.ga}, tensor.LinearGrad{X: act.x, Weight: ad.pa, DY: dt, Accumulate: true}))
+	if e.err != nil {
+		return e.err
+	}
+	dxv := host(dx)
+	for i, v := range dxav {
+		if act.mask != nil {
+			v *= act.mask[i]
+		}
+		dxv[i] += v
+	}
+	return nil
+}
+
+// MergeLoRA folds the adapters into the base weights (W += scale·B·A, rounded to float32 once)
+// and removes them: the model a PEFT merge_and_unload gives, to export.
+func (m *Model) MergeLoRA() error {
+	for _, ad := range m.adapters {
+		p := m.byName[ad.module+".weight"]
+		delta, err := ad.delta()
+		if err != nil {
+			return err
+		}
+		w := host(p.value)
+		for i, v := range delta {
+			w[i] += v
+		}
+		if err := p.packed.Repack(); err != nil {
+			return err
+		}
+	}
+	for l := range m.layers {
+		for _, lin := range m.layers[l].linears() {
+			lin.lora = nil
+		}
+	}
+	m.adapters, m.lora = nil, nil
+	return nil
+}
+
+// delta returns scale·B·A [out, in], the adapter's change of its base weight.
+func (ad *adapter) delta() ([]float32, error) {
+	ba, v := f32(ad.b.Dim(0), ad.a.Dim(1))
+	if err := tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}); err != nil {
+		return nil, err
+	}
+	for i := range v {
+		v[i] *= ad.scale
+	}
+	return v, nil
+}
+
+// adapterConfig is adapter_config.json as PEFT writes it for a causal LM.
+type adapterConfig struct {
+	BaseModel      string   `json:"base_model_name_or_path"`
+	Bias           string   `json:"bias"`
+	FanInFanOut    bool     `json:"fan_in_fan_out"`
+	InferenceMode  bool     `json:"inference_mode"`
+	InitLoraWeight bool     `json:"init_lora_weights"`
+	LoraAlpha      float64  `json:"lora_alpha"`
+	LoraDropout    float64  `json:"lora_dropout"`
+	ModulesToSave  []string `json:"modules_to_save"`
+	PeftType       string   `json:"peft_type"`
+	R              int      `json:"r"`
+	TargetModules  []string `json:"target_modules"`
+	TaskType       string   `json:"task_type"`
+	UseDora        bool     `json:"use_dora"`
+	UseRSLoRA      bool     `json:"use_rslora"`
+}
+
+// SaveLoRA writes the adapters as PEFT's save_pretrained does: adapter_config.json and
+// adapter_model.safetensors (float32) with PEFT's names,
+// base_model.model.model.layers.i.self_attn.q_proj.lora_A.weight and so on. baseModel is
+// written as base_model_name_or_path.
+func (m *Model) SaveLoRA(dir, baseModel string) error {
+	const op = "hflm.Model.SaveLoRA"
+	if m.lora == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "m", "has no adapters")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cfg, err := json.MarshalIndent(adapterConfig{
+		BaseModel: baseModel, Bias: "none", InferenceMode: true, InitLoraWeight: true,
+		LoraAlpha: m.lora.Alpha, LoraDropout: m.lora.Dropout, PeftType: "LORA", R: m.lora.Rank,
+		TargetModules: m.lora.TargetModules, TaskType: "CAUSAL_LM",
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, AdapterConfigFile), append(cfg, '\n'), 0o644); err != nil {
+		return err
+	}
+	var ts []*hfmodel.Tensor
+	for _, ad := range m.adapters {
+		for _, p := range []struct {
+			suffix string
+			t      *tensor.Tensor
+		}{{".lora_A.weight", ad.a}, {".lora_B.weight", ad.b}} {
+			t, err := hfmodel.NewTensor(ad.peft+p.suffix, p.t.Shape(), host(p.t), hfmodel.Float32)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, t)
+		}
+	}
+	return hfmodel.WriteSafetensors(filepath.Join(dir, AdapterWeightsFile), ts)
+}
+
+// LoadLoRA adds the adapters a PEFT directory holds (SaveLoRA's, or PEFT's own for this
+// model): its adapter_config.json must be a LoRA without biases, DoRA or rsLoRA, and its
+// weights exactly the targeted projections' lora_A and lora_B.
+func (m *Model) LoadLoRA(dir string) error {
+	const op = "hflm.Model.LoadLoRA"
+	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+	if err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "%v", err)
+	}
+	var ac adapterConfig
+	if err := json.Unmarshal(data, &ac); err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "%v", err)
+	}
+	if ac.PeftType != "LORA" || ac.Bias != "none" || ac.UseDora || ac.UseRSLoRA || ac.FanInFanOut || len(ac.ModulesToSave) > 0 {
+		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "peft_type %q, bias %q, use_dora %v, use_rslora %v, fan_in_fan_out %v, modules_to_save %v: only a plain LoRA is supported",
+			ac.PeftType, ac.Bias, ac.UseDora, ac.UseRSLoRA, ac.FanInFanOut, ac.ModulesToSave)
+	}
+	if err := m.AddLoRA(LoRAConfig{Rank: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, TargetModules: ac.TargetModules}); err != nil {
+		return err
+	}
+	ts, err := hfmodel.ReadSafetensors(filepath.Join(dir, AdapterWeightsFile))
+	if err != nil {
+		return err
+	}
+	byName := map[string]*hfmodel.Tensor{}
+	for _, t := range ts {
+		byName[t.Name] = t
+	}
+	for _, ad := range m.adapters {
+		for _, p := range []struct {
+			suffix string
+			t      *tensor.Tensor
+		}{{".lora_A.weight", ad.a}, {".lora_B.weight", ad.b}} {
+			name := ad.peft + p.suffix
+			t := byName[name]
+			if t == nil || !slices.Equal(t.Shape, p.t.Shape()) {
+				return tensor.Errorf(tensor.ErrShape, op, name, "missing or not of shape %v", p.t.Shape())
+			}
+			copy(host(p.t), t.Float32s())
+			delete(byName, name)
+		}
+		if err := ad.pack(); err != nil {
+			return err
+		}
+	}
+	for name := range byName {
+		return tensor.Errorf(tensor.ErrParam, op, name, "is not an adapter of the targeted projections")
+	}
+	return nil
+}
+
+// frozen returns the scratch gradients of the frozen base, allocated on first use.
+func (m *Model) frozen() *frozenGrads {
+	if m.frozenEnv == nil {
+		norm, _ := f32(m.Config.HiddenSize)
+		head, _ := f32(m.head.Weight().Shape()...)
+		m.frozenEnv = &frozenGrads{norm: norm, head: head}
+	}
+	return m.frozenEnv
+}

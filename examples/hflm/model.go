@@ -1,0 +1,270 @@
+package hflm
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Model is a Qwen2 or Llama causal language model in float32 on the host, its weights packed
+// once for tensor.Linear.
+type Model struct {
+	Config *hfmodel.Config
+
+	// params are the weights in Hugging Face's state_dict order, named as it names them; grads
+	// (nil until the first training pass or Params) are their gradients.
+	params []param
+	byName map[string]*param
+
+	embed  *tensor.Tensor       // [V, D]
+	head   *tensor.PackedWeight // lm_head.weight, or the embeddings when tied
+	norm   *tensor.Tensor       // model.norm.weight
+	layers []layer
+
+	rope tensor.RoPEConfig
+	attn tensor.AttentionConfig
+
+	// LoRA (AddLoRA): the adapters, in layer and projection order; with them the base is
+	// frozen. loraOff disables them (Base).
+	lora      *LoRAConfig
+	adapters  []*adapter
+	loraOff   bool
+	dropRNG   *rand.Rand
+	frozenEnv *frozenGrads
+}
+
+// frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
+// (tensor.RMSNormBackward's dw, tensor.LMHeadBackward's dweight) but nobody reads.
+type frozenGrads struct {
+	norm, head *tensor.Tensor
+}
+
+type param struct {
+	name        string
+	value, grad *tensor.Tensor
+	packed      *tensor.PackedWeight // matrices of linear layers (and an untied lm_head)
+}
+
+// linear is one projection: its packed weight and optional bias, with their parameter names.
+type linear struct {
+	w    *tensor.PackedWeight
+	b    *tensor.Tensor // nil: no bias
+	name string         // e.g. model.layers.0.self_attn.q_proj
+	lora *adapter       // nil: none
+}
+
+type layer struct {
+	inNorm, postNorm *tensor.Tensor
+	q, k, v, o       linear
+	gate, up, down   linear
+	prefix           string // model.layers.i.
+}
+
+// Load converts a checkpoint's weights to float32 (bfloat16 and float16 widen exactly) and
+// packs its linear layers. The model keeps no reference to ck, which may be closed.
+func Load(ck *hfmodel.Checkpoint) (*Model, error) {
+	const op = "hflm.Load"
+	if ck == nil || ck.Config == nil {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "ck", "is nil or has no config")
+	}
+	c := ck.Config
+	if c.HiddenAct != "silu" {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "hidden_act", "%q is not supported (silu)", c.HiddenAct)
+	}
+	freq, err := RoPEFrequencies(c)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{
+		Config: c,
+		byName: map[string]*param{},
+		rope:   tensor.RoPEConfig{Theta: c.RopeTheta, Frequencies: freq},
+		attn:   tensor.DefaultAttentionConfig(c.HeadDim, true),
+	}
+	// HF scales the scores by head_dim**-0.5 in float64, rounded to float32 when it multiplies.
+	m.attn.Scale = float32(math.Pow(float64(c.HeadDim), -0.5))
+	specs := hfmodel.ExpectedTensors(c)
+	m.params = make([]param, len(specs))
+	for i, s := range specs {
+		t := ck.Tensor(s.Name)
+		if t == nil {
+			return nil, tensor.Errorf(tensor.ErrParam, op, s.Name, "is missing from the checkpoint")
+		}
+		v, err := tensor.FromFloat32(t.Float32s(), s.Shape...)
+		if err != nil {
+			return nil, err
+		}
+		m.params[i] = param{name: s.Name, value: v}
+		m.byName[s.Name] = &m.params[i]
+	}
+	m.embed = m.byName["model.embed_tokens.weight"].value
+	m.norm = m.byName["model.norm.weight"].value
+	headName := "lm_head.weight"
+	if c.TieWordEmbeddings {
+		headName = "model.embed_tokens.weight"
+	}
+	if m.head, err = m.packWeight(headName); err != nil {
+		return nil, err
+	}
+	m.layers = make([]layer, c.NumHiddenLayers)
+	for l := range m.layers {
+		ly := &m.layers[l]
+		ly.prefix = fmt.Sprintf("model.layers.%d.", l)
+		ly.inNorm = m.byName[ly.prefix+"input_layernorm.weight"].value
+		ly.postNorm = m.byName[ly.prefix+"post_attention_layernorm.weight"].value
+		for _, p := range []struct {
+			dst  *linear
+			name string
+		}{
+			{&ly.q, "self_attn.q_proj"}, {&ly.k, "self_attn.k_proj"}, {&ly.v, "self_attn.v_proj"},
+			{&ly.o, "self_attn.o_proj"}, {&ly.gate, "mlp.gate_proj"}, {&ly.up, "mlp.up_proj"},
+			{&ly.down, "mlp.down_proj"},
+		} {
+			name := ly.prefix + p.name
+			w, err := m.packWeight(name + ".weight")
+			if err != nil {
+				return nil, err
+			}
+			*p.dst = linear{w: w, name: name}
+			if b := m.byName[name+".bias"]; b != nil {
+				p.dst.b = b.value
+			}
+		}
+	}
+	return m, nil
+}
+
+// LoadDir opens a checkpoint directory, loads it and closes it.
+func LoadDir(dir string) (*Model, error) {
+	ck, err := hfmodel.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	return Load(ck)
+}
+
+func (m *Model) packWeight(name string) (*tensor.PackedWeight, error) {
+	p := m.byName[name]
+	if p.packed == nil {
+		w, err := tensor.PackWeight(p.value)
+		if err != nil {
+			return nil, fmt.Errorf("hflm: packing %s: %w", name, err)
+		}
+		p.packed = w
+	}
+	return p.packed, nil
+}
+
+// Repack rebuilds the packed layouts after the weights changed (an optimizer step).
+func (m *Model) Repack() error {
+	for _, ad := range m.adapters {
+		if err := ad.pa.Repack(); err != nil {
+			return err
+		}
+		if err := ad.pb.Repack(); err != nil {
+			return err
+		}
+	}
+	for i := range m.params {
+		if p := m.params[i].packed; p != nil {
+			if err := p.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// NumParams is the number of weights (tied embeddings counted once).
+func (m *Model) NumParams() int {
+	n := 0
+	for _, p := range m.params {
+		n += p.value.Len()
+	}
+	return n
+}
+
+// Weight returns the float32 weight named as Hugging Face names it, or nil. Writing into it
+// changes the model (call Repack after changing a matrix).
+func (m *Model) Weight(name string) *tensor.Tensor {
+	if p := m.byName[name]; p != nil {
+		return p.value
+	}
+	return nil
+}
+
+// Grad returns the gradient of the weight named, or nil before the first training pass.
+func (m *Model) Grad(name string) *tensor.Tensor {
+	if p := m.byName[name]; p != nil {
+		return p.grad
+	}
+	return nil
+}
+
+// ensureGrads allocates the zero gradients on first use (only the adapters' when the base is
+// frozen: they are allocated with them).
+func (m *Model) ensureGrads() error {
+	if m.lora != nil {
+		return nil
+	}
+	for i := range m.params {
+		p := &m.params[i]
+		if p.grad == nil {
+			g, err := tensor.NewLike(p.value, tensor.Float32)
+			if err != nil {
+				return err
+			}
+			p.grad = g
+		}
+	}
+	return nil
+}
+
+// ZeroGrads sets every gradient to zero.
+func (m *Model) ZeroGrads() {
+	for _, ad := range m.adapters {
+		clear(host(ad.ga))
+		clear(host(ad.gb))
+	}
+	for _, p := range m.params {
+		if p.grad != nil {
+			g, _ := p.grad.Float32s()
+			clear(g)
+		}
+	}
+}
+
+// Checkpoint returns the weights the model computes with as a checkpoint in Hugging Face's
+// layout (float32; Save converts), adapters merged into copies of their base weights (the
+// model keeps them), with generation config gen (may be nil): the export of a trained model.
+func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, error) {
+	merged := map[string]*adapter{}
+	if !m.loraOff {
+		for _, ad := range m.adapters {
+			merged[ad.module+".weight"] = ad
+		}
+	}
+	ts := make([]*hfmodel.Tensor, len(m.params))
+	for i, p := range m.params {
+		v := host(p.value)
+		if ad := merged[p.name]; ad != nil {
+			delta, err := ad.delta()
+			if err != nil {
+				return nil, err
+			}
+			for j, w := range v {
+				delta[j] += w
+			}
+			v = delta
+		}
+		var err error
+		if ts[i], err = hfmodel.NewTensor(p.name, p.value.Shape(), v, hfmodel.Float32); err != nil {
+			return nil, err
+		}
+	}
+	return hfmodel.NewCheckpoint(m.Config, gen, ts)
+}

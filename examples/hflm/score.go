@@ -1,0 +1,153 @@
+package hflm
+
+import (
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Scores are the per-token log-probabilities and entropies of completions given their prompts,
+// computed by the fused LM head (tensor.LMHeadLogProbs), which never builds the [tokens, V]
+// logits.
+type Scores struct {
+	// LogProbs[i][t] is log p(completion i's token t | prompt i, its tokens before t) at the
+	// temperature; Entropy[i][t] is the entropy of that distribution.
+	LogProbs, Entropy [][]float32
+
+	m       *Model
+	a       *acts
+	rows    []int // packed row of each scored position (the hidden state that predicts it)
+	lmIn    tensor.LMHeadInputs
+	lp, ent *tensor.Tensor // [M]
+}
+
+// Score runs the model over prompt i followed by completion i for every i and scores the
+// completions' tokens. With train the activations are kept for Backward.
+func (m *Model) Score(prompts, completions [][]int32, temperature float32, train bool) (*Scores, error) {
+	const op = "hflm.Model.Score"
+	if len(prompts) != len(completions) {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "completions", "%d completions for %d prompts", len(completions), len(prompts))
+	}
+	seqs := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, tensor.Errorf(tensor.ErrShape, op, "prompts", "prompt %d is empty", i)
+		}
+		seqs[i] = append(append(make([]int32, 0, len(p)+len(completions[i])), p...), completions[i]...)
+	}
+	in, err := m.packSeqs(seqs)
+	if err != nil {
+		return nil, err
+	}
+	a, err := m.forward(in, train, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scores{m: m, LogProbs: make([][]float32, len(prompts)), Entropy: make([][]float32, len(prompts))}
+	var targets []int32
+	for i, c := range completions {
+		for t := range c {
+			s.rows = append(s.rows, in.starts[i]+len(prompts[i])-1+t)
+		}
+		targets = append(targets, c...)
+	}
+	if train {
+		s.a = a
+	}
+	mm := len(s.rows)
+	if mm == 0 {
+		for i := range prompts {
+			s.LogProbs[i], s.Entropy[i] = []float32{}, []float32{}
+		}
+		return s, nil
+	}
+	hidden := m.gatherRows(a.hidden, s.rows)
+	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
+	var lpv, entv []float32
+	s.lp, lpv = f32(mm)
+	s.ent, entv = f32(mm)
+	if err := tensor.LMHeadLogProbs(s.lp, s.ent, s.lmIn); err != nil {
+		return nil, err
+	}
+	k := 0
+	for i, c := range completions {
+		s.LogProbs[i], s.Entropy[i] = lpv[k:k+len(c):k+len(c)], entv[k:k+len(c):k+len(c)]
+		k += len(c)
+	}
+	return s, nil
+}
+
+// gatherRows copies rows of x [N, D] into a new [len(rows), D] tensor.
+func (m *Model) gatherRows(x *tensor.Tensor, rows []int) *tensor.Tensor {
+	d := x.Dim(1)
+	out, ov := f32(len(rows), d)
+	xv := host(x)
+	for i, r := range rows {
+		copy(ov[i*d:(i+1)*d], xv[r*d:(r+1)*d])
+	}
+	return out
+}
+
+// Backward adds the gradient of a loss to the model's parameter gradients, given
+// d loss / d LogProbs and d loss / d Entropy (ragged as LogProbs; either may be nil: zero).
+func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
+	const op = "hflm.Scores.Backward"
+	if s.a == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "s", "is not a training pass (Score with train=false)")
+	}
+	if err := s.m.ensureGrads(); err != nil {
+		return err
+	}
+	mm := len(s.rows)
+	d := s.m.Config.HiddenSize
+	dHidden, dhv := f32(s.a.in.n, d)
+	if mm > 0 {
+		flat := func(name string, g [][]float32) (*tensor.Tensor, error) {
+			if g == nil {
+				return nil, nil
+			}
+			if len(g) != len(s.LogProbs) {
+				return nil, tensor.Errorf(tensor.ErrShape, op, name, "has %d rows, want %d", len(g), len(s.LogProbs))
+			}
+			out, ov := f32(mm)
+			k := 0
+			for i, r := range g {
+				if len(r) != len(s.LogProbs[i]) {
+					return nil, tensor.Errorf(tensor.ErrShape, op, name, "row %d has %d values, want %d", i, len(r), len(s.LogProbs[i]))
+				}
+				k += copy(ov[k:], r)
+			}
+			return out, nil
+		}
+		dlp, err := flat("dLogProbs", dLogProbs)
+		if err != nil {
+			return err
+		}
+		dent, err := flat("dEntropy", dEntropy)
+		if err != nil {
+			return err
+		}
+		dh, dhSel := f32(mm, d)
+		err = tensor.LMHeadBackward(dh, s.m.headGrad(), tensor.LMHeadGrad{
+			LMHeadInputs: s.lmIn, LogProbs: s.lp, Entropy: s.ent,
+			DLogProbs: dlp, DEntropy: dent, Accumulate: true,
+		})
+		if err != nil {
+			return err
+		}
+		for i, r := range s.rows {
+			copy(dhv[r*d:(r+1)*d], dhSel[i*d:(i+1)*d])
+		}
+	}
+	return s.m.backward(s.a, dHidden)
+}
+
+// headGrad is the gradient of the LM head's weight: lm_head's, or the embeddings' when tied
+// (scratch when the base is frozen).
+func (m *Model) headGrad() *tensor.Tensor {
+	if m.lora != nil {
+		return m.frozen().head
+	}
+	if m.Config.TieWordEmbeddings {
+		return m.byName["model.embed_tokens.weight"].grad
+	}
+	return m.byName["lm_head.weight"].grad
+}

@@ -1,0 +1,42 @@
+package hfmodel
+
+import (
+	"os"
+	"sort"
+
+	"github.com/nlpodyssey/safetensors"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// WriteSafetensors writes tensors into one safetensors file as Save writes each shard (a PEFT
+// adapter_model.safetensors, for instance).
+func WriteSafetensors(path string, ts []*Tensor) error { return writeSafetensors(path, ts) }
+
+// ReadSafetensors reads a whole safetensors file into memory (not mapped), its tensors sorted
+// by name; F32, BF16 and F16 only.
+func ReadSafetensors(path string) ([]*Tensor, error) {
+	const op = "hfmodel.ReadSafetensors"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, tensor.Errorf(tensor.ErrParam, op, path, "%v", err)
+	}
+	st, err := safetensors.Deserialize(data)
+	if err != nil {
+		return nil, tensor.Errorf(tensor.ErrParam, op, path, "not a valid safetensors file: %v", err)
+	}
+	var out []*Tensor
+	for _, nt := range st.Tensors() {
+		dt, ok := fromSafetensors(nt.TensorView.DType())
+		if !ok {
+			return nil, tensor.Errorf(tensor.ErrDType, op, nt.Name, "stored as %s; only F32, BF16 and F16 are supported", nt.TensorView.DType())
+		}
+		shape := make([]int, len(nt.TensorView.Shape()))
+		for i, d := range nt.TensorView.Shape() {
+			shape[i] = int(d)
+		}
+		out = append(out, &Tensor{Name: nt.Name, DType: dt, Shape: shape, Data: nt.TensorView.Data()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
