@@ -124,6 +124,10 @@ def run_torch(group, threads, reps):
             wall, cpu = timed(lambda: torch.matmul(x, w.t(), out=y), reps)
             emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}", wall=wall, cpu=cpu,
                  flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
+            if m == 1:  # torch.matmul runs OpenBLAS's sgemm on one row; its gemv is torch.mv
+                wall, cpu = timed(lambda: torch.mv(w, x[0], out=y[0]), reps)
+                emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}/mv", wall=wall, cpu=cpu,
+                     flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
     elif group == "attention":
         for t, hq, hkv, d in ATTN:
             fn = attention_fn(torch, *attention_inputs(torch, t, hq, hkv, d))
@@ -218,7 +222,8 @@ def table(path):
     recs = [json.loads(l) for l in open(path) if l.strip()]
     by = {}
     for r in recs:
-        by.setdefault((r["side"], r["key"]), []).append(r)
+        if r["group"] != "mem":
+            by.setdefault((r["side"], r["key"]), []).append(r)
 
     def runs(side, key):
         return by.get((side, key), [])
@@ -237,7 +242,8 @@ def table(path):
           f"Load average during the runs: {min(loads):.1f}–{max(loads):.1f} (median {med(loads):.1f}).\n")
     print(f"FMA peak (internal/gemm BenchmarkFMAPeak/avx512, median of {len(runs('go', 'fmapeak/avx512'))}): "
           f"{fmt(peak, '.0f')} GFLOP per CPU-second per core; {fmt(peak_wall, '.0f')} GFLOP/s wall on "
-          f"{threads} threads (ideal {fmt(peak and peak * threads, '.0f')}).\n")
+          f"{threads} threads (ideal {fmt(peak and peak * threads, '.0f')}): the wall-clock share of the cores this "
+          f"process gets on the loaded machine, the reference for the wall-clock percentages.\n")
 
     def gfl(r):
         return r["flops"] / r["wall"] / 1e9 if "flops" in r else r["metrics"].get("GFLOP/s")
@@ -251,15 +257,20 @@ def table(path):
         return "—" if x is None or not peak else f"{100 * x / peak:.0f} %"
 
     print("#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall\n")
-    print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall | torch wall | Go/torch (wall) |")
+    print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
+
+    def pct_wall(x):
+        return "—" if x is None or not peak_wall else f"{100 * x / peak_wall:.0f} %"
+
     for m, k, n in GEMM:
         key = f"linear/M={m}/K={k}/N={n}"
         g = med([gfl_cpu(r) for r in runs("go", key)])
         t = med([gfl_cpu(r) for r in runs("torch", key)])
+        gw, tw = med([gfl(r) for r in runs("go", key)]), med([gfl(r) for r in runs("torch", key)])
         print(f"| {m} × {k} → {n} | {fmt(g, '.0f')} ({pct(g)}) | {fmt(t, '.0f')} ({pct(t)}) | "
-              f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(med([gfl(r) for r in runs('go', key)]), '.0f')} | "
-              f"{fmt(med([gfl(r) for r in runs('torch', key)]), '.0f')} | {fmt(ratio_med(key, gfl), '.2f')}× |")
+              f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(gw, '.0f')} ({pct_wall(gw)}) | "
+              f"{fmt(tw, '.0f')} ({pct_wall(tw)}) | {fmt(ratio_med(key, gfl), '.2f')}× |")
 
     gs = med([r["metrics"]["GB/s"] for r in runs("go", "stream")])
     ts = med([r["bytes"] / r["wall"] / 1e9 for r in runs("torch", "stream")])
@@ -279,6 +290,11 @@ def table(path):
         print(f"| {m} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(t, '.1f')} | "
               f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
               f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
+        if m == 1 and runs("torch", key + "/mv"):
+            t = med([wgb(r) for r in runs("torch", key + "/mv")])
+            rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
+            print(f"| 1, torch.mv | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
+                  f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}
     print("\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64, forward: ms per call and GFLOP per CPU-second\n")

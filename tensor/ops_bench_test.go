@@ -76,6 +76,17 @@ func BenchmarkStreamRead(b *testing.B) {
 	sec := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(float64(len(buf))/sec/1e9, "GB/s")
 	if cpu1, ok := cputime.Process(); ok {
-		b.ReportMetric(float64(((cpu1-cpu0)/time.Duration(b.N)).Nanoseconds()), "cpu-ns/op")
+		b.ReportMetric(float64(((cpu1 - cpu0) / time.Duration(b.N)).Nanoseconds()), "cpu-ns/op")
 	}
+}
+
+// BenchmarkOpsRow is the bandwidth-bound families at 0.5B's prefill shapes (2048 tokens):
+// RMSNorm over hidden 896, RoPE over 14 heads of 64, SwiGLU over the MLP's 4864, and AdamW over
+// one MLP matrix (896 × 4864). Not in scripts/ops-vs-torch.
+func BenchmarkOpsRow(b *testing.B) {
+	be := tensor.CPU()
+	nntest.BenchNorm(b, be, 2048, 896)
+	nntest.BenchRoPE(b, be, 2048, 14, 64)
+	nntest.BenchSwiGLU(b, be, 2048, 4864)
+	nntest.BenchAdamW(b, be, 896*4864)
 }

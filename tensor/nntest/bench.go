@@ -171,42 +171,73 @@ func BenchLMHead(b *testing.B, be tensor.Backend, dt tensor.DType, backward bool
 	})
 }
 
-// BenchRowOps times the bandwidth-bound families on rows × d float32 values: RMSNorm and its
-// backward (weight [d]), RoPE and its backward on [rows, d/headDim, headDim], SwiGLU and its
-// backward on gate and up [rows, d], and one AdamW step over rows·d parameters.
-func BenchRowOps(b *testing.B, be tensor.Backend, rows, d, headDim int) {
-	e := newEnv(b, be, 4)
+// rowEnv holds a benchmark's inputs and names its sub-benchmarks.
+type rowEnv struct {
+	env
+	b  *testing.B
+	be tensor.Backend
+}
+
+func (r rowEnv) run(name string, flops, bytes float64, fn func() error) {
+	r.b.Run(name, func(b *testing.B) { measure(b, r.be, flops, bytes, fn) })
+}
+
+// BenchNorm times RMSNorm and its backward (weight [d], gradient into x and the weight) on rows × d
+// float32 values.
+func BenchNorm(b *testing.B, be tensor.Backend, rows, d int) {
+	r := rowEnv{newEnv(b, be, 4), b, be}
 	n := rows * d
 	f := float64(4 * n) // bytes of one [rows, d] float32 tensor
-	x, dy, y := e.f32(e.randn(n, 1, false), rows, d), e.f32(e.randn(n, 1, false), rows, d), e.zeros(rows, d)
-	w, dw := e.f32(e.randn(d, 1, false), d), e.zeros(d)
-	name := func(op string) string { return fmt.Sprintf("%s/rows=%d/d=%d", op, rows, d) }
-	run := func(op string, flops, bytes float64, fn func() error) {
-		b.Run(name(op), func(b *testing.B) { measure(b, be, flops, bytes, fn) })
-	}
-	run("rmsnorm/fwd", 4*float64(n), 2*f, func() error { return tensor.RMSNorm(y, x, w, 1e-6) })
-	run("rmsnorm/bwd", 8*float64(n), 3*f, func() error {
+	x, dy, y := r.f32(r.randn(n, 1, false), rows, d), r.f32(r.randn(n, 1, false), rows, d), r.zeros(rows, d)
+	w, dw := r.f32(r.randn(d, 1, false), d), r.zeros(d)
+	shape := fmt.Sprintf("rows=%d/d=%d", rows, d)
+	r.run("rmsnorm/fwd/"+shape, 4*float64(n), 2*f, func() error { return tensor.RMSNorm(y, x, w, 1e-6) })
+	r.run("rmsnorm/bwd/"+shape, 8*float64(n), 3*f, func() error {
 		return tensor.RMSNormBackward(y, dw, tensor.NormGrad{X: x, Weight: w, DY: dy, Eps: 1e-6})
 	})
-	h := d / headDim
+}
+
+// BenchRoPE times RoPE and its backward on [rows, heads, headDim] float32 (positions 0…rows−1,
+// Qwen2's θ = 10⁶).
+func BenchRoPE(b *testing.B, be tensor.Backend, rows, heads, headDim int) {
+	r := rowEnv{newEnv(b, be, 5), b, be}
+	n := rows * heads * headDim
+	x, y := r.f32(r.randn(n, 1, false), rows, heads, headDim), r.zeros(rows, heads, headDim)
 	pos := make([]int32, rows)
 	for i := range pos {
 		pos[i] = int32(i)
 	}
-	x3, y3 := tensor.Must(x.Reshape(rows, h, headDim)), tensor.Must(y.Reshape(rows, h, headDim))
-	positions, cfg := e.i32(pos, rows), tensor.RoPEConfig{Theta: 1e6}
-	run(fmt.Sprintf("rope/fwd/head=%d", headDim), 3*float64(n), 2*f, func() error { return tensor.RoPE(y3, x3, positions, cfg) })
-	run(fmt.Sprintf("rope/bwd/head=%d", headDim), 3*float64(n), 2*f, func() error {
-		return tensor.RoPEBackward(y3, tensor.RoPEGrad{DY: x3, Positions: positions, Config: cfg})
+	positions, cfg := r.i32(pos, rows), tensor.RoPEConfig{Theta: 1e6}
+	shape := fmt.Sprintf("rows=%d/heads=%d/D=%d", rows, heads, headDim)
+	// 3 flops per element (two products and a sum; cos and sin amortised over heads); x read, y written
+	r.run("rope/fwd/"+shape, 3*float64(n), 8*float64(n), func() error { return tensor.RoPE(y, x, positions, cfg) })
+	r.run("rope/bwd/"+shape, 3*float64(n), 8*float64(n), func() error {
+		return tensor.RoPEBackward(y, tensor.RoPEGrad{DY: x, Positions: positions, Config: cfg})
 	})
-	dup := e.zeros(rows, d)
-	run("swiglu/fwd", 5*float64(n), 3*f, func() error { return tensor.SwiGLU(y, x, dy) })
-	run("swiglu/bwd", 10*float64(n), 5*f, func() error {
-		return tensor.SwiGLUBackward(y, dup, tensor.SwiGLUGrad{Gate: x, Up: dy, DY: dy})
+}
+
+// BenchSwiGLU times SwiGLU (silu(gate)·up) and its backward on gate and up [rows, m] float32.
+func BenchSwiGLU(b *testing.B, be tensor.Backend, rows, m int) {
+	r := rowEnv{newEnv(b, be, 6), b, be}
+	n := rows * m
+	f := float64(4 * n)
+	gate, up, y, dup := r.f32(r.randn(n, 1, false), rows, m), r.f32(r.randn(n, 1, false), rows, m), r.zeros(rows, m), r.zeros(rows, m)
+	shape := fmt.Sprintf("rows=%d/m=%d", rows, m)
+	r.run("swiglu/fwd/"+shape, 5*float64(n), 3*f, func() error { return tensor.SwiGLU(y, gate, up) })
+	r.run("swiglu/bwd/"+shape, 10*float64(n), 5*f, func() error {
+		return tensor.SwiGLUBackward(y, dup, tensor.SwiGLUGrad{Gate: gate, Up: up, DY: up})
 	})
-	m, v := e.zeros(rows, d), e.zeros(rows, d)
-	p := tensor.AdamWParams{Param: y, Grad: dy, ExpAvg: m, ExpAvgSq: v}
-	step, acfg := 0, tensor.DefaultAdamWConfig(1e-5)
-	// param, grad, m and v read; param, m and v written
-	run("adamw", 14*float64(n), 7*f, func() error { step++; return tensor.AdamWStep(p, step, acfg) })
+}
+
+// BenchAdamW times one AdamW step (torch's defaults, float32 master weights, no bfloat16 copy)
+// over n parameters: parameter, gradient and both moments read, parameter and moments written.
+func BenchAdamW(b *testing.B, be tensor.Backend, n int) {
+	r := rowEnv{newEnv(b, be, 7), b, be}
+	p := tensor.AdamWParams{Param: r.f32(r.randn(n, 0.02, false), n), Grad: r.f32(r.randn(n, 1e-3, false), n),
+		ExpAvg: r.zeros(n), ExpAvgSq: r.zeros(n)}
+	step, cfg := 0, tensor.DefaultAdamWConfig(1e-5)
+	r.run(fmt.Sprintf("adamw/n=%d", n), 14*float64(n), 28*float64(n), func() error {
+		step++
+		return tensor.AdamWStep(p, step, cfg)
+	})
 }
