@@ -61,7 +61,7 @@ def ops():
     lf = 2 * T * V * H
     w = 2 * V * H  # bf16 head weight
     rows.append(("LM head fwd (fused), bf16", f"lmhead/fwd/bfloat16/N={T}/D={H}/V={V}", lf, w + 2 * T * H, TC))
-    rows.append(("LM head fwd+bwd (fused, 4 GEMMs)", f"lmhead/fwd+bwd/bfloat16/N={T}/D={H}/V={V}", 4 * lf,
+    rows.append(("LM head fwd+bwd (fused, logits recomputed once: 4 GEMMs)", f"lmhead/fwd+bwd/bfloat16/N={T}/D={H}/V={V}", 4 * lf,
                  3 * w + 8 * T * H + 4 * V * H, TC))
     rows.append(("(unfused: [N, V] fp32 logits write + read)", None, 0, 2 * 4 * T * V, TC))
     return rows

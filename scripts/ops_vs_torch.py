@@ -278,8 +278,10 @@ def table(path):
     print(f"\nStreaming read, 1 GiB, wall: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s, "
           f"torch x.sum() {fmt(ts, '.1f')} GB/s; decode is held against the larger, {fmt(ref, '.1f')} GB/s.\n")
     print("#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall\n")
-    print("| M | Go GB/s | % of stream | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("Bound: min(streaming read, measured wall FMA peak / (M/2 flops per weight byte)): from M ≈ "
+          f"{fmt(peak_wall and 2 * peak_wall / ref, '.0f')} on, the float32 FMAs, not the memory, limit a row block.\n")
+    print("| M | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def wgb(r):
         return r["metrics"]["weight-GB/s"] if r["side"] == "go" else r["wbytes"] / r["wall"] / 1e9
@@ -287,13 +289,14 @@ def table(path):
     for m, k, n in DECODE:
         key = f"linear/M={m}/K={k}/N={n}"
         g, t = med([wgb(r) for r in runs("go", key)]), med([wgb(r) for r in runs("torch", key)])
-        print(f"| {m} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(t, '.1f')} | "
+        bound = min(ref, 2 * peak_wall / m) if peak_wall else ref
+        print(f"| {m} | {bound:.1f} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(g and 100 * g / bound, '.0f')} % | {fmt(t, '.1f')} | "
               f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
               f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
         if m == 1 and runs("torch", key + "/mv"):
             t = med([wgb(r) for r in runs("torch", key + "/mv")])
             rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
-            print(f"| 1, torch.mv | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
+            print(f"| 1, torch.mv | | | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
                   f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}

@@ -124,8 +124,9 @@ func BenchAttention(b *testing.B, be tensor.Backend, backward bool, shapes ...At
 }
 
 // LMHeadFlops is the fused LM head's GEMM work for n tokens, hidden size d and vocabulary v: the
-// logits (2·n·v·d) for the forward; with backward also dhidden and dweight, and the logits
-// recomputed (4·2·n·v·d: the minimum is 3).
+// logits (2·n·v·d) for the forward; with backward 4·2·n·v·d: the logits, recomputed once, then
+// dhidden and dweight, the least a head that never stores the logits computes (the CPU kernel
+// recomputes them twice, so its GFLOP/s understate its rate by 5/4).
 func LMHeadFlops(n, d, v int, backward bool) float64 {
 	f := 2 * float64(n) * float64(v) * float64(d)
 	if backward {
