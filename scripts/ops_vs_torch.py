@@ -218,6 +218,18 @@ def fmt(x, spec=".3g"):
     return "—" if x is None else format(x, spec)
 
 
+def cpu_label():
+    """The CPU, as every table heading names it: model, family/model, the widest SIMD, cores."""
+    info = {}
+    for line in open("/proc/cpuinfo"):
+        k, _, v = line.partition(":")
+        info.setdefault(k.strip(), v.strip())
+    flags = set(info.get("flags", "").split())
+    simd = "+".join(f for f in ("avx512f", "avx512_bf16", "avx2", "fma") if f in flags)
+    return (f"{info.get('model name', '?')} family {info.get('cpu family', '?')} model {info.get('model', '?')}, "
+            f"{simd}, {os.cpu_count()} CPUs")
+
+
 def table(path):
     recs = [json.loads(l) for l in open(path) if l.strip()]
     by = {}
@@ -237,10 +249,11 @@ def table(path):
     peak = med([r["metrics"].get("GFLOP/cpu-s") for r in runs("go", "fmapeak/avx512")])
     peak_wall = med([r["metrics"].get("GFLOP/s") for r in runs("go", "fmapeak/avx512")])
     threads = recs[0]["threads"]
+    cpu = cpu_label()
     loads = [r["load"] for r in recs]
     print(f"Threads: {threads} (GOMAXPROCS = torch.set_num_threads = OPENBLAS_NUM_THREADS = OMP_NUM_THREADS). "
           f"Load average during the runs: {min(loads):.1f}–{max(loads):.1f} (median {med(loads):.1f}).\n")
-    print(f"FMA peak (internal/gemm BenchmarkFMAPeak/avx512, median of {len(runs('go', 'fmapeak/avx512'))}): "
+    print(f"FMA peak ({cpu}; internal/gemm BenchmarkFMAPeak/avx512, median of {len(runs('go', 'fmapeak/avx512'))}): "
           f"{fmt(peak, '.0f')} GFLOP per CPU-second per core; {fmt(peak_wall, '.0f')} GFLOP/s wall on "
           f"{threads} threads (ideal {fmt(peak and peak * threads, '.0f')}): the wall-clock share of the cores this "
           f"process gets on the loaded machine, the reference for the wall-clock percentages.\n")
@@ -256,7 +269,7 @@ def table(path):
     def pct(x):
         return "—" if x is None or not peak else f"{100 * x / peak:.0f} %"
 
-    print("#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall\n")
+    print(f"#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall — {cpu}\n")
     print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
 
@@ -277,7 +290,7 @@ def table(path):
     ref = max(x for x in (gs, ts, 0) if x is not None)
     print(f"\nStreaming read, 1 GiB, wall: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s, "
           f"torch x.sum() {fmt(ts, '.1f')} GB/s; decode is held against the larger, {fmt(ref, '.1f')} GB/s.\n")
-    print("#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall\n")
+    print(f"#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall — {cpu}\n")
     print("Bound: min(streaming read, measured wall FMA peak / (M/2 flops per weight byte)): from M ≈ "
           f"{fmt(peak_wall and 2 * peak_wall / ref, '.0f')} on, the float32 FMAs, not the memory, limit a row block.\n")
     print("| M | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
@@ -300,7 +313,7 @@ def table(path):
                   f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}
-    print("\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64, forward: ms per call and GFLOP per CPU-second\n")
+    print(f"\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64, forward: ms per call and GFLOP per CPU-second — {cpu}\n")
     print("| T | Go ms (wall) | torch ms (wall) | Go/torch speed (wall) | Go GFLOP/cpu-s | torch GFLOP/cpu-s | Go/torch (cpu-s) | Go B/op | torch peak RSS Δ |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t, hq, hkv, d in ATTN:
@@ -313,7 +326,7 @@ def table(path):
               f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
 
     n, d, v = LMHEAD
-    print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}, float32: tokens/s wall and tokens per CPU-second; memory\n")
+    print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}, float32: tokens/s wall and tokens per CPU-second; memory — {cpu}\n")
     print("| pass | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go allocated per call | torch peak RSS Δ |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
