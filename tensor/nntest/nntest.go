@@ -39,12 +39,12 @@ func Run(t *testing.T, b tensor.Backend) {
 
 // env uploads inputs to a backend and reads results back, failing the test on any error.
 type env struct {
-	t *testing.T
+	t testing.TB
 	b tensor.Backend
 	r *rand.Rand
 }
 
-func newEnv(t *testing.T, b tensor.Backend, seed uint64) env {
+func newEnv(t testing.TB, b tensor.Backend, seed uint64) env {
 	return env{t: t, b: b, r: rand.New(rand.NewPCG(seed, 0x6e6e))}
 }
 
