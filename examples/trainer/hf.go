@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -537,7 +538,9 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 		return nil, err
 	}
 	defer mf.Close()
-	sum := &Summary{RunDir: dir}
+	nan := math.NaN() // no validation, warm start or perception mask on this path: null in summary.json
+	sum := &Summary{RunDir: dir, ValAccInit: nan, ValAccStart: nan, ValAccEnd: nan, ValFormatStart: nan, ValFormatEnd: nan,
+		PerceptionPrec: nan, VisualFraction: nan}
 	var rewards, accs []float64
 	rl := time.Now()
 	for step := 1; step <= steps; step++ {

@@ -71,6 +71,12 @@ func TestModelPathLoRA(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, lines, 2)
 	require.NotNil(t, lines[0].Metrics["reward/accuracy"])
+	// The reference is the base without adapters: equal to the policy at step 1 (B = 0), not
+	// after the first update.
+	kl1, kl2 := lines[0].Metrics["actor/reward_kl_penalty"], lines[1].Metrics["actor/reward_kl_penalty"]
+	require.True(t, kl1 != nil && kl2 != nil)
+	assert.Zero(t, *kl1)
+	assert.NotZero(t, *kl2)
 
 	adapter := filepath.Join(run, hfAdapterDir)
 	ts, err := hfmodel.ReadSafetensors(filepath.Join(adapter, hflm.AdapterWeightsFile))
