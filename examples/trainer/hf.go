@@ -405,7 +405,7 @@ func (r *hfRun) policy(m *hflm.Model) *hflm.Policy[hfPrompt] {
 
 // newLoop builds the tprl/loop of the run: no perturbation, the reference the frozen base.
 func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
-	cfg, act, ro := r.cfg, r.cfg.Worker.Actor, r.cfg.Worker.Rollout
+	cfg, act := r.cfg, r.cfg.Worker.Actor
 	update, err := cfg.Update()
 	if err != nil {
 		return nil, err
@@ -414,25 +414,10 @@ func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := loop.Config{
-		Steps: steps, Prompts: cfg.Dataset.RolloutBatchSize,
-		Sampling: loop.Sampling{N: ro.N, MaxTokens: cfg.Dataset.MaxResponseLength, Temperature: ro.Temperature,
-			TopP: ro.TopP, TopK: ro.TopK},
-		Advantage: adv, Update: update,
-		MiniBatchPrompts: act.GlobalBatchSize, PPOEpochs: act.PPOEpochs,
-		UpdateRows: act.MicroBatchSizePerDeviceForUpdate, ScoreRows: act.MicroBatchSizePerDeviceForExperience,
-		MaxGradNorm: act.MaxGradNorm, LR: act.Optim.Schedule(), Seed: cfg.Training.Seed,
-	}
-	o := cfg.Optimization
-	if o.OnlineFiltering {
-		lc.Filter = &loop.Filter{Key: o.FilterKey, Low: o.FilterLow, High: o.FilterHigh}
-	}
-	if cfg.DivergenceInReward() {
-		lc.RewardKL = &loop.RewardKL{Kind: o.DivergencePenalty, Controller: cfg.ControllerConfig()}
-	}
+	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
 	parts := loop.Parts[hfPrompt]{Policy: r.policy(r.model), Rewards: cfg.hfRewards(),
 		Data: loop.NewEpochs(r.prompts, cfg.Dataset.Shuffle, cfg.Dataset.Seed)}
-	if !o.DisableDivergence {
+	if !cfg.Optimization.DisableDivergence {
 		ref := r.model.Base() // LoRA: the adapters off, no copy
 		if act.Model.LoraRank == 0 {
 			// Full fine-tuning changes the weights: the reference is a second, frozen load.
