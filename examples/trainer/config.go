@@ -42,14 +42,17 @@ type Config struct {
 
 // DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
 type DatasetConfig struct {
-	TrainFiles            string `yaml:"train_files" json:"train_files"` // comma-separated
-	ValFiles              string `yaml:"val_files" json:"val_files"`
-	PromptKey             string `yaml:"prompt_key" json:"prompt_key"`
-	AnswerKey             string `yaml:"answer_key" json:"answer_key"`
-	ImageKey              string `yaml:"image_key" json:"image_key"`
-	VideoKey              string `yaml:"video_key" json:"video_key"`
-	IgnoreVideos          bool   `yaml:"ignore_videos" json:"ignore_videos"`
-	ImageDir              string `yaml:"image_dir" json:"image_dir"`
+	TrainFiles   string `yaml:"train_files" json:"train_files"` // comma-separated
+	ValFiles     string `yaml:"val_files" json:"val_files"`
+	PromptKey    string `yaml:"prompt_key" json:"prompt_key"`
+	AnswerKey    string `yaml:"answer_key" json:"answer_key"`
+	ImageKey     string `yaml:"image_key" json:"image_key"`
+	VideoKey     string `yaml:"video_key" json:"video_key"`
+	IgnoreVideos bool   `yaml:"ignore_videos" json:"ignore_videos"`
+	ImageDir     string `yaml:"image_dir" json:"image_dir"`
+	// FormatPrompt is a Jinja file that rewrites each string prompt (its variable content) before
+	// the chat template, as EasyR1's data.format_prompt; with model_path only.
+	FormatPrompt          string `yaml:"format_prompt" json:"format_prompt"`
 	MaxPromptLength       int    `yaml:"max_prompt_length" json:"max_prompt_length"`
 	MaxResponseLength     int    `yaml:"max_response_length" json:"max_response_length"`
 	RolloutBatchSize      int    `yaml:"rollout_batch_size" json:"rollout_batch_size"`
@@ -356,7 +359,6 @@ var ignored = map[string]string{
 	"worker.actor.ulysses_size":                        "no sequence parallelism",
 	"worker.actor.model.peft_type":                     "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
 	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
-	"dataset.format_prompt":                            "prompts are used as written (no Jinja templates in Go)",
 	"worker.hybrid_engine":                             "one process does rollout and update",
 	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
 	"worker.actor.fsdp.":                               "no FSDP wrapping, mixed precision or offload: float32 on the host (sharding_strategy is read)",

@@ -40,6 +40,9 @@ const (
 func (c *Config) resolveModelPath() {
 	m := &c.Worker.Actor.Model
 	if m.ModelPath == "" {
+		if c.Dataset.FormatPrompt != "" {
+			c.warnings = append(c.warnings, "config: dataset.format_prompt: accepted and ignored: the built-in model's prompts are used as written (the Jinja file applies with worker.actor.model.model_path)")
+		}
 		if m.LoraRank > 0 {
 			c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.model.lora_rank=%d: no LoRA on the built-in model, which is trained in full (LoRA needs worker.actor.model.model_path)", m.LoraRank))
 		}
@@ -119,7 +122,7 @@ type hfRow struct {
 // loadTextRows reads a JSONL file of the seeds' format as text rows: the prompt column is a
 // string (one user turn) or a list of chat messages (verl's), the answer column a string or a
 // number. A row with images is an error: this path trains a text model.
-func loadTextRows(path string, d DatasetConfig) ([]hfRow, error) {
+func loadTextRows(path string, d DatasetConfig, format *hfmodel.ChatTemplate) ([]hfRow, error) {
 	if ext := strings.ToLower(filepath.Ext(path)); ext != ".jsonl" && ext != ".json" {
 		return nil, fmt.Errorf("%s: want a .jsonl file (one JSON object per line) with worker.actor.model.model_path", path)
 	}
@@ -152,7 +155,11 @@ func loadTextRows(path string, d DatasetConfig) ([]hfRow, error) {
 			if err := json.Unmarshal(p, &s); err != nil {
 				return nil, fmt.Errorf("%s: column %q: %v", loc, d.PromptKey, err)
 			}
-			r.conversation = userTurn(s)
+			if r.conversation, err = formatTurn(s, format); err != nil {
+				return nil, fmt.Errorf("%s: dataset.format_prompt: %v", loc, err)
+			}
+		case p[0] == '[' && format != nil:
+			return nil, fmt.Errorf("%s: column %q is a list of chat messages, and dataset.format_prompt rewrites string prompts only", loc, d.PromptKey)
 		case p[0] == '[':
 			r.conversation = append(append([]byte(`{"messages":`), p...), '}')
 		default:
@@ -178,20 +185,55 @@ func loadTextRows(path string, d DatasetConfig) ([]hfRow, error) {
 	return rows, nil
 }
 
+// formatTurn is the conversation of one user turn s, rewritten by the format_prompt template
+// (its variable content) when there is one.
+func formatTurn(s string, format *hfmodel.ChatTemplate) ([]byte, error) {
+	if format != nil {
+		vars, err := json.Marshal(map[string]any{"messages": []any{}, "content": s})
+		if err != nil {
+			return nil, err
+		}
+		if s, err = format.Render(vars, false); err != nil {
+			return nil, err
+		}
+	}
+	return userTurn(s), nil
+}
+
 func userTurn(s string) []byte {
 	b, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": s}}})
 	return b
 }
 
 // arithmeticRows is the generated text task: n questions "What is a + b?" with a, b in 0..9.
-func arithmeticRows(n int, seed uint64) []hfRow {
+func arithmeticRows(n int, seed uint64, format *hfmodel.ChatTemplate) ([]hfRow, error) {
 	rng := rand.New(rand.NewPCG(seed, 0xadd))
 	rows := make([]hfRow, n)
 	for i := range rows {
 		a, b := rng.IntN(10), rng.IntN(10)
-		rows[i] = hfRow{conversation: userTurn(fmt.Sprintf("What is %d + %d?", a, b)), answer: fmt.Sprint(a + b)}
+		conv, err := formatTurn(fmt.Sprintf("What is %d + %d?", a, b), format)
+		if err != nil {
+			return nil, fmt.Errorf("dataset.format_prompt: %w", err)
+		}
+		rows[i] = hfRow{conversation: conv, answer: fmt.Sprint(a + b)}
 	}
-	return rows
+	return rows, nil
+}
+
+// loadFormatPrompt compiles dataset.format_prompt (nil when it is empty).
+func loadFormatPrompt(path string) (*hfmodel.ChatTemplate, error) {
+	if path == "" {
+		return nil, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, keyErr("dataset.format_prompt", "%v", err)
+	}
+	t, err := hfmodel.NewChatTemplate(string(src), nil)
+	if err != nil {
+		return nil, keyErr("dataset.format_prompt", "%s: %v", path, err)
+	}
+	return t, nil
 }
 
 // encodePrompts renders each row with the chat template and encodes it; prompts longer than
@@ -227,7 +269,9 @@ func encodePrompts(rows []hfRow, ct *hfmodel.ChatTemplate, tok *hfmodel.Tokenize
 var (
 	numberRE   = regexp.MustCompile(`-?\d[\d,]*(?:\.\d+)?(?:/\d+)?`)
 	fracRE     = regexp.MustCompile(`\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}`)
-	spaceLaTeX = strings.NewReplacer(" ", "", "$", "", `\!`, "", `\,`, "", `\;`, "", `\left`, "", `\right`, "", "{,}", "")
+	textRE     = regexp.MustCompile(`\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}`)
+	spaceLaTeX = strings.NewReplacer(" ", "", "$", "", `\!`, "", `\,`, "", `\;`, "", `\left`, "", `\right`, "", "{,}", "",
+		`\displaystyle`, "", `^{\circ}`, "", `^\circ`, "", `\%`, "", "%", "")
 )
 
 // lastBoxed returns the content of the last \boxed{…} in s (braces balanced), and whether
@@ -263,11 +307,16 @@ func extractAnswer(text string) string {
 	return nums[len(nums)-1]
 }
 
-// normalizeAnswer is light LaTeX normalisation: no spaces, $ or spacing commands, \frac{a}{b}
-// as a/b, no thousands separators in numbers, no trailing period.
+// normalizeAnswer is light LaTeX normalisation in the manner of EasyR1's math reward: no spaces,
+// $, spacing commands, degrees or percent signs, \text{…} as its text, \frac{a}{b} as a/b, a
+// short left-hand side "x=" dropped, no thousands separators in numbers, no trailing period.
 func normalizeAnswer(s string) string {
 	s = spaceLaTeX.Replace(strings.TrimSpace(s))
+	s = textRE.ReplaceAllString(s, "$1")
 	s = fracRE.ReplaceAllString(s, "$1/$2")
+	if lhs, rhs, ok := strings.Cut(s, "="); ok && len(lhs) <= 2 && !strings.Contains(rhs, "=") {
+		s = rhs
+	}
 	s = strings.TrimSuffix(s, ".")
 	if numberRE.FindString(s) == s {
 		s = strings.ReplaceAll(s, ",", "")
@@ -364,15 +413,21 @@ func openHF(cfg Config) (*hfRun, error) {
 		}
 	}
 	d := cfg.Dataset
+	format, err := loadFormatPrompt(d.FormatPrompt)
+	if err != nil {
+		return nil, err
+	}
 	var rows []hfRow
 	if d.TrainFiles == "" {
-		rows = arithmeticRows(d.TrainSize, d.Seed)
+		if rows, err = arithmeticRows(d.TrainSize, d.Seed, format); err != nil {
+			return nil, err
+		}
 	}
 	for _, path := range strings.Split(d.TrainFiles, ",") {
 		if path = strings.TrimSpace(path); path == "" {
 			continue
 		}
-		part, err := loadTextRows(path, d)
+		part, err := loadTextRows(path, d, format)
 		if err != nil {
 			return nil, fmt.Errorf("dataset.train_files: %w", err)
 		}

@@ -204,7 +204,7 @@ func TestTextRowsAndRewards(t *testing.T) {
 `), 0o644))
 	d := DefaultConfig().Dataset
 	d.PromptKey, d.AnswerKey, d.RolloutBatchSize = "q", "a", 2
-	rows, err := loadTextRows(data, d)
+	rows, err := loadTextRows(data, d, nil)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	assert.Equal(t, "4", rows[0].answer)
@@ -225,6 +225,19 @@ func TestTextRowsAndRewards(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, text, dec)
 
+	// dataset.format_prompt rewrites string prompts as EasyR1's Jinja file does (content).
+	tpl := filepath.Join(t.TempDir(), "math.jinja")
+	require.NoError(t, os.WriteFile(tpl, []byte(`{{ content | trim }} Put the final answer in \boxed{}.`), 0o644))
+	format, err := loadFormatPrompt(tpl)
+	require.NoError(t, err)
+	one := filepath.Join(t.TempDir(), "one.jsonl")
+	require.NoError(t, os.WriteFile(one, []byte(`{"q": " 2+2? ", "a": 4}`+"\n"), 0o644))
+	rows, err = loadTextRows(one, d, format)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"messages":[{"role":"user","content":"2+2? Put the final answer in \\boxed{}."}]}`, string(rows[0].conversation))
+	_, err = loadTextRows(data, d, format)
+	assert.ErrorContains(t, err, "string prompts only")
+
 	for _, c := range []struct {
 		text, answer string
 		want         bool
@@ -236,6 +249,11 @@ func TestTextRowsAndRewards(t *testing.T) {
 		{"it is 12.", "12", true},
 		{"no number", "3", false},
 		{`\boxed{x+1}`, "x + 1", true},
+		{`\boxed{x = \dfrac{3}{4}}`, "0.75", true},
+		{`\boxed{90^\circ}`, "90", true},
+		{`\boxed{50\%}`, "50", true},
+		{`\boxed{\text{B}}`, "B", true},
+		{`\boxed{\frac{1}{3}}`, "0.33", false},
 	} {
 		assert.Equal(t, c.want, answersEqual(extractAnswer(c.text), c.answer), "%q vs %q", c.text, c.answer)
 	}
