@@ -42,14 +42,17 @@ type Config struct {
 
 // DatasetConfig selects the data: files in the seeds' format, or a task generated in memory.
 type DatasetConfig struct {
-	TrainFiles            string `yaml:"train_files" json:"train_files"` // comma-separated
-	ValFiles              string `yaml:"val_files" json:"val_files"`
-	PromptKey             string `yaml:"prompt_key" json:"prompt_key"`
-	AnswerKey             string `yaml:"answer_key" json:"answer_key"`
-	ImageKey              string `yaml:"image_key" json:"image_key"`
-	VideoKey              string `yaml:"video_key" json:"video_key"`
-	IgnoreVideos          bool   `yaml:"ignore_videos" json:"ignore_videos"`
-	ImageDir              string `yaml:"image_dir" json:"image_dir"`
+	TrainFiles   string `yaml:"train_files" json:"train_files"` // comma-separated
+	ValFiles     string `yaml:"val_files" json:"val_files"`
+	PromptKey    string `yaml:"prompt_key" json:"prompt_key"`
+	AnswerKey    string `yaml:"answer_key" json:"answer_key"`
+	ImageKey     string `yaml:"image_key" json:"image_key"`
+	VideoKey     string `yaml:"video_key" json:"video_key"`
+	IgnoreVideos bool   `yaml:"ignore_videos" json:"ignore_videos"`
+	ImageDir     string `yaml:"image_dir" json:"image_dir"`
+	// FormatPrompt is a Jinja file that rewrites each string prompt (its variable content) before
+	// the chat template, as EasyR1's data.format_prompt; with model_path only.
+	FormatPrompt          string `yaml:"format_prompt" json:"format_prompt"`
 	MaxPromptLength       int    `yaml:"max_prompt_length" json:"max_prompt_length"`
 	MaxResponseLength     int    `yaml:"max_response_length" json:"max_response_length"`
 	RolloutBatchSize      int    `yaml:"rollout_batch_size" json:"rollout_batch_size"`
@@ -228,7 +231,8 @@ type OptimConfig struct {
 	MinLRRatio      float64   `yaml:"min_lr_ratio" json:"min_lr_ratio"` // cosine / linear floor
 }
 
-// ModelConfig sizes the policy (a small vision-language transformer).
+// ModelConfig sizes the policy (a small vision-language transformer), or names a Hugging Face
+// checkpoint to train instead (model_path, hf.go) with LoRA keys as the seeds' (PEFT's).
 type ModelConfig struct {
 	PatchSize int    `yaml:"patch_size" json:"patch_size"`
 	Dim       int    `yaml:"dim" json:"dim"`
@@ -236,6 +240,17 @@ type ModelConfig struct {
 	Heads     int    `yaml:"heads" json:"heads"`
 	MLPDim    int    `yaml:"mlp_dim" json:"mlp_dim"`
 	Seed      uint64 `yaml:"seed" json:"seed"`
+	// ModelPath is a Hugging Face checkpoint directory (Qwen2ForCausalLM, LlamaForCausalLM) with
+	// its tokenizer and chat template: the policy is that model, on text prompts. Empty: the
+	// built-in vision-language model above.
+	ModelPath string `yaml:"model_path" json:"model_path"`
+	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
+	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
+	// TargetModules (q_proj … down_proj, or all-linear).
+	LoraRank      int        `yaml:"lora_rank" json:"lora_rank"`
+	LoraAlpha     float64    `yaml:"lora_alpha" json:"lora_alpha"`
+	LoraDropout   float64    `yaml:"lora_dropout" json:"lora_dropout"`
+	TargetModules StringList `yaml:"target_modules" json:"target_modules"`
 }
 
 // RolloutConfig is sampling.
@@ -298,27 +313,28 @@ func keyErr(key, format string, args ...any) error {
 // aliases maps other names of a key (this trainer's earlier names, EasyR1's kl_* names and
 // section names) to its place here. A prefix ending in "." renames a whole section.
 var aliases = map[string]string{
-	"training.adv_estimator":              "optimization.advantage_estimator",
-	"training.gamma":                      "optimization.gamma",
-	"training.lam":                        "optimization.lam",
-	"training.save_checkpoint_path":       "training.run_dir",
-	"worker.actor.use_kl_loss":            "optimization.use_divergence_loss",
-	"worker.actor.kl_penalty":             "optimization.divergence_penalty",
-	"worker.actor.kl_coef":                "optimization.divergence_coef",
-	"worker.actor.use_entropy_penalty":    "optimization.use_entropy_penalty",
-	"worker.actor.entropy_penalty_coef":   "optimization.entropy_penalty_coef",
-	"worker.rollout.max_response_length":  "dataset.max_response_length",
-	"worker.rollout.max_new_tokens":       "dataset.max_response_length",
-	"optimization.adv_estimator":          "optimization.advantage_estimator",
-	"worker.actor.optim.lr_warmup_steps":  "worker.actor.optim.warmup_steps",
-	"worker.critic.optim.lr_warmup_steps": "worker.critic.optim.warmup_steps",
-	"optimization.disable_kl":             "optimization.disable_divergence",
-	"optimization.use_kl_loss":            "optimization.use_divergence_loss",
-	"optimization.kl_penalty":             "optimization.divergence_penalty",
-	"optimization.kl_coef":                "optimization.divergence_coef",
-	"optimization.kl_type":                "optimization.divergence_type",
-	"optimization.kl_target":              "optimization.divergence_target",
-	"optimization.kl_horizon":             "optimization.divergence_horizon",
+	"training.adv_estimator":                 "optimization.advantage_estimator",
+	"training.gamma":                         "optimization.gamma",
+	"training.lam":                           "optimization.lam",
+	"training.save_checkpoint_path":          "training.run_dir",
+	"worker.actor.use_kl_loss":               "optimization.use_divergence_loss",
+	"worker.actor.kl_penalty":                "optimization.divergence_penalty",
+	"worker.actor.kl_coef":                   "optimization.divergence_coef",
+	"worker.actor.use_entropy_penalty":       "optimization.use_entropy_penalty",
+	"worker.actor.entropy_penalty_coef":      "optimization.entropy_penalty_coef",
+	"worker.rollout.max_response_length":     "dataset.max_response_length",
+	"worker.rollout.max_new_tokens":          "dataset.max_response_length",
+	"optimization.adv_estimator":             "optimization.advantage_estimator",
+	"worker.actor.model.lora_target_modules": "worker.actor.model.target_modules",
+	"worker.actor.optim.lr_warmup_steps":     "worker.actor.optim.warmup_steps",
+	"worker.critic.optim.lr_warmup_steps":    "worker.critic.optim.warmup_steps",
+	"optimization.disable_kl":                "optimization.disable_divergence",
+	"optimization.use_kl_loss":               "optimization.use_divergence_loss",
+	"optimization.kl_penalty":                "optimization.divergence_penalty",
+	"optimization.kl_coef":                   "optimization.divergence_coef",
+	"optimization.kl_type":                   "optimization.divergence_type",
+	"optimization.kl_target":                 "optimization.divergence_target",
+	"optimization.kl_horizon":                "optimization.divergence_horizon",
 	// verl's names of the same settings.
 	"training.test_freq":             "training.val_freq",
 	"training.total_training_steps":  "training.steps",
@@ -341,13 +357,8 @@ var ignored = map[string]string{
 	"worker.actor.optim.strategy":                      "AdamW in float32",
 	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
 	"worker.actor.ulysses_size":                        "no sequence parallelism",
-	"worker.actor.model.peft_type":                     "no LoRA: the small model is trained in full",
-	"worker.actor.model.lora_rank":                     "no LoRA: the small model is trained in full",
-	"worker.actor.model.lora_alpha":                    "no LoRA: the small model is trained in full",
-	"worker.actor.model.lora_dropout":                  "no LoRA: the small model is trained in full",
-	"worker.actor.model.lora_target_modules":           "no LoRA: the small model is trained in full",
+	"worker.actor.model.peft_type":                     "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
 	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
-	"dataset.format_prompt":                            "prompts are used as written (no Jinja templates in Go)",
 	"worker.hybrid_engine":                             "one process does rollout and update",
 	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
 	"worker.actor.fsdp.":                               "no FSDP wrapping, mixed precision or offload: float32 on the host (sharding_strategy is read)",
@@ -357,8 +368,7 @@ var ignored = map[string]string{
 	"worker.actor.dynamic_batching":                    "micro-batches have a fixed number of rows",
 	"worker.actor.use_torch_compile":                   "no PyTorch",
 	"worker.actor.ulysses_sequence_parallel_size":      "no sequence parallelism",
-	"worker.actor.model.model_path":                    "the policy is built from worker.actor.model's sizes (no Hugging Face weights)",
-	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data",
+	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
 	"worker.actor.model.enable_gradient_checkpointing": "activations are kept; the model is small",
 	"worker.actor.model.trust_remote_code":             "no remote code",
 	"worker.actor.model.freeze_vision_tower":           "the whole model trains",
@@ -442,6 +452,7 @@ func (c *Config) resolve() error {
 	if (c.Dataset.TrainFiles != "" || c.Dataset.Task != vqa.ShortChain) && c.set["training.sft_shortcut"] == 0 {
 		c.Training.SFTShortcut = 0
 	}
+	c.resolveModelPath()
 	if f := c.Worker.Actor.FSDP.ShardingStrategy; f == "FULL_SHARD" || f == "HYBRID_SHARD" {
 		c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.fsdp.sharding_strategy=%s runs as SHARD_GRAD_OP (ZeRO-2): the AdamW moments and gradients are sharded over the ranks, the parameters stay whole on every rank (this model runs whole, not layer by layer)", f))
 	}

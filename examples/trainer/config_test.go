@@ -157,14 +157,15 @@ func TestSeedConfigLoads(t *testing.T) {
 	assert.Equal(t, -1, r.TopK)
 	ws := strings.Join(c.Warnings(), "\n")
 	assert.Equal(t, "videos", d.VideoKey, "a real key: a row's videos are an error, not dropped")
-	for _, k := range []string{"worker.hybrid_engine", "worker.actor.model.model_path",
+	assert.Equal(t, "Qwen/Qwen2.5-VL-7B-Instruct", a.Model.ModelPath, "read, and refused by Run: a hub name, not a directory")
+	for _, k := range []string{"worker.hybrid_engine",
 		"worker.actor.model.enable_gradient_checkpointing", "worker.actor.model.trust_remote_code",
 		"worker.actor.fsdp.mixed_precision_dtype", "worker.actor.fsdp.cpu_offload", "worker.actor.padding_free", "worker.actor.dynamic_batching", "worker.rollout.name",
 		"worker.rollout.gpu_memory_utilization", "worker.reward.reward_fn_path"} {
 		assert.Equal(t, 1, strings.Count(ws, "config: "+k+" "), "one warning for %s in:\n%s", k, ws)
 	}
 	assert.Contains(t, ws, "config: worker.actor.fsdp.sharding_strategy=FULL_SHARD runs as SHARD_GRAD_OP")
-	assert.Len(t, c.Warnings(), 12, ws)
+	assert.Len(t, c.Warnings(), 11, ws)
 	stage, err := a.FSDP.Sharding()
 	require.NoError(t, err)
 	assert.Equal(t, loop.ShardGradients, stage, "FULL_SHARD: ZeRO-2 here")

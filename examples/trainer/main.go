@@ -5,7 +5,8 @@
 //	go run ./examples/trainer optimization.enable_perception_filtering=false   # plain GRPO
 //	go run ./examples/trainer -config my.yaml training.steps=20 worker.rollout.n=4
 //	go run ./examples/trainer training.run_dir=runs/a training.find_last_checkpoint=true   # resume
-//	go run ./examples/trainer -config mtrl-config.yaml training.steps=50     # the seeds' config
+//	go run ./examples/trainer -config mtrl-config.yaml worker.actor.model.model_path= training.steps=50   # the seeds' config, built-in model
+//	go run ./examples/trainer worker.actor.model.model_path=DIR worker.actor.model.lora_rank=8   # a Hugging Face checkpoint, text prompts
 //
 // Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and prints the
 // command that resumes.

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
+	"github.com/mtrl-go/mtrl/tprl"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -17,28 +19,8 @@ func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
 	if t.rl != nil {
 		return t.rl, nil
 	}
-	cfg, act, ro := t.cfg, t.cfg.Worker.Actor, t.cfg.Worker.Rollout
-	o := cfg.Optimization
-	lc := loop.Config{
-		Steps:   t.steps,
-		Prompts: cfg.Dataset.RolloutBatchSize,
-		Sampling: loop.Sampling{N: ro.N, MaxTokens: t.respLen, Temperature: ro.Temperature,
-			TopP: ro.TopP, TopK: ro.TopK},
-		Advantage:        t.adv,
-		Update:           t.update,
-		Perturb:          t.pert,
-		MiniBatchPrompts: act.GlobalBatchSize, PPOEpochs: act.PPOEpochs,
-		UpdateRows: act.MicroBatchSizePerDeviceForUpdate, ScoreRows: act.MicroBatchSizePerDeviceForExperience,
-		MaxGradNorm: act.MaxGradNorm,
-		LR:          act.Optim.Schedule(),
-		Seed:        cfg.Training.Seed,
-	}
-	if o.OnlineFiltering {
-		lc.Filter = &loop.Filter{Key: o.FilterKey, Low: o.FilterLow, High: o.FilterHigh}
-	}
-	if cfg.DivergenceInReward() {
-		lc.RewardKL = &loop.RewardKL{Kind: o.DivergencePenalty, Controller: cfg.ControllerConfig()}
-	}
+	lc := t.cfg.loopConfig(t.steps, t.adv, t.update)
+	lc.Perturb = t.pert
 	parts := loop.Parts[example]{Policy: loop.FromLogits[example](t.actor), Rewards: t.rewards(), Data: t.data, Comm: t.comm}
 	if t.ref != nil {
 		parts.Reference = loop.FromLogits[example](&vlmModel{t: t, m: t.ref})
@@ -59,6 +41,32 @@ func (t *Trainer) rlLoop() (*loop.Loop[example], error) {
 	}
 	t.rl = l
 	return l, nil
+}
+
+// loopConfig is the tprl/loop configuration of the run's keys with the given budget, advantage
+// estimator and update (no perturbation: the caller adds its own).
+func (c Config) loopConfig(steps int, adv advantage.Config, update tprl.UpdateConfig) loop.Config {
+	act, ro, o := c.Worker.Actor, c.Worker.Rollout, c.Optimization
+	lc := loop.Config{
+		Steps:   steps,
+		Prompts: c.Dataset.RolloutBatchSize,
+		Sampling: loop.Sampling{N: ro.N, MaxTokens: c.Dataset.MaxResponseLength, Temperature: ro.Temperature,
+			TopP: ro.TopP, TopK: ro.TopK},
+		Advantage:        adv,
+		Update:           update,
+		MiniBatchPrompts: act.GlobalBatchSize, PPOEpochs: act.PPOEpochs,
+		UpdateRows: act.MicroBatchSizePerDeviceForUpdate, ScoreRows: act.MicroBatchSizePerDeviceForExperience,
+		MaxGradNorm: act.MaxGradNorm,
+		LR:          act.Optim.Schedule(),
+		Seed:        c.Training.Seed,
+	}
+	if o.OnlineFiltering {
+		lc.Filter = &loop.Filter{Key: o.FilterKey, Low: o.FilterLow, High: o.FilterHigh}
+	}
+	if c.DivergenceInReward() {
+		lc.RewardKL = &loop.RewardKL{Kind: o.DivergencePenalty, Controller: c.ControllerConfig()}
+	}
+	return lc
 }
 
 // trainingOf returns the gradient sum and the optimizer of model m with AdamW state opt: on the

@@ -46,6 +46,9 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Worker.Actor.Model.ModelPath != "" {
+		return runModelPath(ctx, cfg, stdout, stderr)
+	}
 	inter, err := processComm(c.Nnodes)
 	if err != nil {
 		return nil, err
