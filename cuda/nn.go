@@ -6,6 +6,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/mtrl-go/mtrl/internal/nnref"
 	"github.com/mtrl-go/mtrl/tensor"
 	"gorgonia.org/cu"
 )
@@ -254,8 +255,9 @@ func (b deviceKernels) normBackward(op, name string, dx, dw, db *tensor.Tensor, 
 	})
 }
 
-// RoPE: the frequencies and the section of each are computed on the host as the reference
-// computes them (float32 roundings included) and uploaded; one thread per rotated pair.
+// RoPE: the frequencies (cfg.Frequencies when given, else θ's) and the section of each are
+// computed on the host as the reference computes them (float32 roundings included) and
+// uploaded; one thread per rotated pair.
 func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfig, inverse bool) error {
 	const op = "tensor.RoPE"
 	t, h, d := x.Dim(0), x.Dim(1), x.Dim(2)
@@ -264,9 +266,14 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		return nil
 	}
 	tables := make([]uint32, 2*half) // freq (float32 bits), then sec
-	for i := range half {
-		e := float32(float32(2*i) / float32(d))
-		tables[i] = math.Float32bits(float32(1 / float32(math.Pow(cfg.Theta, float64(e)))))
+	freq := nnref.DefaultRoPEFrequencies[float32](d, cfg.Theta)
+	if cfg.Frequencies != nil {
+		for i, f := range cfg.Frequencies {
+			freq[i] = float32(f)
+		}
+	}
+	for i, f := range freq {
+		tables[i] = math.Float32bits(f)
 	}
 	i := 0
 	for s, n := range cfg.Sections {
