@@ -12,8 +12,8 @@ import (
 
 // batch is a random [B, T] policy-loss problem in float64.
 type batch struct {
-	B, T                    int
-	old, lp, adv, m, ltm, g []float64
+	B, T                 int
+	old, lp, adv, m, ltm []float64
 }
 
 // randMask returns a ragged 0/1 mask: row i has a random length with trailing padding and a

@@ -57,12 +57,6 @@ type microLogits struct {
 	owned           []*tensor.Tensor
 }
 
-// perToken returns a float32 [rows, T] tensor on the logits' backend, released with the
-// logits (a host tensor on the CPU).
-func (g *microLogits) perToken() (*tensor.Tensor, error) {
-	return g.alloc(g.logits.Backend(), g.targets.Shape()...)
-}
-
 // logProbs writes the log-probs of the targets (and the entropies when ent is not nil) into
 // logp and ent [rows, T], on the host or on the logits' backend.
 func (g *microLogits) logProbs(logp, ent *tensor.Tensor, temp float32) error {

@@ -241,7 +241,6 @@ type batch struct {
 	resp    [][]int32      // response ids (EOS included when generated)
 	targets *tensor.Tensor // [B, T] int32: the response tokens, PAD after
 	mask    *tensor.Tensor // [B, T] float32 response mask
-	ids     []uint64       // row ids (perturbation seeds)
 }
 
 // newBatch lays out rows; examples[i] gives row i's image and prompt.

@@ -118,8 +118,3 @@ func (c Config) Validate() error {
 	}
 	return c.Update.Validate()
 }
-
-// needsPerception reports whether the update reads the perception score.
-func (c Config) needsPerception() bool {
-	return c.Update.Tokens.EnablePerceptionFiltering || c.Update.Tokens.Shaping()
-}

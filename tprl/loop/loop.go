@@ -319,11 +319,10 @@ func (l *Loop[P]) Step(ctx context.Context) (res *StepResult[P], err error) {
 	}
 
 	// 5. Advantages over each prompt's group.
-	adv, returns, err := l.advantages(ctx, st, b, rewards, mask, maskHost, met)
+	adv, err := l.advantages(ctx, st, b, rewards, mask, maskHost, met)
 	if err != nil {
 		return nil, err
 	}
-	_ = returns
 
 	// 6. The policy update.
 	tUpdate := time.Now()
@@ -496,51 +495,53 @@ func (l *Loop[P]) score(ctx context.Context, sc Scorer[P], b *Batch[P], in Input
 // advantages computes the advantages (and returns) of the step; with GAE the critic predicts
 // the values and is updated toward the returns, with ReMax the baselines are the rewards of
 // greedy completions.
-func (l *Loop[P]) advantages(ctx context.Context, st *tensor.Scratch, b *Batch[P], rewards, mask, maskHost *tensor.Tensor, met map[string]float64) (adv, returns *tensor.Tensor, err error) {
+func (l *Loop[P]) advantages(ctx context.Context, st *tensor.Scratch, b *Batch[P], rewards, mask, maskHost *tensor.Tensor, met map[string]float64) (*tensor.Tensor, error) {
 	B, T, n := b.Len(), b.T, l.cfg.Sampling.N
 	index := make([]int32, B)
 	for i := range index {
 		index[i] = int32(i / n)
 	}
+	var err error
 	in := advantage.Inputs{Rewards: rewards, ResponseMask: mask}
 	if in.Index, err = st.Put(tensor.Must(tensor.FromInt32(index, B))); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var values *tensor.Tensor // the critic's, on the host
 	switch l.cfg.Advantage.Estimator {
 	case advantage.EstimatorGAE:
 		values = f32(B, T)
 		if err := l.parts.Critic.Values(b, values); err != nil {
-			return nil, nil, fmt.Errorf("critic values: %w", err)
+			return nil, fmt.Errorf("critic values: %w", err)
 		}
 		if in.Values, err = st.Put(values); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	case advantage.EstimatorReMax:
 		bl, err := l.greedyBaselines(b)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if in.Baselines, err = st.Put(bl); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	if adv, returns, err = float32x2(st, B, T); err != nil {
-		return nil, nil, err
+	adv, returns, err := float32x2(st, B, T)
+	if err != nil {
+		return nil, err
 	}
 	if err := advantage.ComputeWithReturns(adv, returns, in, l.cfg.Advantage); err != nil {
-		return nil, nil, fmt.Errorf("advantages: %w", err)
+		return nil, fmt.Errorf("advantages: %w", err)
 	}
 	if l.cfg.Advantage.Estimator == advantage.EstimatorGAE {
 		// verl updates the critic before the actor, on the same batch; the returns come to the
 		// host for it.
 		rh, err := tensor.To(tensor.CPU(), returns)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		cm, err := l.parts.Critic.Update(ctx, l.parts.Comm, b, maskHost, values, rh)
 		if err != nil {
-			return nil, nil, fmt.Errorf("critic: %w", err)
+			return nil, fmt.Errorf("critic: %w", err)
 		}
 		for k, v := range cm {
 			met[k] = v
@@ -549,7 +550,7 @@ func (l *Loop[P]) advantages(ctx context.Context, st *tensor.Scratch, b *Batch[P
 		rm, _ := tensor.MaskedMean(rh, maskHost)
 		met["critic/values/mean"], met["critic/returns/mean"] = float64(vm), float64(rm)
 	}
-	return adv, returns, nil
+	return adv, nil
 }
 
 // greedyBaselines is ReMax's baseline: the reward of each prompt's greedy completion (one
