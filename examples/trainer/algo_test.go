@@ -32,7 +32,7 @@ func TestCriticReducesValueLoss(t *testing.T) {
 	comps, err := tr.actor.Generate(exs, loop.Sampling{N: 1, MaxTokens: tr.respLen, Temperature: 1, TopP: 1}, rngs)
 	require.NoError(t, err)
 	lb := &loop.Batch[example]{Prompts: exs, Completions: comps, T: tr.respLen, Temperature: 1}
-	b, err := tr.newBatch(exs, completionTokens(lb))
+	b, err := tr.newBatch(exs, lb.Tokens(0, lb.Len()))
 	require.NoError(t, err)
 	B, T := b.rows, tr.respLen
 	rw := make([]float32, B*T)

@@ -37,7 +37,7 @@ func newCritic(mc vlm.Config, seed uint64, o OptimConfig) (*Critic, error) {
 // Values implements loop.Critic: the critic's values [B, T] of b's response positions (no
 // gradients kept).
 func (t *Trainer) Values(lb *loop.Batch[example], dst *tensor.Tensor) error {
-	b, err := t.newBatch(lb.Prompts, completionTokens(lb))
+	b, err := t.newBatch(lb.Prompts, lb.Tokens(0, lb.Len()))
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (t *Trainer) Values(lb *loop.Batch[example], dst *tensor.Tensor) error {
 // one optimizer step per mini-batch, the micro-batch losses scaled by their share of the
 // mini-batch's tokens. It returns the mean value loss, clip fraction and gradient norm.
 func (t *Trainer) Update(ctx context.Context, comm collective.Comm, lb *loop.Batch[example], _, oldValues, returns *tensor.Tensor) (map[string]float64, error) {
-	b, err := t.newBatch(lb.Prompts, completionTokens(lb))
+	b, err := t.newBatch(lb.Prompts, lb.Tokens(0, lb.Len()))
 	if err != nil {
 		return nil, err
 	}

@@ -39,11 +39,7 @@ func (p *vlmModel) layout(b *loop.Batch[example]) (*batch, error) {
 	if p.last.b == b {
 		return p.last.lay, nil
 	}
-	resp := make([][]int32, b.Len())
-	for i, c := range b.Completions {
-		resp[i] = c.Tokens
-	}
-	lay, err := p.t.newBatch(b.Prompts, resp)
+	lay, err := p.t.newBatch(b.Prompts, b.Tokens(0, b.Len()))
 	if err != nil {
 		return nil, err
 	}

@@ -169,18 +169,21 @@ func (t *Trainer) gatherMoments() error {
 func (t *Trainer) rewards() []loop.Reward[example] {
 	a, f, w := t.reward.Accuracy, t.reward.Format, t.cfg.Worker.Reward.MDIWeight
 	sum := a + f + w
-	part := func(get func(vqa.Reward) float64) func(loop.RewardInputs[example]) ([]float64, error) {
+	// Each function reads only its own check of the text (vqa.Correct, vqa.FormatOK).
+	part := func(score func(text string, e example) bool) func(loop.RewardInputs[example]) ([]float64, error) {
 		return func(in loop.RewardInputs[example]) ([]float64, error) {
 			out := make([]float64, len(in.Prompts))
 			for i, c := range in.Completions {
-				out[i] = get(vqa.Score(c.Text, in.Prompts[i].s.Answer, t.reward))
+				if score(c.Text, in.Prompts[i]) {
+					out[i] = 1
+				}
 			}
 			return out, nil
 		}
 	}
 	rs := []loop.Reward[example]{
-		{Name: "accuracy", Weight: a / sum, Func: part(func(r vqa.Reward) float64 { return r.Accuracy })},
-		{Name: "format", Weight: f / sum, Func: part(func(r vqa.Reward) float64 { return r.Format })},
+		{Name: "accuracy", Weight: a / sum, Func: part(func(text string, e example) bool { return vqa.Correct(text, e.s.Answer) })},
+		{Name: "format", Weight: f / sum, Func: part(func(text string, _ example) bool { return vqa.FormatOK(text) })},
 	}
 	if w > 0 {
 		rs = append(rs, loop.Reward[example]{Name: "mdi", Weight: w / sum, Func: t.mdiReward})
@@ -209,7 +212,7 @@ func (t *Trainer) mdiReward(in loop.RewardInputs[example]) ([]float64, error) {
 // attentionStatsOf computes each row's attention split in chunks of the experience
 // micro-batch, this rank's share of the rows, and gathers the others'.
 func (t *Trainer) attentionStatsOf(b *loop.Batch[example]) ([]mdiStats, error) {
-	lay, err := t.newBatch(b.Prompts, completionTokens(b))
+	lay, err := t.newBatch(b.Prompts, b.Tokens(0, b.Len()))
 	if err != nil {
 		return nil, err
 	}
@@ -242,14 +245,6 @@ func (t *Trainer) attentionStatsOf(b *loop.Batch[example]) ([]mdiStats, error) {
 		return nil, fmt.Errorf("attention statistics: %w", err)
 	}
 	return all, nil
-}
-
-func completionTokens(b *loop.Batch[example]) [][]int32 {
-	out := make([][]int32, b.Len())
-	for i, c := range b.Completions {
-		out[i] = c.Tokens
-	}
-	return out
 }
 
 // tensorRows is rows [lo, hi) of x, which the caller knows to be in range.

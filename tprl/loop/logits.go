@@ -85,7 +85,7 @@ func (a logitsPolicy[P]) forward(b *Batch[P], lo, hi int, in Input, train bool, 
 		return nil, fmt.Errorf("loop: the model returned no logits")
 	}
 	p := &logitsPass{out: out, temp: b.Temperature}
-	if err := p.run(completionTokens(b, lo, hi), b.T, logp, ent); err != nil {
+	if err := p.run(b.Tokens(lo, hi), b.T, logp, ent); err != nil {
 		p.Release()
 		return nil, err
 	}
@@ -206,15 +206,6 @@ func (p *logitsPass) Release() {
 		p.out.Release()
 		p.out.Release = nil
 	}
-}
-
-// completionTokens returns the token ids of rows [lo, hi) of b.
-func completionTokens[P any](b *Batch[P], lo, hi int) [][]int32 {
-	out := make([][]int32, hi-lo)
-	for i := range out {
-		out[i] = b.Completions[lo+i].Tokens
-	}
-	return out
 }
 
 // checkRows checks a scoring call's batch, row range and [hi-lo, T] float32 outputs.

@@ -58,6 +58,15 @@ type Batch[P any] struct {
 // Len is the number of rows.
 func (b *Batch[P]) Len() int { return len(b.Prompts) }
 
+// Tokens returns the completion token ids of rows [lo, hi) (the completions' own slices).
+func (b *Batch[P]) Tokens(lo, hi int) [][]int32 {
+	out := make([][]int32, hi-lo)
+	for i := range out {
+		out[i] = b.Completions[lo+i].Tokens
+	}
+	return out
+}
+
 // Scorer computes per-token log-probs of completions: the reference policy is one, and every
 // Policy is.
 type Scorer[P any] interface {

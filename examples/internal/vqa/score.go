@@ -104,7 +104,7 @@ func FormatOK(response string) bool {
 // a positive number; see RewardWeights.Validate).
 func Score(response, answer string, w RewardWeights) Reward {
 	var r Reward
-	if got, _, ok := ExtractChoice(response); ok && got == normLetter(strings.TrimSpace(answer)) {
+	if Correct(response, answer) {
 		r.Accuracy = 1
 	}
 	if FormatOK(response) {
@@ -114,6 +114,13 @@ func Score(response, answer string, w RewardWeights) Reward {
 		r.Overall = (w.Accuracy*r.Accuracy + w.Format*r.Format) / sum
 	}
 	return r
+}
+
+// Correct reports whether ExtractChoice finds a letter in response equal to the answer letter
+// ("A".."J", half- or full-width): Score's accuracy.
+func Correct(response, answer string) bool {
+	got, _, ok := ExtractChoice(response)
+	return ok && got == normLetter(strings.TrimSpace(answer))
 }
 
 // Part returns the reward part named key: "overall", "accuracy" or "format" (online filtering's
