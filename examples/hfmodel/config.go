@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -63,7 +64,8 @@ type RopeScaling struct {
 	OriginalMaxPositionEmbeddings int
 }
 
-// keyUse says what config.json keys mean to this package beyond the ones it parses.
+// passthroughKeys are the config.json keys kept verbatim in Config.Extra: they do not change the
+// computation, or are checked below to have the one value this package implements.
 var passthroughKeys = map[string]bool{
 	// bookkeeping that does not change the model
 	"_name_or_path": true, "transformers_version": true, "use_cache": true,
@@ -302,7 +304,7 @@ func parseRopeScaling(v json.RawMessage, c *Config) error {
 		return tensor.Errorf(tensor.ErrParam, op, "rope_scaling", "rope type %q is not supported (null, linear or llama3)", typ)
 	}
 	for k := range m {
-		if k != "rope_type" && k != "type" && !contains(allowed, k) {
+		if k != "rope_type" && k != "type" && !slices.Contains(allowed, k) {
 			return tensor.Errorf(tensor.ErrParam, op, "rope_scaling", "key %q is not supported with rope type %q", k, typ)
 		}
 	}
@@ -416,20 +418,4 @@ func intOrList(v json.RawMessage) ([]int, error) {
 	return many, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -74,13 +75,8 @@ func ParseProcessorConfig(data []byte) (ProcessorConfig, error) {
 		return ProcessorConfig{}, tensor.Errorf(tensor.ErrParam, op, "", "not a JSON object: %v", err)
 	}
 	c := DefaultProcessorConfig()
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var minPixels, maxPixels *int
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		v := raw[k]
 		var err error
 		switch k {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -144,7 +145,7 @@ func TestGoldenPreprocess(t *testing.T) {
 					}
 				}
 			}
-			if gotGrids := grids3(got.Grids); !equalGrids(gotGrids, c.Grids) {
+			if gotGrids := grids3(got.Grids); !slices.Equal(gotGrids, c.Grids) {
 				t.Fatalf("grids %v, want %v", gotGrids, c.Grids)
 			}
 			if [2]int{got.Rows, got.Cols} != c.Shape {
@@ -241,7 +242,7 @@ func TestGoldenRope(t *testing.T) {
 			}
 			for r := range ids {
 				unpadded := c.InputIDs[r][len(c.InputIDs[r])-len(ids[r]):]
-				if !equalInts(ids[r], unpadded) {
+				if !slices.Equal(ids[r], unpadded) {
 					t.Fatalf("ExpandTokens row %d = %v, want %v", r, ids[r], unpadded)
 				}
 			}
@@ -251,12 +252,12 @@ func TestGoldenRope(t *testing.T) {
 			}
 			for a := range 3 {
 				for r := range c.InputIDs {
-					if !equalInts(got.Positions[a][r], c.Positions[a][r]) {
+					if !slices.Equal(got.Positions[a][r], c.Positions[a][r]) {
 						t.Errorf("axis %d row %d: %v\nwant %v", a, r, got.Positions[a][r], c.Positions[a][r])
 					}
 				}
 			}
-			if !equalInts(got.Deltas, c.Deltas) {
+			if !slices.Equal(got.Deltas, c.Deltas) {
 				t.Errorf("deltas %v, want %v", got.Deltas, c.Deltas)
 			}
 		})
@@ -282,30 +283,6 @@ func grids3(gs []Grid) [][3]int {
 		out[i] = [3]int{g.T, g.H, g.W}
 	}
 	return out
-}
-
-func equalGrids(a, b [][3]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func abs(x int) int {

@@ -476,13 +476,8 @@ func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
 		ref := r.model.Base() // LoRA: the adapters off, no copy
 		if act.Model.LoraRank == 0 {
 			// Full fine-tuning changes the weights: the reference is a second, frozen load.
-			ck, err := hfmodel.Open(r.dir)
-			if err != nil {
-				return nil, err
-			}
-			ref, err = hflm.Load(ck)
-			ck.Close()
-			if err != nil {
+			var err error
+			if ref, err = hflm.LoadDir(r.dir); err != nil {
 				return nil, err
 			}
 		}
@@ -600,7 +595,7 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 		fmt.Fprintf(stdout, "step %d/%d: reward %.3f accuracy %.3f\n", step, steps, m["reward/overall"], m["reward/accuracy"])
 		sum.Steps = step
 		if c.SaveFreq > 0 && step%c.SaveFreq == 0 && step < steps {
-			if err := r.save(filepath.Join(dir, "checkpoints", fmt.Sprintf("global_step_%d", step))); err != nil {
+			if err := r.save(filepath.Join(dir, "checkpoints", stepDirName(step))); err != nil {
 				return nil, fmt.Errorf("checkpoint at step %d: %w", step, err)
 			}
 		}
