@@ -31,10 +31,12 @@ func rmsScale[F Float](x []F, eps float64) F {
 // RMSNormBackward writes dx and dw (overwritten, or added to when acc) for y = RMSNorm(x, w):
 // with x̂ = x·r and g = dy ⊙ w, dx = r·(g − x̂·mean(g ⊙ x̂)) and dw = Σ_rows dy ⊙ x̂.
 func RMSNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw []F, acc bool) {
+	rstd := make([]F, rows)
 	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
 			r := rmsScale(xi, eps)
+			rstd[i] = r
 			var gx float64
 			for j, v := range xi {
 				gx += float64(F(dyi[j]*w[j])) * float64(F(v*r))
@@ -46,24 +48,23 @@ func RMSNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw []F
 			}
 		}
 	})
-	normWeightGrad(rows, d, x, dy, dw, nil, acc, func(xi []F) (F, F) { return 0, rmsScale(xi, eps) })
+	normWeightGrad(rows, d, x, dy, dw, nil, acc, nil, rstd)
 }
 
 // normWeightGrad accumulates dw = Σ dy ⊙ x̂ and db = Σ dy (db may be nil) over rows in order,
-// in parallel over column blocks; stats gives a row's mean and 1/std, x̂ = (x − mean)·rstd.
-func normWeightGrad[F Float](rows, d int, x, dy, dw, db []F, acc bool, stats func(xi []F) (mean, rstd F)) {
-	mean, rstd := make([]F, rows), make([]F, rows)
-	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			mean[i], rstd[i] = stats(x[i*d : i*d+d])
-		}
-	})
+// in parallel over column blocks, from the rows' statistics the dx pass computed: x̂ =
+// (x − mean)·rstd (mean nil for RMSNorm, which does not centre).
+func normWeightGrad[F Float](rows, d int, x, dy, dw, db []F, acc bool, mean, rstd []F) {
 	parallel.For(d, 256, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			var sw, sb F
 			for i := range rows {
 				g := dy[i*d+j]
-				sw += F(g * F((x[i*d+j]-mean[i])*rstd[i]))
+				var mu F
+				if mean != nil {
+					mu = mean[i]
+				}
+				sw += F(g * F((x[i*d+j]-mu)*rstd[i]))
 				sb += g
 			}
 			if acc {
@@ -111,10 +112,12 @@ func LayerNorm[F Float](rows, d int, x, w, b []F, eps float64, y []F) {
 // LayerNormBackward writes dx, dw and db (the last two overwritten, or added to when acc):
 // with g = dy ⊙ w, dx = r·(g − mean(g) − x̂·mean(g ⊙ x̂)), dw = Σ dy ⊙ x̂, db = Σ dy.
 func LayerNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw, db []F, acc bool) {
+	mean, rstd := make([]F, rows), make([]F, rows)
 	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
 			mu, r := layerStats(xi, eps)
+			mean[i], rstd[i] = mu, r
 			var sg, sgx float64
 			for j, v := range xi {
 				g := F(dyi[j] * w[j])
@@ -128,5 +131,5 @@ func LayerNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw, 
 			}
 		}
 	})
-	normWeightGrad(rows, d, x, dy, dw, db, acc, func(xi []F) (F, F) { return layerStats(xi, eps) })
+	normWeightGrad(rows, d, x, dy, dw, db, acc, mean, rstd)
 }
