@@ -528,11 +528,8 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 	}
 	c := cfg.Training
 	dir := c.RunDir
-	switch {
-	case dir == "" && c.ExperimentName != "":
-		dir = filepath.Join("runs", c.ProjectName, c.ExperimentName)
-	case dir == "":
-		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	if dir == "" {
+		dir = defaultRunDir(c)
 	}
 	metricsPath := filepath.Join(dir, "metrics.jsonl")
 	if _, err := os.Stat(metricsPath); err == nil {
@@ -611,11 +608,7 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 	sum.RewardStart, sum.RewardEnd = firstLast(rewards)
 	sum.TrainAccStart, sum.TrainAccEnd = firstLast(accs)
 	sum.WallSeconds = time.Since(wall).Seconds()
-	js, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n')); err != nil {
+	if err := writeSummary(dir, *sum); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "saved: %s (PEFT adapter, with LoRA) and %s (the model, adapters merged, with the tokenizer)\n",

@@ -104,13 +104,8 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			dir = runOf
 		}
 	}
-	switch {
-	case dir == "" && c.ExperimentName != "":
-		// A stable place, as EasyR1's checkpoints/<project>/<experiment>: find_last_checkpoint
-		// finds it again, and a second fresh run there is refused.
-		dir = filepath.Join("runs", c.ProjectName, c.ExperimentName)
-	case dir == "":
-		dir = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	if dir == "" {
+		dir = defaultRunDir(c)
 	}
 	if lead { // before any rank looks for checkpoints (the name gather is the barrier)
 		done, err := cleanStale(dir)
@@ -496,11 +491,7 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 			sum.WallSeconds += old.WallSeconds
 		}
 	}
-	js, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n')); err != nil {
+	if err := writeSummary(dir, sum); err != nil {
 		return nil, err
 	}
 	printSummary(stdout, sum)
@@ -712,4 +703,23 @@ func summarize(dir string, lines []MetricsLine) Summary {
 	s.TrainAccStart, s.TrainAccEnd = mean(accs[:k]), mean(accs[len(accs)-k:])
 	s.PerceptionPrec, s.VisualFraction = mean(prec), mean(vis)
 	return s
+}
+
+// defaultRunDir is the run directory when training.run_dir is empty: with an experiment name a
+// stable place, as EasyR1's checkpoints/<project>/<experiment> (find_last_checkpoint finds it
+// again, and a second fresh run there is refused); else runs/<date-time>.
+func defaultRunDir(c TrainingConfig) string {
+	if c.ExperimentName != "" {
+		return filepath.Join("runs", c.ProjectName, c.ExperimentName)
+	}
+	return filepath.Join("runs", time.Now().Format("20060102-150405"))
+}
+
+// writeSummary writes dir/summary.json (indented, atomically).
+func writeSummary(dir string, sum Summary) error {
+	js, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n'))
 }
