@@ -83,8 +83,6 @@ func allFinite(v []float32) bool {
 	return true
 }
 
-func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*(1+math.Abs(b)) }
-
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
 func nan64() float64 { return math.NaN() }

@@ -28,15 +28,6 @@ func zeros(t testing.TB, shape ...int) *tensor.Tensor {
 	return x
 }
 
-func int32s(t testing.TB, n int) *tensor.Tensor {
-	t.Helper()
-	x, err := tensor.New(tensor.CPU(), tensor.Int32, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
 func host(t testing.TB, x *tensor.Tensor) []float32 {
 	t.Helper()
 	v, err := x.Float32s()
