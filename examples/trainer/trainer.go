@@ -683,13 +683,9 @@ func (t *Trainer) LoadWeights(dir string) error {
 	if err != nil {
 		return fmt.Errorf("training.load_checkpoint_path: %w", err)
 	}
-	ws := make([][]float32, 0, len(t.model.Params()))
-	for _, p := range t.model.Params() {
-		w, err := tensorData(ts, path, p.Name, p.W.Len())
-		if err != nil {
-			return fmt.Errorf("training.load_checkpoint_path: %w (the model or the vocabulary may differ)", err)
-		}
-		ws = append(ws, w)
+	ws, err := paramData(ts, path, "", t.model.Params())
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w (the model or the vocabulary may differ)", err)
 	}
 	for i, p := range t.model.Params() {
 		w, _ := p.W.Float32s()
@@ -793,28 +789,20 @@ func (t *Trainer) Load(dir string) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range t.model.Params() {
-			w, err := tensorData(ref, filepath.Join(dir, ckptRef), p.Name, p.W.Len())
-			if err != nil {
-				return err
-			}
-			refW = append(refW, w)
+		if refW, err = paramData(ref, filepath.Join(dir, ckptRef), "", t.model.Params()); err != nil {
+			return err
 		}
 	}
-	var criticW [][3][]float32 // weights, exp_avg, exp_avg_sq
+	var criticW [3][][]float32 // weights, exp_avg, exp_avg_sq
 	if t.critic != nil {
 		cr, err := DecodeSafetensors(files[ckptCritic], filepath.Join(dir, ckptCritic))
 		if err != nil {
 			return err
 		}
-		for _, p := range t.critic.model.Params() {
-			var e [3][]float32
-			for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
-				if e[j], err = tensorData(cr, filepath.Join(dir, ckptCritic), prefix+p.Name, p.W.Len()); err != nil {
-					return err
-				}
+		for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
+			if criticW[j], err = paramData(cr, filepath.Join(dir, ckptCritic), prefix, t.critic.model.Params()); err != nil {
+				return err
 			}
-			criticW = append(criticW, e)
 		}
 	}
 	// Validate everything before changing anything.
@@ -851,9 +839,9 @@ func (t *Trainer) Load(dir string) error {
 	}
 	for i, p := range t.critic.modelParams() {
 		w, _ := p.W.Float32s()
-		copy(w, criticW[i][0])
-		copy(t.critic.opt.M[i], criticW[i][1])
-		copy(t.critic.opt.V[i], criticW[i][2])
+		copy(w, criticW[0][i])
+		copy(t.critic.opt.M[i], criticW[1][i])
+		copy(t.critic.opt.V[i], criticW[2][i])
 	}
 	if t.critic != nil {
 		t.critic.opt.T = st.CriticAdamT

@@ -213,22 +213,30 @@ func decodeModelAndMoments(dir string, files map[string][]byte, ps []*vlm.Param)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	for _, p := range ps {
-		w, err := tensorData(model, filepath.Join(dir, ckptModel), p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		m, err := tensorData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg."+p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		v, err := tensorData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg_sq."+p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ws, ms, vs = append(ws, w), append(ms, m), append(vs, v)
+	if ws, err = paramData(model, filepath.Join(dir, ckptModel), "", ps); err != nil {
+		return nil, nil, nil, err
+	}
+	if ms, err = paramData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg.", ps); err != nil {
+		return nil, nil, nil, err
+	}
+	if vs, err = paramData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg_sq.", ps); err != nil {
+		return nil, nil, nil, err
 	}
 	return ws, ms, vs, nil
+}
+
+// paramData returns the values of tensors prefix+name of a decoded file (path in errors) for
+// the parameters ps, checked by tensorData.
+func paramData(m map[string]NamedTensor, path, prefix string, ps []*vlm.Param) ([][]float32, error) {
+	out := make([][]float32, 0, len(ps))
+	for _, p := range ps {
+		v, err := tensorData(m, path, prefix+p.Name, p.W.Len())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // tensorData returns the n values of tensor name of a decoded file (path in errors). A
