@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -725,13 +724,13 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	if t.zero != nil { // gatherMoments' copy is written
 		t.opt.M, t.opt.V = nil, nil
 	}
-	rng, err := t.rng.MarshalBinary()
+	rng, err := encodePCG(t.rng)
 	if err != nil {
 		return "", err
 	}
 	rs := t.rlState()
 	epoch, pos := t.data.Position()
-	st, err := json.MarshalIndent(trainState{Step: rs.Step, Epoch: epoch, Pos: pos, RNG: base64.StdEncoding.EncodeToString(rng),
+	st, err := json.MarshalIndent(trainState{Step: rs.Step, Epoch: epoch, Pos: pos, RNG: rng,
 		AdamT: t.opt.T, Skipped: rs.Skipped, Coef: ptr(rs.RewardKLCoef), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err

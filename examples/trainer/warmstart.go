@@ -80,11 +80,11 @@ func (t *Trainer) saveWarm(w *warmRun, step int, opt *loop.AdamW, pcg *rand.PCG,
 	if err != nil {
 		return err
 	}
-	rng, err := pcg.MarshalBinary()
+	rng, err := encodePCG(pcg)
 	if err != nil {
 		return err
 	}
-	st := warmState{Step: step, AdamT: opt.T, RNG: base64.StdEncoding.EncodeToString(rng), Skipped: t.skipped,
+	st := warmState{Step: step, AdamT: opt.T, RNG: rng, Skipped: t.skipped,
 		Seconds: w.seconds(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}
 	if !math.IsNaN(w.valBefore) {
 		st.ValBefore = ptr(w.valBefore)
@@ -168,6 +168,16 @@ func (t *Trainer) loadWarm(dir string) (*warmResume, error) {
 	}
 	opt.T, t.skipped = st.AdamT, st.Skipped
 	return &warmResume{st: st, opt: opt, pcg: pcg}, nil
+}
+
+// encodePCG is a checkpoint's rng_state: the base64 of pcg's MarshalBinary (decodePCG reads
+// it back).
+func encodePCG(pcg *rand.PCG) (string, error) {
+	b, err := pcg.MarshalBinary()
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
 }
 
 func decodePCG(s string) (*rand.PCG, error) {
