@@ -180,7 +180,7 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 	if err := writeSync(filepath.Join(tmp, ckptManifest), manifestOf(files)); err != nil {
 		return "", err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := atomicfile.SyncDir(tmp); err != nil {
 		return "", err
 	}
 	if c.beforeCommit != nil {
@@ -210,7 +210,7 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", err
 	}
-	if err := syncDir(c.Root); err != nil {
+	if err := atomicfile.SyncDir(c.Root); err != nil {
 		return dir, err
 	}
 	return dir, nil
@@ -300,8 +300,6 @@ func writeSync(path string, data []byte) error {
 	}
 	return f.Close()
 }
-
-func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 // resolveCheckpoint turns training.load_checkpoint_path into a checkpoint directory. path may
 // be one (it holds model.safetensors), or a directory holding global_step_N checkpoints

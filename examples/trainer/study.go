@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -312,11 +313,7 @@ func signTest(k, n int) float64 {
 	if n == 0 {
 		return 1
 	}
-	lo := min(k, n-k)
-	var tail float64
-	for i := 0; i <= lo; i++ {
-		tail += distuv.Binomial{N: float64(n), P: 0.5}.Prob(float64(i))
-	}
+	tail := distuv.Binomial{N: float64(n), P: 0.5}.CDF(float64(min(k, n-k)))
 	return math.Min(1, 2*tail)
 }
 
@@ -364,15 +361,11 @@ func collect(rs []studyRun, f func(studyRun) float64) []float64 {
 
 // meanSE returns the mean and the standard error of the mean (0 for fewer than two values).
 func meanSE(xs []float64) (float64, float64) {
-	m := mean(xs)
 	if len(xs) < 2 {
-		return m, 0
+		return mean(xs), 0
 	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - m) * (x - m)
-	}
-	return m, math.Sqrt(ss / float64(len(xs)-1) / float64(len(xs)))
+	m, sd := stat.MeanStdDev(xs, nil)
+	return m, sd / math.Sqrt(float64(len(xs)))
 }
 
 // pairedT is the one-sample t-test of the paired differences d against 0: t and the two-sided

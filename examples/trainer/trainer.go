@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -682,13 +681,9 @@ func (t *Trainer) LoadWeights(dir string) error {
 	if err != nil {
 		return fmt.Errorf("training.load_checkpoint_path: %w", err)
 	}
-	ws := make([][]float32, 0, len(t.model.Params()))
-	for _, p := range t.model.Params() {
-		w, err := tensorData(ts, path, p.Name, p.W.Len())
-		if err != nil {
-			return fmt.Errorf("training.load_checkpoint_path: %w (the model or the vocabulary may differ)", err)
-		}
-		ws = append(ws, w)
+	ws, err := paramData(ts, path, "", t.model.Params())
+	if err != nil {
+		return fmt.Errorf("training.load_checkpoint_path: %w (the model or the vocabulary may differ)", err)
 	}
 	for i, p := range t.model.Params() {
 		w, _ := p.W.Float32s()
@@ -728,13 +723,13 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	if t.zero != nil { // gatherMoments' copy is written
 		t.opt.M, t.opt.V = nil, nil
 	}
-	rng, err := t.rng.MarshalBinary()
+	rng, err := encodePCG(t.rng)
 	if err != nil {
 		return "", err
 	}
 	rs := t.rlState()
 	epoch, pos := t.data.Position()
-	st, err := json.MarshalIndent(trainState{Step: rs.Step, Epoch: epoch, Pos: pos, RNG: base64.StdEncoding.EncodeToString(rng),
+	st, err := json.MarshalIndent(trainState{Step: rs.Step, Epoch: epoch, Pos: pos, RNG: rng,
 		AdamT: t.opt.T, Skipped: rs.Skipped, Coef: ptr(rs.RewardKLCoef), CriticAdamT: t.criticT(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}, "", "  ")
 	if err != nil {
 		return "", err
@@ -792,28 +787,20 @@ func (t *Trainer) Load(dir string) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range t.model.Params() {
-			w, err := tensorData(ref, filepath.Join(dir, ckptRef), p.Name, p.W.Len())
-			if err != nil {
-				return err
-			}
-			refW = append(refW, w)
+		if refW, err = paramData(ref, filepath.Join(dir, ckptRef), "", t.model.Params()); err != nil {
+			return err
 		}
 	}
-	var criticW [][3][]float32 // weights, exp_avg, exp_avg_sq
+	var criticW [3][][]float32 // weights, exp_avg, exp_avg_sq
 	if t.critic != nil {
 		cr, err := DecodeSafetensors(files[ckptCritic], filepath.Join(dir, ckptCritic))
 		if err != nil {
 			return err
 		}
-		for _, p := range t.critic.model.Params() {
-			var e [3][]float32
-			for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
-				if e[j], err = tensorData(cr, filepath.Join(dir, ckptCritic), prefix+p.Name, p.W.Len()); err != nil {
-					return err
-				}
+		for j, prefix := range []string{"", "exp_avg.", "exp_avg_sq."} {
+			if criticW[j], err = paramData(cr, filepath.Join(dir, ckptCritic), prefix, t.critic.model.Params()); err != nil {
+				return err
 			}
-			criticW = append(criticW, e)
 		}
 	}
 	// Validate everything before changing anything.
@@ -850,9 +837,9 @@ func (t *Trainer) Load(dir string) error {
 	}
 	for i, p := range t.critic.modelParams() {
 		w, _ := p.W.Float32s()
-		copy(w, criticW[i][0])
-		copy(t.critic.opt.M[i], criticW[i][1])
-		copy(t.critic.opt.V[i], criticW[i][2])
+		copy(w, criticW[0][i])
+		copy(t.critic.opt.M[i], criticW[1][i])
+		copy(t.critic.opt.V[i], criticW[2][i])
 	}
 	if t.critic != nil {
 		t.critic.opt.T = st.CriticAdamT

@@ -80,11 +80,11 @@ func (t *Trainer) saveWarm(w *warmRun, step int, opt *loop.AdamW, pcg *rand.PCG,
 	if err != nil {
 		return err
 	}
-	rng, err := pcg.MarshalBinary()
+	rng, err := encodePCG(pcg)
 	if err != nil {
 		return err
 	}
-	st := warmState{Step: step, AdamT: opt.T, RNG: base64.StdEncoding.EncodeToString(rng), Skipped: t.skipped,
+	st := warmState{Step: step, AdamT: opt.T, RNG: rng, Skipped: t.skipped,
 		Seconds: w.seconds(), ModelConfig: t.model.Config, Time: time.Now().UTC().Format(time.RFC3339)}
 	if !math.IsNaN(w.valBefore) {
 		st.ValBefore = ptr(w.valBefore)
@@ -170,6 +170,16 @@ func (t *Trainer) loadWarm(dir string) (*warmResume, error) {
 	return &warmResume{st: st, opt: opt, pcg: pcg}, nil
 }
 
+// encodePCG is a checkpoint's rng_state: the base64 of pcg's MarshalBinary (decodePCG reads
+// it back).
+func encodePCG(pcg *rand.PCG) (string, error) {
+	b, err := pcg.MarshalBinary()
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
+}
+
 func decodePCG(s string) (*rand.PCG, error) {
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
@@ -213,22 +223,30 @@ func decodeModelAndMoments(dir string, files map[string][]byte, ps []*vlm.Param)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	for _, p := range ps {
-		w, err := tensorData(model, filepath.Join(dir, ckptModel), p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		m, err := tensorData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg."+p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		v, err := tensorData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg_sq."+p.Name, p.W.Len())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ws, ms, vs = append(ws, w), append(ms, m), append(vs, v)
+	if ws, err = paramData(model, filepath.Join(dir, ckptModel), "", ps); err != nil {
+		return nil, nil, nil, err
+	}
+	if ms, err = paramData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg.", ps); err != nil {
+		return nil, nil, nil, err
+	}
+	if vs, err = paramData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg_sq.", ps); err != nil {
+		return nil, nil, nil, err
 	}
 	return ws, ms, vs, nil
+}
+
+// paramData returns the values of tensors prefix+name of a decoded file (path in errors) for
+// the parameters ps, checked by tensorData.
+func paramData(m map[string]NamedTensor, path, prefix string, ps []*vlm.Param) ([][]float32, error) {
+	out := make([][]float32, 0, len(ps))
+	for _, p := range ps {
+		v, err := tensorData(m, path, prefix+p.Name, p.W.Len())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // tensorData returns the n values of tensor name of a decoded file (path in errors). A

@@ -146,33 +146,23 @@ func OrderedSum(ctx context.Context, c Comm, local []float32, per int) (sum []fl
 	if per <= 0 || len(local) == 0 || len(local)%per != 0 {
 		return nil, 0, fmt.Errorf("collective: ordered sum: %d local values are not a positive number of %d-value gradients", len(local), per)
 	}
-	var all [][]float32 // every micro-batch's gradient in the global order
-	if c == nil || c.Size() == 1 {
-		for off := 0; off < len(local); off += per {
-			all = append(all, local[off:off+per])
-		}
-	} else {
+	all := local // every micro-batch's gradient in the global order
+	if c != nil && c.Size() > 1 {
 		parts, err := AllGatherBytes(ctx, c, Float32Bytes(local))
 		if err != nil {
 			return nil, 0, fmt.Errorf("collective: ordered sum: %w", err)
 		}
+		all = nil
 		for r, p := range parts {
 			if len(p)%(4*per) != 0 {
 				return nil, 0, fmt.Errorf("collective: ordered sum: rank %d sent %d bytes, not whole %d-value gradients", r, len(p), per)
 			}
 			v := make([]float32, len(p)/4)
 			BytesFloat32(v, p)
-			for off := 0; off < len(v); off += per {
-				all = append(all, v[off:off+per])
-			}
+			all = append(all, v...)
 			received += int64(len(p))
 		}
 	}
-	sum = all[0]
-	for _, g := range all[1:] {
-		for i, x := range g {
-			sum[i] += x
-		}
-	}
+	sum = orderedSumOf(all[:per], all, per, 0, per)
 	return sum, received, nil
 }

@@ -161,7 +161,7 @@ func OrderedReduceScatter(ctx context.Context, c Comm, local []float32, per int)
 	}
 	lo, hi := Shard(per, rank, size)
 	if size == 1 {
-		return orderedSumOf(local, per, 0, per), 0, nil
+		return orderedSumOf(make([]float32, per), local, per, 0, per), 0, nil
 	}
 	send := make([][]byte, size)
 	for q := range send {
@@ -188,13 +188,14 @@ func OrderedReduceScatter(ctx context.Context, c Comm, local []float32, per int)
 	if hi == lo {
 		return []float32{}, received, nil
 	}
-	return orderedSumOf(all, hi-lo, 0, hi-lo), received, nil
+	return orderedSumOf(make([]float32, hi-lo), all, hi-lo, 0, hi-lo), received, nil
 }
 
-// orderedSumOf adds elements [lo, hi) of the per-value gradients concatenated in all, left to
-// right: the arithmetic of OrderedSum.
-func orderedSumOf(all []float32, per, lo, hi int) []float32 {
-	sum := append([]float32(nil), all[lo:hi]...)
+// orderedSumOf writes into sum (hi−lo values; it may be all[lo:hi] itself) elements [lo, hi)
+// of the per-value gradients concatenated in all, added left to right: the arithmetic of
+// OrderedSum and OrderedReduceScatter. It returns sum.
+func orderedSumOf(sum, all []float32, per, lo, hi int) []float32 {
+	copy(sum, all[lo:hi])
 	for off := per; off < len(all); off += per {
 		for i, x := range all[off+lo : off+hi] {
 			sum[i] += x

@@ -143,20 +143,12 @@ func NewBucketedGradients(params []Param, rc ReduceConfig, rank, size int) (*Buc
 
 // Collect implements Gradients. Without Ordered the micro-batches' gradients simply
 // accumulate in the policy's (a Pass's Backward adds to them).
-func (g *BucketedGradients) Collect() error {
+func (g *BucketedGradients) Collect() (err error) {
 	g.collected++
-	if !g.rc.Ordered {
-		return nil
+	if g.rc.Ordered {
+		g.pending, err = takeGrads(g.pending, g.layout.params)
 	}
-	gs, err := gradSlices(g.layout.params)
-	if err != nil {
-		return err
-	}
-	for _, x := range gs {
-		g.pending = append(g.pending, x...)
-	}
-	zero(gs)
-	return nil
+	return err
 }
 
 // Reduce implements Gradients.

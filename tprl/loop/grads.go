@@ -71,16 +71,23 @@ func checkParams(params []Param, withValues bool) error {
 }
 
 // Collect implements Gradients.
-func (g *HostGradients) Collect() error {
-	gs, err := gradSlices(g.params)
+func (g *HostGradients) Collect() (err error) {
+	g.pending, err = takeGrads(g.pending, g.params)
+	return err
+}
+
+// takeGrads appends the gradients of ps, flattened in order, to pending and zeroes them for
+// the next micro-batch.
+func takeGrads(pending []float32, ps []Param) ([]float32, error) {
+	gs, err := gradSlices(ps)
 	if err != nil {
-		return err
+		return pending, err
 	}
 	for _, x := range gs {
-		g.pending = append(g.pending, x...)
+		pending = append(pending, x...)
 	}
 	zero(gs)
-	return nil
+	return pending, nil
 }
 
 // Reduce implements Gradients.

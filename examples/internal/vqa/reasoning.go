@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/mtrl-go/mtrl/internal/enum"
 )
 
 // ChainStyle selects the reference chain of a generated sample: the short chain that states the
@@ -28,25 +30,22 @@ const (
 	ReasoningChain
 )
 
-var chainNames = [...]string{ShortChain: "short", ReasoningChain: "reasoning"}
+var chainStyles = enum.Table[ChainStyle]{Type: "vqa.ChainStyle", Noun: "chain style",
+	Names: []string{ShortChain: "short", ReasoningChain: "reasoning"},
+	Errorf: func(_ error, _, _, format string, args ...any) error {
+		return fmt.Errorf("vqa: "+format, args...)
+	}}
 
 // String returns "short" or "reasoning".
-func (c ChainStyle) String() string {
-	if c >= 0 && int(c) < len(chainNames) {
-		return chainNames[c]
-	}
-	return fmt.Sprintf("ChainStyle(%d)", int(c))
-}
+func (c ChainStyle) String() string { return chainStyles.String(c) }
 
 // ParseChainStyle parses "short" or "reasoning"; the empty string means ShortChain.
 func ParseChainStyle(s string) (ChainStyle, error) {
 	if s == "" {
 		return ShortChain, nil
 	}
-	for i, n := range chainNames {
-		if s == n {
-			return ChainStyle(i), nil
-		}
+	if c, ok := chainStyles.Lookup(s); ok {
+		return c, nil
 	}
 	return 0, fmt.Errorf("vqa: unknown chain style %q (want short or reasoning)", s)
 }
@@ -84,20 +83,10 @@ func reasoningResponse(r *rand.Rand, question, think, value, letter string) stri
 }
 
 // MarshalText implements encoding.TextMarshaler with the name String returns.
-func (c ChainStyle) MarshalText() ([]byte, error) {
-	if c != ShortChain && c != ReasoningChain {
-		return nil, fmt.Errorf("vqa: unknown chain style %d", int(c))
-	}
-	return []byte(c.String()), nil
-}
+func (c ChainStyle) MarshalText() ([]byte, error) { return chainStyles.MarshalText(c) }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseChainStyle, so configuration
 // files hold the name.
 func (c *ChainStyle) UnmarshalText(b []byte) error {
-	v, err := ParseChainStyle(string(b))
-	if err != nil {
-		return err
-	}
-	*c = v
-	return nil
+	return enum.UnmarshalText(c, b, ParseChainStyle)
 }

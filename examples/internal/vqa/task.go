@@ -42,7 +42,7 @@ func (c TaskConfig) Validate() error {
 		return fmt.Errorf("vqa: TaskConfig.MaxShapes must be in [1, %d], got %d", len(positions), c.MaxShapes)
 	case c.Options < 2 || c.Options > len(letters):
 		return fmt.Errorf("vqa: TaskConfig.Options must be in [2, %d], got %d", len(letters), c.Options)
-	case c.Chain != ShortChain && c.Chain != ReasoningChain:
+	case !chainStyles.Valid(c.Chain):
 		return fmt.Errorf("vqa: TaskConfig.Chain must be ShortChain or ReasoningChain, got %v", c.Chain)
 	}
 	return nil
