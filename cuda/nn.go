@@ -266,21 +266,11 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		return nil
 	}
 	tables := make([]uint32, 2*half) // freq (float32 bits), then sec
-	freq := nnref.DefaultRoPEFrequencies[float32](d, cfg.Theta)
-	if cfg.Frequencies != nil {
-		for i, f := range cfg.Frequencies {
-			freq[i] = float32(f)
-		}
-	}
-	for i, f := range freq {
+	for i, f := range nnref.RoPEGivenFrequencies[float32](d, cfg.Theta, cfg.Frequencies) {
 		tables[i] = math.Float32bits(f)
 	}
-	i := 0
-	for s, n := range cfg.Sections {
-		for range n {
-			tables[half+i] = uint32(s)
-			i++
-		}
+	for i, s := range nnref.RoPESections(half, cfg.Sections) {
+		tables[half+i] = uint32(s)
 	}
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"y", "x", "positions"}, y, x, positions)
