@@ -105,10 +105,7 @@ func (b deviceKernels) Linear(y, x *tensor.Tensor, w *tensor.PackedWeight, bias 
 	const op = "tensor.Linear"
 	wt := w.Weight()
 	n, k := wt.Dim(0), wt.Dim(1)
-	rows := x.Len() / max(1, k)
-	if k == 0 {
-		rows = y.Len() / max(1, n)
-	}
+	rows := rowsOf(y)
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"y", "x", "w", "bias"}, y, x, wt, bias)
 		if err != nil {
