@@ -15,16 +15,16 @@ var _ tensor.AttentionKernel = deviceKernels{}
 // attnThreads is ATT_THREADS of the kernels.
 const attnThreads = 128
 
-// attnTiles returns the kernels' suffix and the forward's query and key tile sizes for head
-// dimension d.
-func attnTiles(op string, d int) (suffix string, bq, bk int, err error) {
+// attnTiles returns the kernels' suffix and query tile size for head dimension d (the
+// forward's key tiles are twice as long, the backward's as long).
+func attnTiles(op string, d int) (suffix string, bq int, err error) {
 	switch {
 	case d <= 128:
-		return "d128_f32", 16, 32, nil
+		return "d128_f32", 16, nil
 	case d <= 256:
-		return "d256_f32", 8, 16, nil
+		return "d256_f32", 8, nil
 	}
-	return "", 0, 0, tensor.Errorf(tensor.ErrParam, op, "Q", "has head dimension %d: the CUDA attention kernels take at most 256", d)
+	return "", 0, tensor.Errorf(tensor.ErrParam, op, "Q", "has head dimension %d: the CUDA attention kernels take at most 256", d)
 }
 
 // attnSeqs returns the sequences as the kernels read them, [q0, qn, k0, kn] per sequence, from
@@ -113,7 +113,7 @@ func (b deviceKernels) Attention(out, lse *tensor.Tensor, in tensor.AttentionInp
 
 func (b *Backend) attnForward(op string, out, lse, q, k, v *tensor.Tensor, seqs []int32, cfg tensor.AttentionConfig) error {
 	hq, hkv, d := q.Dim(-2), k.Dim(-2), q.Dim(-1)
-	sfx, bq, _, err := attnTiles(op, d)
+	sfx, bq, err := attnTiles(op, d)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (b deviceKernels) KVCacheWrite(cache, kv, starts *tensor.Tensor) error {
 func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.AttentionGrad, cfg tensor.AttentionConfig) error {
 	const op = "tensor.AttentionBackward"
 	hq, hkv, d := in.Q.Dim(-2), in.K.Dim(-2), in.Q.Dim(-1)
-	sfx, bq, _, err := attnTiles(op, d)
+	sfx, bq, err := attnTiles(op, d)
 	if err != nil {
 		return err
 	}

@@ -105,10 +105,7 @@ func (b deviceKernels) Linear(y, x *tensor.Tensor, w *tensor.PackedWeight, bias 
 	const op = "tensor.Linear"
 	wt := w.Weight()
 	n, k := wt.Dim(0), wt.Dim(1)
-	rows := x.Len() / max(1, k)
-	if k == 0 {
-		rows = y.Len() / max(1, n)
-	}
+	rows := rowsOf(y)
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"y", "x", "w", "bias"}, y, x, wt, bias)
 		if err != nil {
@@ -266,21 +263,11 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		return nil
 	}
 	tables := make([]uint32, 2*half) // freq (float32 bits), then sec
-	freq := nnref.DefaultRoPEFrequencies[float32](d, cfg.Theta)
-	if cfg.Frequencies != nil {
-		for i, f := range cfg.Frequencies {
-			freq[i] = float32(f)
-		}
-	}
-	for i, f := range freq {
+	for i, f := range nnref.RoPEGivenFrequencies[float32](d, cfg.Theta, cfg.Frequencies) {
 		tables[i] = math.Float32bits(f)
 	}
-	i := 0
-	for s, n := range cfg.Sections {
-		for range n {
-			tables[half+i] = uint32(s)
-			i++
-		}
+	for i, s := range nnref.RoPESections(half, cfg.Sections) {
+		tables[half+i] = uint32(s)
 	}
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"y", "x", "positions"}, y, x, positions)
@@ -389,13 +376,9 @@ func (b deviceKernels) EmbeddingBackward(dtable *tensor.Tensor, in tensor.Embedd
 func (b deviceKernels) AdamWStep(p tensor.AdamWParams, step int, cfg tensor.AdamWConfig) error {
 	const op = "tensor.AdamWStep"
 	n := p.Param.Len()
-	decay := float32(1 - cfg.LR*cfg.WeightDecay)
-	w1 := float32(1 - cfg.Beta1)
-	b2, w2 := float32(cfg.Beta2), float32(1-cfg.Beta2)
-	bc2 := float32(math.Sqrt(1 - math.Pow(cfg.Beta2, float64(step))))
-	stepSize := float32(-(cfg.LR / (1 - math.Pow(cfg.Beta1, float64(step)))))
+	c := nnref.NewAdamWScalars(step, cfg.LR, cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.WeightDecay)
 	return b.elementwiseOp(op, "optim_adamw_fwd_f32", []*tensor.Tensor{p.Param, p.ParamBF16, p.ExpAvg, p.ExpAvgSq, p.Grad}, n,
-		intArg(n), f32Arg(decay), f32Arg(w1), f32Arg(b2), f32Arg(w2), f32Arg(bc2), f32Arg(stepSize), f32Arg(float32(cfg.Eps)))
+		intArg(n), f32Arg(c.Decay), f32Arg(c.W1), f32Arg(c.B2), f32Arg(c.W2), f32Arg(c.BC2), f32Arg(c.StepSize), f32Arg(c.Eps))
 }
 
 // sumSquaresChunk is the elements per block of SumSquares: the split depends only on the

@@ -39,7 +39,8 @@ func TestAttentionWideHeads(t *testing.T) {
 		if err := tensor.AttentionBackward(dq, dk, dv, g, cfg); err != nil {
 			t.Fatal(err)
 		}
-		// Decode: 3 new queries of each of the two sequences over caches of 13 and 18 rows.
+		// Decode: 3 new queries of each of two sequences over the first 5 and 9 rows of their
+		// caches of 9.
 		kc, vc := up(t, b, kv[:2*9*hkv*d], 2, 9, hkv, d), up(t, b, vv[:2*9*hkv*d], 2, 9, hkv, d)
 		dout := tensor.Must(tensor.New(b, tensor.Float32, 2, 3, hq, d))
 		di := tensor.DecodeInputs{Q: up(t, b, qv[:2*3*hq*d], 2, 3, hq, d), KCache: kc, VCache: vc, Lens: upI(t, b, []int32{5, 9}, 2)}

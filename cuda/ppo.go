@@ -159,7 +159,7 @@ func (b deviceKernels) PolicyLoss(grad ppo.Grad, in ppo.PolicyInputs, cfg ppo.Po
 	chi := float32(math.Log(1 + cfg.ClipHigh))
 	scale := float32(grad.Scale)
 	args := []arg{
-		intArg(cols), intArg(int(cfg.LossType)), intArg(boolInt(grad.Accumulate)), f32Arg(scale),
+		intArg(cols), intArg(int(cfg.LossType)), boolArg(grad.Accumulate), f32Arg(scale),
 		f32Arg(clo), f32Arg(chi), f32Arg(hostops.Exp(clo)), f32Arg(hostops.Exp(chi)),
 		f32Arg(hostops.Exp(float32(-20))), f32Arg(hostops.Exp(float32(20))), f32Arg(float32(cfg.ClipDual)),
 		f32Arg(float32(cfg.TauPos)), f32Arg(float32(cfg.TauNeg)), f32Arg(float32(4 / cfg.TauPos)), f32Arg(float32(4 / cfg.TauNeg)),
@@ -254,7 +254,7 @@ func (b deviceKernels) ValueLoss(grad ppo.Grad, in ppo.ValueInputs, cfg ppo.Valu
 			}
 			if err := b.launch(op, "ppo_value_fwd_f32", rows, 1, blockSize, 0,
 				ptrArg(sc.stats), ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(sc.w),
-				intArg(cols), intArg(boolInt(grad.Accumulate)), f32Arg(scale), f32Arg(float32(cfg.ClipRange))); err != nil {
+				intArg(cols), boolArg(grad.Accumulate), f32Arg(scale), f32Arg(float32(cfg.ClipRange))); err != nil {
 				return err
 			}
 			stats, err = b.downloadStats(op, sc.stats, rows, per)
@@ -280,11 +280,4 @@ func (b deviceKernels) ValueLoss(grad ppo.Grad, in ppo.ValueInputs, cfg ppo.Valu
 		VFClipFrac: float64(float32(sc) / (float32(s) + eps)),
 		VPredMean:  float64(float32(sv) / (float32(s) + eps)),
 	}, nil
-}
-
-func boolInt(v bool) int {
-	if v {
-		return 1
-	}
-	return 0
 }

@@ -116,15 +116,7 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 		for s := range rows {
 			rows[s] = p[s*t : (s+1)*t]
 		}
-		var freq []float32
-		if cfg.Frequencies == nil {
-			freq = nnref.DefaultRoPEFrequencies[float32](d, cfg.Theta)
-		} else {
-			freq = make([]float32, d/2)
-			for i, f := range cfg.Frequencies {
-				freq[i] = float32(f)
-			}
-		}
+		freq := nnref.RoPEGivenFrequencies[float32](d, cfg.Theta, cfg.Frequencies)
 		nnref.RoPEFrequencies(t, x.Dim(1), d, hostF32(h[1]), rows, cfg.Sections, freq, inverse, hostF32(h[0]))
 		return nil
 	})

@@ -20,12 +20,8 @@ import (
 //	denom   = sqrt(v) / sqrt(1 − β2^step) + eps
 //	param  += −(lr / (1 − β1^step)) · m / denom   (addcdiv, left to right)
 func AdamW(param, grad, m, v []float32, step int, lr, beta1, beta2, eps, wd float64) {
-	decay := float32(1 - lr*wd)
-	w1 := float32(1 - beta1)
-	b2, w2 := float32(beta2), float32(1-beta2)
-	bc2 := float32(math.Sqrt(1 - math.Pow(beta2, float64(step))))
-	stepSize := float32(-(lr / (1 - math.Pow(beta1, float64(step)))))
-	e := float32(eps)
+	c := NewAdamWScalars(step, lr, beta1, beta2, eps, wd)
+	decay, w1, b2, w2, bc2, stepSize, e := c.Decay, c.W1, c.B2, c.W2, c.BC2, c.StepSize, c.Eps
 	parallel.For(len(param), 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			g := grad[i]
@@ -37,6 +33,30 @@ func AdamW(param, grad, m, v []float32, step int, lr, beta1, beta2, eps, wd floa
 			m[i], v[i] = mi, vi
 		}
 	})
+}
+
+// AdamWScalars are the float32 scalars of one AdamW step (see AdamW): device kernels take
+// them from here so that they round as the reference does.
+type AdamWScalars struct {
+	Decay    float32 // 1 − lr·wd
+	W1       float32 // 1 − β1
+	B2, W2   float32 // β2 and 1 − β2
+	BC2      float32 // sqrt(1 − β2^step)
+	StepSize float32 // −lr / (1 − β1^step)
+	Eps      float32
+}
+
+// NewAdamWScalars computes the scalars in float64, as Python does, rounded to float32.
+func NewAdamWScalars(step int, lr, beta1, beta2, eps, wd float64) AdamWScalars {
+	return AdamWScalars{
+		Decay:    float32(1 - lr*wd),
+		W1:       float32(1 - beta1),
+		B2:       float32(beta2),
+		W2:       float32(1 - beta2),
+		BC2:      float32(math.Sqrt(1 - math.Pow(beta2, float64(step)))),
+		StepSize: float32(-(lr / (1 - math.Pow(beta1, float64(step))))),
+		Eps:      float32(eps),
+	}
 }
 
 // SumSquares is Σ x² in float64 over x, in a fixed order (chunks of 16384 summed in order).

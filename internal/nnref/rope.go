@@ -33,20 +33,38 @@ func DefaultRoPEFrequencies[F Float](d int, theta float64) []F {
 	return freq
 }
 
+// RoPEGivenFrequencies returns given (rope_scaling's frequencies) rounded to F when it is not
+// nil, else DefaultRoPEFrequencies(d, theta).
+func RoPEGivenFrequencies[F Float](d int, theta float64, given []float64) []F {
+	if given == nil {
+		return DefaultRoPEFrequencies[F](d, theta)
+	}
+	freq := make([]F, len(given))
+	for i, f := range given {
+		freq[i] = F(f)
+	}
+	return freq
+}
+
+// RoPESections returns the section of each of the half frequencies: sections (nil: one
+// section of half) are the sizes of consecutive groups, numbered from 0.
+func RoPESections(half int, sections []int) []int {
+	sec := make([]int, half)
+	i := 0
+	for s, n := range sections {
+		for range n {
+			sec[i] = s
+			i++
+		}
+	}
+	return sec
+}
+
 // RoPEFrequencies is RoPE with the d/2 frequencies given (rope_scaling's linear and llama3
 // forms compute their own).
 func RoPEFrequencies[F Float](t, h, d int, x []F, pos [][]int32, sections []int, freq []F, inverse bool, y []F) {
 	half := d / 2
-	sec := make([]int, half)
-	if sections != nil {
-		i := 0
-		for s, n := range sections {
-			for range n {
-				sec[i] = s
-				i++
-			}
-		}
-	}
+	sec := RoPESections(half, sections)
 	parallel.For(t, parallel.Grain(h*d, 1<<14), func(lo, hi int) {
 		cos, sin := make([]F, half), make([]F, half)
 		for ti := lo; ti < hi; ti++ {
