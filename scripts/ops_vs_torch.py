@@ -14,8 +14,10 @@ op's flops and bytes, and the load average when it was taken. Torch's equivalent
 
 - gemm, decode: torch.matmul(x, W.t(), out=y), W [N, K] in Hugging Face layout as tensor.Linear
   takes it, float32;
-- attention: Hugging Face's eager attention, causal, under no_grad: K and V repeated for the
-  query heads (repeat_kv), matmul, scale, additive causal mask, softmax, matmul;
+- attention: Hugging Face's eager attention, causal: K and V repeated for the query heads
+  (repeat_kv), matmul, scale, additive causal mask, softmax, matmul; forward under no_grad,
+  forward + backward by autograd.grad of the output against a random gradient into Q, K and V
+  (torch 1.13 has no scaled_dot_product_attention);
 - lmhead: logits = h·Wᵀ, log_softmax, gather of the targets and the entropy; forward under
   no_grad, forward + backward by autograd of Σ g·logp + Σ g'·entropy into h and W;
 - stream: x.sum() over a 1 GiB float32 tensor (streaming read).
@@ -93,23 +95,32 @@ def lmhead_fn(torch, bwd, h, w, y, gl, ge):
     return run
 
 
-def attention_inputs(torch, t, hq, hkv, d):
+def attention_inputs(torch, t, hq, hkv, d, grad=False):
     g = torch.Generator().manual_seed(2)
     q = torch.randn(hq, t, d, generator=g)
     k, v = torch.randn(hkv, t, d, generator=g), torch.randn(hkv, t, d, generator=g)
     mask = torch.full((t, t), float("-inf")).triu_(1)
-    return q, k, v, mask
+    dout = torch.randn(hq, t, d, generator=g) if grad else None
+    return q.requires_grad_(grad), k.requires_grad_(grad), v.requires_grad_(grad), mask, dout
 
 
-def attention_fn(torch, q, k, v, mask):
+def attention_fn(torch, q, k, v, mask, dout):
     rep, scale = q.shape[0] // k.shape[0], 1 / math.sqrt(q.shape[-1])
 
+    def fwd():
+        kk, vv = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)  # repeat_kv
+        s = torch.matmul(q, kk.transpose(-1, -2)) * scale + mask
+        p = torch.softmax(s, dim=-1, dtype=torch.float32)
+        return torch.matmul(p, vv)
+
+    if dout is None:
+        def run():
+            with torch.no_grad():
+                return fwd()
+        return run
+
     def run():
-        with torch.no_grad():
-            kk, vv = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)  # repeat_kv
-            s = torch.matmul(q, kk.transpose(-1, -2)) * scale + mask
-            p = torch.softmax(s, dim=-1, dtype=torch.float32)
-            return torch.matmul(p, vv)
+        torch.autograd.grad(fwd(), (q, k, v), dout)
     return run
 
 
@@ -129,11 +140,12 @@ def run_torch(group, threads, reps):
                 emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}/mv", wall=wall, cpu=cpu,
                      flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
     elif group == "attention":
-        for t, hq, hkv, d in ATTN:
-            fn = attention_fn(torch, *attention_inputs(torch, t, hq, hkv, d))
-            wall, cpu = timed(fn, reps)
-            emit(side="torch", group=group, key=f"attention/fwd/T={t}/Hq={hq}/Hkv={hkv}/D={d}", wall=wall,
-                 cpu=cpu, flops=attn_flops(t, hq, d), threads=threads)
+        for bwd in (False, True):
+            for t, hq, hkv, d in ATTN:
+                fn = attention_fn(torch, *attention_inputs(torch, t, hq, hkv, d, bwd))
+                wall, cpu = timed(fn, reps)
+                emit(side="torch", group=group, key=f"attention/{'fwd+bwd' if bwd else 'fwd'}/T={t}/Hq={hq}/Hkv={hkv}/D={d}",
+                     wall=wall, cpu=cpu, flops=(3.5 if bwd else 1) * attn_flops(t, hq, d), threads=threads)
     elif group == "lmhead":
         n, d, v = LMHEAD
         for bwd in (False, True):
@@ -313,13 +325,15 @@ def table(path):
                   f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}
-    print(f"\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64, forward: ms per call and GFLOP per CPU-second — {cpu}\n")
-    print("| T | Go ms (wall) | torch ms (wall) | Go/torch speed (wall) | Go GFLOP/cpu-s | torch GFLOP/cpu-s | Go/torch (cpu-s) | Go B/op | torch peak RSS Δ |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for t, hq, hkv, d in ATTN:
-        key = f"attention/fwd/T={t}/Hq={hq}/Hkv={hkv}/D={d}"
+    print(f"\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64: ms per call and GFLOP per CPU-second — {cpu}\n")
+    print("Forward + backward counts 3.5× the forward's flops on both sides (FlashAttention's accounting), so every "
+          "ratio is a time ratio.\n")
+    print("| pass | T | Go ms (wall) | torch ms (wall) | Go/torch speed (wall) | Go GFLOP/cpu-s | torch GFLOP/cpu-s | Go/torch (cpu-s) | Go B/op | torch peak RSS Δ |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (t, hq, hkv, d), p in [(a, p) for p in ("fwd", "fwd+bwd") for a in ATTN]:
+        key = f"attention/{p}/T={t}/Hq={hq}/Hkv={hkv}/D={d}"
         tm = mem.get(key)
-        print(f"| {t} | {fmt(med([1e3 * r['wall'] for r in runs('go', key)]), '.1f')} | "
+        print(f"| {p} | {t} | {fmt(med([1e3 * r['wall'] for r in runs('go', key)]), '.1f')} | "
               f"{fmt(med([1e3 * r['wall'] for r in runs('torch', key)]), '.1f')} | {fmt(ratio_med(key, gfl), '.2f')}× | "
               f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.1f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.1f')} | "
               f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(med([r.get('alloc') for r in runs('go', key)]), '.0f')} B | "

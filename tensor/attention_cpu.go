@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 
@@ -105,20 +106,23 @@ func bwdRow(p, dp, lse, dlt []float32) {
 	}
 }
 
-// attnPool recycles the per-call packed panels and per-goroutine tiles: a decode step calls
-// attention once per layer and token, and must not allocate its buffers each time.
-var attnPool sync.Pool
+// attnPools recycle the per-call packed panels and per-goroutine tiles, one pool per power of
+// two of the capacity: a decode step calls attention once per layer and token, and must not
+// allocate its buffers each time.
+var attnPools [64]sync.Pool
 
+// getF32 returns a buffer of n float32 (contents undefined) from the pool of its size class.
 func getF32(n int) *[]float32 {
-	if p, ok := attnPool.Get().(*[]float32); ok && cap(*p) >= n {
+	c := bits.Len(uint(n))
+	if p, ok := attnPools[c].Get().(*[]float32); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float32, n)
+	s := make([]float32, n, 1<<c)
 	return &s
 }
 
-func putF32(p *[]float32) { attnPool.Put(p) }
+func putF32(p *[]float32) { attnPools[bits.Len(uint(cap(*p)))-1].Put(p) }
 
 // keyLimit is how many keys row t (0-based in its sequence) of q sees.
 func keyLimit(s nnref.AttnShape, q nnref.Seq, t int) int {
