@@ -203,3 +203,19 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttentionDecodeRef is BenchmarkAttentionDecode on the scalar float32 reference
+// (internal/nnref), the CPU kernel before the tiled one: what a decode step used to cost.
+func BenchmarkAttentionDecodeRef(b *testing.B) {
+	for _, l := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("L=%d", l), func(b *testing.B) {
+			s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
+			c := attnCase{s: s, seqs: []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, tq: 1, tk: 2048}
+			q, k, v, _ := c.inputs(3)
+			out := make([]float32, len(q))
+			for b.Loop() {
+				nnref.Attention(s, c.seqs, q, k, v, out, nil)
+			}
+		})
+	}
+}
