@@ -113,6 +113,28 @@ func compare(t testing.TB, name string, got []float32, want []float64, rtol, ato
 	}
 }
 
+// compareTerms is compare with the relative tolerance applied to scale[i] (the magnitude of the
+// terms want[i] is computed from) instead of |want[i]|; scale[i] >= |want[i]| always.
+func compareTerms(t testing.TB, name string, got []float32, want, scale []float64, rtol, atol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d elements, want %d", name, len(got), len(want))
+	}
+	bad := 0
+	for i := range want {
+		d := math.Abs(float64(got[i]) - want[i])
+		if !(d <= atol+rtol*scale[i]) {
+			if bad < 3 {
+				t.Errorf("%s[%d] = %.9g, want %.9g (terms %.3g)", name, i, got[i], want[i], scale[i])
+			}
+			bad++
+		}
+	}
+	if bad > 3 {
+		t.Errorf("%s: %d of %d differ", name, bad, len(want))
+	}
+}
+
 func bitsEqual(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false
@@ -396,19 +418,25 @@ func testLogProbBackward(t *testing.T, b tensor.Backend) {
 			got, _ = got32.Float32s()
 		}
 		want := make([]float64, c.n*c.v)
+		terms := make([]float64, c.n*c.v)
 		for i := range c.n {
-			refBackwardRow(want[i*c.v:(i+1)*c.v], logits[i*c.v:(i+1)*c.v], int(ys[i]), c.temp, float64(gl[i]), float64(ge[i]))
+			row := i * c.v
+			refBackwardRow(want[row:row+c.v], terms[row:row+c.v], logits[row:row+c.v], int(ys[i]), c.temp, float64(gl[i]), float64(ge[i]))
 		}
 		rtol, atol := 1e-4, 1e-6
 		if c.bf16 {
 			rtol, atol = 8e-3, 1e-5 // the gradient itself is stored in bfloat16
 		}
-		compare(t, "dlogits", got, want, rtol, atol)
+		compareTerms(t, "dlogits", got, want, terms, rtol, atol)
 	}
 }
 
 // refBackwardRow is the float64 gradient of gl*logp + ge*entropy with respect to the logits.
-func refBackwardRow(dst []float64, x []float32, y int, temp float32, gl, ge float64) {
+// terms receives, per logit, the summed magnitude of the terms the gradient is the difference
+// of: (|gl|·(p+[i=y]) + |ge|·p·(|log p|+H))/T. A float32 kernel's rounding error scales with
+// those terms, not with their difference, which can cancel to near zero (a device expf within
+// 2 ulp of the host's moves such a logit's gradient by more than rtol of the result).
+func refBackwardRow(dst, terms []float64, x []float32, y int, temp float32, gl, ge float64) {
 	lp := make([]float64, len(x))
 	m := math.Inf(-1)
 	for i, v := range x {
@@ -428,10 +456,13 @@ func refBackwardRow(dst []float64, x []float32, y int, temp float32, gl, ge floa
 	for i := range lp {
 		p := math.Exp(lp[i])
 		g := -gl*p - ge*p*(lp[i]+h)
+		m := math.Abs(gl)*p + math.Abs(ge)*p*(math.Abs(lp[i])+h)
 		if i == y {
 			g += gl
+			m += math.Abs(gl)
 		}
 		dst[i] = g / float64(temp)
+		terms[i] = m / float64(temp)
 	}
 }
 
