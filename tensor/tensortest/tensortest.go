@@ -11,9 +11,11 @@ package tensortest
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -30,6 +32,7 @@ func Run(t *testing.T, b tensor.Backend) {
 	t.Run("LogProbEntropyBackward", func(t *testing.T) { testLogProbBackward(t, b) })
 	t.Run("Masked", func(t *testing.T) { testMasked(t, b) })
 	t.Run("TopPMask", func(t *testing.T) { testTopP(t, b) })
+	t.Run("TopPMaskTieBreak", func(t *testing.T) { testTopPTieBreak(t, b) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, b) })
 }
 
@@ -575,6 +578,52 @@ func testTopP(t *testing.T, b tensor.Backend) {
 				}
 				if count != wantK {
 					t.Fatalf("n=%d p=%v: %d selected, want %d", n, p, count, wantK)
+				}
+			}
+		}
+	}
+}
+
+// testTopPTieBreak checks TopPMaskTieBreak against its definition: a stable descending sort by
+// (score, tiebreak), the first TopPCount(valid, p) kept. Scores take few values so most
+// thresholds are ties.
+func testTopPTieBreak(t *testing.T, b tensor.Backend) {
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, n := range edgeSizes {
+		for _, p := range []float32{0, 0.3, 0.6, 1} {
+			rows := 3
+			scores, mask := make([]float32, rows*n), randMask(r, rows*n, 0.8)
+			tb := make([]float32, rows*n)
+			for i := range scores {
+				scores[i] = float32(r.IntN(3))
+				tb[i] = float32(r.IntN(4))
+			}
+			dst := newF32(t, b, rows, n)
+			up := func(v []float32) *tensor.Tensor { return onBackend(t, b, tensor.Must(tensor.FromFloat32(v, rows, n))) }
+			if err := tensor.TopPMaskTieBreak(dst, up(scores), up(tb), up(mask), p); err != nil {
+				t.Fatal(err)
+			}
+			got := hostF32(t, dst)
+			for i := range rows {
+				lo, hi := i*n, (i+1)*n
+				var idx []int
+				for c := lo; c < hi; c++ {
+					if mask[c] != 0 {
+						idx = append(idx, c)
+					}
+				}
+				slices.SortStableFunc(idx, func(a, c int) int {
+					if d := cmp.Compare(scores[c], scores[a]); d != 0 {
+						return d
+					}
+					return cmp.Compare(tb[c], tb[a])
+				})
+				want := make([]float32, n)
+				for _, c := range idx[:tensor.TopPCount(len(idx), p)] {
+					want[c-lo] = 1
+				}
+				if !slices.Equal(got[lo:hi], want) {
+					t.Fatalf("n=%d p=%v row %d: got %v, want %v", n, p, i, got[lo:hi], want)
 				}
 			}
 		}
