@@ -125,7 +125,9 @@ func MulRangeBF16[T ~uint16](m int, a []T, lda int, p *PackedBF16, n0, n1, k0, k
 	activeBF16().panels(m, u16(a), lda, p, n0, n1, k0, k1, c, ldc, acc)
 }
 
-func u16[T ~uint16](a []T) []uint16 { return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(a))), len(a)) }
+func u16[T ~uint16](a []T) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(a))), len(a))
+}
 
 func activeBF16() *kernelsBF16 {
 	if k := bf16Impls.Active(); k != nil {
