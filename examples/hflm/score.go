@@ -22,6 +22,11 @@ type Scores struct {
 // Score runs the model over prompt i followed by completion i for every i and scores the
 // completions' tokens. With train the activations are kept for Backward.
 func (m *Model) Score(prompts, completions [][]int32, temperature float32, train bool) (*Scores, error) {
+	return m.score(prompts, completions, temperature, train, 0)
+}
+
+// score is Score with every sequence right-padded to width tokens when width > 0 (padding.go).
+func (m *Model) score(prompts, completions [][]int32, temperature float32, train bool, width int) (*Scores, error) {
 	const op = "hflm.Model.Score"
 	if len(prompts) != len(completions) {
 		return nil, tensor.Errorf(tensor.ErrShape, op, "completions", "%d completions for %d prompts", len(completions), len(prompts))
@@ -32,6 +37,9 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 			return nil, tensor.Errorf(tensor.ErrShape, op, "prompts", "prompt %d is empty", i)
 		}
 		seqs[i] = append(append(make([]int32, 0, len(p)+len(completions[i])), p...), completions[i]...)
+	}
+	if err := m.padSeqs(seqs, width); err != nil {
+		return nil, err
 	}
 	in, err := m.packSeqs(seqs)
 	if err != nil {
@@ -60,6 +68,7 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 		return s, nil
 	}
 	hidden := m.gatherRows(a.hidden, s.rows)
+	a.hidden = nil // the backward does not read it
 	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
 	var lpv, entv []float32
 	s.lp, lpv = f32(mm)
