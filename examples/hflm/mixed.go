@@ -9,7 +9,7 @@ import (
 // mixed is bf16 mixed precision: bfloat16 copies of the float32 master weights, which the
 // passes compute with. The masters, their gradients and the optimizer's state stay float32.
 type mixed struct {
-	vecs map[string]*tensor.Tensor        // norms and biases: float32 holding bfloat16 values
+	vecs map[string]*tensor.Tensor       // norms and biases: float32 holding bfloat16 values
 	mats map[string]*tensor.PackedWeight // linear layers and the LM head: bfloat16 copies
 }
 
