@@ -249,7 +249,7 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
 	dx, _ := f32(n, d)
-	e.do(tensor.RMSNormBackward(dx, m.gradOf("model.norm.weight"), tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps, Accumulate: true}))
+	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
 	if a.ckpt != nil {
 		defer m.dropRestore(m.dropSave()) // the state after the forward, as without recomputing
 	}
@@ -267,6 +267,20 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		e.do(tensor.EmbeddingBackward(m.gradOf("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
 	}
 	return e.err
+}
+
+// traceGrad, when set (by tests), receives the rows each weight gradient of the backward sums
+// over: a projection's input and output gradient (name without ".weight"), or a norm's input
+// and output gradient (its weight's name).
+var traceGrad func(name string, x, dy *tensor.Tensor)
+
+// normBackward is RMSNormBackward with the weight gradient accumulated into name's.
+func (m *Model) normBackward(dx *tensor.Tensor, name string, in tensor.NormGrad) error {
+	if traceGrad != nil {
+		traceGrad(name, in.X, in.DY)
+	}
+	in.Accumulate = true
+	return tensor.RMSNormBackward(dx, m.gradOf(name), in)
 }
 
 // gradOf returns the gradient of the weight named (a scratch one for the norms of a frozen base).
@@ -297,7 +311,7 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
 	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
 	addTo(dh2v, tmpv)
-	e.do(tensor.RMSNormBackward(tmp, m.gradOf(ly.prefix+"post_attention_layernorm.weight"), tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps, Accumulate: true}))
+	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
 	addTo(dxv, tmpv)
 	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
 	dattn, _ := f32(n, hq, hd)
@@ -317,7 +331,7 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	addTo(dh1v, tmpv)
 	e.do(m.linearBackward(tmp, s.h1, dv, ly.v, la))
 	addTo(dh1v, tmpv)
-	e.do(tensor.RMSNormBackward(tmp, m.gradOf(ly.prefix+"input_layernorm.weight"), tensor.NormGrad{X: widen(s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps, Accumulate: true}))
+	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: widen(s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
 	addTo(dxv, tmpv)
 	return e.err
 }
@@ -337,6 +351,9 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 	dy2, err := dy.Reshape(-1, nOut)
 	if err != nil {
 		return err
+	}
+	if traceGrad != nil {
+		traceGrad(l.name, x2, dy2)
 	}
 	out := tensor.LinearGradOut{DX: dx2}
 	if m.lora == nil {

@@ -1,0 +1,327 @@
+package hflm
+
+import (
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// scaleBatch is a micro-batch of prompts and completions of different lengths (ids within the
+// test configs' vocabulary of 96) with a fixed loss gradient for each completion token.
+type scaleBatch struct {
+	prompts, comps [][]int32
+	dlp, dent      [][]float32
+}
+
+func newScaleBatch(rows, maxPrompt, maxComp int, seed uint64) scaleBatch {
+	r := rand.New(rand.NewPCG(seed, 7))
+	var b scaleBatch
+	for range rows {
+		p := make([]int32, 1+r.IntN(maxPrompt))
+		c := make([]int32, 1+r.IntN(maxComp))
+		dl, de := make([]float32, len(c)), make([]float32, len(c))
+		for i := range p {
+			p[i] = int32(r.IntN(96))
+		}
+		for i := range c {
+			c[i] = int32(r.IntN(96))
+			dl[i], de[i] = float32(r.NormFloat64()), float32(0.1*r.NormFloat64())
+		}
+		b.prompts, b.comps = append(b.prompts, p), append(b.comps, c)
+		b.dlp, b.dent = append(b.dlp, dl), append(b.dent, de)
+	}
+	return b
+}
+
+// rows returns rows [lo, hi) of the batch.
+func (b scaleBatch) rows(lo, hi int) scaleBatch {
+	return scaleBatch{b.prompts[lo:hi], b.comps[lo:hi], b.dlp[lo:hi], b.dent[lo:hi]}
+}
+
+// tokens is the prompt and completion tokens of each row.
+func (b scaleBatch) tokens(i int) int { return len(b.prompts[i]) + len(b.comps[i]) }
+
+// run scores the batch (padded to width when width > 0) with train, runs the backward of the
+// fixed gradients (entropy's when withEnt) and returns the scores.
+func (b scaleBatch) run(t *testing.T, m *Model, width int, withEnt bool) *Scores {
+	s, err := m.score(b.prompts, b.comps, 1, true, width)
+	require.NoError(t, err)
+	dent := b.dent
+	if !withEnt {
+		dent = nil
+	}
+	require.NoError(t, s.Backward(b.dlp, dent))
+	return s
+}
+
+// gradCopies returns a copy of every parameter's gradient, by name.
+func gradCopies(t *testing.T, m *Model) map[string][]float32 {
+	ps, err := m.Params()
+	require.NoError(t, err)
+	out := map[string][]float32{}
+	for _, p := range ps {
+		v, err := p.Grad.Float32s()
+		require.NoError(t, err)
+		out[p.Name] = append([]float32(nil), v...)
+	}
+	return out
+}
+
+// TestCheckpointingGradients: with activation checkpointing the parameter gradients are the
+// same bits as with the activations kept, in float32 and in bf16 mode, tied and untied, and
+// with LoRA dropout (the recomputation replays the masks; the random state after the backward
+// is the one without checkpointing).
+func TestCheckpointingGradients(t *testing.T) {
+	b := newScaleBatch(5, 7, 9, 1)
+	for _, cfg := range []string{"qwen2-untied.json", "qwen2-tied.json"} {
+		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+			for _, lora := range []bool{false, true} {
+				name := strings.TrimSuffix(cfg, ".json") + "/" + dt.String()
+				if lora {
+					name += "/lora"
+				}
+				t.Run(name, func(t *testing.T) {
+					var grads []map[string][]float32
+					var next []float64
+					for _, ckpt := range []bool{false, true} {
+						m := loadCheckpoint(t, filepath.Join("testdata", cfg), 21, "float32", 1)
+						require.NoError(t, m.SetMixedPrecision(dt))
+						if lora {
+							require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, Dropout: 0.25, TargetModules: []string{"all-linear"}, Seed: 5}))
+							// B is zero at initialisation, which would leave A's gradient zero.
+							for _, ad := range m.adapters {
+								for i := range host(ad.b) {
+									host(ad.b)[i] = 0.05 * float32(i%7-3)
+								}
+								require.NoError(t, ad.pack())
+							}
+						}
+						m.SetCheckpointing(ckpt)
+						s := b.run(t, m, 0, true)
+						if ckpt {
+							require.Nil(t, s.a.layers[0].h1, "checkpointing keeps the layers' inputs only")
+						}
+						grads = append(grads, gradCopies(t, m))
+						if lora {
+							next = append(next, m.dropRNG.Float64())
+						}
+					}
+					require.Equal(t, grads[0], grads[1])
+					if lora {
+						require.Equal(t, next[0], next[1])
+					}
+				})
+			}
+		}
+	}
+}
+
+// gammaN is γ_n = n·u/(1 − n·u), u = 2⁻²⁴: a float32 sum of n terms in any order is within
+// γ_{n−1}·Σ|terms| of the exact sum (Higham, Accuracy and Stability of Numerical Algorithms,
+// §4.2), so two orders are within 2γ·Σ|terms| of each other.
+func gammaN(n int) float64 {
+	u := math.Ldexp(1, -24)
+	return float64(n) * u / (1 - float64(n)*u)
+}
+
+// magnitudes accumulates, through traceGrad, Σ|terms| of every weight gradient the backward
+// sums: |dy|ᵀ|x| for a projection's weight, Σ|dy| for its bias, Σ|dy ⊙ x̂| for a norm.
+type magnitudes map[string][]float64
+
+func (mg magnitudes) trace(m *Model) func(name string, x, dy *tensor.Tensor) {
+	return func(name string, x, dy *tensor.Tensor) {
+		xv, dyv := host(widen(x)), host(dy)
+		k, n := x.Dim(-1), dy.Dim(-1)
+		rows := len(xv) / k
+		if strings.HasSuffix(name, "norm.weight") {
+			a := mg.get(name, k)
+			for i := range rows {
+				ms := 0.0
+				for _, v := range xv[i*k : (i+1)*k] {
+					ms += float64(v) * float64(v)
+				}
+				r := 1 / math.Sqrt(ms/float64(k)+m.Config.RMSNormEps)
+				for j := range k {
+					a[j] += math.Abs(float64(dyv[i*k+j]) * float64(xv[i*k+j]) * r)
+				}
+			}
+			return
+		}
+		w, bias := mg.get(name+".weight", n*k), mg.get(name+".bias", n)
+		for i := range rows {
+			for o := range n {
+				g := math.Abs(float64(dyv[i*n+o]))
+				bias[o] += g
+				if g == 0 {
+					continue
+				}
+				for j, v := range xv[i*k : (i+1)*k] {
+					w[o*k+j] += g * math.Abs(float64(v))
+				}
+			}
+		}
+	}
+}
+
+func (mg magnitudes) get(name string, n int) []float64 {
+	if mg[name] == nil {
+		mg[name] = make([]float64, n)
+	}
+	return mg[name]
+}
+
+// addHead adds the LM head's |terms| bound for scores s with log-prob gradients dlp (no entropy
+// gradient, temperature 1): d logp / d z_v = [v = y] − p_v, so |dz_v| ≤ 2|dlp| and the weight
+// gradient's terms are bounded by 2|dlp_i|·|h_i|.
+func (mg magnitudes) addHead(s *Scores, dlp [][]float32) {
+	h := host(widen(s.lmIn.Hidden))
+	d := s.lmIn.Hidden.Dim(1)
+	a := mg.get("lm_head.weight", d) // one row of the bound: the same for every vocabulary row
+	i := 0
+	for _, r := range dlp {
+		for _, g := range r {
+			for j, v := range h[i*d : (i+1)*d] {
+				a[j] += 2 * math.Abs(float64(g)) * math.Abs(float64(v))
+			}
+			i++
+		}
+	}
+}
+
+// requireWithin checks |got − want| ≤ 2γ_n·bound elementwise (bound per element, or one row
+// repeated for the LM head), with names missing from the bounds required bit-identical.
+func requireWithin(t *testing.T, want, got map[string][]float32, bounds magnitudes, n int) {
+	g2 := 2 * gammaN(n)
+	for name, w := range want {
+		b := bounds[name]
+		if b == nil {
+			require.Equal(t, w, got[name], name)
+			continue
+		}
+		for i, v := range w {
+			lim := g2 * b[i%len(b)]
+			require.LessOrEqual(t, math.Abs(float64(got[name][i])-float64(v)), lim, "%s[%d]: %v vs %v", name, i, got[name][i], v)
+		}
+	}
+}
+
+// TestPaddedEqualsPacked: right-padding every sequence to the longest prompt plus T gives the
+// same log-probs and entropies bit for bit, and the same gradients except the projections'
+// weights, whose float32 sums over tokens regroup into internal/gemm's blocks of 128 rows:
+// those are within 2γ_n·Σ|terms| (n bounds the terms and block sums of a chain). Up to 128
+// padded rows there is one block and they too are the same bits.
+func TestPaddedEqualsPacked(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		rows, maxP, t  int
+		blockIdentical bool
+		cfg            string
+		dt             tensor.DType
+	}{
+		{"one-block", 4, 6, 20, true, "qwen2-untied.json", tensor.Float32},
+		{"blocks", 9, 12, 40, false, "qwen2-untied.json", tensor.Float32},
+		{"blocks-tied-bf16", 9, 12, 40, false, "qwen2-tied.json", tensor.BFloat16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newScaleBatch(c.rows, c.maxP, c.t/3, 3) // short answers in T columns
+			width := padWidth(b.prompts, c.t)
+			var grads []map[string][]float32
+			var lps [][][]float32
+			bounds := magnitudes{}
+			for _, w := range []int{0, width} {
+				m := loadCheckpoint(t, filepath.Join("testdata", c.cfg), 21, "float32", 1)
+				require.NoError(t, m.SetMixedPrecision(c.dt))
+				if w > 0 {
+					traceGrad = bounds.trace(m)
+				}
+				s := b.run(t, m, w, true)
+				traceGrad = nil
+				lps = append(lps, s.LogProbs, s.Entropy)
+				grads = append(grads, gradCopies(t, m))
+			}
+			require.Equal(t, lps[0], lps[2], "log-probs")
+			require.Equal(t, lps[1], lps[3], "entropies")
+			rows := c.rows * width
+			if c.blockIdentical {
+				require.LessOrEqual(t, rows, 128)
+				require.Equal(t, grads[0], grads[1])
+				return
+			}
+			require.Greater(t, rows, 128)
+			// Only the projections' weights regroup; their biases and the norms sum row by row.
+			for name := range bounds {
+				if !strings.HasSuffix(name, "proj.weight") {
+					delete(bounds, name)
+				}
+			}
+			requireWithin(t, grads[0], grads[1], bounds, 2*rows+16)
+			diff := 0
+			for name, g := range grads[0] {
+				for i := range g {
+					if g[i] != grads[1][name][i] {
+						diff++
+					}
+				}
+			}
+			t.Logf("%d padded rows (%d real): %d gradient values differ in the last bits", rows, sumTokens(b), diff)
+		})
+	}
+}
+
+func sumTokens(b scaleBatch) int {
+	n := 0
+	for i := range b.prompts {
+		n += b.tokens(i)
+	}
+	return n
+}
+
+// TestTokenBudgetMicroBatches: accumulating the gradient over micro-batches built by a token
+// budget (loop.Config.MicroBatchTokens' rule) gives the fixed split's total gradient within
+// 2γ_n·Σ|terms| per value (every sum over tokens regroups; the embeddings' rows are added in
+// row order either way: the same bits). The loss gradient is per token of the mini-batch, so
+// it does not depend on the split.
+func TestTokenBudgetMicroBatches(t *testing.T) {
+	b := newScaleBatch(12, 10, 14, 4)
+	budget := 40
+	var splits [][][2]int
+	var fixed [][2]int
+	for lo := 0; lo < len(b.prompts); lo += 4 {
+		fixed = append(fixed, [2]int{lo, lo + 4})
+	}
+	var byTokens [][2]int
+	start, n := 0, 0
+	for i := range b.prompts {
+		if i > start && n+b.tokens(i) > budget {
+			byTokens, start, n = append(byTokens, [2]int{start, i}), i, 0
+		}
+		n += b.tokens(i)
+	}
+	byTokens = append(byTokens, [2]int{start, len(b.prompts)})
+	splits = append(splits, fixed, byTokens)
+	require.NotEqual(t, len(fixed), len(byTokens))
+	var grads []map[string][]float32
+	bounds := magnitudes{}
+	for k, split := range splits {
+		m := loadCheckpoint(t, filepath.Join("testdata", "qwen2-untied.json"), 21, "float32", 1)
+		if k == 0 {
+			traceGrad = bounds.trace(m)
+		}
+		for _, r := range split {
+			mb := b.rows(r[0], r[1])
+			s := mb.run(t, m, 0, false)
+			if k == 0 {
+				bounds.addHead(s, mb.dlp)
+			}
+		}
+		traceGrad = nil
+		grads = append(grads, gradCopies(t, m))
+	}
+	requireWithin(t, grads[0], grads[1], bounds, 2*sumTokens(b)+16)
+}
