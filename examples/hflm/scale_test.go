@@ -325,3 +325,108 @@ func TestTokenBudgetMicroBatches(t *testing.T) {
 	}
 	requireWithin(t, grads[0], grads[1], bounds, 2*sumTokens(b)+16)
 }
+
+// bf16Roundings is how many tensors bf16 mode rounds on a token's path through a model of
+// layers decoder layers: the embedding and the final norm, and per layer the input norm, q, k
+// and v before and after RoPE (q and k), the attention, the output projection, the residual,
+// the second norm, gate, up, SwiGLU, the down projection and the residual.
+func bf16Roundings(layers int) int { return 2 + 15*layers }
+
+// TestMixedPrecisionBF16 checks what bf16 mode computes with and keeps: the weights are the
+// masters rounded to bfloat16 (after an optimizer step too, the masters keeping the float32
+// update below bfloat16's resolution), the kept activations are bfloat16, the gradients
+// float32; and its log-probs and gradients against float32's within the error of R = 2 + 15L
+// independent bfloat16 roundings (relative error at most u = 2⁻⁸ each) accumulating as √R:
+// |Δ log p| ≤ √R·u·max|log p| per token, and ‖Δg‖ ≤ 2√R·u·‖g‖ per parameter (the gradient
+// reads each rounded activation twice, in the forward and in the backward).
+func TestMixedPrecisionBF16(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	b := newScaleBatch(6, 8, 10, 9)
+	for _, cfg := range []string{"qwen2-untied.json", "qwen2-tied.json", "llama-linear.json"} {
+		t.Run(strings.TrimSuffix(cfg, ".json"), func(t *testing.T) {
+			var lps [][][]float32
+			var grads []map[string][]float32
+			var bf *Model
+			for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+				m := loadCheckpoint(t, filepath.Join("testdata", cfg), 21, "float32", 1)
+				require.NoError(t, m.SetMixedPrecision(dt))
+				require.Equal(t, dt, m.MixedPrecision())
+				s := b.run(t, m, 0, true)
+				require.Equal(t, dt, s.a.layers[0].h1.DType(), "kept activations")
+				require.Equal(t, dt, s.a.layers[0].act.DType(), "kept activations")
+				lps = append(lps, s.LogProbs)
+				grads = append(grads, gradCopies(t, m))
+				bf = m
+			}
+			sqrtR := math.Sqrt(float64(bf16Roundings(bf.Config.NumHiddenLayers)))
+			worst, top := 0.0, 0.0
+			for i := range lps[0] {
+				for j := range lps[0][i] {
+					worst = math.Max(worst, math.Abs(float64(lps[0][i][j]-lps[1][i][j])))
+					top = math.Max(top, math.Abs(float64(lps[0][i][j])))
+				}
+			}
+			require.Greater(t, worst, 0.0, "bf16 mode rounds")
+			require.LessOrEqual(t, worst, sqrtR*u*top)
+			t.Logf("max |Δ log p| = %.3g = %.2f·u·max|log p| (bound √R = %.2f)", worst, worst/(u*top), sqrtR)
+			for name, g := range grads[0] {
+				var dn, gn float64
+				for i, v := range g {
+					d := float64(grads[1][name][i]) - float64(v)
+					dn, gn = dn+d*d, gn+float64(v)*float64(v)
+				}
+				require.LessOrEqual(t, math.Sqrt(dn), 2*sqrtR*u*math.Sqrt(gn), name)
+			}
+
+			// The weights computed with are the masters rounded; a step below bfloat16's
+			// resolution moves the float32 masters, and the copies follow their rounding.
+			requireRounded := func() {
+				for name, w := range bf.mp.mats {
+					got, _ := w.Weight().BF16s()
+					for i, v := range host(bf.byName[name].value) {
+						require.Equal(t, tensor.BF16FromFloat32(v), got[i], name)
+					}
+				}
+				for name, w := range bf.mp.vecs {
+					for i, v := range host(bf.byName[name].value) {
+						require.Equal(t, tensor.BF16FromFloat32(v).Float32(), host(w)[i], name)
+					}
+				}
+			}
+			requireRounded()
+			opt, _, err := bf.Training(0)
+			require.NoError(t, err)
+			before := append([]float32(nil), host(bf.params[1].value)...)
+			_, err = opt.Step(1e-5, 0)
+			require.NoError(t, err)
+			moved := 0
+			for i, v := range host(bf.params[1].value) {
+				if v != before[i] {
+					moved++
+				}
+			}
+			require.Greater(t, moved, len(before)/2, "the float32 masters take the update")
+			requireRounded()
+		})
+	}
+}
+
+// TestMixedPrecisionCurve trains the same model from the same seed in float32 and in bf16 mode
+// (GRPO through tprl/loop, as TestPolicyLearns): both learn, and the logged curves are the
+// comparison in docs/2026-11-memory.md.
+func TestMixedPrecisionCurve(t *testing.T) {
+	cfgFile := filepath.Join("testdata", "qwen2-untied.json")
+	var curves [][]map[string]float64
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		m := loadCheckpoint(t, cfgFile, 21, "float32", 1)
+		ref := loadCheckpoint(t, cfgFile, 21, "float32", 1)
+		require.NoError(t, m.SetMixedPrecision(dt))
+		require.NoError(t, ref.SetMixedPrecision(dt))
+		curves = append(curves, trainSeven(t, m, &Policy[testPrompt]{Model: ref, Prompt: func(p testPrompt) []int32 { return p }}, 12, 3e-2))
+	}
+	for i := range curves[0] {
+		f, h := curves[0][i], curves[1][i]
+		t.Logf("step %2d  reward fp32 %.3f bf16 %.3f  kl_loss fp32 %.5f bf16 %.5f  grad_norm fp32 %.4f bf16 %.4f",
+			i+1, f["reward/seven"], h["reward/seven"], f["actor/kl_loss"], h["actor/kl_loss"], f["actor/grad_norm"], h["actor/grad_norm"])
+	}
+}
