@@ -264,14 +264,17 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		e.do(m.layerBackward(l, s, la, dx))
 	}
 	if m.lora == nil {
+		if traceGrad != nil {
+			traceGrad("model.embed_tokens.weight", a.in.ids, dx)
+		}
 		e.do(tensor.EmbeddingBackward(m.gradOf("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
 	}
 	return e.err
 }
 
 // traceGrad, when set (by tests), receives the rows each weight gradient of the backward sums
-// over: a projection's input and output gradient (name without ".weight"), or a norm's input
-// and output gradient (its weight's name).
+// over: a projection's input and output gradient (name without ".weight"), a norm's input and
+// output gradient, or the embeddings' ids and output gradient (by their weight's name).
 var traceGrad func(name string, x, dy *tensor.Tensor)
 
 // normBackward is RMSNormBackward with the weight gradient accumulated into name's.

@@ -13,31 +13,30 @@ import (
 // bits and the parameter gradients differ only in how the float32 sums over tokens group into
 // internal/gemm's blocks of 128 rows (the zeros of the padding shift the block boundaries).
 
-// padWidth is the padded length of a micro-batch: its longest prompt plus t response columns.
-func padWidth(prompts [][]int32, t int) int {
+// padSeqs right-pads every sequence to the longest prompt plus padT tokens with the padding id
+// and returns how many positions of each row are scored (padT each; nil when padT is 0: no
+// padding). Like a padded trainer's [B, T] response block, the padding's positions after a
+// completion are scored too, with zero loss gradient.
+func (m *Model) padSeqs(seqs, prompts, completions [][]int32, padT int) ([]int, error) {
+	if padT <= 0 {
+		return nil, nil
+	}
 	longest := 0
 	for _, p := range prompts {
 		longest = max(longest, len(p))
 	}
-	return longest + t
-}
-
-// padSeqs right-pads every sequence to width tokens with the padding id (width 0: none).
-func (m *Model) padSeqs(seqs [][]int32, width int) error {
-	if width <= 0 {
-		return nil
-	}
-	pad := m.padID()
+	width, pad := longest+padT, m.padID()
+	cols := make([]int, len(seqs))
 	for i, s := range seqs {
-		if len(s) > width {
-			return tensor.Errorf(tensor.ErrShape, "hflm.Model.Score", "tokens", "sequence %d has %d tokens, more than the padded width %d", i, len(s), width)
+		if len(completions[i]) > padT {
+			return nil, tensor.Errorf(tensor.ErrShape, "hflm.Model.Score", "completions", "completion %d has %d tokens, more than the %d padded columns", i, len(completions[i]), padT)
 		}
 		for len(s) < width {
 			s = append(s, pad)
 		}
-		seqs[i] = s
+		seqs[i], cols[i] = s, padT
 	}
-	return nil
+	return cols, nil
 }
 
 // padID is the config's pad_token_id, else 0 (any id serves: nothing reads the padding's
@@ -47,6 +46,14 @@ func (m *Model) padID() int32 {
 		return int32(*p)
 	}
 	return 0
+}
+
+// scored is how many positions of row i the LM head scores.
+func (s *Scores) scored(i int) int {
+	if s.cols != nil {
+		return s.cols[i]
+	}
+	return len(s.LogProbs[i])
 }
 
 // RowTokens implements loop.TokenCounter: the row's prompt and completion tokens (at most b.T

@@ -81,11 +81,11 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 		comps[i] = c[:min(len(c), b.T)]
 	}
 	prompts := p.prompts(b.Prompts[lo:hi])
-	width := 0
+	padT := 0
 	if p.Padded {
-		width = padWidth(prompts, b.T)
+		padT = b.T
 	}
-	s, err := p.Model.score(prompts, comps, b.Temperature, train, width)
+	s, err := p.Model.score(prompts, comps, b.Temperature, train, padT)
 	if err != nil {
 		return nil, err
 	}

@@ -47,10 +47,10 @@ func (b scaleBatch) rows(lo, hi int) scaleBatch {
 // tokens is the prompt and completion tokens of each row.
 func (b scaleBatch) tokens(i int) int { return len(b.prompts[i]) + len(b.comps[i]) }
 
-// run scores the batch (padded to width when width > 0) with train, runs the backward of the
-// fixed gradients (entropy's when withEnt) and returns the scores.
-func (b scaleBatch) run(t *testing.T, m *Model, width int, withEnt bool) *Scores {
-	s, err := m.score(b.prompts, b.comps, 1, true, width)
+// run scores the batch (padded to padT response columns when padT > 0) with train, runs the
+// backward of the fixed gradients (entropy's when withEnt) and returns the scores.
+func (b scaleBatch) run(t *testing.T, m *Model, padT int, withEnt bool) *Scores {
+	s, err := m.score(b.prompts, b.comps, 1, true, padT)
 	require.NoError(t, err)
 	dent := b.dent
 	if !withEnt {
@@ -136,6 +136,16 @@ type magnitudes map[string][]float64
 
 func (mg magnitudes) trace(m *Model) func(name string, x, dy *tensor.Tensor) {
 	return func(name string, x, dy *tensor.Tensor) {
+		if ids, err := x.Int32s(); err == nil { // the embeddings: a scatter of dy's rows
+			d := dy.Dim(-1)
+			a := mg.get(name, m.Config.VocabSize*d)
+			for i, id := range ids {
+				for j, g := range host(dy)[i*d : (i+1)*d] {
+					a[int(id)*d+j] += math.Abs(float64(g))
+				}
+			}
+			return
+		}
 		xv, dyv := host(widen(x)), host(dy)
 		k, n := x.Dim(-1), dy.Dim(-1)
 		rows := len(xv) / k
@@ -176,26 +186,42 @@ func (mg magnitudes) get(name string, n int) []float64 {
 	return mg[name]
 }
 
-// addHead adds the LM head's |terms| bound for scores s with log-prob gradients dlp (no entropy
-// gradient, temperature 1): d logp / d z_v = [v = y] − p_v, so |dz_v| ≤ 2|dlp| and the weight
-// gradient's terms are bounded by 2|dlp_i|·|h_i|.
-func (mg magnitudes) addHead(s *Scores, dlp [][]float32) {
+// addHead adds the LM head's |terms| bound for scores s with loss gradients dlp and dent
+// (ragged as s.LogProbs; nil: zero) at temperature 1: d log p_y / d z_v = [v = y] − p_v and
+// d H / d z_v = −p_v(log p_v + H), so |dz_v| ≤ 2|dlp| + |dent|·(1/e + log V) and the weight
+// gradient's terms are bounded by that times |h|. Positions past a row's gradients (the
+// padding) have none.
+func (mg magnitudes) addHead(m *Model, s *Scores, dlp, dent [][]float32) {
+	name := "lm_head.weight"
+	if m.Config.TieWordEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
 	h := host(widen(s.lmIn.Hidden))
-	d := s.lmIn.Hidden.Dim(1)
-	a := mg.get("lm_head.weight", d) // one row of the bound: the same for every vocabulary row
-	i := 0
-	for _, r := range dlp {
-		for _, g := range r {
-			for j, v := range h[i*d : (i+1)*d] {
-				a[j] += 2 * math.Abs(float64(g)) * math.Abs(float64(v))
+	d, v := s.lmIn.Hidden.Dim(1), m.Config.VocabSize
+	a := mg.get(name, v*d)
+	entMax := 1/math.E + math.Log(float64(v))
+	k := 0
+	for i := range s.LogProbs {
+		for t := range s.scored(i) {
+			c := 0.0
+			if t < len(s.LogProbs[i]) {
+				c = 2 * math.Abs(float64(dlp[i][t]))
+				if dent != nil {
+					c += math.Abs(float64(dent[i][t])) * entMax
+				}
 			}
-			i++
+			for j, x := range h[k*d : (k+1)*d] {
+				for r := range v {
+					a[r*d+j] += c * math.Abs(float64(x))
+				}
+			}
+			k++
 		}
 	}
 }
 
-// requireWithin checks |got − want| ≤ 2γ_n·bound elementwise (bound per element, or one row
-// repeated for the LM head), with names missing from the bounds required bit-identical.
+// requireWithin checks |got − want| ≤ 2γ_n·bound elementwise, with names missing from the
+// bounds required bit-identical.
 func requireWithin(t *testing.T, want, got map[string][]float32, bounds magnitudes, n int) {
 	g2 := 2 * gammaN(n)
 	for name, w := range want {
@@ -205,17 +231,18 @@ func requireWithin(t *testing.T, want, got map[string][]float32, bounds magnitud
 			continue
 		}
 		for i, v := range w {
-			lim := g2 * b[i%len(b)]
+			lim := g2 * b[i]
 			require.LessOrEqual(t, math.Abs(float64(got[name][i])-float64(v)), lim, "%s[%d]: %v vs %v", name, i, got[name][i], v)
 		}
 	}
 }
 
-// TestPaddedEqualsPacked: right-padding every sequence to the longest prompt plus T gives the
-// same log-probs and entropies bit for bit, and the same gradients except the projections'
-// weights, whose float32 sums over tokens regroup into internal/gemm's blocks of 128 rows:
-// those are within 2γ_n·Σ|terms| (n bounds the terms and block sums of a chain). Up to 128
-// padded rows there is one block and they too are the same bits.
+// TestPaddedEqualsPacked: right-padding every sequence to the longest prompt plus T (the LM
+// head scoring all T response positions, the padding's with zero gradient) gives the same
+// log-probs and entropies bit for bit, and the same gradients except the projections' and the
+// LM head's weights, whose float32 sums over tokens regroup (internal/gemm's blocks of 128
+// rows, the head's row chunks): those are within 2γ_n·Σ|terms| (n bounds the terms and block
+// sums of a chain). With few enough rows there is one block and they too are the same bits.
 func TestPaddedEqualsPacked(t *testing.T) {
 	for _, c := range []struct {
 		name           string
@@ -230,11 +257,15 @@ func TestPaddedEqualsPacked(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := newScaleBatch(c.rows, c.maxP, c.t/3, 3) // short answers in T columns
-			width := padWidth(b.prompts, c.t)
+			longest := 0
+			for _, p := range b.prompts {
+				longest = max(longest, len(p))
+			}
+			width := longest + c.t
 			var grads []map[string][]float32
 			var lps [][][]float32
 			bounds := magnitudes{}
-			for _, w := range []int{0, width} {
+			for _, w := range []int{0, c.t} {
 				m := loadCheckpoint(t, filepath.Join("testdata", c.cfg), 21, "float32", 1)
 				require.NoError(t, m.SetMixedPrecision(c.dt))
 				if w > 0 {
@@ -242,6 +273,9 @@ func TestPaddedEqualsPacked(t *testing.T) {
 				}
 				s := b.run(t, m, w, true)
 				traceGrad = nil
+				if w > 0 {
+					bounds.addHead(m, s, b.dlp, b.dent)
+				}
 				lps = append(lps, s.LogProbs, s.Entropy)
 				grads = append(grads, gradCopies(t, m))
 			}
@@ -254,9 +288,11 @@ func TestPaddedEqualsPacked(t *testing.T) {
 				return
 			}
 			require.Greater(t, rows, 128)
-			// Only the projections' weights regroup; their biases and the norms sum row by row.
+			// Only the projections' and the LM head's weights regroup (the head scores the
+			// padding's positions too); biases, norms and embedding rows sum row by row.
 			for name := range bounds {
-				if !strings.HasSuffix(name, "proj.weight") {
+				head := name == "lm_head.weight" || (name == "model.embed_tokens.weight" && strings.Contains(c.cfg, "tied"))
+				if !strings.HasSuffix(name, "proj.weight") && !head {
 					delete(bounds, name)
 				}
 			}
@@ -317,7 +353,7 @@ func TestTokenBudgetMicroBatches(t *testing.T) {
 			mb := b.rows(r[0], r[1])
 			s := mb.run(t, m, 0, false)
 			if k == 0 {
-				bounds.addHead(s, mb.dlp)
+				bounds.addHead(m, s, mb.dlp, nil)
 			}
 		}
 		traceGrad = nil
