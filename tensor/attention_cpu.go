@@ -391,7 +391,8 @@ func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse
 		parallel.For(nb, 1, func(lo, hi int) {
 			wb := getF32(2 * attnKeys * attnBwdRows)
 			defer putF32(wb)
-			for ib := lo; ib < hi; ib++ {
+			for i := lo; i < hi; i++ {
+				ib := nb - 1 - i // last blocks first: under a causal mask they see the most keys
 				u := p.unitOf(p.bOff, ib)
 				for jp := range p.kOff[u+1] - p.kOff[u] {
 					tile(*wb, u, jp, ib, false, true)
