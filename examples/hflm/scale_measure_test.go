@@ -22,8 +22,9 @@ import (
 // HFLM_BENCH_LAYERS layers (bench05B). They are off by default (minutes, gigabytes):
 //
 //	HFLM_SCALE=kept     activation bytes a training pass keeps, per mode (exact counts)
-//	HFLM_SCALE=rss:CFG  one training step in this process, then its peak RSS (one process per
-//	                    CFG: comma-separated fp32|bf16, ckpt, padded, budget=N)
+//	HFLM_SCALE=rss:CFG  two training steps in this process, then the second's peak RSS (one
+//	                    process per CFG: comma-separated fp32|bf16, ckpt, padded, budget=N;
+//	                    run with a low GOGC so that the peak is live memory, not garbage)
 //	HFLM_SCALE=time     padded / packed step time per CPU-second, interleaved
 
 // measureBatch is rows (HFLM_SCALE_ROWS, default 4) prompts of 64–128 tokens with short answers (16–96 tokens) in T = 512
@@ -174,7 +175,12 @@ func TestMeasureScale(t *testing.T) {
 		require.NoError(t, err)
 		opt, _, err := m.Training(0)
 		require.NoError(t, err)
-		require.NoError(t, m.SetMixedPrecision(md.dt)) // the bfloat16 copies exist before the step
+		// A first step allocates what every step reuses (AdamW's moments, the weights'
+		// transposed panels); the second is measured.
+		md.step(t, m, prompts, comps, dlp, true)
+		_, err = opt.Step(1e-6, 1)
+		require.NoError(t, err)
+		m.ZeroGrads()
 		runtime.GC()
 		debug.FreeOSMemory()
 		before := vmKiB(t, "VmRSS")
