@@ -211,11 +211,8 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 // with the right last dimensions' product (the heads of q, k and v are views). a is the
 // forward's activations (nil in decoding).
 func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
-	xin := x
-	if m.mp != nil { // bfloat16 inputs: the GEMM runs on bfloat16 pairs (mixed.go)
-		xin = m.store(x)
-	}
-	if err := linearInto(y, xin, l); err != nil {
+	// In bf16 mode the input is bfloat16: the GEMM runs on bfloat16 pairs (mixed.go).
+	if err := linearInto(y, m.store(x), l); err != nil {
 		return err
 	}
 	if ad := m.adapterOf(l); ad != nil {
