@@ -183,13 +183,23 @@ func TestMeasureScale(t *testing.T) {
 		m.ZeroGrads()
 		runtime.GC()
 		debug.FreeOSMemory()
+		mib := func(kib int64) float64 { return float64(kib) / 1024 }
+		resetPeak := func() { // VmHWM := VmRSS
+			require.NoError(t, os.WriteFile("/proc/self/clear_refs", []byte("5"), 0))
+		}
 		before := vmKiB(t, "VmRSS")
-		require.NoError(t, os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)) // reset VmHWM
+		resetPeak()
 		md.step(t, m, prompts, comps, dlp, true)
+		pass := vmKiB(t, "VmHWM")
+		runtime.GC()
+		debug.FreeOSMemory()
+		beforeOpt := vmKiB(t, "VmRSS")
+		resetPeak()
 		_, err = opt.Step(1e-6, 1)
 		require.NoError(t, err)
-		peak := vmKiB(t, "VmHWM")
-		t.Logf("rss %-24s before the step %7.1f MiB, peak during it %7.1f MiB (+%.1f)", md.name, float64(before)/1024, float64(peak)/1024, float64(peak-before)/1024)
+		step := vmKiB(t, "VmHWM")
+		t.Logf("rss %-22s before %7.1f MiB; forward+backward peak %7.1f (+%.1f); AdamW and repack peak %7.1f (+%.1f over %.1f)",
+			md.name, mib(before), mib(pass), mib(pass-before), mib(step), mib(step-beforeOpt), mib(beforeOpt))
 	case what == "time":
 		modes := []string{"fp32", "fp32,padded"}
 		if extra := os.Getenv("HFLM_SCALE_MODES"); extra != "" {
