@@ -33,6 +33,7 @@ type Model struct {
 	adapters  []*adapter
 	loraOff   bool
 	dropRNG   *rand.Rand
+	dropSrc   *rand.PCG // dropRNG's source, whose state a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
 }
 

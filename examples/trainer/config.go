@@ -188,6 +188,20 @@ type ActorConfig struct {
 	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding, the other
 	// keys are accepted and ignored.
 	FSDP FSDPConfig `yaml:"fsdp" json:"fsdp"`
+	// Checkpoint is how a model_path run exports its model in Hugging Face's layout.
+	Checkpoint ExportConfig `yaml:"checkpoint" json:"checkpoint"`
+}
+
+// ExportConfig is the model_path export (the run directory's hf/ and each checkpoint's): the
+// weights' dtype and shard size, as transformers' save_pretrained takes them.
+type ExportConfig struct {
+	// TorchDType is float32, bfloat16 or float16; empty: model_path's own torch_dtype
+	// (config.json), float32 when it has none.
+	TorchDType string `yaml:"torch_dtype" json:"torch_dtype"`
+	// MaxShardSize is the largest weights file ("5GB", "500MB", "2GiB" or a byte count): the
+	// weights go into model-0000i-of-0000K.safetensors files of at most this size with
+	// model.safetensors.index.json, or model.safetensors when they fit in one.
+	MaxShardSize string `yaml:"max_shard_size" json:"max_shard_size"`
 }
 
 // FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
@@ -244,6 +258,9 @@ type ModelConfig struct {
 	// its tokenizer and chat template: the policy is that model, on text prompts. Empty: the
 	// built-in vision-language model above.
 	ModelPath string `yaml:"model_path" json:"model_path"`
+	// TokenizerPath is the directory of model_path's tokenizer and chat template when they are
+	// not beside its weights (EasyR1's tokenizer_path); empty: model_path.
+	TokenizerPath string `yaml:"tokenizer_path" json:"tokenizer_path"`
 	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
 	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
 	// TargetModules (q_proj … down_proj, or all-linear).
@@ -368,7 +385,6 @@ var ignored = map[string]string{
 	"worker.actor.dynamic_batching":                    "micro-batches have a fixed number of rows",
 	"worker.actor.use_torch_compile":                   "no PyTorch",
 	"worker.actor.ulysses_sequence_parallel_size":      "no sequence parallelism",
-	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
 	"worker.actor.model.enable_gradient_checkpointing": "activations are kept; the model is small",
 	"worker.actor.model.trust_remote_code":             "no remote code",
 	"worker.actor.model.freeze_vision_tower":           "the whole model trains",
@@ -963,7 +979,7 @@ func (c Config) Validate() error {
 	if t.FindLastCheckpoint && t.RunDir == "" && t.ExperimentName == "" && t.LoadCheckpointPath == "" {
 		return keyErr("training.find_last_checkpoint", "is true but training.run_dir, experiment_name and load_checkpoint_path are empty: name the run directory to resume")
 	}
-	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint {
+	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint && a.Model.ModelPath == "" {
 		return keyErr("training.val_only", "is true but neither training.load_checkpoint_path nor training.find_last_checkpoint names the weights to validate")
 	}
 	for _, l := range t.Logger {

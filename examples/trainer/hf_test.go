@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,15 +34,16 @@ func tinyHF(t *testing.T) string {
 	return dir
 }
 
-// hfOverrides is a run of a few seconds: 2 prompts × 2 samples of 8 tokens per step. The
-// entropy penalty gives the adapters a gradient even when every reward of the random model is
-// 0 (no group-relative signal), so the trained adapter is never the initial B = 0.
+// hfOverrides is a run of a few seconds: 2 prompts × 2 samples of 8 tokens per step, no
+// validation. The entropy penalty gives the adapters a gradient even when every reward of the
+// random model is 0 (no group-relative signal), so the trained adapter is never the initial
+// B = 0.
 func hfOverrides(model, run string, extra ...string) []string {
 	return append([]string{"worker.actor.model.model_path=" + model, "training.run_dir=" + run,
 		"training.steps=2", "dataset.rollout_batch_size=2", "worker.actor.global_batch_size=2", "worker.rollout.n=2",
 		"worker.actor.micro_batch_size_per_device_for_update=4", "dataset.max_response_length=8",
 		"dataset.train_size=16", "optimization.use_entropy_penalty=true", "optimization.entropy_penalty_coef=0.1",
-		"worker.actor.optim.lr=0.01", "training.progress=false"}, extra...)
+		"worker.actor.optim.lr=0.01", "training.progress=false", "dataset.val_size=0"}, extra...)
 }
 
 func logitsOf(t *testing.T, m *hflm.Model, ids []int32) []float32 {
@@ -148,8 +150,9 @@ func TestModelPathRefusals(t *testing.T) {
 		{"optimization.enable_trajectory_reweighting=true", "optimization.enable_trajectory_reweighting"},
 		{"training.sft_steps=10", "training.sft_steps"},
 		{"optimization.advantage_estimator=gae", "optimization.advantage_estimator"},
-		{"training.load_checkpoint_path=x", "training.load_checkpoint_path"},
-		{"dataset.val_files=v.jsonl", "dataset.val_files"},
+		{"worker.actor.model.tokenizer_path=/nonexistent", "worker.actor.model.tokenizer_path"},
+		{"worker.actor.checkpoint.torch_dtype=int8", "worker.actor.checkpoint.torch_dtype"},
+		{"worker.actor.checkpoint.max_shard_size=5XB", "worker.actor.checkpoint.max_shard_size"},
 		{"worker.actor.model.lora_rank=-1", "worker.actor.model.lora_rank"},
 	} {
 		cfg, err := LoadConfig("", []string{"worker.actor.model.model_path=" + model, c.set})
@@ -257,4 +260,105 @@ func TestTextRowsAndRewards(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, answersEqual(extractAnswer(c.text), c.answer), "%q vs %q", c.text, c.answer)
 	}
+}
+
+// TestModelPathResume: 4 steps in one run equal 2 steps, a resume and 2 more, bit for bit
+// (metrics but wall times, the trained weights, the optimizer's moments and the export): with
+// LoRA and dropout (its random state is in the checkpoint) stopped by the budget, and with full
+// fine-tuning stopped by an interrupt (what SIGINT does) after step 2. Shuffled epochs of 3
+// steps, the adaptive divergence controller and validation every 2 steps make the state to
+// restore non-trivial.
+func TestModelPathResume(t *testing.T) {
+	model := tinyHF(t)
+	common := []string{"training.steps=4", "dataset.train_size=6", "dataset.shuffle=true", "optimization.divergence_type=adaptive",
+		"optimization.divergence_target=0.001", "dataset.val_size=2", "training.val_freq=2", "training.save_freq=0"}
+	for _, c := range []struct {
+		name      string
+		extra     []string
+		interrupt bool
+	}{
+		{"lora-dropout", []string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_dropout=0.3"}, false},
+		{"full", nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+			runHFTest(t, context.Background(), hfOverrides(model, a, append(common, c.extra...)...))
+			if c.interrupt {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				testAfterStep = func(step int) {
+					if step == 2 {
+						cancel()
+					}
+				}
+				cfg, err := LoadConfig("", hfOverrides(model, b, append(common, c.extra...)...))
+				require.NoError(t, err)
+				var out, errb bytes.Buffer
+				sum, err := Run(ctx, cfg, &out, &errb)
+				testAfterStep = nil
+				require.ErrorIs(t, err, ErrInterrupted)
+				assert.Equal(t, 2, sum.Steps)
+				require.FileExists(t, filepath.Join(b, "checkpoints/global_step_2/model.safetensors"))
+				require.Contains(t, errb.String(), "go run ./examples/trainer -config "+filepath.Join(b, "config.yaml")+" training.find_last_checkpoint=true")
+				require.DirExists(t, filepath.Join(b, hfExportDir), "the interrupted run exports what it trained")
+				// The printed command, in process.
+				cfg, err = LoadConfig(filepath.Join(b, "config.yaml"), []string{"training.find_last_checkpoint=true"})
+				require.NoError(t, err)
+				runHFCfg(t, context.Background(), cfg)
+			} else {
+				runHFTest(t, context.Background(), hfOverrides(model, b, append(append(common, c.extra...), "training.steps=2")...))
+				ok, err := verifyCheckpoint(filepath.Join(b, "checkpoints/global_step_2"))
+				require.NoError(t, err)
+				require.True(t, ok, "the checkpoint has a manifest")
+				runHFTest(t, context.Background(), hfOverrides(model, b, append(common, append(c.extra, "training.find_last_checkpoint=true")...)...))
+			}
+			sameRun(t, a, b, 4)
+			lines, err := ReadMetrics(filepath.Join(a, "metrics.jsonl"))
+			require.NoError(t, err)
+			require.Len(t, lines, 5) // validation before training, then 4 steps
+			for step, l := range lines {
+				assert.Equal(t, step%2 == 0, l.Metrics["val/reward_score"] != nil, "step %d validates: %v", step, step%2 == 0)
+			}
+			assert.NotEqual(t, *lines[1].Metrics["actor/reward_kl_penalty_coeff"], *lines[4].Metrics["actor/reward_kl_penalty_coeff"], "the adaptive coefficient moves")
+			for _, f := range []string{"checkpoints/global_step_4/" + ckptOptimizer, "checkpoints/global_step_4/" + ckptState, hfExportDir + "/model.safetensors"} {
+				fa, err := os.ReadFile(filepath.Join(a, f))
+				require.NoError(t, err)
+				fb, err := os.ReadFile(filepath.Join(b, f))
+				require.NoError(t, err)
+				if strings.HasSuffix(f, ckptState) { // all but the time of the save
+					var sa, sb hfState
+					require.NoError(t, json.Unmarshal(fa, &sa))
+					require.NoError(t, json.Unmarshal(fb, &sb))
+					sa.Time, sb.Time = "", ""
+					assert.Equal(t, sa, sb)
+					continue
+				}
+				assert.True(t, bytes.Equal(fa, fb), "%s differs", f)
+			}
+			if c.extra != nil {
+				var st hfState
+				data, err := os.ReadFile(filepath.Join(a, "checkpoints/global_step_4", ckptState))
+				require.NoError(t, err)
+				require.NoError(t, json.Unmarshal(data, &st))
+				assert.NotEmpty(t, st.DropoutRNG)
+				require.FileExists(t, filepath.Join(a, "checkpoints/global_step_4", hfAdapterDir, hflm.AdapterWeightsFile))
+			}
+		})
+	}
+}
+
+// runHFTest loads a configuration from overrides and runs it to the end.
+func runHFTest(t *testing.T, ctx context.Context, overrides []string) *Summary {
+	t.Helper()
+	cfg, err := LoadConfig("", overrides)
+	require.NoError(t, err)
+	return runHFCfg(t, ctx, cfg)
+}
+
+func runHFCfg(t *testing.T, ctx context.Context, cfg Config) *Summary {
+	t.Helper()
+	var out, errb bytes.Buffer
+	sum, err := Run(ctx, cfg, &out, &errb)
+	require.NoError(t, err, errb.String())
+	return sum
 }
