@@ -362,3 +362,173 @@ func runHFCfg(t *testing.T, ctx context.Context, cfg Config) *Summary {
 	require.NoError(t, err, errb.String())
 	return sum
 }
+
+// TestModelPathValidation: validation under EasyR1's names (val/reward_score, val/<reward>_reward)
+// before training and every val_freq steps, on dataset.val_files rows of every form (a string, a
+// message list, Chinese), in batches of val_batch_size; val_only on the last checkpoint
+// (load_checkpoint_path) gives exactly the last step's validation.
+func TestModelPathValidation(t *testing.T) {
+	model, run := tinyHF(t), filepath.Join(t.TempDir(), "run")
+	val := filepath.Join(t.TempDir(), "val.jsonl")
+	require.NoError(t, os.WriteFile(val, []byte(`{"prompt": "What is 2 + 3?", "answer": 5}
+{"prompt": [{"role": "system", "content": "Answer in \\boxed{}."}, {"role": "user", "content": "What is half of 1?"}], "answer": "\\frac{1}{2}"}
+{"prompt": "三加四等于几？", "answer": "7"}
+`), 0o644))
+	extra := []string{"worker.actor.model.lora_rank=4", "dataset.val_files=" + val, "training.val_freq=1",
+		"training.val_before_train=true", "dataset.val_batch_size=2", "worker.rollout.val_temperature=0.7"}
+	runHFTest(t, context.Background(), hfOverrides(model, run, extra...))
+	lines, err := ReadMetrics(filepath.Join(run, "metrics.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 3)
+	cfg := DefaultConfig().Worker.Reward
+	wa, wf := cfg.AccuracyWeight/(cfg.AccuracyWeight+cfg.FormatWeight), cfg.FormatWeight/(cfg.AccuracyWeight+cfg.FormatWeight)
+	for _, l := range lines {
+		for _, k := range []string{"val/reward_score", "val/overall_reward", "val/accuracy_reward", "val/format_reward", "timing_s/testing"} {
+			require.NotNil(t, l.Metrics[k], "step %d: %s", l.Step, k)
+		}
+		m := func(k string) float64 { return *l.Metrics[k] }
+		assert.Equal(t, m("val/overall_reward"), m("val/reward_score"))
+		assert.InDelta(t, wa*m("val/accuracy_reward")+wf*m("val/format_reward"), m("val/reward_score"), 1e-12)
+	}
+	other := filepath.Join(t.TempDir(), "val-only")
+	cfgV, err := LoadConfig("", hfOverrides(model, other, append(extra, "training.val_only=true",
+		"training.load_checkpoint_path="+filepath.Join(run, "checkpoints", "global_step_2"))...))
+	require.NoError(t, err)
+	var out, errb bytes.Buffer
+	_, err = Run(context.Background(), cfgV, &out, &errb)
+	require.NoError(t, err, errb.String())
+	assert.Contains(t, out.String(), "validation of step 0 on 3 prompts")
+	got, err := ReadMetrics(filepath.Join(other, "validation.json"))
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	for _, k := range []string{"val/reward_score", "val/accuracy_reward", "val/format_reward"} {
+		assert.Equal(t, *lines[2].Metrics[k], *got[0].Metrics[k], k)
+	}
+	assert.NoFileExists(t, filepath.Join(other, "metrics.jsonl"))
+}
+
+// TestModelPathTokenizerPathAndExport: a checkpoint without tokenizer files trains with
+// worker.actor.model.tokenizer_path (and without it fails naming model_path), and the export
+// honours worker.actor.checkpoint: bfloat16 weights in shards of at most max_shard_size (an
+// index beside them), the trained weights rounded to bfloat16 as torch does, and the
+// tokenizer files of tokenizer_path.
+func TestModelPathTokenizerPathAndExport(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(hfTestdata, "tiny-qwen2-config.json"))
+	require.NoError(t, err)
+	mcfg, err := hfmodel.ParseConfig(data)
+	require.NoError(t, err)
+	ck, err := hfmodel.RandomCheckpoint(mcfg, 7)
+	require.NoError(t, err)
+	model := filepath.Join(t.TempDir(), "weights-only")
+	require.NoError(t, ck.Save(model, hfmodel.SaveOptions{DType: hfmodel.Float32, Shards: 1}))
+
+	_, err = Run(context.Background(), mustConfig(t, hfOverrides(model, filepath.Join(t.TempDir(), "r"))), &bytes.Buffer{}, &bytes.Buffer{})
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "worker.actor.model.model_path", ce.Key)
+	assert.ErrorContains(t, err, "tokenizer")
+
+	run := filepath.Join(t.TempDir(), "run")
+	runHFTest(t, context.Background(), hfOverrides(model, run, "training.steps=1",
+		"worker.actor.model.tokenizer_path="+filepath.Join(hfTestdata, "qwen2_5"),
+		"worker.actor.checkpoint.torch_dtype=bfloat16", "worker.actor.checkpoint.max_shard_size=20KB"))
+	export := filepath.Join(run, hfExportDir)
+	require.FileExists(t, filepath.Join(export, hfmodel.WeightsIndexFile))
+	require.NoFileExists(t, filepath.Join(export, hfmodel.SingleWeightsFile))
+	shards, err := filepath.Glob(filepath.Join(export, "model-*-of-*.safetensors"))
+	require.NoError(t, err)
+	require.Greater(t, len(shards), 2)
+	for _, f := range shards {
+		st, err := os.Stat(f)
+		require.NoError(t, err)
+		ts, err := hfmodel.ReadSafetensors(f)
+		require.NoError(t, err)
+		size := 0
+		for _, x := range ts {
+			size += len(x.Data)
+		}
+		assert.True(t, size <= 20000 || len(ts) == 1, "%s: %d bytes of weights in %d tensors (%d on disk)", f, size, len(ts), st.Size())
+	}
+	for _, f := range []string{hfmodel.TokenizerFile, hfmodel.TokenizerConfigFile} {
+		require.FileExists(t, filepath.Join(export, f))
+	}
+	got, err := hfmodel.Open(export)
+	require.NoError(t, err)
+	defer got.Close()
+	assert.Equal(t, "bfloat16", got.Config.TorchDType)
+	files, err := readCheckpoint(filepath.Join(run, "checkpoints", "global_step_1"), ckptModel)
+	require.NoError(t, err)
+	trained, err := DecodeSafetensors(files[ckptModel], ckptModel)
+	require.NoError(t, err)
+	require.Len(t, trained, len(got.Tensors))
+	for _, x := range got.Tensors {
+		w := trained[x.Name]
+		want, err := hfmodel.NewTensor(x.Name, w.Shape, w.Data, hfmodel.BFloat16)
+		require.NoError(t, err)
+		require.Equal(t, hfmodel.BFloat16, x.DType, x.Name)
+		require.True(t, bytes.Equal(want.Data, x.Data), "%s is not the trained weight in bfloat16", x.Name)
+	}
+}
+
+// TestExportRoundTrip: load → export → load is bit-identical: a bfloat16 checkpoint exported
+// with the default torch_dtype (the checkpoint's own) in shards gives back its bytes, and so
+// does a float32 one exported as float32.
+func TestExportRoundTrip(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(hfTestdata, "tiny-qwen2-config.json"))
+	require.NoError(t, err)
+	mcfg, err := hfmodel.ParseConfig(data)
+	require.NoError(t, err)
+	ck, err := hfmodel.RandomCheckpoint(mcfg, 11)
+	require.NoError(t, err)
+	for _, dt := range []hfmodel.DType{hfmodel.BFloat16, hfmodel.Float32} {
+		src := filepath.Join(t.TempDir(), "src")
+		require.NoError(t, ck.Save(src, hfmodel.SaveOptions{DType: dt, Shards: 1}))
+		require.NoError(t, hfmodel.CopyTokenizerFiles(src, filepath.Join(hfTestdata, "qwen2_5")))
+		orig, err := hfmodel.Open(src)
+		require.NoError(t, err)
+		m, err := hflm.Load(orig)
+		require.NoError(t, err)
+		opt, err := exportOptions(ExportConfig{MaxShardSize: "30KB"}, orig.Config)
+		require.NoError(t, err)
+		tm := &textModel{Model: m, gen: orig.Generation, tokDir: src, export: opt, modelDir: src}
+		dir := t.TempDir()
+		require.NoError(t, tm.save(dir))
+		back, err := hfmodel.Open(filepath.Join(dir, hfExportDir))
+		require.NoError(t, err)
+		require.Equal(t, orig.Config, back.Config)
+		require.Equal(t, orig.Generation, back.Generation)
+		require.Len(t, back.Tensors, len(orig.Tensors))
+		for i, x := range back.Tensors {
+			require.Equal(t, dt, x.DType)
+			require.True(t, bytes.Equal(orig.Tensors[i].Data, x.Data), "%v: %s differs", dt, x.Name)
+		}
+		require.FileExists(t, filepath.Join(dir, hfExportDir, hfmodel.WeightsIndexFile))
+		tokA, err := os.ReadFile(filepath.Join(src, hfmodel.TokenizerConfigFile))
+		require.NoError(t, err)
+		tokB, err := os.ReadFile(filepath.Join(dir, hfExportDir, hfmodel.TokenizerConfigFile))
+		require.NoError(t, err)
+		require.Equal(t, tokA, tokB)
+		orig.Close()
+		back.Close()
+	}
+}
+
+func mustConfig(t *testing.T, overrides []string) Config {
+	t.Helper()
+	cfg, err := LoadConfig("", overrides)
+	require.NoError(t, err)
+	return cfg
+}
+
+// TestParseShardSize: transformers' size strings.
+func TestParseShardSize(t *testing.T) {
+	for s, want := range map[string]int64{"5GB": 5e9, "500MB": 5e8, "2GiB": 2 << 30, "10kb": 1e4, "123": 123, "1.5 GB": 15e8, "64KiB": 65536} {
+		got, err := parseShardSize(s)
+		require.NoError(t, err, s)
+		assert.Equal(t, want, got, s)
+	}
+	for _, s := range []string{"", "0", "-1GB", "5XB", "GB", "0.1"} {
+		_, err := parseShardSize(s)
+		assert.Error(t, err, s)
+	}
+}
