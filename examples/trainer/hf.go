@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -269,39 +268,16 @@ func encodePrompts(rows []hfRow, ct *hfmodel.ChatTemplate, tok *hfmodel.Tokenize
 	return out, dropped, nil
 }
 
-var (
-	numberRE   = regexp.MustCompile(`-?\d[\d,]*(?:\.\d+)?(?:/\d+)?`)
-	fracRE     = regexp.MustCompile(`\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}`)
-	textRE     = regexp.MustCompile(`\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}`)
-	spaceLaTeX = strings.NewReplacer(" ", "", "$", "", `\!`, "", `\,`, "", `\;`, "", `\left`, "", `\right`, "", "{,}", "",
-		`\displaystyle`, "", `^{\circ}`, "", `^\circ`, "", `\%`, "", "%", "")
-)
+// numberRE is a number in a response without \boxed{…}: an integer or decimal, with
+// thousands commas or a /denominator.
+var numberRE = regexp.MustCompile(`-?\d[\d,]*(?:\.\d+)?(?:/\d+)?`)
 
-// lastBoxed returns the content of the last \boxed{…} in s (braces balanced), and whether
-// there is one.
-func lastBoxed(s string) (string, bool) {
-	at := strings.LastIndex(s, `\boxed{`)
-	if at < 0 {
-		return "", false
-	}
-	start, depth := at+len(`\boxed{`), 1
-	for i := start; i < len(s); i++ {
-		switch s[i] {
-		case '{':
-			depth++
-		case '}':
-			if depth--; depth == 0 {
-				return s[start:i], true
-			}
-		}
-	}
-	return "", false
-}
-
-// extractAnswer is a response's answer: the last \boxed{…}, else the last number.
+// extractAnswer is a response's answer: the content of its last \boxed{…} (mathruler's
+// extract_boxed_content), else, unlike EasyR1, its last number (a prompt that does not ask for
+// \boxed{} still gets an answer).
 func extractAnswer(text string) string {
-	if b, ok := lastBoxed(text); ok {
-		return b
+	if strings.Contains(text, `\boxed{`) {
+		return extractBoxedContent(text)
 	}
 	nums := numberRE.FindAllString(text, -1)
 	if len(nums) == 0 {
@@ -310,38 +286,8 @@ func extractAnswer(text string) string {
 	return nums[len(nums)-1]
 }
 
-// normalizeAnswer is light LaTeX normalisation in the manner of EasyR1's math reward: no spaces,
-// $, spacing commands, degrees or percent signs, \text{…} as its text, \frac{a}{b} as a/b, a
-// short left-hand side "x=" dropped, no thousands separators in numbers, no trailing period.
-func normalizeAnswer(s string) string {
-	s = spaceLaTeX.Replace(strings.TrimSpace(s))
-	s = textRE.ReplaceAllString(s, "$1")
-	s = fracRE.ReplaceAllString(s, "$1/$2")
-	if lhs, rhs, ok := strings.Cut(s, "="); ok && len(lhs) <= 2 && !strings.Contains(rhs, "=") {
-		s = rhs
-	}
-	s = strings.TrimSuffix(s, ".")
-	if numberRE.FindString(s) == s {
-		s = strings.ReplaceAll(s, ",", "")
-	}
-	return s
-}
-
-// answersEqual compares normalised answers as text, or as exact rationals when both are
-// numbers (0.5 = 1/2, 7 = 7.0).
-func answersEqual(got, want string) bool {
-	g, w := normalizeAnswer(got), normalizeAnswer(want)
-	if g == "" {
-		return false
-	}
-	if g == w {
-		return true
-	}
-	var x, y big.Rat
-	_, okG := x.SetString(g)
-	_, okW := y.SetString(w)
-	return okG && okW && x.Cmp(&y) == 0
-}
+// answersEqual is EasyR1's math accuracy: mathruler's grade_answer (mathruler.go).
+func answersEqual(got, want string) bool { return gradeAnswer(got, want) }
 
 // hfRewards are accuracy (the extracted answer equals the reference) and format (the answer
 // is in \boxed{…}), weighted as the built-in reward's accuracy_weight : format_weight.
@@ -364,7 +310,7 @@ func (c Config) hfRewards() []loop.Reward[hfPrompt] {
 			return 0
 		})},
 		{Name: "format", Weight: f / (a + f), Func: part(func(text, _ string) float64 {
-			if _, ok := lastBoxed(text); ok {
+			if strings.Contains(text, `\boxed{`) && extractBoxedContent(text) != "None" {
 				return 1
 			}
 			return 0

@@ -252,7 +252,12 @@ func TestTextRowsAndRewards(t *testing.T) {
 		{"it is 12.", "12", true},
 		{"no number", "3", false},
 		{`\boxed{x+1}`, "x + 1", true},
-		{`\boxed{x = \dfrac{3}{4}}`, "0.75", true},
+		{`\boxed{x = \dfrac{3}{4}}`, "0.75", false}, // mathruler: "x=3/4" is not read by sympy
+		{`\boxed{k = \dfrac{3}{4}}`, `\frac34`, true},
+		{`\boxed{2\sqrt{3}}`, `\sqrt{12}`, true},
+		{`\boxed{(1, 2)}`, "(1,2)", true},
+		{`\boxed{\frac{2}{4}}`, `\frac{1}{2}`, false}, // unreduced
+		{`答案是 \boxed{三角形}`, "三角形", true},
 		{`\boxed{90^\circ}`, "90", true},
 		{`\boxed{50\%}`, "50", true},
 		{`\boxed{\text{B}}`, "B", true},
