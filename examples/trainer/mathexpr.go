@@ -117,8 +117,8 @@ func shouldAllowEval(expr string) bool {
 // value is a number: exact (a rational) or complex float64; irrational says that an irrational
 // such as sqrt(2) or pi took part, float that a decimal number (sympy's Float) did.
 type value struct {
-	exact           *big.Rat
-	c               complex128
+	exact             *big.Rat
+	c                 complex128
 	irrational, float bool
 }
 
@@ -136,10 +136,10 @@ var errEval = errors.New("not evaluable")
 
 // node is a parsed expression.
 type node struct {
-	op    byte // 'n' number, 's' symbol, 'p' pi, '+', '-', '*', '/', '^', 'u' (negation), '!', 'r' (sqrt)
-	num   value
-	name  string
-	a, b  *node
+	op   byte // 'n' number, 's' symbol, 'p' pi, '+', '-', '*', '/', '^', 'u' (negation), '!', 'r' (sqrt)
+	num  value
+	name string
+	a, b *node
 }
 
 func (n *node) symbols(dst map[string]bool) {

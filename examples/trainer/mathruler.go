@@ -212,7 +212,7 @@ var (
 	minusRE     = regexp.MustCompile(`- *`)
 	mixedRE     = regexp.MustCompile(`([0-9]) +([0-9])`)
 	commasRE    = regexp.MustCompile(`(\p{Nd})(,)(\p{Nd}\p{Nd}\p{Nd})($|\P{Nd})`)
-	intFracRE      = regexp.MustCompile(`^-?[0-9]+.?/0*[1-9][0-9]*.?\n?$`)
+	intFracRE   = regexp.MustCompile(`^-?[0-9]+.?/0*[1-9][0-9]*.?\n?$`)
 )
 
 // prm800kNormalize is PRM800K's _normalize: an enclosing \text{…} off; $, %, units, "or"/"and",
