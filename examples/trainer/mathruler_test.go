@@ -59,3 +59,18 @@ func TestMathrulerGoldens(t *testing.T) {
 		assert.Equal(t, c.Correct, gradeAnswer(c.Given, c.Truth), "grade_answer(%q, %q)", c.Given, c.Truth)
 	}
 }
+
+// FuzzGradeAnswer: any pair of strings grades without a panic, and an answer is right against
+// itself.
+func FuzzGradeAnswer(f *testing.F) {
+	for _, s := range []string{`\frac{1}{2}`, `\sqrt[3]{8}`, "(1,2)", "x^2+1", `\text{ cm}`, "2^-1", "0.5", `\boxed{\frac`, "5!", "1e400"} {
+		f.Add(s, "1/2")
+	}
+	f.Fuzz(func(t *testing.T, given, truth string) {
+		gradeAnswer(given, truth)
+		extractBoxedContent(given)
+		if !gradeAnswer(truth, truth) {
+			t.Fatalf("grade_answer(%q, %q) is false", truth, truth)
+		}
+	})
+}
