@@ -537,3 +537,31 @@ func TestParseShardSize(t *testing.T) {
 		assert.Error(t, err, s)
 	}
 }
+
+// TestCheckpointSubdirectories: a checkpoint's manifest covers the files a writer adds in
+// subdirectories (the export), so damage there is found and named before a resume.
+func TestCheckpointSubdirectories(t *testing.T) {
+	ck := &Checkpoints{Root: filepath.Join(t.TempDir(), "checkpoints")}
+	dir, err := ck.SaveWith(3, map[string][]byte{ckptState: []byte("{}\n")}, func(tmp string) error {
+		require.NoError(t, os.MkdirAll(filepath.Join(tmp, hfExportDir), dirMode))
+		return os.WriteFile(filepath.Join(tmp, hfExportDir, "model.safetensors"), []byte("weights"), fileMode)
+	})
+	require.NoError(t, err)
+	manifest, err := os.ReadFile(filepath.Join(dir, ckptManifest))
+	require.NoError(t, err)
+	assert.Contains(t, string(manifest), "  hf/model.safetensors\n")
+	assert.Contains(t, string(manifest), "  "+ckptState+"\n")
+	ok, err := verifyCheckpoint(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, hfExportDir, "model.safetensors"), []byte("weightz"), fileMode))
+	_, err = verifyCheckpoint(dir)
+	var de *damagedError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, "hf/model.safetensors", de.file)
+	// A manifest naming a file outside the checkpoint is itself damaged.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ckptManifest), []byte(strings.Repeat("0", 64)+"  ../x\n"), fileMode))
+	_, err = verifyCheckpoint(dir)
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, ckptManifest, de.file)
+}
