@@ -258,7 +258,14 @@ func (m *Model) MergeLoRA() error {
 		for i, v := range delta {
 			w[i] += v
 		}
-		if err := p.packed.Repack(); err != nil {
+		if p.packed != nil { // nil in bf16 mode: its copy is refreshed below
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	if m.mp != nil {
+		if err := m.mp.refresh(m); err != nil {
 			return err
 		}
 	}

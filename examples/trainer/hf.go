@@ -44,6 +44,7 @@ func (c *Config) resolveModelPath() {
 		if m.LoraRank > 0 {
 			c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.model.lora_rank=%d: no LoRA on the built-in model, which is trained in full (LoRA needs worker.actor.model.model_path)", m.LoraRank))
 		}
+		c.warnScaleBuiltin()
 		return
 	}
 	unset := func(key string) bool { return c.set[key] == 0 }
@@ -442,6 +443,9 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	if err != nil {
 		return nil, key(err)
 	}
+	if err := cfg.Worker.Actor.applyScale(model); err != nil {
+		return nil, err
+	}
 	tokDir, tokKey := mc.ModelPath, "worker.actor.model.model_path"
 	if mc.TokenizerPath != "" {
 		tokDir, tokKey = mc.TokenizerPath, "worker.actor.model.tokenizer_path"
@@ -495,10 +499,11 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	if err != nil {
 		return nil, err
 	}
+	padded := !cfg.Worker.Actor.PaddingFree
 	m := &textModel{Model: model, cfg: cfg, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath}
 	s := &hfSession[hfPrompt]{
 		model:    model,
-		policy:   policyOf(model, gen, tok),
+		policy:   policyOf(model, gen, tok, padded),
 		rewards:  cfg.hfRewards(),
 		training: m.training,
 		train:    train,
@@ -507,14 +512,17 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	}
 	s.reference = func() (loop.Scorer[hfPrompt], error) {
 		if mc.LoraRank > 0 {
-			return policyOf(model.Base(), gen, tok), nil // the adapters off: no copy
+			return policyOf(model.Base(), gen, tok, padded), nil // the adapters off: no copy
 		}
 		// Full fine-tuning changes the weights: the reference is a second, frozen load.
 		ref, err := hflm.LoadDir(mc.ModelPath)
 		if err != nil {
 			return nil, key(err)
 		}
-		return policyOf(ref, gen, tok), nil
+		if err := cfg.Worker.Actor.applyScale(ref); err != nil { // the reference computes as the policy
+			return nil, err
+		}
+		return policyOf(ref, gen, tok, padded), nil
 	}
 	lora := "full fine-tuning"
 	s.exported = hfExportDir + "/ (the model in Hugging Face's layout, " + exp.DType.String() + ", with the tokenizer)"
@@ -530,8 +538,8 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	for _, p := range ps {
 		trained += p.Value.Len()
 	}
-	s.describe = fmt.Sprintf("model %s: %d parameters (%s: %d trained); %d prompts (%d over max_prompt_length dropped), %d validation prompts (%d dropped)",
-		mc.ModelPath, model.NumParams(), lora, trained, len(train), dropped, len(val), vdropped)
+	s.describe = fmt.Sprintf("model %s: %d parameters (%s: %d trained, %s); %d prompts (%d over max_prompt_length dropped), %d validation prompts (%d dropped)",
+		mc.ModelPath, model.NumParams(), lora, trained, cfg.Worker.Actor.dtypeName(), len(train), dropped, len(val), vdropped)
 	return s, nil
 }
 
@@ -552,12 +560,13 @@ func textRows(files, key string, d DatasetConfig, format *hfmodel.ChatTemplate) 
 }
 
 // policyOf is model m as a loop policy over text prompts, stopping at gen's EOS ids.
-func policyOf(m *hflm.Model, gen *hfmodel.GenerationConfig, tok *hfmodel.Tokenizer) *hflm.Policy[hfPrompt] {
+// padded: right-padded scoring passes (worker.actor.padding_free false).
+func policyOf(m *hflm.Model, gen *hfmodel.GenerationConfig, tok *hfmodel.Tokenizer, padded bool) *hflm.Policy[hfPrompt] {
 	var stop []int32
 	for _, id := range gen.EOSTokenIDs {
 		stop = append(stop, int32(id))
 	}
-	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop,
+	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop, Padded: padded,
 		Prompt: func(p hfPrompt) []int32 { return p.ids },
 		Decode: func(ids []int32) string {
 			v := make([]int, len(ids))

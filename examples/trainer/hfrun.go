@@ -101,7 +101,9 @@ func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P],
 	}
 	o := cfg.Worker.Actor.Optim
 	t.adam.Beta1, t.adam.Beta2, t.adam.Eps = o.Betas[0], o.Betas[1], o.Eps
-	if t.loop, err = loop.New(cfg.loopConfig(steps, adv, update), parts); err != nil { // no Perturb: no image
+	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
+	cfg.Worker.Actor.scaleLoop(&lc)
+	if t.loop, err = loop.New(lc, parts); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return t, nil
