@@ -270,7 +270,8 @@ func TestTextRowsAndRewards(t *testing.T) {
 // TestModelPathResume: 4 steps in one run equal 2 steps, a resume and 2 more, bit for bit
 // (metrics but wall times, the trained weights, the optimizer's moments and the export): with
 // LoRA and dropout (its random state is in the checkpoint) stopped by the budget, and with full
-// fine-tuning stopped by an interrupt (what SIGINT does) after step 2. Shuffled epochs of 3
+// fine-tuning stopped by an interrupt (what SIGINT does) after step 2, and with LoRA in bfloat16
+// mixed precision with activation checkpointing (scale's keys). Shuffled epochs of 3
 // steps, the adaptive divergence controller and validation every 2 steps make the state to
 // restore non-trivial.
 func TestModelPathResume(t *testing.T) {
@@ -284,6 +285,8 @@ func TestModelPathResume(t *testing.T) {
 	}{
 		{"lora-dropout", []string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_dropout=0.3"}, false},
 		{"full", nil, true},
+		{"lora-bf16-checkpointing", []string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_dropout=0.2",
+			"worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.model.enable_gradient_checkpointing=true"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
@@ -380,7 +383,8 @@ func TestModelPathValidation(t *testing.T) {
 {"prompt": "三加四等于几？", "answer": "7"}
 `), 0o644))
 	extra := []string{"worker.actor.model.lora_rank=4", "dataset.val_files=" + val, "training.val_freq=1",
-		"training.val_before_train=true", "dataset.val_batch_size=2", "worker.rollout.val_temperature=0.7"}
+		"training.val_before_train=true", "dataset.val_batch_size=2", "worker.rollout.val_override_config.temperature=0.7"} // EasyR1's name
+	assert.Equal(t, 0.7, mustConfig(t, hfOverrides(model, run, extra...)).Worker.Rollout.ValTemperature)
 	runHFTest(t, context.Background(), hfOverrides(model, run, extra...))
 	lines, err := ReadMetrics(filepath.Join(run, "metrics.jsonl"))
 	require.NoError(t, err)
