@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,7 +89,9 @@ func TestModelPathScaleKeys(t *testing.T) {
 	require.NoError(t, err)
 	r, err := openHF(cfg)
 	require.NoError(t, err)
-	assert.Equal(t, tensor.BFloat16, r.model.MixedPrecision())
-	assert.True(t, r.model.Checkpointing())
+	m, ok := r.model.(*hflm.Model)
+	require.True(t, ok, "model_path's model is %T", r.model)
+	assert.Equal(t, tensor.BFloat16, m.MixedPrecision())
+	assert.True(t, m.Checkpointing())
 	assert.Equal(t, "bf16 mixed precision", cfg.Worker.Actor.dtypeName())
 }
