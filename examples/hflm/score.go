@@ -27,13 +27,30 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 		return nil, tensor.Errorf(tensor.ErrShape, op, "completions", "%d completions for %d prompts", len(completions), len(prompts))
 	}
 	seqs := make([][]int32, len(prompts))
+	lens := make([]int, len(prompts))
 	for i, p := range prompts {
 		if len(p) == 0 {
 			return nil, tensor.Errorf(tensor.ErrShape, op, "prompts", "prompt %d is empty", i)
 		}
 		seqs[i] = append(append(make([]int32, 0, len(p)+len(completions[i])), p...), completions[i]...)
+		lens[i] = len(completions[i])
 	}
-	in, err := m.packSeqs(seqs)
+	return m.ScoreInput(Input{Seqs: seqs}, lens, temperature, train)
+}
+
+// ScoreInput is Score over an Input: the last completionLens[i] tokens of sequence i are the
+// completion it scores (at least one token before them is the prompt).
+func (m *Model) ScoreInput(inp Input, completionLens []int, temperature float32, train bool) (*Scores, error) {
+	const op = "hflm.Model.ScoreInput"
+	if len(completionLens) != len(inp.Seqs) {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "completionLens", "%d lengths for %d sequences", len(completionLens), len(inp.Seqs))
+	}
+	for i, c := range completionLens {
+		if c < 0 || c >= len(inp.Seqs[i]) {
+			return nil, tensor.Errorf(tensor.ErrShape, op, "completionLens", "sequence %d: %d completion tokens of %d leave no prompt", i, c, len(inp.Seqs[i]))
+		}
+	}
+	in, err := m.packInput(inp)
 	if err != nil {
 		return nil, err
 	}
@@ -41,20 +58,21 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 	if err != nil {
 		return nil, err
 	}
-	s := &Scores{m: m, LogProbs: make([][]float32, len(prompts)), Entropy: make([][]float32, len(prompts))}
+	s := &Scores{m: m, LogProbs: make([][]float32, len(inp.Seqs)), Entropy: make([][]float32, len(inp.Seqs))}
 	var targets []int32
-	for i, c := range completions {
+	for i, c := range completionLens {
+		p := len(inp.Seqs[i]) - c
 		for t := range c {
-			s.rows = append(s.rows, in.starts[i]+len(prompts[i])-1+t)
+			s.rows = append(s.rows, in.starts[i]+p-1+t)
 		}
-		targets = append(targets, c...)
+		targets = append(targets, inp.Seqs[i][p:]...)
 	}
 	if train {
 		s.a = a
 	}
 	mm := len(s.rows)
 	if mm == 0 {
-		for i := range prompts {
+		for i := range inp.Seqs {
 			s.LogProbs[i], s.Entropy[i] = []float32{}, []float32{}
 		}
 		return s, nil
@@ -68,9 +86,9 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 		return nil, err
 	}
 	k := 0
-	for i, c := range completions {
-		s.LogProbs[i], s.Entropy[i] = lpv[k:k+len(c):k+len(c)], entv[k:k+len(c):k+len(c)]
-		k += len(c)
+	for i, c := range completionLens {
+		s.LogProbs[i], s.Entropy[i] = lpv[k:k+c:k+c], entv[k:k+c:k+c]
+		k += c
 	}
 	return s, nil
 }

@@ -1,0 +1,193 @@
+package qwenvl
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// Checkpoint is a Qwen2-VL or Qwen2.5-VL checkpoint's config and float32 weights, named in
+// the older layout (model.layers.*, visual.*, lm_head.weight) whichever layout it was read from.
+type Checkpoint struct {
+	Config  *Config
+	Weights map[string][]float32
+}
+
+// Layout names the two weight-name layouts of transformers' Qwen2-VL checkpoints.
+type Layout int
+
+const (
+	// LayoutLegacy is model.embed_tokens…, model.layers.N…, visual.…, lm_head (the published
+	// checkpoints, transformers < 4.52).
+	LayoutLegacy Layout = iota
+	// LayoutNested is model.language_model.…, model.visual.…, lm_head (transformers ≥ 4.52).
+	LayoutNested
+)
+
+// canonicalName maps a weight name of either layout to the legacy one.
+func canonicalName(name string) string {
+	switch {
+	case strings.HasPrefix(name, "model.language_model."):
+		return "model." + strings.TrimPrefix(name, "model.language_model.")
+	case strings.HasPrefix(name, "model.visual."):
+		return strings.TrimPrefix(name, "model.")
+	}
+	return name
+}
+
+// layoutName maps a legacy weight name to layout l.
+func layoutName(name string, l Layout) string {
+	if l == LayoutNested {
+		switch {
+		case strings.HasPrefix(name, "model."):
+			return "model.language_model." + strings.TrimPrefix(name, "model.")
+		case strings.HasPrefix(name, "visual."):
+			return "model." + name
+		}
+	}
+	return name
+}
+
+// expectedTensors lists every weight of the model c describes in state_dict order: the
+// language model's (hfmodel.ExpectedTensors of the text config), then the tower's.
+func expectedTensors(c *Config) []specShape {
+	var s []specShape
+	for _, t := range hfmodel.ExpectedTensors(c.Text) {
+		s = append(s, specShape{t.Name, t.Shape})
+	}
+	return append(s, visionSpecs(c.Variant, c.Vision)...)
+}
+
+// OpenCheckpoint reads config.json and the weights of dir, in either layout, widened to
+// float32. Every weight the config implies must be there with its shape, and nothing else.
+func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	const op = "qwenvl.OpenCheckpoint"
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ts, unmap, err := hfmodel.MapTensors(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unmap()
+	byName := map[string]*hfmodel.Tensor{}
+	for name, t := range ts {
+		c := canonicalName(name)
+		if byName[c] != nil {
+			return nil, tensor.Errorf(tensor.ErrParam, op, name, "stored under both weight-name layouts")
+		}
+		byName[c] = t
+	}
+	ck := &Checkpoint{Config: cfg, Weights: map[string][]float32{}}
+	for _, s := range expectedTensors(cfg) {
+		t := byName[s.name]
+		if t == nil {
+			return nil, tensor.Errorf(tensor.ErrShape, op, s.name, "missing from the weights (%s, %d layers, vision depth %d)", cfg.Variant, cfg.Text.NumHiddenLayers, cfg.Vision.Depth)
+		}
+		if !slices.Equal(t.Shape, s.shape) {
+			return nil, tensor.Errorf(tensor.ErrShape, op, s.name, "has shape %v, config.json implies %v", t.Shape, s.shape)
+		}
+		ck.Weights[s.name] = t.Float32s()
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if _, ok := ck.Weights[name]; !ok {
+			return nil, tensor.Errorf(tensor.ErrShape, op, name, "unexpected tensor for %s (tie_word_embeddings %v)", cfg.Variant, cfg.Text.TieWordEmbeddings)
+		}
+	}
+	return ck, nil
+}
+
+// RandomCheckpoint makes weights for the model c describes as hfmodel.RandomCheckpoint does
+// (each tensor a function of the seed and its legacy name; matrices, embeddings and biases
+// ~ N(0, initializer_range²), norm weights 1 + N(0, initializer_range²)).
+func RandomCheckpoint(c *Config, seed uint64) *Checkpoint {
+	ck := &Checkpoint{Config: c, Weights: map[string][]float32{}}
+	for _, s := range expectedTensors(c) {
+		h := fnv.New64a()
+		h.Write([]byte(s.name))
+		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+		n := 1
+		for _, d := range s.shape {
+			n *= d
+		}
+		vals := make([]float32, n)
+		offset := float32(0)
+		if isNormWeight(s.name) {
+			offset = 1
+		}
+		for i := range vals {
+			vals[i] = offset + float32(rng.NormFloat64()*c.Text.InitializerRange)
+		}
+		ck.Weights[s.name] = vals
+	}
+	return ck
+}
+
+func isNormWeight(name string) bool {
+	for _, suf := range []string{"norm.weight", "norm1.weight", "norm2.weight", "ln_q.weight"} {
+		if strings.HasSuffix(name, suf) {
+			return true
+		}
+	}
+	return false
+}
+
+// Save writes config.json (torch_dtype set to dtype), generation_config.json, a
+// preprocessor_config.json with the tower's patch sizes and one model.safetensors in layout l.
+func (ck *Checkpoint) Save(dir string, dtype hfmodel.DType, l Layout) error {
+	const op = "qwenvl.Checkpoint.Save"
+	if dtype != hfmodel.Float32 && dtype != hfmodel.BFloat16 && dtype != hfmodel.Float16 {
+		return tensor.Errorf(tensor.ErrDType, op, "dtype", "%v is not float32, bfloat16 or float16", dtype)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, "dir", "%v", err)
+	}
+	var ts []*hfmodel.Tensor
+	for _, s := range expectedTensors(ck.Config) {
+		t, err := hfmodel.NewTensor(layoutName(s.name, l), s.shape, ck.Weights[s.name], dtype)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+	}
+	if err := hfmodel.WriteSafetensors(filepath.Join(dir, hfmodel.SingleWeightsFile), ts); err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, hfmodel.SingleWeightsFile, "%v", err)
+	}
+	cfg := *ck.Config
+	text := *cfg.Text
+	text.TorchDType = dtype.String()
+	cfg.Text = &text
+	data, err := cfg.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	gen, err := hfmodel.NewGenerationConfig(cfg.Text).MarshalJSON()
+	if err != nil {
+		return err
+	}
+	v := ck.Config.Vision
+	pre, err := json.MarshalIndent(map[string]any{
+		"image_processor_type": "Qwen2VLImageProcessor", "patch_size": v.PatchSize,
+		"temporal_patch_size": v.TemporalPatchSize, "merge_size": v.MergeSize,
+		"min_pixels": DefaultProcessorConfig().MinPixels, "max_pixels": DefaultProcessorConfig().MaxPixels,
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{hfmodel.ConfigFile: data, hfmodel.GenerationConfigFile: gen, "preprocessor_config.json": append(pre, '\n')}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return tensor.Errorf(tensor.ErrParam, op, name, "%v", err)
+		}
+	}
+	return nil
+}
