@@ -135,3 +135,69 @@ func TestModelGolden(t *testing.T) {
 		})
 	}
 }
+
+// paramNames lists every weight of the model in the legacy layout.
+func paramNames(m *Model) []string {
+	var names []string
+	for _, s := range expectedTensors(m.Config) {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// TestModelGradGolden compares the log-probs of the completion and the gradient of
+// Σ cos(0.7 i)·logp_i for every weight with the float64 twin, with the tower trained and
+// frozen (then the tower has no gradients and the language model's are unchanged).
+func TestModelGradGolden(t *testing.T) {
+	g := readModelGolden(t)
+	for _, c := range g.Cases {
+		for _, frozen := range []bool{false, true} {
+			name := c.Name + "/trained"
+			if frozen {
+				name = c.Name + "/frozen"
+			}
+			t.Run(name, func(t *testing.T) {
+				m := loadCase(t, filepath.Join("testdata", c.Config), c.Seed, c.DType, c.Layout)
+				m.Vision.Frozen = frozen
+				s := goldenSample(g, m, c.IDs)
+				sc, err := m.Score([]Sample{s}, []int{g.Completion}, 1, true)
+				require.NoError(t, err)
+				d := make([]float32, g.Completion)
+				for i := range d {
+					d[i] = float32(math.Cos(0.7 * float64(i)))
+					require.InDelta(t, c.LogP[i], sc.LogProbs[0][i], 1e-5, "logp %d", i)
+				}
+				require.NoError(t, sc.Backward([][]float32{d}, nil))
+				names := paramNames(m)
+				require.Len(t, c.Grads, len(names))
+				worst := 0.0 // the largest norm error relative to the twin's
+				for _, name := range names {
+					want, ok := c.Grads[name]
+					require.True(t, ok, name)
+					grad := m.Grad(name)
+					if frozen && m.Vision.byName[name] != nil {
+						require.Nil(t, grad, "%s has a gradient with the tower frozen", name)
+						continue
+					}
+					require.NotNil(t, grad, name)
+					gv := host(grad)
+					norm, dot := 0.0, 0.0
+					for j, x := range gv {
+						norm += float64(x) * float64(x)
+						dot += float64(x) * math.Cos(0.37*float64(j)+0.1)
+					}
+					norm = math.Sqrt(norm)
+					require.Positive(t, want.Norm, name)
+					worst = max(worst, math.Abs(norm-want.Norm)/want.Norm)
+					tol := 1e-4*want.Norm + 1e-8
+					require.InDelta(t, want.Norm, norm, tol, "%s norm", name)
+					require.InDelta(t, want.Dot, dot, tol*math.Sqrt(float64(len(gv))), "%s projection", name)
+					for j, w := range want.First {
+						require.InDelta(t, w, float64(gv[j]), tol, "%s[%d]", name, j)
+					}
+				}
+				t.Logf("largest relative gradient-norm difference %.2g", worst)
+			})
+		}
+	}
+}

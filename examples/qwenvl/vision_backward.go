@@ -160,3 +160,15 @@ func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
 	}
 	return tensor.RMSNormBackward(dx, t.byName[n.name+".weight"].grad, in)
 }
+
+// Repack rebuilds the packed matrices after the weights changed (an optimizer step).
+func (t *Vision) Repack() error {
+	for _, p := range t.params {
+		if p.packed != nil {
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
