@@ -77,8 +77,9 @@ type encoded struct {
 	rows  [][]int          // the sample's token rows each one fills
 }
 
-// encode runs the tower over a sample's images and videos and finds their placeholder tokens.
-func (m *Model) encode(s *Sample, keep bool) (*encoded, error) {
+// encode runs the tower over a sample's images and videos and finds their placeholder tokens
+// among the first promptLen.
+func (m *Model) encode(s *Sample, promptLen int, keep bool) (*encoded, error) {
 	const op = "qwenvl.Model"
 	enc := &encoded{}
 	tok := m.Config.Tokens
@@ -87,7 +88,7 @@ func (m *Model) encode(s *Sample, keep bool) (*encoded, error) {
 		id int64
 	}{{&s.Images, tok.ImageID}, {&s.Videos, tok.VideoID}} {
 		var rows []int
-		for i, id := range s.IDs {
+		for i, id := range s.IDs[:promptLen] {
 			if int64(id) == in.id {
 				rows = append(rows, i)
 			}
@@ -123,32 +124,46 @@ type batch struct {
 
 // prepare encodes every sample and builds the language model's input: M-RoPE positions from
 // RopeIndex, and hooks that scatter the features into (and gather their gradient out of) the
-// embeddings.
-func (m *Model) prepare(samples []Sample, keep bool) (*batch, error) {
+// embeddings. The last completionLens[i] tokens of sample i (nil: none) are a sampled
+// completion: they are text whatever their ids, at the positions decoding gives them (the
+// prompt's length plus its rope delta onwards), as Hugging Face computes them for a
+// completion without vision tokens.
+func (m *Model) prepare(samples []Sample, completionLens []int, keep bool) (*batch, error) {
 	b := &batch{enc: make([]*encoded, len(samples)), dfeats: make([][]*tensor.Tensor, len(samples))}
 	starts := make([]int, len(samples)+1)
 	var pos [3][]int32
 	for i := range samples {
 		s := &samples[i]
-		enc, err := m.encode(s, keep)
+		n := len(s.IDs)
+		if completionLens != nil {
+			if len(completionLens) != len(samples) || completionLens[i] < 0 || completionLens[i] >= n {
+				return nil, tensor.Errorf(tensor.ErrShape, "qwenvl.Model", "completionLens", "%v do not leave every one of the %d samples a prompt", completionLens, len(samples))
+			}
+			n -= completionLens[i]
+		}
+		enc, err := m.encode(s, n, keep)
 		if err != nil {
 			return nil, err
 		}
 		b.enc[i] = enc
-		ids := make([]int64, len(s.IDs))
-		for j, id := range s.IDs {
+		ids := make([]int64, n)
+		for j, id := range s.IDs[:n] {
 			ids[j] = int64(id)
 		}
 		r, err := RopeIndex(RopeInputs{InputIDs: [][]int64{ids}, ImageGrids: s.Images.Grids, VideoGrids: s.Videos.Grids, SecondPerGrid: s.SecondPerGrid}, m.Config.Tokens)
 		if err != nil {
 			return nil, err
 		}
+		delta := int32(r.Deltas[0])
 		for a := range 3 {
 			for _, p := range r.Positions[a][0] {
 				pos[a] = append(pos[a], int32(p))
 			}
+			for j := n; j < len(s.IDs); j++ {
+				pos[a] = append(pos[a], int32(j)+delta)
+			}
 		}
-		b.deltas = append(b.deltas, int32(r.Deltas[0]))
+		b.deltas = append(b.deltas, delta)
 		b.in.Seqs = append(b.in.Seqs, s.IDs)
 		starts[i+1] = starts[i] + len(s.IDs)
 	}
@@ -187,7 +202,7 @@ func (m *Model) prepare(samples []Sample, keep bool) (*batch, error) {
 
 // Logits returns the next-token logits [len(IDs), V] of one sample (the full forward).
 func (m *Model) Logits(s Sample) (*tensor.Tensor, error) {
-	b, err := m.prepare([]Sample{s}, false)
+	b, err := m.prepare([]Sample{s}, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -202,10 +217,11 @@ type Scores struct {
 	b *batch
 }
 
-// Score runs the model over each sample and scores its last completionLens[i] tokens. With
-// train the activations are kept for Backward.
+// Score runs the model over each sample and scores its last completionLens[i] tokens, a
+// sampled completion (text whatever its ids; see prepare). With train the activations are
+// kept for Backward.
 func (m *Model) Score(samples []Sample, completionLens []int, temperature float32, train bool) (*Scores, error) {
-	b, err := m.prepare(samples, train && !m.Vision.Frozen)
+	b, err := m.prepare(samples, completionLens, train && !m.Vision.Frozen)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +254,7 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 // Generate continues each sample (its IDs the prompt) by up to s.MaxNewTokens tokens with a
 // key/value cache, decoding at M-RoPE positions shifted by each prompt's rope delta.
 func (m *Model) Generate(samples []Sample, s hflm.Sampling, rngs []*rand.Rand) ([][]int32, error) {
-	b, err := m.prepare(samples, false)
+	b, err := m.prepare(samples, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,7 @@ func TestModelGolden(t *testing.T) {
 			vid, _, err := m.Vision.Forward(s.Videos.Values, s.Videos.Grids, false)
 			require.NoError(t, err)
 			requireClose(t, "video features", c.VideoFeatures, host(vid), 1e-4)
-			b, err := m.prepare([]Sample{s}, false)
+			b, err := m.prepare([]Sample{s}, nil, false)
 			require.NoError(t, err)
 			for a := range 3 {
 				want := make([]int32, len(c.Positions[a]))
