@@ -191,3 +191,21 @@ func (ck *Checkpoint) Save(dir string, dtype hfmodel.DType, l Layout) error {
 	}
 	return nil
 }
+
+// Checkpoint returns the weights the model computes with (the language model's LoRA adapters
+// merged, as hflm.Model.Checkpoint merges them) as a Checkpoint to Save: the export of a
+// trained model.
+func (m *Model) Checkpoint() (*Checkpoint, error) {
+	lm, err := m.LM.Checkpoint(nil)
+	if err != nil {
+		return nil, err
+	}
+	ck := &Checkpoint{Config: m.Config, Weights: map[string][]float32{}}
+	for _, t := range lm.Tensors {
+		ck.Weights[t.Name] = t.Float32s()
+	}
+	for _, p := range m.Vision.params {
+		ck.Weights[p.name] = slices.Clone(host(p.value))
+	}
+	return ck, nil
+}
