@@ -37,8 +37,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown key", "frobnicate", func(c map[string]any) { c["frobnicate"] = 1 }},
 		{"unknown text key", "text_config.frobnicate", func(c map[string]any) { text(c)["frobnicate"] = 1 }},
 		{"unknown vision key", "vision_config.frobnicate", func(c map[string]any) { vision(c)["frobnicate"] = 1 }},
-		{"mrope sum", "mrope_section", func(c map[string]any) { text(c)["rope_scaling"] = map[string]any{"type": "mrope", "mrope_section": []int{2, 2, 2}} }},
-		{"rope type", "rope type", func(c map[string]any) { text(c)["rope_scaling"] = map[string]any{"type": "yarn", "mrope_section": []int{2, 2, 4}} }},
+		{"mrope sum", "mrope_section", func(c map[string]any) {
+			text(c)["rope_scaling"] = map[string]any{"type": "mrope", "mrope_section": []int{2, 2, 2}}
+		}},
+		{"rope type", "rope type", func(c map[string]any) {
+			text(c)["rope_scaling"] = map[string]any{"type": "yarn", "mrope_section": []int{2, 2, 4}}
+		}},
 		{"no mrope", "mrope_section", func(c map[string]any) { delete(text(c), "rope_scaling") }},
 		{"window", "window_size", func(c map[string]any) { vision(c)["window_size"] = 30 }},
 		{"full attention block", "fullatt_block_indexes", func(c map[string]any) { vision(c)["fullatt_block_indexes"] = []int{3} }},
