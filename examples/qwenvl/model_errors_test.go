@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // editConfig returns testdata/models/qwen2.5-vl.json with edit applied to its JSON object.
@@ -44,6 +45,9 @@ func TestParseConfigErrors(t *testing.T) {
 			text(c)["rope_scaling"] = map[string]any{"type": "yarn", "mrope_section": []int{2, 2, 4}}
 		}},
 		{"no mrope", "mrope_section", func(c map[string]any) { delete(text(c), "rope_scaling") }},
+		{"interleaved mrope", "mrope_interleaved", func(c map[string]any) {
+			text(c)["rope_scaling"] = map[string]any{"rope_type": "default", "mrope_section": []int{2, 2, 4}, "mrope_interleaved": true}
+		}},
 		{"window", "window_size", func(c map[string]any) { vision(c)["window_size"] = 30 }},
 		{"full attention block", "fullatt_block_indexes", func(c map[string]any) { vision(c)["fullatt_block_indexes"] = []int{3} }},
 		{"heads", "head size", func(c map[string]any) { vision(c)["num_heads"] = 3 }},
@@ -153,4 +157,41 @@ func TestModelInputErrors(t *testing.T) {
 	_, err = m.Score([]Sample{{IDs: ids, Images: p}}, []int{1, 2}, 1, false)
 	require.ErrorContains(t, err, "completionLens")
 	require.ErrorContains(t, m.Vision.Backward(nil, nil), "keep")
+}
+
+// TestParsePublishedConfigs reads Qwen2-VL-2B-Instruct's config.json (top-level text keys,
+// rope_scaling type mrope) and Qwen2.5-VL-7B's as transformers 4.53 writes it (text_config,
+// null token ids in it, layer_types, in_chans and in_channels).
+func TestParsePublishedConfigs(t *testing.T) {
+	c, err := LoadConfigFile(filepath.Join("testdata", "models", "qwen2-vl-2b-instruct-config.json"))
+	require.NoError(t, err)
+	require.Equal(t, Qwen2VL, c.Variant)
+	require.Equal(t, 128, c.Text.HeadDim)
+	require.Equal(t, []int{16, 24, 24}, c.MRoPESection)
+	require.True(t, c.Text.TieWordEmbeddings)
+	require.Equal(t, VisionConfig{Depth: 32, Dim: 1280, Heads: 16, MLPDim: 5120, OutDim: 1536, InChannels: 3, PatchSize: 14,
+		TemporalPatchSize: 2, MergeSize: 2, Act: tensor.QuickGELU}, c.Vision)
+	require.Equal(t, VisionTokens{VisionStartID: 151652, ImageID: 151655, VideoID: 151656, MergeSize: 2}, c.Tokens)
+
+	c, err = LoadConfigFile(filepath.Join("testdata", "models", "qwen2.5-vl-7b-config-nested.json"))
+	require.NoError(t, err)
+	require.Equal(t, Qwen25VL, c.Variant)
+	require.Equal(t, 152064, c.Text.VocabSize)
+	require.Equal(t, "float32", c.Text.TorchDType) // text_config's own
+	require.False(t, c.Text.TieWordEmbeddings)
+	require.Equal(t, VisionConfig{Depth: 32, Dim: 1280, Heads: 16, MLPDim: 3420, OutDim: 3584, InChannels: 3, PatchSize: 14,
+		TemporalPatchSize: 2, MergeSize: 2, Act: tensor.SiLU, WindowSize: 112, FullAttBlocks: []int{7, 15, 23, 31}, TokensPerSecond: 2}, c.Vision)
+	require.Equal(t, 2, c.Tokens.TokensPerSecond)
+	require.Equal(t, int64(151653), c.VisionEndID)
+
+	// transformers 5 names it rope_parameters, with rope_theta inside
+	c, err = ParseConfig(editConfig(t, func(c map[string]any) {
+		tc := c["text_config"].(map[string]any)
+		delete(tc, "rope_scaling")
+		delete(tc, "rope_theta")
+		tc["rope_parameters"] = map[string]any{"rope_type": "default", "mrope_section": []int{2, 2, 4}, "rope_theta": 5e5}
+	}))
+	require.NoError(t, err)
+	require.Equal(t, 5e5, c.Text.RopeTheta)
+	require.Equal(t, []int{2, 2, 4}, c.MRoPESection)
 }

@@ -62,7 +62,7 @@ type Config struct {
 
 // vlKeys are the top-level keys of a VL config.json that are not the language model's.
 var vlKeys = map[string]bool{
-	"vision_config": true, "text_config": true, "rope_scaling": true, "image_token_id": true,
+	"vision_config": true, "text_config": true, "rope_scaling": true, "rope_parameters": true, "image_token_id": true,
 	"video_token_id": true, "vision_start_token_id": true, "vision_end_token_id": true,
 	"vision_token_id": true, "architectures": true, "model_type": true,
 }
@@ -125,6 +125,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	rope := raw["rope_scaling"]
+	if r, ok := raw["rope_parameters"]; ok { // transformers 5's name
+		rope = r
+	}
 	if tc, ok := raw["text_config"]; ok {
 		var sub map[string]json.RawMessage
 		if err := json.Unmarshal(tc, &sub); err != nil {
@@ -132,7 +135,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		for k, v := range sub {
 			switch {
-			case k == "rope_scaling":
+			case k == "rope_scaling" || k == "rope_parameters":
 				rope = v
 			case k == "model_type" || k == "architectures" || vlKeys[k]:
 				// the text model's own names and copies of the token ids
@@ -144,6 +147,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	delete(text, "head_dim") // the VL text models derive it from hidden_size
+	var rp struct {
+		Theta json.RawMessage `json:"rope_theta"`
+	}
+	if json.Unmarshal(rope, &rp) == nil && rp.Theta != nil { // rope_parameters carries rope_theta
+		text["rope_theta"] = rp.Theta
+	}
 	text["architectures"] = json.RawMessage(`["` + hfmodel.ArchQwen2 + `"]`)
 	text["model_type"] = json.RawMessage(`"qwen2"`)
 	textJSON, _ := json.Marshal(text)
@@ -190,8 +199,14 @@ func parseMRoPE(v json.RawMessage, headDim int) ([]int, error) {
 		RopeType string `json:"rope_type"`
 		Section  []int  `json:"mrope_section"`
 	}
-	if err := json.Unmarshal(v, &rs); err != nil || rs.Section == nil {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(v, &rs); err != nil || rs.Section == nil || json.Unmarshal(v, &keys) != nil {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "rope_scaling", "%s: want an object with mrope_section", v)
+	}
+	for k := range keys {
+		if k != "type" && k != "rope_type" && k != "mrope_section" && k != "rope_theta" {
+			return nil, tensor.Errorf(tensor.ErrParam, op, "rope_scaling", "key %q is not supported (M-RoPE without scaling)", k)
+		}
 	}
 	for _, t := range []string{rs.Type, rs.RopeType} {
 		if t != "" && t != "mrope" && t != "default" {
