@@ -9,7 +9,8 @@ rot_pos_emb, get_window_index, the vision blocks (LayerNorm + quick_gelu MLP, or
 gated SiLU MLP), the PatchMerger, get_rope_index, masked_scatter of the features into the token
 embeddings, the Qwen2 decoder with apply_multimodal_rotary_pos_emb, and the LM head.
 
-    /usr/bin/python3 scripts/qwen2vl_torch_twin.py   # writes examples/qwenvl/testdata/model_golden.json
+    /usr/bin/python3 scripts/qwen2vl_torch_twin.py         # writes examples/qwenvl/testdata/model_golden.json
+    /usr/bin/python3 scripts/qwen2vl_torch_twin.py bench   # the vision tower's throughput (BenchmarkVisionTower's twin)
 
 Each case's checkpoint comes from `go run ./examples/hf init` (the weights the Go test makes).
 The pixel values are a closed formula both sides compute exactly: ((7919 i + 13) mod 2001 − 1000)
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 import torch.nn.functional as F
@@ -313,5 +315,67 @@ def golden():
     print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
 
 
+def bench():
+    """The vision tower's forward and forward + backward on one 224×224 image (256 patches) at
+    the published configs' vision shapes with QWENVL_BENCH_DEPTH blocks (default 2), random
+    weights: patches per wall-second and per CPU-second (BenchmarkVisionTower's twin)."""
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    depth = int(os.environ.get("QWENVL_BENCH_DEPTH", "2"))
+    reps = int(os.environ.get("REPS", "3"))
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "depth": depth}
+    for name, cfgfile in (("qwen2-vl", "qwen2-vl-2b-instruct-config.json"), ("qwen2.5-vl", "qwen2.5-vl-7b-config-nested.json")):
+        cfg = json.load(open(os.path.join(TESTDATA, "models", cfgfile)))
+        vc = cfg["vision_config"]
+        vc["depth"] = depth
+        q25 = cfg["model_type"] == "qwen2_5_vl"
+        if q25:
+            vc["fullatt_block_indexes"] = [depth - 1]
+        dim = vc["hidden_size"] if q25 else vc["embed_dim"]
+        mlp = vc["intermediate_size"] if q25 else dim * vc["mlp_ratio"]
+        outd = vc["out_hidden_size"] if q25 else vc["hidden_size"]
+        g = torch.Generator().manual_seed(0)
+        w = {"visual.patch_embed.proj.weight": torch.randn(dim, 3, 2, 14, 14, generator=g) * 0.02}
+        def add(n, *shape, one=False):
+            w[n] = (1 if one else 0) + torch.randn(*shape, generator=g) * 0.02
+        for i in range(depth):
+            p = f"visual.blocks.{i}."
+            for nm in ("norm1", "norm2"):
+                add(p + nm + ".weight", dim, one=True)
+                if not q25:
+                    add(p + nm + ".bias", dim)
+            add(p + "attn.qkv.weight", 3 * dim, dim); add(p + "attn.qkv.bias", 3 * dim)
+            add(p + "attn.proj.weight", dim, dim); add(p + "attn.proj.bias", dim)
+            if q25:
+                for nm in ("gate_proj", "up_proj"):
+                    add(p + "mlp." + nm + ".weight", mlp, dim); add(p + "mlp." + nm + ".bias", mlp)
+                add(p + "mlp.down_proj.weight", dim, mlp); add(p + "mlp.down_proj.bias", dim)
+            else:
+                add(p + "mlp.fc1.weight", mlp, dim); add(p + "mlp.fc1.bias", mlp)
+                add(p + "mlp.fc2.weight", dim, mlp); add(p + "mlp.fc2.bias", dim)
+        add("visual.merger.ln_q.weight", dim, one=True)
+        if not q25:
+            add("visual.merger.ln_q.bias", dim)
+        add("visual.merger.mlp.0.weight", 4 * dim, 4 * dim); add("visual.merger.mlp.0.bias", 4 * dim)
+        add("visual.merger.mlp.2.weight", outd, 4 * dim); add("visual.merger.mlp.2.bias", outd)
+        grids = [[1, 16, 16]]
+        px = pixels(256, 1176)
+        for mode in ("forward", "train"):
+            m = Twin(cfg, cfg, w, torch.float32, grad=(mode == "train"))
+            def run():
+                if mode == "forward":
+                    with torch.no_grad():
+                        m.vision(px, grids)
+                else:
+                    y = m.vision(px, grids)
+                    y.backward(y.detach())
+            run()
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(reps):
+                run()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            out[f"{name}/{mode}"] = {"patches_per_s": 256 * reps / wall, "patches_per_cpu_s": 256 * reps / cpu}
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    golden()
+    {"golden": golden, "bench": bench}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()

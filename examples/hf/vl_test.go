@@ -134,6 +134,12 @@ func TestVLCommands(t *testing.T) {
 
 			_, err = runHF(t, `{"messages": [{"role": "user", "content": [{"type": "image"}]}], "images": []}`+"\n", "logits", "-model", dir)
 			require.ErrorContains(t, err, "stdin line 1")
+			_, err = runHF(t, `{"ids": [1], "messages": []}`+"\n", "logits", "-model", dir)
+			require.ErrorContains(t, err, "either ids or messages")
+			_, err = runHF(t, "", "init", "-config", filepath.Join(dir, "config.json"), "-out", t.TempDir(), "-shards", "2")
+			require.ErrorContains(t, err, "one file")
+			_, err = runHF(t, "", "init", "-config", filepath.Join(dir, "config.json"), "-out", t.TempDir(), "-layout", "flat")
+			require.ErrorContains(t, err, "legacy or nested")
 		})
 	}
 }

@@ -110,8 +110,13 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 // (each tensor a function of the seed and its legacy name; matrices, embeddings and biases
 // ~ N(0, initializer_range²), norm weights 1 + N(0, initializer_range²)).
 func RandomCheckpoint(c *Config, seed uint64) *Checkpoint {
-	ck := &Checkpoint{Config: c, Weights: map[string][]float32{}}
-	for _, s := range expectedTensors(c) {
+	return &Checkpoint{Config: c, Weights: randomWeights(expectedTensors(c), c.Text.InitializerRange, seed)}
+}
+
+// randomWeights draws the weights of specs as RandomCheckpoint describes.
+func randomWeights(specs []specShape, std float64, seed uint64) map[string][]float32 {
+	w := map[string][]float32{}
+	for _, s := range specs {
 		h := fnv.New64a()
 		h.Write([]byte(s.name))
 		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
@@ -125,11 +130,11 @@ func RandomCheckpoint(c *Config, seed uint64) *Checkpoint {
 			offset = 1
 		}
 		for i := range vals {
-			vals[i] = offset + float32(rng.NormFloat64()*c.Text.InitializerRange)
+			vals[i] = offset + float32(rng.NormFloat64()*std)
 		}
-		ck.Weights[s.name] = vals
+		w[s.name] = vals
 	}
-	return ck
+	return w
 }
 
 func isNormWeight(name string) bool {

@@ -3,7 +3,6 @@ package qwenvl
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -232,7 +231,7 @@ func (m *Model) Params() ([]loop.Param, error) {
 	for _, p := range m.Vision.params {
 		ps = append(ps, loop.Param{Name: p.name, Value: p.value, Grad: p.grad, Decay: p.value.Rank() >= 2})
 	}
-	return slices.Clip(ps), nil
+	return ps, nil
 }
 
 // AdamW is loop.HostAdamW over a model's parameters that repacks the weights after each step.
