@@ -270,3 +270,23 @@ func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, erro
 	}
 	return &AdamW{HostAdamW: opt, m: m}, g, nil
 }
+
+// RowTokens implements loop.TokenCounter: the row's prompt tokens with each image's
+// placeholder expanded by the grid its resize gives (no pixels are processed), and its
+// completion (at most b.T tokens), which loop.Config.MicroBatchTokens budgets.
+func (p *Policy[P]) RowTokens(b *loop.Batch[P], row int) int {
+	pr := p.Prompt(b.Prompts[row])
+	n := len(pr.IDs) - len(pr.Images)
+	c := p.Processor.Config()
+	for _, img := range pr.Images {
+		h, w := img.Height, img.Width
+		if c.DoResize {
+			var err error
+			if h, w, err = SmartResize(h, w, c.Factor(), c.MinPixels, c.MaxPixels); err != nil {
+				return n + 1 // the pass will report the error
+			}
+		}
+		n += Grid{T: 1, H: h / c.PatchSize, W: w / c.PatchSize}.Tokens(c.MergeSize)
+	}
+	return n + min(len(b.Completions[row].Tokens), b.T)
+}

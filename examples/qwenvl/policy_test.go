@@ -63,6 +63,11 @@ func TestPolicyPerturbedLogProbs(t *testing.T) {
 		require.NoError(t, pol.LogProbs(b, 0, 2, in, lp, nil))
 		return v
 	}
+	for i, p := range ps { // RowTokens counts what the pass computes
+		s, err := pol.sample(p, b.Completions[i].Tokens, loop.Input{}, 0)
+		require.NoError(t, err)
+		require.Equal(t, len(s.IDs), pol.RowTokens(b, i))
+	}
 	plain := logp(loop.Input{})
 	perturbed := logp(loop.Input{Perturb: pert, Seed: 9})
 	require.NotEqual(t, plain, perturbed)
@@ -213,3 +218,8 @@ func TestLoRAParams(t *testing.T) {
 	}
 	require.Positive(t, moved)
 }
+
+var (
+	_ loop.Policy[Prompt]       = (*Policy[Prompt])(nil)
+	_ loop.TokenCounter[Prompt] = (*Policy[Prompt])(nil)
+)
