@@ -20,15 +20,7 @@ type Model struct {
 // Load builds the model from a checkpoint's weights (copied; ck may be dropped).
 func Load(ck *Checkpoint) (*Model, error) {
 	c := ck.Config
-	var text []*hfmodel.Tensor
-	for _, s := range hfmodel.ExpectedTensors(c.Text) {
-		t, err := hfmodel.NewTensor(s.Name, s.Shape, ck.Weights[s.Name], hfmodel.Float32)
-		if err != nil {
-			return nil, err
-		}
-		text = append(text, t)
-	}
-	tck, err := hfmodel.NewCheckpoint(c.Text, nil, text)
+	tck, err := ck.textCheckpoint()
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +40,19 @@ func Load(ck *Checkpoint) (*Model, error) {
 		return nil, err
 	}
 	return &Model{Config: c, Vision: v, LM: lm}, nil
+}
+
+// textCheckpoint is the language model's part of the checkpoint, as hflm.Load reads it.
+func (ck *Checkpoint) textCheckpoint() (*hfmodel.Checkpoint, error) {
+	var text []*hfmodel.Tensor
+	for _, s := range hfmodel.ExpectedTensors(ck.Config.Text) {
+		t, err := hfmodel.NewTensor(s.Name, s.Shape, ck.Weights[s.Name], hfmodel.Float32)
+		if err != nil {
+			return nil, err
+		}
+		text = append(text, t)
+	}
+	return hfmodel.NewCheckpoint(ck.Config.Text, nil, text)
 }
 
 // LoadDir opens a checkpoint directory (either weight-name layout) and loads it.

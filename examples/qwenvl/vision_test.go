@@ -112,3 +112,23 @@ func TestGenerateMatchesFullForward(t *testing.T) {
 		})
 	}
 }
+
+// TestTextOnlyIsPlainRoPE: on text alone every M-RoPE axis has the same position, so the VL
+// model's logits are those of its language model loaded as a plain Qwen2 (bit for bit).
+func TestTextOnlyIsPlainRoPE(t *testing.T) {
+	cfg, err := LoadConfigFile(filepath.Join("testdata", "models", "qwen2-vl.json"))
+	require.NoError(t, err)
+	ck := RandomCheckpoint(cfg, 6)
+	m, err := Load(ck)
+	require.NoError(t, err)
+	tck, err := ck.textCheckpoint()
+	require.NoError(t, err)
+	lm, err := hflm.Load(tck)
+	require.NoError(t, err)
+	ids := []int32{1, 9, 33, 4, 70, 2}
+	got, err := m.Logits(Sample{IDs: ids})
+	require.NoError(t, err)
+	want, err := lm.Logits(ids)
+	require.NoError(t, err)
+	require.Equal(t, host(want), host(got))
+}
