@@ -16,7 +16,7 @@ import (
 // TestVisionFiniteDifferences checks the tower's backward against central differences of its
 // forward: for L = Σ r·features (r fixed), each weight tensor moved along its own gradient
 // g/|g| changes L at the rate |g|. The forward is float32 and L is summed in float64, so the
-// step is 1e-2 and the tolerance 2% of |g| (the golden test compares the gradients with the
+// step is 1e-2 and the tolerance 1% of |g| (measured: ≤ 0.35%) (the golden test compares the gradients with the
 // float64 twin to 1e-4).
 func TestVisionFiniteDifferences(t *testing.T) {
 	for _, cfg := range []string{"qwen2-vl.json", "qwen2.5-vl.json"} {
@@ -44,6 +44,7 @@ func TestVisionFiniteDifferences(t *testing.T) {
 				return l
 			}
 			const eps = 1e-2
+			worst := 0.0
 			for _, prm := range v.params {
 				g, w := host(prm.grad), host(prm.value)
 				norm := 0.0
@@ -63,8 +64,10 @@ func TestVisionFiniteDifferences(t *testing.T) {
 				fd := (step(eps) - step(-eps)) / (2 * eps)
 				copy(w, orig)
 				require.NoError(t, v.Repack())
-				require.InDelta(t, norm, fd, 0.02*norm, "%s: |g| = %g, central difference %g", prm.name, norm, fd)
+				require.InDelta(t, norm, fd, 0.01*norm, "%s: |g| = %g, central difference %g", prm.name, norm, fd)
+				worst = max(worst, math.Abs(fd-norm)/norm)
 			}
+			t.Logf("largest relative difference %.2g over %d weights", worst, len(v.params))
 		})
 	}
 }
