@@ -16,8 +16,8 @@ import (
 // TestVisionFiniteDifferences checks the tower's backward against central differences of its
 // forward: for L = Σ r·features (r fixed), each weight tensor moved along its own gradient
 // g/|g| changes L at the rate |g|. The forward is float32 and L is summed in float64, so the
-// step is 1e-2 and the tolerance 1% of |g| (measured: ≤ 0.35%) (the golden test compares the gradients with the
-// float64 twin to 1e-4).
+// step is 1e-2 and the tolerance 1% of |g| (measured ≤ 0.35%); the golden test compares the
+// gradients with the float64 twin to 1e-4.
 func TestVisionFiniteDifferences(t *testing.T) {
 	for _, cfg := range []string{"qwen2-vl.json", "qwen2.5-vl.json"} {
 		t.Run(cfg, func(t *testing.T) {
