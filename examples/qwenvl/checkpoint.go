@@ -69,41 +69,58 @@ func expectedTensors(c *Config) []specShape {
 // OpenCheckpoint reads config.json and the weights of dir, in either layout, widened to
 // float32. Every weight the config implies must be there with its shape, and nothing else.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	var ck *Checkpoint
+	err := mapCheckpoint(dir, func(cfg *Config, byName map[string]*hfmodel.Tensor) error {
+		ck = &Checkpoint{Config: cfg, Weights: map[string][]float32{}}
+		for name, t := range byName {
+			ck.Weights[name] = t.Float32s()
+		}
+		return nil
+	})
+	return ck, err
+}
+
+// mapCheckpoint reads config.json, maps the weights of dir and calls use with them by legacy
+// name (checked: every weight the config implies with its shape, nothing else) before
+// unmapping them.
+func mapCheckpoint(dir string, use func(*Config, map[string]*hfmodel.Tensor) error) error {
 	const op = "qwenvl.OpenCheckpoint"
 	cfg, err := LoadConfig(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ts, unmap, err := hfmodel.MapTensors(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unmap()
 	byName := map[string]*hfmodel.Tensor{}
-	for name, t := range ts {
+	for _, name := range slices.Sorted(maps.Keys(ts)) {
 		c := canonicalName(name)
 		if byName[c] != nil {
-			return nil, tensor.Errorf(tensor.ErrParam, op, name, "stored under both weight-name layouts")
+			return tensor.Errorf(tensor.ErrParam, op, name, "stored under both weight-name layouts")
 		}
-		byName[c] = t
+		t := *ts[name]
+		t.Name = c
+		byName[c] = &t
 	}
-	ck := &Checkpoint{Config: cfg, Weights: map[string][]float32{}}
+	want := map[string]bool{}
 	for _, s := range expectedTensors(cfg) {
+		want[s.name] = true
 		t := byName[s.name]
 		if t == nil {
-			return nil, tensor.Errorf(tensor.ErrShape, op, s.name, "missing from the weights (%s, %d layers, vision depth %d)", cfg.Variant, cfg.Text.NumHiddenLayers, cfg.Vision.Depth)
+			return tensor.Errorf(tensor.ErrShape, op, s.name, "missing from the weights (%s, %d layers, vision depth %d)", cfg.Variant, cfg.Text.NumHiddenLayers, cfg.Vision.Depth)
 		}
 		if !slices.Equal(t.Shape, s.shape) {
-			return nil, tensor.Errorf(tensor.ErrShape, op, s.name, "has shape %v, config.json implies %v", t.Shape, s.shape)
+			return tensor.Errorf(tensor.ErrShape, op, s.name, "has shape %v, config.json implies %v", t.Shape, s.shape)
 		}
-		ck.Weights[s.name] = t.Float32s()
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		if _, ok := ck.Weights[name]; !ok {
-			return nil, tensor.Errorf(tensor.ErrShape, op, name, "unexpected tensor for %s (tie_word_embeddings %v)", cfg.Variant, cfg.Text.TieWordEmbeddings)
+		if !want[name] {
+			return tensor.Errorf(tensor.ErrShape, op, name, "unexpected tensor for %s (tie_word_embeddings %v)", cfg.Variant, cfg.Text.TieWordEmbeddings)
 		}
 	}
-	return ck, nil
+	return use(cfg, byName)
 }
 
 // RandomCheckpoint makes weights for the model c describes as hfmodel.RandomCheckpoint does

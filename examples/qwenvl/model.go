@@ -19,8 +19,38 @@ type Model struct {
 
 // Load builds the model from a checkpoint's weights (copied; ck may be dropped).
 func Load(ck *Checkpoint) (*Model, error) {
-	c := ck.Config
-	tck, err := ck.textCheckpoint()
+	byName := map[string]*hfmodel.Tensor{}
+	for _, s := range expectedTensors(ck.Config) {
+		t, err := hfmodel.NewTensor(s.name, s.shape, ck.Weights[s.name], hfmodel.Float32)
+		if err != nil {
+			return nil, err
+		}
+		byName[s.name] = t
+	}
+	return load(ck.Config, byName)
+}
+
+// LoadDir opens a checkpoint directory (either weight-name layout) and loads it, widening
+// each weight from the mapped file straight into the model's float32 (a bfloat16 checkpoint
+// is not first copied whole).
+func LoadDir(dir string) (*Model, error) {
+	var m *Model
+	err := mapCheckpoint(dir, func(cfg *Config, byName map[string]*hfmodel.Tensor) error {
+		var err error
+		m, err = load(cfg, byName)
+		return err
+	})
+	return m, err
+}
+
+// load builds the model from weights by legacy name: the language model through hflm.Load of
+// the text weights, the tower from the visual.* ones.
+func load(c *Config, byName map[string]*hfmodel.Tensor) (*Model, error) {
+	var text []*hfmodel.Tensor
+	for _, s := range hfmodel.ExpectedTensors(c.Text) {
+		text = append(text, byName[s.Name])
+	}
+	tck, err := hfmodel.NewCheckpoint(c.Text, nil, text)
 	if err != nil {
 		return nil, err
 	}
@@ -33,35 +63,13 @@ func Load(ck *Checkpoint) (*Model, error) {
 	}
 	vis := map[string][]float32{}
 	for _, s := range visionSpecs(c.Variant, c.Vision) {
-		vis[s.name] = append([]float32(nil), ck.Weights[s.name]...)
+		vis[s.name] = byName[s.name].Float32s()
 	}
 	v, err := newVision(c.Variant, c.Vision, vis)
 	if err != nil {
 		return nil, err
 	}
 	return &Model{Config: c, Vision: v, LM: lm}, nil
-}
-
-// textCheckpoint is the language model's part of the checkpoint, as hflm.Load reads it.
-func (ck *Checkpoint) textCheckpoint() (*hfmodel.Checkpoint, error) {
-	var text []*hfmodel.Tensor
-	for _, s := range hfmodel.ExpectedTensors(ck.Config.Text) {
-		t, err := hfmodel.NewTensor(s.Name, s.Shape, ck.Weights[s.Name], hfmodel.Float32)
-		if err != nil {
-			return nil, err
-		}
-		text = append(text, t)
-	}
-	return hfmodel.NewCheckpoint(ck.Config.Text, nil, text)
-}
-
-// LoadDir opens a checkpoint directory (either weight-name layout) and loads it.
-func LoadDir(dir string) (*Model, error) {
-	ck, err := OpenCheckpoint(dir)
-	if err != nil {
-		return nil, err
-	}
-	return Load(ck)
 }
 
 // Sample is one sequence of a batch: its token ids with every <|image_pad|> and <|video_pad|>

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
+	"github.com/mtrl-go/mtrl/examples/hfmodel"
 )
 
 // TestVisionFiniteDifferences checks the tower's backward against central differences of its
@@ -124,7 +125,13 @@ func TestTextOnlyIsPlainRoPE(t *testing.T) {
 	ck := RandomCheckpoint(cfg, 6)
 	m, err := Load(ck)
 	require.NoError(t, err)
-	tck, err := ck.textCheckpoint()
+	var text []*hfmodel.Tensor
+	for _, s := range hfmodel.ExpectedTensors(cfg.Text) {
+		tt, err := hfmodel.NewTensor(s.Name, s.Shape, ck.Weights[s.Name], hfmodel.Float32)
+		require.NoError(t, err)
+		text = append(text, tt)
+	}
+	tck, err := hfmodel.NewCheckpoint(cfg.Text, nil, text)
 	require.NoError(t, err)
 	lm, err := hflm.Load(tck)
 	require.NoError(t, err)
