@@ -86,7 +86,7 @@ type Sample struct {
 // encoded is one sample's vision features and the placeholder rows they fill.
 type encoded struct {
 	feats []*tensor.Tensor // image features, video features (nil when none)
-	acts  []*visionActs    // their activations (training)
+	acts  []*VisionActs    // their activations (training)
 	rows  [][]int          // the sample's token rows each one fills
 }
 

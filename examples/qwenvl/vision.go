@@ -316,8 +316,8 @@ type blockActs struct {
 	xIn, h1, q, k, v, attn, lse, xMid, h2, a, b, act, prod *tensor.Tensor
 }
 
-// visionActs are the activations of a training forward.
-type visionActs struct {
+// VisionActs are the activations a training Forward keeps for Backward.
+type VisionActs struct {
 	l      *layout
 	pixels *tensor.Tensor
 	blocks []blockActs
@@ -331,7 +331,7 @@ type visionActs struct {
 // grids and returns their language-model embeddings [rows/merge_size², OutDim], in the order of
 // the grids (each image's tokens consecutive). With keep it also returns the activations
 // Backward needs.
-func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Tensor, *visionActs, error) {
+func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Tensor, *VisionActs, error) {
 	v := t.cfg
 	pd := v.PatchDim()
 	if len(pixels)%pd != 0 {
@@ -352,7 +352,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		permuteUnits(perm, xv, l.window, unit*d, false)
 		copy(xv, perm)
 	}
-	a := &visionActs{l: l, pixels: px}
+	a := &VisionActs{l: l, pixels: px}
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}

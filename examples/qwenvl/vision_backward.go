@@ -25,7 +25,7 @@ func (t *Vision) ZeroGrads() {
 // Backward adds the gradients of every tower weight given dOut, the gradient of Forward's
 // output [rows/merge_size², OutDim], to the tower's gradients. a must come from Forward with
 // keep.
-func (t *Vision) Backward(a *visionActs, dOut *tensor.Tensor) error {
+func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	const op = "qwenvl.Vision.Backward"
 	if a == nil {
 		return tensor.Errorf(tensor.ErrParam, op, "a", "is nil (Forward without keep)")
