@@ -165,6 +165,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.h1, _ = f32(n, d)
 	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
 	m.round(host(s.h1))
+	s.h1 = m.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 	s.q, _ = f32(n, hq, hd)
 	s.k, _ = f32(n, hkv, hd)
 	s.v, _ = f32(n, hkv, hd)
@@ -190,6 +191,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 		e.do(tensor.Attention(s.attn, ai, m.attn))
 	}
 	m.round(host(s.attn))
+	s.attn = m.store(s.attn)
 	o, ov := f32(n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))
 	m.round(ov)
@@ -199,6 +201,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.h2, _ = f32(n, d)
 	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
 	m.round(host(s.h2))
+	s.h2 = m.store(s.h2)
 	s.gate, _ = f32(n, c.IntermediateSize)
 	s.up, _ = f32(n, c.IntermediateSize)
 	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
@@ -208,6 +211,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.act, _ = f32(n, c.IntermediateSize)
 	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
 	m.round(host(s.act))
+	s.act = m.store(s.act)
 	y, yv := f32(n, d)
 	e.do(m.linearFwd(y, s.act, ly.down, a))
 	m.round(yv)
@@ -220,11 +224,12 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 // with the right last dimensions' product (the heads of q, k and v are views). a is the
 // forward's activations (nil in decoding).
 func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
-	if err := linearInto(y, x, l); err != nil {
+	// In bf16 mode the input is bfloat16: the GEMM runs on bfloat16 pairs (mixed.go).
+	if err := linearInto(y, m.store(x), l); err != nil {
 		return err
 	}
 	if ad := m.adapterOf(l); ad != nil {
-		return m.loraForward(y, x, ad, a)
+		return m.loraForward(y, widen(x), ad, a)
 	}
 	return nil
 }
@@ -402,5 +407,5 @@ func (m *Model) Logits(tokens []int32) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	logits, _ := f32(in.n, m.Config.VocabSize)
-	return logits, tensor.Linear(logits, a.hidden, m.head)
+	return logits, tensor.Linear(logits, m.store(a.hidden), m.head)
 }

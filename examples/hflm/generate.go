@@ -93,7 +93,7 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 	logits, lv := f32(b, c.VocabSize)
 	scratch := &sampler{}
 	for step := 0; ; step++ {
-		if err := tensor.Linear(logits, hidden, m.head); err != nil {
+		if err := tensor.Linear(logits, m.store(hidden), m.head); err != nil { // bfloat16 in bf16 mode
 			return nil, err
 		}
 		active := 0
