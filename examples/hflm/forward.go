@@ -1,6 +1,8 @@
 package hflm
 
 import (
+	"slices"
+
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -33,9 +35,11 @@ func host(t *tensor.Tensor) []float32 {
 // packed is a batch of token sequences laid end to end, FlashAttention's varlen layout:
 // sequence b is rows [cu[b], cu[b+1]) at positions 0, 1, ….
 type packed struct {
-	ids, pos, cu *tensor.Tensor // int32 [N], [N], [B+1]
+	ids, pos, cu *tensor.Tensor // int32 [N], [N] ([sections, N] with M-RoPE), [B+1]
 	n            int
 	starts       []int // cu as ints
+	// scatter and gather, when set, edit the input embeddings and their gradient (Input).
+	scatter, gather func(*tensor.Tensor) error
 }
 
 func (m *Model) packSeqs(seqs [][]int32) (*packed, error) {
@@ -67,8 +71,12 @@ func (m *Model) packSeqs(seqs [][]int32) (*packed, error) {
 	for i, s := range starts {
 		cu[i] = int32(s)
 	}
+	posT := tensor.Must(tensor.FromInt32(pos, n))
+	if k := len(m.rope.Sections); k > 0 { // M-RoPE on text: every axis at the same position
+		posT = tensor.Must(tensor.FromInt32(slices.Repeat(pos, k), k, n))
+	}
 	return &packed{
-		ids: tensor.Must(tensor.FromInt32(ids, n)), pos: tensor.Must(tensor.FromInt32(pos, n)),
+		ids: tensor.Must(tensor.FromInt32(ids, n)), pos: posT,
 		cu: tensor.Must(tensor.FromInt32(cu, len(cu))), n: n, starts: starts,
 	}, nil
 }
@@ -101,6 +109,11 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	x, xv := f32(n, d)
 	if err := tensor.Embedding(x, m.embed, in.ids); err != nil {
 		return nil, err
+	}
+	if in.scatter != nil {
+		if err := in.scatter(x); err != nil {
+			return nil, err
+		}
 	}
 	m.round(xv)
 	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
@@ -267,6 +280,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 			}
 		}
 		e.do(m.layerBackward(l, s, la, dx))
+	}
+	if a.in.gather != nil && e.err == nil {
+		e.do(a.in.gather(dx))
 	}
 	if m.lora == nil {
 		if traceGrad != nil {
