@@ -33,7 +33,7 @@ type Model struct {
 	adapters  []*adapter
 	loraOff   bool
 	dropRNG   *rand.Rand
-	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays
+	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
 
 	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
