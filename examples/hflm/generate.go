@@ -82,7 +82,7 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 	logits, lv := f32(b, c.VocabSize)
 	scratch := &sampler{}
 	for step := 0; ; step++ {
-		if err := tensor.Linear(logits, hidden, m.head); err != nil {
+		if err := tensor.Linear(logits, m.store(hidden), m.head); err != nil { // bfloat16 in bf16 mode
 			return nil, err
 		}
 		active := 0

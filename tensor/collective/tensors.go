@@ -49,15 +49,36 @@ func NewHostTensors(c Comm) (*HostTensors, error) {
 	return &HostTensors{c}, nil
 }
 
-// Rank returns the Comm's rank.
-func (h *HostTensors) Rank() int { return h.c.Rank() }
+// Rank returns the Comm's rank (0 for a HostTensors not made by NewHostTensors).
+func (h *HostTensors) Rank() int {
+	if h.check("") != nil {
+		return 0
+	}
+	return h.c.Rank()
+}
 
-// Size returns the Comm's size.
-func (h *HostTensors) Size() int { return h.c.Size() }
+// Size returns the Comm's size (0 for a HostTensors not made by NewHostTensors).
+func (h *HostTensors) Size() int {
+	if h.check("") != nil {
+		return 0
+	}
+	return h.c.Size()
+}
+
+// check reports a HostTensors not made by NewHostTensors (nil, or the zero value).
+func (h *HostTensors) check(name string) error {
+	if h == nil || h.c == nil {
+		return tensor.Errorf(tensor.ErrParam, name, "receiver", "a HostTensors not made by NewHostTensors")
+	}
+	return nil
+}
 
 // AllReduce implements Tensors with Comm.AllReduceFloat32.
 func (h *HostTensors) AllReduce(ctx context.Context, t *tensor.Tensor, op Op) error {
 	const name = "collective.HostTensors.AllReduce"
+	if err := h.check(name); err != nil {
+		return err
+	}
 	if err := tensor.CheckDType(name, "t", t, tensor.Float32); err != nil {
 		return err
 	}
@@ -74,6 +95,9 @@ func (h *HostTensors) AllReduce(ctx context.Context, t *tensor.Tensor, op Op) er
 // through the fallback; MPI_Reduce_scatter's order under MPI).
 func (h *HostTensors) ReduceScatter(ctx context.Context, dst, src *tensor.Tensor) error {
 	const name = "collective.HostTensors.ReduceScatter"
+	if err := h.check(name); err != nil {
+		return err
+	}
 	if err := tensor.CheckDType(name, "dst", dst, tensor.Float32); err != nil {
 		return err
 	}
@@ -102,6 +126,9 @@ func (h *HostTensors) ReduceScatter(ctx context.Context, dst, src *tensor.Tensor
 // AllGather implements Tensors with Comm.AllGather.
 func (h *HostTensors) AllGather(ctx context.Context, dst, src *tensor.Tensor) error {
 	const name = "collective.HostTensors.AllGather"
+	if err := h.check(name); err != nil {
+		return err
+	}
 	if err := tensor.CheckTensor(name, "src", src); err != nil {
 		return err
 	}
@@ -129,6 +156,9 @@ func (h *HostTensors) AllGather(ctx context.Context, dst, src *tensor.Tensor) er
 // Broadcast implements Tensors with Comm.Broadcast.
 func (h *HostTensors) Broadcast(ctx context.Context, t *tensor.Tensor, root int) error {
 	const name = "collective.HostTensors.Broadcast"
+	if err := h.check(name); err != nil {
+		return err
+	}
 	if err := tensor.CheckTensor(name, "t", t); err != nil {
 		return err
 	}
