@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 
@@ -105,20 +106,23 @@ func bwdRow(p, dp, lse, dlt []float32) {
 	}
 }
 
-// attnPool recycles the per-call packed panels and per-goroutine tiles: a decode step calls
-// attention once per layer and token, and must not allocate its buffers each time.
-var attnPool sync.Pool
+// attnPools recycle the per-call packed panels and per-goroutine tiles, one pool per power of
+// two of the capacity: a decode step calls attention once per layer and token, and must not
+// allocate its buffers each time.
+var attnPools [64]sync.Pool
 
+// getF32 returns a buffer of n float32 (contents undefined) from the pool of its size class.
 func getF32(n int) *[]float32 {
-	if p, ok := attnPool.Get().(*[]float32); ok && cap(*p) >= n {
+	c := bits.Len(uint(n))
+	if p, ok := attnPools[c].Get().(*[]float32); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float32, n)
+	s := make([]float32, n, 1<<c)
 	return &s
 }
 
-func putF32(p *[]float32) { attnPool.Put(p) }
+func putF32(p *[]float32) { attnPools[bits.Len(uint(cap(*p)))-1].Put(p) }
 
 // keyLimit is how many keys row t (0-based in its sequence) of q sees.
 func keyLimit(s nnref.AttnShape, q nnref.Seq, t int) int {
@@ -387,7 +391,8 @@ func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse
 		parallel.For(nb, 1, func(lo, hi int) {
 			wb := getF32(2 * attnKeys * attnBwdRows)
 			defer putF32(wb)
-			for ib := lo; ib < hi; ib++ {
+			for i := lo; i < hi; i++ {
+				ib := nb - 1 - i // last blocks first: under a causal mask they see the most keys
 				u := p.unitOf(p.bOff, ib)
 				for jp := range p.kOff[u+1] - p.kOff[u] {
 					tile(*wb, u, jp, ib, false, true)

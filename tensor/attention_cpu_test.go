@@ -203,3 +203,55 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttentionDecodeRef is BenchmarkAttentionDecode on the scalar float32 reference
+// (internal/nnref), the CPU kernel before the tiled one: what a decode step used to cost.
+func BenchmarkAttentionDecodeRef(b *testing.B) {
+	for _, l := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("L=%d", l), func(b *testing.B) {
+			s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
+			c := attnCase{s: s, seqs: []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, tq: 1, tk: 2048}
+			q, k, v, _ := c.inputs(3)
+			out := make([]float32, len(q))
+			for b.Loop() {
+				nnref.Attention(s, c.seqs, q, k, v, out, nil)
+			}
+		})
+	}
+}
+
+// TestAttentionCPUDegenerate runs shapes with nothing to do: head dimension 0, no query heads,
+// no tokens. Outputs must be written (zeros, lse −Inf where a query sees nothing) without a
+// panic, as the reference does.
+func TestAttentionCPUDegenerate(t *testing.T) {
+	for _, c := range []attnCase{
+		{"d0", nnref.AttnShape{Hq: 2, Hkv: 1, D: 0, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 5, K0: 0, KN: 5}}, 5, 5},
+		{"hq0", nnref.AttnShape{Hq: 0, Hkv: 1, D: 8, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 5, K0: 0, KN: 5}}, 5, 5},
+		{"t0", nnref.AttnShape{Hq: 2, Hkv: 1, D: 8, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 0, K0: 0, KN: 0}}, 0, 0},
+		{"no-keys", nnref.AttnShape{Hq: 2, Hkv: 1, D: 8, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 3, K0: 0, KN: 0}}, 3, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v, dout := c.inputs(4)
+			s := c.s
+			out, lse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+			for i := range out {
+				out[i] = 7
+			}
+			attentionCPU(s, c.seqs, q, k, v, out, lse)
+			dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+			attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+			wout, wlse := make([]float64, len(q)), make([]float64, len(lse))
+			nnref.Attention(s, c.seqs, f64s(q), f64s(k), f64s(v), wout, wlse)
+			for i := range wout {
+				if float64(out[i]) != wout[i] {
+					t.Fatalf("out[%d] = %v, want %v", i, out[i], wout[i])
+				}
+			}
+			for i, w := range wlse {
+				if g := float64(lse[i]); !(g == w || math.Abs(g-w) <= 1e-6*math.Abs(w)) {
+					t.Fatalf("lse[%d] = %v, want %v", i, g, w)
+				}
+			}
+		})
+	}
+}
