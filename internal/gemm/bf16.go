@@ -136,8 +136,8 @@ func activeBF16() *kernelsBF16 {
 	return &goKernelsBF16
 }
 
-// panels is MulRangeBF16 on the calling goroutine. For a few rows (decode) it takes the panels
-// one at a time over all of K, so each goroutine streams one contiguous panel; otherwise it
+// panels is MulRangeBF16 on the calling goroutine. For at most DecodeRows rows it takes the
+// panels one at a time over all of K, so each goroutine streams one contiguous panel; otherwise it
 // walks M in blocks of MBlock and K in blocks of KBlockBF16 so that a panel block stays in L1.
 // Either way an element's K blocks are added in ascending order.
 func (k *kernelsBF16) panels(m int, a []uint16, lda int, p *PackedBF16, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
@@ -160,7 +160,7 @@ func (k *kernelsBF16) panels(m int, a []uint16, lda int, p *PackedBF16, n0, n1, 
 			k.rows(min(MR, i1-i), kb, a[i*lda+kk-k0:], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
 		}
 	}
-	if m <= MR {
+	if m <= DecodeRows {
 		for q := n0 / Panel; q*Panel < n1; q++ {
 			for kk := k0; kk < k1; kk += KBlockBF16 {
 				block(0, m, kk, q)
