@@ -9,9 +9,10 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// BenchmarkLMHead times the fused LM head (forward, and forward + backward) at Qwen2.5-0.5B's
-// head (D = 896, V = 151936) for 256 tokens, against the unfused path that materialises the
-// [256, V] logits (Linear, then LogProbEntropy), in tokens/s.
+// BenchmarkLMHead times the fused LM head (forward, forward + backward, and forward + backward
+// of a frozen head: no dweight) at Qwen2.5-0.5B's head (D = 896, V = 151936) for 256 tokens,
+// float32, against the unfused path that materialises the [256, V] logits (Linear, then
+// LogProbEntropy), in tokens/s.
 func BenchmarkLMHead(b *testing.B) {
 	const n, d, v = 256, 896, 151936
 	h := make([]float32, n*d)
@@ -61,6 +62,21 @@ func BenchmarkLMHead(b *testing.B) {
 				b.Fatal(err)
 			}
 			err := tensor.LMHeadBackward(dh, dw, tensor.LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: gl})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		tokens(b, cpu0)
+	})
+	b.Run("fused/forward+backward/frozen", func(b *testing.B) { // nil dweight: no head gradient
+		dh, gl := zeros(n, d), zeros(n)
+		b.ReportAllocs()
+		cpu0, _ := cputime.Process()
+		for b.Loop() {
+			if err := tensor.LMHeadLogProbs(lp, ent, in); err != nil {
+				b.Fatal(err)
+			}
+			err := tensor.LMHeadBackward(dh, nil, tensor.LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: gl})
 			if err != nil {
 				b.Fatal(err)
 			}
