@@ -368,8 +368,8 @@ def table(path):
     print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}: tokens/s wall and tokens per CPU-second; memory — {cpu}\n")
     print("bfloat16: hidden states and head weight bfloat16 (Go: logits on VDPBF16PS, dhidden and dweight float32; "
           "torch: bfloat16 matmuls, logits.float() before log_softmax).\n")
-    print("| pass | dtype | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go allocated per call | torch peak RSS Δ |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| pass | dtype | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go/torch float32 (cpu-s) | Go allocated per call | torch peak RSS Δ |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def tok(r):
         return n / r["wall"]
@@ -381,10 +381,13 @@ def table(path):
         for p in ("fwd", "fwd+bwd"):
             key = f"lmhead/{p}{dkey(dt)}/N={n}/D={d}/V={v}"
             tm = mem.get(key)
+            # against torch's float32 head, the issue's reference: the i-th runs of the round
+            f32 = med([tok_cpu(a) / tok_cpu(b) for a, b in zip(runs("go", key), runs("torch", f"lmhead/{p}/N={n}/D={d}/V={v}"))
+                       if tok_cpu(a) and tok_cpu(b)])
             print(f"| {p} | {dt} | {fmt(med([tok(r) for r in runs('go', key)]), '.0f')} | {fmt(med([tok(r) for r in runs('torch', key)]), '.0f')} | "
                   f"{fmt(ratio_med(key, tok), '.2f')}× | {fmt(med([tok_cpu(r) for r in runs('go', key)]), '.0f')} | "
                   f"{fmt(med([tok_cpu(r) for r in runs('torch', key)]), '.0f')} | {fmt(ratio_med(key, tok_cpu), '.2f')}× | "
-                  f"{fmt(div(med([r.get('alloc') for r in runs('go', key)]), 1e6), '.1f')} MB | "
+                  f"{fmt(f32, '.2f')}× | {fmt(div(med([r.get('alloc') for r in runs('go', key)]), 1e6), '.1f')} MB | "
                   f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
     rounds = len(runs("go", "stream")) or len(runs("go", f"lmhead/fwd/N={n}/D={d}/V={v}"))
     print(f"\nMedians over {rounds} interleaved rounds; ratios are medians of the per-round ratios. "
