@@ -30,8 +30,10 @@ type LMHeadKernel interface {
 // like Targets — without ever holding the [N, V] logits: the kernel computes them in tiles of
 // 256 rows by 256 vocabulary entries, in parallel over the vocabulary, reduces each tile to
 // per-row maxima and sums of exponentials and merges those per row (as Liger's fused linear
-// cross-entropy avoids the logits). Logits are summed in float32; the softmax sums are float64
-// across tiles. Besides its tiles it holds 24 bytes per row and 256 vocabulary entries.
+// cross-entropy avoids the logits). Logits are summed in float32 (with bfloat16 hidden states
+// and weight on a CPU with AVX512_BF16, on VDPBF16PS: exact products, half the weight bytes);
+// the softmax sums are float64 across tiles. Besides its tiles it holds 24 bytes per row and 256
+// vocabulary entries.
 func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	const op = "tensor.LMHeadLogProbs"
 	if err := checkLMHead(op, in, []*Tensor{logp, entropy}, []string{"logp", "entropy"}); err != nil {
