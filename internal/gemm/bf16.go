@@ -82,9 +82,21 @@ func PackBF16[T ~uint16](n, k int, w []T) *PackedBF16 {
 // PackTBF16 packs the transpose of x [rows, cols] (bfloat16): it multiplies as a [cols, rows]
 // weight, so MulBF16 computes a·x.
 func PackTBF16[T ~uint16](rows, cols int, x []T) *PackedBF16 {
+	return PackTBF16Into(nil, rows, cols, x)
+}
+
+// PackTBF16Into is PackTBF16 into dst's storage when it is large enough (dst may be nil), for
+// callers that pack one block of a large matrix at a time.
+func PackTBF16Into[T ~uint16](dst *PackedBF16, rows, cols int, x []T) *PackedBF16 {
 	kp := (rows + 1) / 2
 	np := (cols + Panel - 1) / Panel
-	p := &PackedBF16{N: cols, K: rows, panels: make([]uint16, np*kp*2*Panel)}
+	var p *PackedBF16
+	if dst != nil && cap(dst.panels) >= np*kp*2*Panel {
+		p = &PackedBF16{N: cols, K: rows, panels: dst.panels[:np*kp*2*Panel]}
+		clear(p.panels) // the padding (past cols, an odd last row) must be zero
+	} else {
+		p = &PackedBF16{N: cols, K: rows, panels: make([]uint16, np*kp*2*Panel)}
+	}
 	parallel.For(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			dst := p.panels[q*kp*2*Panel : (q+1)*kp*2*Panel]
