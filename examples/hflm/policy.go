@@ -22,6 +22,11 @@ type Policy[P any] struct {
 	Decode func([]int32) string
 	// Stop are the ids that end a completion (generation_config's eos_token_id).
 	Stop []int32
+	// Padded scores rows right-padded to a common length (the longest prompt of the
+	// micro-batch plus the batch's T columns), as a trainer without padding-free batches does:
+	// the same log-probs and gradients at the cost of the padding's compute (padding.go).
+	// False: the rows are packed end to end (padding_free).
+	Padded bool
 }
 
 // Backend is the host: the model computes there.
@@ -75,27 +80,38 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 		c := b.Completions[lo+i].Tokens
 		comps[i] = c[:min(len(c), b.T)]
 	}
-	s, err := p.Model.Score(p.prompts(b.Prompts[lo:hi]), comps, b.Temperature, train)
+	prompts := p.prompts(b.Prompts[lo:hi])
+	padT := 0
+	if p.Padded {
+		padT = b.T
+	}
+	s, err := p.Model.score(prompts, comps, b.Temperature, train, padT)
 	if err != nil {
 		return nil, err
 	}
+	return s, WriteScores(logp, ent, s.LogProbs, s.Entropy, b.T)
+}
+
+// WriteScores writes ragged per-token log-probs and entropies into the [rows, t] tensors of
+// loop.Scorer (ent may be nil), zero past each row's length.
+func WriteScores(logp, ent *tensor.Tensor, logProbs, entropy [][]float32, t int) error {
 	for _, o := range []struct {
 		t    *tensor.Tensor
 		rows [][]float32
-	}{{logp, s.LogProbs}, {ent, s.Entropy}} {
+	}{{logp, logProbs}, {ent, entropy}} {
 		if o.t == nil {
 			continue
 		}
 		v, err := o.t.Float32s()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		clear(v)
 		for i, r := range o.rows {
-			copy(v[i*b.T:], r)
+			copy(v[i*t:], r)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // LogProbs implements loop.Scorer.
@@ -110,17 +126,29 @@ func (p *Policy[P]) Forward(b *loop.Batch[P], lo, hi int, logp, ent *tensor.Tens
 	if err != nil {
 		return nil, err
 	}
-	return &pass{s: s, t: b.T}, nil
+	return NewPass(s.LogProbs, b.T, s.Backward), nil
+}
+
+// NewPass returns the loop.Pass of a training scoring pass whose row i scored len(rows[i])
+// tokens: its Backward cuts each row of the [rows, t] gradients at that length and calls
+// backward with them.
+func NewPass(rows [][]float32, t int, backward func(dLogProbs, dEntropy [][]float32) error) loop.Pass {
+	lens := make([]int, len(rows))
+	for i, r := range rows {
+		lens[i] = len(r)
+	}
+	return &pass{lens: lens, t: t, backward: backward}
 }
 
 type pass struct {
-	s *Scores
-	t int
+	lens     []int
+	t        int
+	backward func(dLogProbs, dEntropy [][]float32) error
 }
 
 // Backward reads each completion's columns of the [rows, T] gradients.
 func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
-	if p.s == nil {
+	if p.backward == nil {
 		return fmt.Errorf("hflm: backward of a released pass")
 	}
 	ragged := func(d *tensor.Tensor) ([][]float32, error) {
@@ -131,12 +159,12 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 		if err != nil {
 			return nil, err
 		}
-		if len(v) != len(p.s.LogProbs)*p.t {
-			return nil, fmt.Errorf("hflm: gradient of %d values, want %d rows × %d", len(v), len(p.s.LogProbs), p.t)
+		if len(v) != len(p.lens)*p.t {
+			return nil, fmt.Errorf("hflm: gradient of %d values, want %d rows × %d", len(v), len(p.lens), p.t)
 		}
-		out := make([][]float32, len(p.s.LogProbs))
-		for i, r := range p.s.LogProbs {
-			out[i] = v[i*p.t : i*p.t+len(r)]
+		out := make([][]float32, len(p.lens))
+		for i, n := range p.lens {
+			out[i] = v[i*p.t : i*p.t+n]
 		}
 		return out, nil
 	}
@@ -148,10 +176,10 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	return p.s.Backward(dlp, dent)
+	return p.backward(dlp, dent)
 }
 
-func (p *pass) Release() { p.s = nil }
+func (p *pass) Release() { p.backward = nil }
 
 // Params are the model's parameters and gradients, named as Hugging Face names them, for
 // loop.HostGradients and AdamW (weight decay on matrices, not on norms and biases); with LoRA
@@ -178,7 +206,7 @@ func (m *Model) Params() ([]loop.Param, error) {
 // AdamW is loop.HostAdamW over a model's parameters that repacks the weights after each step.
 type AdamW struct {
 	*loop.HostAdamW
-	m *Model
+	repack func() error
 }
 
 // Step implements loop.Optimizer.
@@ -187,7 +215,7 @@ func (o *AdamW) Step(lr, maxNorm float64) (float64, error) {
 	if err != nil {
 		return norm, err
 	}
-	return norm, o.m.Repack()
+	return norm, o.repack()
 }
 
 // Training returns what loop.Parts needs to train the model: AdamW (torch's defaults with
@@ -197,6 +225,13 @@ func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, erro
 	if err != nil {
 		return nil, nil, err
 	}
+	return NewAdamW(ps, weightDecay, m.Repack)
+}
+
+// NewAdamW returns AdamW (torch's defaults with weightDecay) over ps that calls repack after
+// each step, and the host gradients of ps: Training for a model built on this one (Qwen2-VL's
+// tower and language model).
+func NewAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*AdamW, *loop.HostGradients, error) {
 	opt, err := loop.NewHostAdamW(ps, 0.9, 0.999, 1e-8, weightDecay)
 	if err != nil {
 		return nil, nil, err
@@ -205,5 +240,5 @@ func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	return &AdamW{HostAdamW: opt, m: m}, g, nil
+	return &AdamW{HostAdamW: opt, repack: repack}, g, nil
 }
