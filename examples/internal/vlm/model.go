@@ -137,8 +137,7 @@ func checkTokens(op string, c Config, tokens *tensor.Tensor) (b, l int, err erro
 func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activations, error) {
 	const op = "vlm.Model.Forward"
 	c := m.Config
-	b, l, err := checkTokens(op, c, tokens)
-	if err != nil {
+	if _, _, err := checkTokens(op, c, tokens); err != nil {
 		return nil, nil, err
 	}
 	if m.dev != nil {
@@ -154,8 +153,6 @@ func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activat
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = b
-	_ = l
 	return logits, &Activations{m: m, rec: rec}, nil
 }
 

@@ -274,11 +274,8 @@ func (om *OpsModel) forward(a *OpsActivations, pv []float32, tokens *tensor.Tens
 		a.pv, err = a.sc.Put(pvh)
 		e.do(err)
 	}
-	if e.err == nil {
-		a.tok, err = a.sc.Put(tokens)
-		e.do(err)
-		a.tok = e.view(a.tok, nt)
-	}
+	a.tok = e.alloc(e.keep, tensor.Int32, nt) // a copy: the caller may reuse tokens before Backward
+	e.do(tensor.CopyInto(a.tok, e.view(tokens, nt)))
 	x := e.f32(n, d)
 	if e.err != nil {
 		return nil, e.err
