@@ -70,7 +70,7 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 	xd, hd, y := e.f32(b, d), e.f32(b, d), e.f32(b, d)
 	q, kn, vn, o := e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh)
 	u, logits := e.f32(b, mlp), e.f32(b, v)
-	tokB, posB := e.alloc(e.keep, tensor.Int32, b), e.alloc(e.keep, tensor.Int32, b)
+	tokB := e.alloc(e.keep, tensor.Int32, b)
 	cuQ, cuK := e.alloc(e.keep, tensor.Int32, 2*b+1), e.alloc(e.keep, tensor.Int32, 2*b+1)
 	for r, p := range prompts {
 		e.copyRows(xd, r, x, b*np+r*lmax+len(p)-1, 1)
@@ -166,15 +166,15 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 			cq[2*r+2], ck[2*r+2] = cq[2*r+1], int32((r+1)*smax)
 		}
 		upload(tokB, tk)
-		upload(posB, tp)
 		upload(cuQ, cq)
 		upload(cuK, ck)
 		rows := func(t *tensor.Tensor) *tensor.Tensor { return e.rows(t, 0, k) }
 		xk, hk, yk, uk := rows(xd), rows(hd), rows(y), rows(u)
 		qk, kk, vk, ok := rows(q), rows(kn), rows(vn), rows(o)
 		e.do(tensor.Embedding(xk, w.tokEmb, rows(tokB)))
-		e.do(tensor.Embedding(yk, w.tokPos, rows(posB)))
-		e.add(xk, yk)
+		for i, t := range tp {
+			e.add(e.rows(xk, i, i+1), e.rows(w.tokPos, int(t), int(t)+1))
+		}
 		for li := range c.Layers {
 			bw, bp := &w.blocks[li], &pk.blocks[li]
 			e.do(tensor.LayerNorm(hk, xk, bw.ln1G, bw.ln1B, lnEps))

@@ -267,8 +267,9 @@ type AttentionSums struct {
 // positions plen[r]−1+j, j < n[r]): Attention's image and text masses divided by their numbers
 // of keys, added in block-then-query order, overall and per group of blocks (block l is in
 // group l·groups/Layers). The masses come from log-sum-exps (queryMass): per block, one more
-// attention call on the record's backend scores the text queries against the image keys only,
-// and the two [B·L, Heads] log-sum-exps come to the host.
+// attention call on the record's backend scores the text queries against the image keys only.
+// On an op set with LSEMass (CUDAOps) the sums run there too and only the rows' 2+2·groups
+// float64 sums come down.
 func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionSums, error) {
 	const op = "vlm.Activations.ResponseAttention"
 	b, L := a.Rows(), a.Layers()
@@ -287,12 +288,18 @@ func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionS
 	}
 	w := 2 + 2*groups
 	acc := make([]float64, b*w)
-	for l := range L {
-		lse, err := a.textLSE(l)
-		if err != nil {
+	if mo, ok := a.rec.om.ops.(massOps); ok {
+		if err := a.responseAttentionOps(mo, groups, span, acc); err != nil {
 			return nil, err
 		}
-		attentionMass(a.m.Config, a.Len(), l*groups/L, groups, lse, span, acc)
+	} else {
+		for l := range L {
+			lse, err := a.textLSE(l)
+			if err != nil {
+				return nil, err
+			}
+			attentionMass(a.m.Config, a.Len(), l*groups/L, groups, lse, span, acc)
+		}
 	}
 	out := make([]AttentionSums, b)
 	for r := range out {
@@ -325,4 +332,41 @@ func attentionMass(c Config, l, group, groups int, lse [2][]float32, span []int3
 			a[2+2*group], a[3+2*group] = a[2+2*group]+pt, a[3+2*group]+pv
 		}
 	}
+}
+
+// massOps is an op set that sums the response attention on its backend (CUDAOps.LSEMass).
+type massOps interface {
+	LSEMass(acc, lse, lseImg, span *tensor.Tensor, b, l, group, groups int) error
+}
+
+// responseAttentionOps is ResponseAttention's sums on the record's backend: the spans and zero
+// sums go up, every block adds its share there, the sums come down into acc.
+func (a *Activations) responseAttentionOps(mo massOps, groups int, span []int32, acc []float64) error {
+	rec := a.rec
+	c := rec.om.Config
+	e := newExec(rec.om.ops, tensor.NewScratch(rec.om.ops.Backend()))
+	defer e.keep.Release()
+	defer e.tmp.Release()
+	sp := e.ids(span)
+	dacc := e.ids(make([]int32, 2*len(acc)))
+	ni, n := rec.b*c.Patches(), rec.b*rec.s
+	for l := range c.Layers {
+		lseImg := e.imageLSE(c, rec, l)
+		if e.err != nil {
+			return e.err
+		}
+		e.do(mo.LSEMass(dacc, e.rows(rec.layers[l].lse, ni, n), lseImg, sp, rec.b, rec.l, l*groups/c.Layers, groups))
+	}
+	if e.err != nil {
+		return e.err
+	}
+	h, err := tensor.To(tensor.CPU(), dacc)
+	if err != nil {
+		return err
+	}
+	bits, _ := h.Int32s()
+	for i := range acc {
+		acc[i] = math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
+	}
+	return nil
 }

@@ -32,7 +32,6 @@ type geometry struct {
 	b, l, np, s            int
 	imgQ, imgK, txtQ, txtK *tensor.Tensor // the two forward calls' cu_seqlens
 	massQ                  *tensor.Tensor // text queries against imgK (ResponseAttention)
-	posP, posT             *tensor.Tensor // position ids [B·NP] (patches) and [B·L] (text)
 }
 
 func newGeometry(e *exec, c Config, b, l int) *geometry {
@@ -47,16 +46,8 @@ func newGeometry(e *exec, c Config, b, l int) *geometry {
 		massQ[2*r+1], massQ[2*r+2] = int32((r+1)*l), int32((r+1)*l)
 		txtQ[r+1], txtK[r+1] = int32((r+1)*l), int32((r+1)*s)
 	}
-	posP, posT := make([]int32, b*np), make([]int32, b*l)
-	for i := range posP {
-		posP[i] = int32(i % np)
-	}
-	for i := range posT {
-		posT[i] = int32(i % l)
-	}
 	g.imgQ, g.imgK, g.massQ = e.ids(imgQ), e.ids(imgK), e.ids(massQ)
 	g.txtQ, g.txtK = e.ids(txtQ), e.ids(txtK)
-	g.posP, g.posT = e.ids(posP), e.ids(posT)
 	return g
 }
 
@@ -204,18 +195,30 @@ func (e *exec) attnInputs(q, k, v *tensor.Tensor, g *geometry, text bool) tensor
 }
 
 // embed writes x [N, D] (image-first) from the patch vectors pv [B·NP, P²C] and the token ids
-// tok [B·L].
+// tok [B·L]. The position tables are added row range by row range (B sums each): they are
+// contiguous slices of their tables, so no position ids are needed (tensor.Embedding would
+// read them back from a device to check them).
 func (e *exec) embed(c Config, w *tweights, pk *packs, g *geometry, x, pv, tok *tensor.Tensor) {
-	ni, n, d := g.b*g.np, g.b*g.s, c.Dim
+	ni, n := g.b*g.np, g.b*g.s
 	ximg, xtxt := e.rows(x, 0, ni), e.rows(x, ni, n)
 	e.do(tensor.LinearBias(ximg, pv, pk.patch, w.patchB))
-	pos := e.scratch(ni, d)
-	e.do(tensor.Embedding(pos, w.patchPos, g.posP))
-	e.add(ximg, pos)
 	e.do(tensor.Embedding(xtxt, w.tokEmb, tok))
-	pos = e.scratch(g.b*g.l, d)
-	e.do(tensor.Embedding(pos, w.tokPos, g.posT))
-	e.add(xtxt, pos)
+	e.addPositions(ximg, w.patchPos, g.b, g.np)
+	e.addPositions(xtxt, w.tokPos, g.b, g.l)
+}
+
+// addPositions adds pos's first p rows to each of the b row ranges of x [b·p, D].
+func (e *exec) addPositions(x, pos *tensor.Tensor, b, p int) {
+	for r := range b {
+		e.add(e.rows(x, r*p, (r+1)*p), e.rows(pos, 0, p))
+	}
+}
+
+// positionsBack adds each of dx's b row ranges [b·p, D] to dpos's first p rows, in row order.
+func (e *exec) positionsBack(dpos, dx *tensor.Tensor, b, p int) {
+	for r := range b {
+		e.add(e.rows(dpos, 0, p), e.rows(dx, r*p, (r+1)*p))
+	}
 }
 
 // block runs decoder block li on x [N, D] and returns its output; la (may be a fresh tlayer
@@ -356,9 +359,9 @@ func (om *OpsModel) backward(a *OpsActivations, dlogits *tensor.Tensor) error {
 	dimg, dtxt := e.rows(dx, 0, ni), e.rows(dx, ni, n)
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DWeight: g.patchW, DBias: g.patchB},
 		tensor.LinearGrad{X: a.pv, Weight: pk.patch, DY: dimg, Accumulate: true}))
-	e.do(tensor.EmbeddingBackward(g.patchPos, tensor.EmbeddingGrad{IDs: geo.posP, DY: dimg, Accumulate: true}))
+	e.positionsBack(g.patchPos, dimg, b, np)
 	e.do(tensor.EmbeddingBackward(g.tokEmb, tensor.EmbeddingGrad{IDs: a.tok, DY: dtxt, Accumulate: true}))
-	e.do(tensor.EmbeddingBackward(g.tokPos, tensor.EmbeddingGrad{IDs: geo.posT, DY: dtxt, Accumulate: true}))
+	e.positionsBack(g.tokPos, dtxt, b, l)
 	return e.err
 }
 

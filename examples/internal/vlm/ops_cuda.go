@@ -11,9 +11,10 @@ import (
 )
 
 // CUDAOps is the op set on a cuda.Backend. The layers run the SDK's ops, which the
-// cuda.Backend implements; CUDAOps adds the elementwise sum the model needs (Add), the device
-// sampler of a rollout (SampleUniform) and the optimizer's kernels the example trainer keeps on
-// the device (AdamW, GradNorm, ClipGrads, Zero, Scale): the kernels of package kernels, loaded
+// cuda.Backend implements; CUDAOps adds the elementwise sum the model needs (Add), the MDI
+// reward's attention sums (LSEMass), the device sampler of a rollout (SampleUniform) and the
+// optimizer's kernels the example trainer keeps on the device (AdamW, GradNorm, ClipGrads, Zero,
+// Scale): the kernels of package kernels, loaded
 // with cuda.Backend.LoadModule and launched on the backend's stream, one thread per output where
 // the host sums in order (so the device adds the host's bits).
 type CUDAOps struct {
@@ -42,6 +43,7 @@ func NewCUDAOps(c Config, b *cuda.Backend) (*CUDAOps, error) {
 		"vlm_sample_u_f32": {i32, f32, i32, i32, i32, I, I, cuda.Float64Param, cuda.Float64Param, I}, // uniforms: float64 as int32 pairs
 		"vlm_zero_f32":     {f32, I},
 		"vlm_add_f32":      {f32, f32, I},
+		"vlm_lse_mass_f32": {i32, f32, f32, i32, I, I, I, I, I, I}, // acc: float64 as int32 pairs
 	}
 	for _, m := range kernels.Modules() {
 		mod, err := b.LoadModule("vlm/"+m.Name, m.PTX)
@@ -142,6 +144,25 @@ func (o *CUDAOps) SampleUniform(out, logits *tensor.Tensor, rows int, temperatur
 	return o.sample(rows, func(probs, order *tensor.Tensor) error {
 		return o.run("vlm_sample_u_f32", rows, out, logits, probs, order, uniforms, rows, v, temperature, topP, topK)
 	})
+}
+
+// LSEMass adds one block's response attention to acc [b, 2+2·groups] float64 (stored as an
+// int32 tensor of twice the length, each value little-endian low word first) from the text
+// queries' log-sum-exps over all their keys (lse) and over their row's image keys (lseImg),
+// both [b·l, H]; span [b, 2] int32 holds each row's prompt length (BOS included) and response
+// length, trusted to fit l (Activations.ResponseAttention checks them on the host). One thread
+// per row runs the host's attentionMass loop in float64.
+func (o *CUDAOps) LSEMass(acc, lse, lseImg, span *tensor.Tensor, b, l, group, groups int) error {
+	const op = "vlm.CUDAOps.LSEMass"
+	c := o.Config
+	if err := need(op, []string{"acc", "lse", "lseImg", "span"}, []*tensor.Tensor{acc, lse, lseImg, span},
+		[]int{2 * b * (2 + 2*groups), b * l * c.Heads, b * l * c.Heads, 2 * b}); err != nil {
+		return err
+	}
+	if group < 0 || group >= groups {
+		return tensor.Errorf(tensor.ErrParam, op, "group", "%d is outside [0, %d)", group, groups)
+	}
+	return o.run("vlm_lse_mass_f32", b, acc, lse, lseImg, span, b, l, c.Heads, c.Patches(), group, groups)
 }
 
 // AdamWStep holds the scalars of one AdamW step, computed on the host as the trainer's AdamW

@@ -220,6 +220,57 @@ func TestCUDAModelGradients(t *testing.T) {
 	t.Logf("directional derivative: finite difference %.6g, analytic %.6g", fd, norm)
 }
 
+// TestCUDALSEMass: the device's response-attention sums from log-sum-exps equal the host's
+// (attentionMass, the same float64 loop in the same order) to 1e-14 relative — exp and expm1 in
+// double may differ by an ulp between the device's libm and Go's — over two blocks of different
+// groups accumulating into nonzero sums, with an empty response; a group outside [0, groups) is
+// refused.
+func TestCUDALSEMass(t *testing.T) {
+	c := layerConfig()
+	p := newPair(t, c)
+	b, l, groups := 3, 6, 3
+	spans := []int32{1, 6, 4, 2, 2, 0}
+	sd, err := tensor.To(p.dev.Backend(), tensor.Must(tensor.FromInt32(append([]int32(nil), spans...), len(spans))))
+	must(t, err)
+	w := 2 + 2*groups
+	want := make([]float64, b*w)
+	init := make([]int32, 2*b*w)
+	for i := range want {
+		want[i] = p.rng.Float64()
+		u := math.Float64bits(want[i])
+		init[2*i], init[2*i+1] = int32(uint32(u)), int32(uint32(u>>32))
+	}
+	ad, err := tensor.To(p.dev.Backend(), tensor.Must(tensor.FromInt32(init, len(init))))
+	must(t, err)
+	for _, g := range []int{0, 2} {
+		// lse over all keys ≥ lse over the image keys, as in a real pass
+		img, extra := make([]float32, b*l*c.Heads), make([]float32, b*l*c.Heads)
+		all := make([]float32, len(img))
+		for i := range img {
+			img[i] = float32(p.rng.NormFloat64() * 3)
+			extra[i] = float32(p.rng.NormFloat64() * 3)
+			all[i] = float32(math.Log(math.Exp(float64(img[i])) + math.Exp(float64(extra[i]))))
+		}
+		_, imgd := p.both(img)
+		_, alld := p.both(all)
+		attentionMass(c, l, g, groups, [2][]float32{all, img}, spans, want)
+		must(t, p.dev.LSEMass(ad, alld, imgd, sd, b, l, g, groups))
+	}
+	h, err := tensor.To(tensor.CPU(), ad)
+	must(t, err)
+	bits, _ := h.Int32s()
+	for i, x := range want {
+		got := math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
+		if math.Abs(got-x) > 1e-14*math.Abs(x) {
+			t.Fatalf("acc %d: device %v, host %v", i, got, x)
+		}
+	}
+	_, z := p.zeros(b * l * c.Heads)
+	if err := p.dev.LSEMass(ad, z, z, sd, b, l, 3, groups); err == nil {
+		t.Fatal("group 3 of 3 accepted")
+	}
+}
+
 // TestCUDAUseOps: Model.Forward and Backward through UseOps(CUDAOps) agree with the host model
 // within twice the float32-vs-float64 tolerances (each side is within them of float64), and
 // the attention statistics read the device record.
@@ -271,8 +322,8 @@ func TestCUDAUseOps(t *testing.T) {
 		t.Fatalf("attention split: device %v/%v, host %v/%v", di, dt, hi, ht)
 	}
 	// The response sums run on the device: within 1e-5 per summed term of the host's (each
-	// term is a mass per key within the masses' 1e-5 above; the sums themselves add the
-	// host's bits, TestCUDAAttentionMass).
+	// term is a mass per key within the masses' 1e-5 above; the sums themselves are the
+	// host's to 1e-14, TestCUDALSEMass).
 	plen, n := []int{2, 1}, []int{3, 4}
 	hs, err := ha.ResponseAttention(plen, n, 2)
 	must(t, err)
