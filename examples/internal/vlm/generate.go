@@ -171,7 +171,7 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 		rows := func(t *tensor.Tensor) *tensor.Tensor { return e.rows(t, 0, k) }
 		xk, hk, yk, uk := rows(xd), rows(hd), rows(y), rows(u)
 		qk, kk, vk, ok := rows(q), rows(kn), rows(vn), rows(o)
-		e.do(tensor.Embedding(xk, w.tokEmb, rows(tokB)))
+		e.embedTrusted(xk, w.tokEmb, rows(tokB))
 		for i, t := range tp {
 			e.add(e.rows(xk, i, i+1), e.rows(w.tokPos, int(t), int(t)+1))
 		}

@@ -202,9 +202,62 @@ func (e *exec) embed(c Config, w *tweights, pk *packs, g *geometry, x, pv, tok *
 	ni, n := g.b*g.np, g.b*g.s
 	ximg, xtxt := e.rows(x, 0, ni), e.rows(x, ni, n)
 	e.do(tensor.LinearBias(ximg, pv, pk.patch, w.patchB))
-	e.do(tensor.Embedding(xtxt, w.tokEmb, tok))
+	e.embedTrusted(xtxt, w.tokEmb, tok)
 	e.addPositions(ximg, w.patchPos, g.b, g.np)
 	e.addPositions(xtxt, w.tokPos, g.b, g.l)
+}
+
+// embedTrusted is tensor.Embedding for ids the model has checked itself (on the host before they
+// went up: Forward) or produced (the sampler's): on a backend with its own embedding kernel it
+// calls that kernel directly, because the entry point reads the ids back to the host to check
+// them again — a [B·L] download and a synchronisation per call that a step on the device does
+// not otherwise pay. Shapes are checked here; elsewhere it is tensor.Embedding.
+func (e *exec) embedTrusted(y, table, ids *tensor.Tensor) {
+	k, ok := tensor.KernelOf[tensor.EmbeddingKernel](e.ops.Backend())
+	if !ok || e.checkEmbed("vlm.embed", y, table, ids) != nil {
+		e.do(tensor.Embedding(y, table, ids))
+		return
+	}
+	e.do(k.Embedding(y, table, ids))
+}
+
+// embedTrustedBack is embedTrusted's tensor.EmbeddingBackward (accumulating).
+func (e *exec) embedTrustedBack(dtable, ids, dy *tensor.Tensor) {
+	in := tensor.EmbeddingGrad{IDs: ids, DY: dy, Accumulate: true}
+	k, ok := tensor.KernelOf[tensor.EmbeddingKernel](e.ops.Backend())
+	if !ok || e.checkEmbed("vlm.embedBack", dy, dtable, ids) != nil {
+		e.do(tensor.EmbeddingBackward(dtable, in))
+		return
+	}
+	e.do(k.EmbeddingBackward(dtable, in))
+}
+
+// checkEmbed checks what tensor.Embedding checks except the ids' range: rows [n, D] and table
+// [V, D] float32, ids [n] int32, all on the op set's backend. A failure sends the call to the
+// entry point, which reports it.
+func (e *exec) checkEmbed(op string, rows, table, ids *tensor.Tensor) error {
+	for _, c := range []struct {
+		name string
+		t    *tensor.Tensor
+		dt   tensor.DType
+	}{{"rows", rows, tensor.Float32}, {"table", table, tensor.Float32}, {"ids", ids, tensor.Int32}} {
+		if c.t == nil {
+			return tensor.Errorf(tensor.ErrShape, op, c.name, "is nil")
+		}
+		if err := tensor.CheckDType(op, c.name, c.t, c.dt); err != nil {
+			return err
+		}
+		if c.t.Backend() != e.ops.Backend() {
+			return tensor.Errorf(tensor.ErrBackend, op, c.name, "is on %s", c.t.Backend().Name())
+		}
+	}
+	if err := tensor.CheckShape(op, "table", table, -1, -1); err != nil {
+		return err
+	}
+	if err := tensor.CheckShape(op, "ids", ids, -1); err != nil {
+		return err
+	}
+	return tensor.CheckShape(op, "rows", rows, ids.Dim(0), table.Dim(1))
 }
 
 // addPositions adds pos's first p rows to each of the b row ranges of x [b·p, D].
@@ -360,7 +413,7 @@ func (om *OpsModel) backward(a *OpsActivations, dlogits *tensor.Tensor) error {
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DWeight: g.patchW, DBias: g.patchB},
 		tensor.LinearGrad{X: a.pv, Weight: pk.patch, DY: dimg, Accumulate: true}))
 	e.positionsBack(g.patchPos, dimg, b, np)
-	e.do(tensor.EmbeddingBackward(g.tokEmb, tensor.EmbeddingGrad{IDs: a.tok, DY: dtxt, Accumulate: true}))
+	e.embedTrustedBack(g.tokEmb, a.tok, dtxt)
 	e.positionsBack(g.tokPos, dtxt, b, l)
 	return e.err
 }

@@ -156,9 +156,10 @@ func (a *OpsActivations) Release() {
 	}
 }
 
-// Forward runs the model on images [B, H, W, C] uint8 (host) and tokens [B, L] int32 (host or on
-// the op set's backend). It returns logits [B, L, V] on the op set's backend (the caller
-// releases them) and the activation record.
+// Forward runs the model on images [B, H, W, C] uint8 (host) and tokens [B, L] int32 (host, where
+// the ids are checked against the vocabulary, or on the op set's backend, where they are trusted
+// to be in [0, Vocab)). It returns logits [B, L, V] on the op set's backend (the caller releases
+// them) and the activation record.
 func (om *OpsModel) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *OpsActivations, error) {
 	const op = "vlm.OpsModel.Forward"
 	c := om.Config
