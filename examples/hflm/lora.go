@@ -111,7 +111,31 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 		}
 	}
 	m.lora = &c
-	m.dropRNG = rand.New(rand.NewPCG(cfg.Seed, 0xd0))
+	m.dropSrc = rand.NewPCG(cfg.Seed, 0xd0)
+	m.dropRNG = rand.New(m.dropSrc)
+	return nil
+}
+
+// DropoutState is the state of the random source of the adapters' dropout masks (nil without
+// adapters): with the weights and the optimizer, what an exact resume of LoRA training needs.
+func (m *Model) DropoutState() ([]byte, error) {
+	if m.dropSrc == nil {
+		return nil, nil
+	}
+	return m.dropSrc.MarshalBinary()
+}
+
+// SetDropoutState restores a DropoutState.
+func (m *Model) SetDropoutState(state []byte) error {
+	const op = "hflm.Model.SetDropoutState"
+	if m.dropSrc == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "m", "has no adapters")
+	}
+	src := &rand.PCG{}
+	if err := src.UnmarshalBinary(state); err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, "state", "%v", err)
+	}
+	*m.dropSrc = *src
 	return nil
 }
 
@@ -234,7 +258,14 @@ func (m *Model) MergeLoRA() error {
 		for i, v := range delta {
 			w[i] += v
 		}
-		if err := p.packed.Repack(); err != nil {
+		if p.packed != nil { // nil in bf16 mode: its copy is refreshed below
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	if m.mp != nil {
+		if err := m.mp.refresh(m); err != nil {
 			return err
 		}
 	}

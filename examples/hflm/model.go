@@ -33,7 +33,11 @@ type Model struct {
 	adapters  []*adapter
 	loraOff   bool
 	dropRNG   *rand.Rand
+	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
+
+	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
+	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
@@ -168,6 +172,9 @@ func (m *Model) Repack() error {
 		if err := ad.pb.Repack(); err != nil {
 			return err
 		}
+	}
+	if m.mp != nil {
+		return m.mp.refresh(m)
 	}
 	for i := range m.params {
 		if p := m.params[i].packed; p != nil {

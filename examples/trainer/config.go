@@ -185,9 +185,32 @@ type ActorConfig struct {
 	GradReduce string `yaml:"grad_reduce" json:"grad_reduce"`
 	// GradBucketMB is the bucket of the sharded reductions in MiB of float32 gradient.
 	GradBucketMB float64 `yaml:"grad_bucket_mb" json:"grad_bucket_mb"`
-	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding, the other
-	// keys are accepted and ignored.
+	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding and
+	// mixed_precision_dtype the model_path model's compute dtype, the other keys are accepted
+	// and ignored.
 	FSDP FSDPConfig `yaml:"fsdp" json:"fsdp"`
+	// PaddingFree packs a micro-batch's sequences end to end (cu_seqlens) on the model_path
+	// path; false right-pads them to the longest prompt plus max_response_length, as without
+	// remove_padding (the same losses, the padding's compute on top).
+	PaddingFree bool `yaml:"padding_free" json:"padding_free"`
+	// DynamicBatching builds the model_path path's micro-batches by MaxTokenLenPerDevice
+	// prompt and response tokens instead of micro_batch_size_per_device_* rows.
+	DynamicBatching      bool `yaml:"dynamic_batching" json:"dynamic_batching"`
+	MaxTokenLenPerDevice int  `yaml:"max_token_len_per_device" json:"max_token_len_per_device"`
+	// Checkpoint is how a model_path run exports its model in Hugging Face's layout.
+	Checkpoint ExportConfig `yaml:"checkpoint" json:"checkpoint"`
+}
+
+// ExportConfig is the model_path export (the run directory's hf/ and each checkpoint's): the
+// weights' dtype and shard size, as transformers' save_pretrained takes them.
+type ExportConfig struct {
+	// TorchDType is float32, bfloat16 or float16; empty: model_path's own torch_dtype
+	// (config.json), float32 when it has none.
+	TorchDType string `yaml:"torch_dtype" json:"torch_dtype"`
+	// MaxShardSize is the largest weights file ("5GB", "500MB", "2GiB" or a byte count): the
+	// weights go into model-0000i-of-0000K.safetensors files of at most this size with
+	// model.safetensors.index.json, or model.safetensors when they fit in one.
+	MaxShardSize string `yaml:"max_shard_size" json:"max_shard_size"`
 }
 
 // FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
@@ -199,6 +222,22 @@ type FSDPConfig struct {
 	// steps (ZeRO-3, gathered layer by layer for forward and backward); this trainer's model
 	// runs whole, so they run as SHARD_GRAD_OP, with a warning.
 	ShardingStrategy string `yaml:"sharding_strategy" json:"sharding_strategy"`
+	// MixedPrecisionDType is the model_path model's compute dtype: fp32, or bf16 (bfloat16
+	// weights and activations over float32 masters, gradients and AdamW; hflm.SetMixedPrecision).
+	MixedPrecisionDType string `yaml:"mixed_precision_dtype" json:"mixed_precision_dtype"`
+	// ReduceDType is the gradients' dtype: fp32 only (verl's mixed_precision.reduce_dtype).
+	ReduceDType string `yaml:"reduce_dtype" json:"reduce_dtype"`
+}
+
+// MixedPrecision is the compute dtype of mixed_precision_dtype (float32 for "").
+func (f FSDPConfig) MixedPrecision() (tensor.DType, error) {
+	switch strings.ToLower(f.MixedPrecisionDType) {
+	case "", "fp32", "float32":
+		return tensor.Float32, nil
+	case "bf16", "bfloat16":
+		return tensor.BFloat16, nil
+	}
+	return 0, keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %q, want fp32 or bf16 (fp16 is not supported: its range needs loss scaling)", f.MixedPrecisionDType)
 }
 
 // Sharding is the loop's ZeRO stage of the strategy (0: none).
@@ -244,6 +283,9 @@ type ModelConfig struct {
 	// its tokenizer and chat template: the policy is that model, on text prompts. Empty: the
 	// built-in vision-language model above.
 	ModelPath string `yaml:"model_path" json:"model_path"`
+	// TokenizerPath is the directory of model_path's tokenizer and chat template when they are
+	// not beside its weights (EasyR1's tokenizer_path); empty: model_path.
+	TokenizerPath string `yaml:"tokenizer_path" json:"tokenizer_path"`
 	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
 	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
 	// TargetModules (q_proj … down_proj, or all-linear).
@@ -251,6 +293,9 @@ type ModelConfig struct {
 	LoraAlpha     float64    `yaml:"lora_alpha" json:"lora_alpha"`
 	LoraDropout   float64    `yaml:"lora_dropout" json:"lora_dropout"`
 	TargetModules StringList `yaml:"target_modules" json:"target_modules"`
+	// EnableGradientCheckpointing recomputes each decoder layer's activations in the backward
+	// (the model_path model; the built-in model keeps its activations).
+	EnableGradientCheckpointing bool `yaml:"enable_gradient_checkpointing" json:"enable_gradient_checkpointing"`
 }
 
 // RolloutConfig is sampling.
@@ -313,37 +358,44 @@ func keyErr(key, format string, args ...any) error {
 // aliases maps other names of a key (this trainer's earlier names, EasyR1's kl_* names and
 // section names) to its place here. A prefix ending in "." renames a whole section.
 var aliases = map[string]string{
-	"training.adv_estimator":                 "optimization.advantage_estimator",
-	"training.gamma":                         "optimization.gamma",
-	"training.lam":                           "optimization.lam",
-	"training.save_checkpoint_path":          "training.run_dir",
-	"worker.actor.use_kl_loss":               "optimization.use_divergence_loss",
-	"worker.actor.kl_penalty":                "optimization.divergence_penalty",
-	"worker.actor.kl_coef":                   "optimization.divergence_coef",
-	"worker.actor.use_entropy_penalty":       "optimization.use_entropy_penalty",
-	"worker.actor.entropy_penalty_coef":      "optimization.entropy_penalty_coef",
-	"worker.rollout.max_response_length":     "dataset.max_response_length",
-	"worker.rollout.max_new_tokens":          "dataset.max_response_length",
-	"optimization.adv_estimator":             "optimization.advantage_estimator",
-	"worker.actor.model.lora_target_modules": "worker.actor.model.target_modules",
-	"worker.actor.optim.lr_warmup_steps":     "worker.actor.optim.warmup_steps",
-	"worker.critic.optim.lr_warmup_steps":    "worker.critic.optim.warmup_steps",
-	"optimization.disable_kl":                "optimization.disable_divergence",
-	"optimization.use_kl_loss":               "optimization.use_divergence_loss",
-	"optimization.kl_penalty":                "optimization.divergence_penalty",
-	"optimization.kl_coef":                   "optimization.divergence_coef",
-	"optimization.kl_type":                   "optimization.divergence_type",
-	"optimization.kl_target":                 "optimization.divergence_target",
-	"optimization.kl_horizon":                "optimization.divergence_horizon",
+	"training.adv_estimator":             "optimization.advantage_estimator",
+	"training.gamma":                     "optimization.gamma",
+	"training.lam":                       "optimization.lam",
+	"training.save_checkpoint_path":      "training.run_dir",
+	"worker.actor.use_kl_loss":           "optimization.use_divergence_loss",
+	"worker.actor.kl_penalty":            "optimization.divergence_penalty",
+	"worker.actor.kl_coef":               "optimization.divergence_coef",
+	"worker.actor.use_entropy_penalty":   "optimization.use_entropy_penalty",
+	"worker.actor.entropy_penalty_coef":  "optimization.entropy_penalty_coef",
+	"worker.rollout.max_response_length": "dataset.max_response_length",
+	"worker.rollout.max_new_tokens":      "dataset.max_response_length",
+	// EasyR1's validation sampling (n is always 1 here).
+	"worker.rollout.val_override_config.temperature": "worker.rollout.val_temperature",
+	"optimization.adv_estimator":                     "optimization.advantage_estimator",
+	"worker.actor.model.lora_target_modules":         "worker.actor.model.target_modules",
+	"worker.actor.optim.lr_warmup_steps":             "worker.actor.optim.warmup_steps",
+	"worker.critic.optim.lr_warmup_steps":            "worker.critic.optim.warmup_steps",
+	"optimization.disable_kl":                        "optimization.disable_divergence",
+	"optimization.use_kl_loss":                       "optimization.use_divergence_loss",
+	"optimization.kl_penalty":                        "optimization.divergence_penalty",
+	"optimization.kl_coef":                           "optimization.divergence_coef",
+	"optimization.kl_type":                           "optimization.divergence_type",
+	"optimization.kl_target":                         "optimization.divergence_target",
+	"optimization.kl_horizon":                        "optimization.divergence_horizon",
 	// verl's names of the same settings.
-	"training.test_freq":             "training.val_freq",
-	"training.total_training_steps":  "training.steps",
-	"training.default_local_dir":     "training.run_dir",
-	"dataset.train_batch_size":       "dataset.rollout_batch_size",
-	"optimization.kl_ctrl.type":      "optimization.divergence_type",
-	"optimization.kl_ctrl.kl_coef":   "optimization.divergence_coef",
-	"optimization.kl_ctrl.horizon":   "optimization.divergence_horizon",
-	"optimization.kl_ctrl.target_kl": "optimization.divergence_target",
+	"worker.actor.use_dynamic_bsz":                   "worker.actor.dynamic_batching",
+	"worker.actor.ppo_max_token_len_per_gpu":         "worker.actor.max_token_len_per_device",
+	"worker.actor.model.use_remove_padding":          "worker.actor.padding_free",
+	"worker.actor.fsdp.mixed_precision.param_dtype":  "worker.actor.fsdp.mixed_precision_dtype",
+	"worker.actor.fsdp.mixed_precision.reduce_dtype": "worker.actor.fsdp.reduce_dtype",
+	"training.test_freq":                             "training.val_freq",
+	"training.total_training_steps":                  "training.steps",
+	"training.default_local_dir":                     "training.run_dir",
+	"dataset.train_batch_size":                       "dataset.rollout_batch_size",
+	"optimization.kl_ctrl.type":                      "optimization.divergence_type",
+	"optimization.kl_ctrl.kl_coef":                   "optimization.divergence_coef",
+	"optimization.kl_ctrl.horizon":                   "optimization.divergence_horizon",
+	"optimization.kl_ctrl.target_kl":                 "optimization.divergence_target",
 	// EasyR1's section names.
 	"data.":      "dataset.",
 	"trainer.":   "training.",
@@ -353,42 +405,39 @@ var aliases = map[string]string{
 // ignored are keys of the seeds that only make sense for PyTorch / vLLM / Ray (a prefix ending in
 // "." covers a whole section), with the reason printed in their one warning.
 var ignored = map[string]string{
-	"dataset.video_fps":                                "this example's model reads images only",
-	"worker.actor.optim.strategy":                      "AdamW in float32",
-	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
-	"worker.actor.ulysses_size":                        "no sequence parallelism",
-	"worker.actor.model.peft_type":                     "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
-	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
-	"worker.hybrid_engine":                             "one process does rollout and update",
-	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
-	"worker.actor.fsdp.":                               "no FSDP wrapping, mixed precision or offload: float32 on the host (sharding_strategy is read)",
-	"worker.actor.offload.":                            "no CPU offload: everything is on the CPU already",
-	"worker.ref.":                                      "the reference is the frozen warm-started policy, in process",
-	"worker.actor.padding_free":                        "rows are right-padded; the model masks the padding",
-	"worker.actor.dynamic_batching":                    "micro-batches have a fixed number of rows",
-	"worker.actor.use_torch_compile":                   "no PyTorch",
-	"worker.actor.ulysses_sequence_parallel_size":      "no sequence parallelism",
-	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
-	"worker.actor.model.enable_gradient_checkpointing": "activations are kept; the model is small",
-	"worker.actor.model.trust_remote_code":             "no remote code",
-	"worker.actor.model.freeze_vision_tower":           "the whole model trains",
-	"worker.rollout.name":                              "sampling is the model's own KV-cached decoder (no vLLM)",
-	"worker.rollout.gpu_memory_utilization":            "no vLLM memory pool",
-	"worker.rollout.tensor_parallel_size":              "no tensor parallelism",
-	"worker.rollout.enforce_eager":                     "no CUDA graphs",
-	"worker.rollout.enable_chunked_prefill":            "no vLLM scheduler",
-	"worker.rollout.max_num_batched_tokens":            "no vLLM scheduler",
-	"worker.rollout.dtype":                             "the model runs in float32",
-	"worker.rollout.limit_images":                      "one image per prompt",
-	"worker.rollout.disable_tqdm":                      "see training.progress",
-	"worker.reward.reward_fn_path":                     "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
-	"worker.reward.reward_function":                    "no Python reward functions: the built-in Go reward scores the answer and the think format",
-	"worker.reward.reward_function_kwargs":             "no Python reward functions",
-	"worker.reward.skip_special_tokens":                "special tokens are never decoded into the response text",
-	"worker.reward.num_cpus":                           "no Ray",
-	"worker.critic.model.":                             "the critic has the actor's sizes (worker.actor.model)",
-	"worker.critic.fsdp.":                              "no FSDP: one process",
-	"worker.critic.offload.":                           "no CPU offload",
+	"dataset.video_fps":                           "this example's model reads images only",
+	"worker.actor.optim.strategy":                 "AdamW in float32",
+	"training.save_limit":                         "every checkpoint is kept (nothing is deleted)",
+	"worker.actor.ulysses_size":                   "no sequence parallelism",
+	"worker.actor.model.peft_type":                "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
+	"worker.rollout.enable_prefix_caching":        "the decoder's KV cache is per batch; no vLLM prefix cache",
+	"worker.hybrid_engine":                        "one process does rollout and update",
+	"worker.actor.strategy":                       "no FSDP / Megatron: one process",
+	"worker.actor.fsdp.":                          "no FSDP wrapping or offload (sharding_strategy, mixed_precision_dtype and reduce_dtype are read)",
+	"worker.actor.offload.":                       "no CPU offload: everything is on the CPU already",
+	"worker.ref.":                                 "the reference is the frozen warm-started policy, in process",
+	"worker.actor.use_torch_compile":              "no PyTorch",
+	"worker.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
+	"worker.actor.model.trust_remote_code":        "no remote code",
+	"worker.actor.model.freeze_vision_tower":      "the whole model trains",
+	"worker.rollout.name":                         "sampling is the model's own KV-cached decoder (no vLLM)",
+	"worker.rollout.gpu_memory_utilization":       "no vLLM memory pool",
+	"worker.rollout.tensor_parallel_size":         "no tensor parallelism",
+	"worker.rollout.enforce_eager":                "no CUDA graphs",
+	"worker.rollout.enable_chunked_prefill":       "no vLLM scheduler",
+	"worker.rollout.max_num_batched_tokens":       "no vLLM scheduler",
+	"worker.rollout.dtype":                        "the model runs in float32",
+	"worker.rollout.limit_images":                 "one image per prompt",
+	"worker.rollout.val_override_config.":         "validation samples one response per prompt (its temperature is read)",
+	"worker.rollout.disable_tqdm":                 "see training.progress",
+	"worker.reward.reward_fn_path":                "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
+	"worker.reward.reward_function":               "no Python reward functions: the built-in Go reward scores the answer and the think format",
+	"worker.reward.reward_function_kwargs":        "no Python reward functions",
+	"worker.reward.skip_special_tokens":           "special tokens are never decoded into the response text",
+	"worker.reward.num_cpus":                      "no Ray",
+	"worker.critic.model.":                        "the critic has the actor's sizes (worker.actor.model)",
+	"worker.critic.fsdp.":                         "no FSDP: one process",
+	"worker.critic.offload.":                      "no CPU offload",
 }
 
 // DefaultConfig returns the embedded default configuration.
@@ -942,6 +991,9 @@ func (c Config) Validate() error {
 	if _, err := a.FSDP.Sharding(); err != nil {
 		return err
 	}
+	if err := a.validateScale(); err != nil {
+		return err
+	}
 	if a.Device == "cuda" && (a.GradReduce != "ordered" || a.FSDP.ShardingStrategy != "NO_SHARD") {
 		return keyErr("worker.actor.device", "is cuda: the device's gradients and optimizer are whole and ordered; grad_reduce=%s and fsdp.sharding_strategy=%s run on the host (device=cpu)", a.GradReduce, a.FSDP.ShardingStrategy)
 	}
@@ -963,7 +1015,7 @@ func (c Config) Validate() error {
 	if t.FindLastCheckpoint && t.RunDir == "" && t.ExperimentName == "" && t.LoadCheckpointPath == "" {
 		return keyErr("training.find_last_checkpoint", "is true but training.run_dir, experiment_name and load_checkpoint_path are empty: name the run directory to resume")
 	}
-	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint {
+	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint && a.Model.ModelPath == "" {
 		return keyErr("training.val_only", "is true but neither training.load_checkpoint_path nor training.find_last_checkpoint names the weights to validate")
 	}
 	for _, l := range t.Logger {
