@@ -221,12 +221,14 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 			clear(o[:n*d])
 			maxLim := lims[n-1]
 			panels := kt[off[jb.seq*s.Hkv+jb.g]*d*attnKeys:]
-			vg := v[(sq.K0*s.Hkv+jb.g)*d:]
+			// head g's first key (value) row, and the rows' stride; only read where keys are seen
+			kv0, ld := (sq.K0*s.Hkv+jb.g)*d, s.Hkv*d
 			r0 := 0 // rows before r0 see none of the current panel's keys
 			for j0 := 0; j0 < maxLim; j0 += attnKeys {
 				for r0 < n && lims[r0] <= j0 {
 					r0++
 				}
+				nk := min(attnKeys, maxLim-j0)
 				panel := panels[j0*d:][:d*attnKeys]
 				for r := r0; r < n; r += gemm.MR {
 					gemm.Tile(min(gemm.MR, n-r), d, qb[r*d:], d, panel, attnKeys, sc[r*attnKeys:], attnKeys, attnKeys, false)
@@ -254,9 +256,8 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 					}
 					ms[r] = m1
 				}
-				nk := min(attnKeys, maxLim-j0)
 				for r := r0; r < n; r += gemm.MR {
-					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, vg[j0*s.Hkv*d:], s.Hkv*d, o[r*d:], d, d, true)
+					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, v[kv0+j0*ld:], ld, o[r*d:], d, d, true)
 				}
 			}
 			for r := range n {

@@ -182,6 +182,8 @@ type ActorConfig struct {
 	// "ordered" (each micro-batch's gradient apart, added in one device's order: the same bits
 	// on any number of ranks) or "bucketed" (micro-batches summed on each rank, then a bucketed
 	// reduce-scatter and all-gather: less memory and traffic, last-bit differences with N).
+	// With device=cuda on several ranks, bucketed sums the micro-batches on each device and
+	// all-reduces the sums between the devices with NCCL, bucket by bucket (-tags cuda,nccl).
 	GradReduce string `yaml:"grad_reduce" json:"grad_reduce"`
 	// GradBucketMB is the bucket of the sharded reductions in MiB of float32 gradient.
 	GradBucketMB float64 `yaml:"grad_bucket_mb" json:"grad_bucket_mb"`
@@ -994,8 +996,8 @@ func (c Config) Validate() error {
 	if err := a.validateScale(); err != nil {
 		return err
 	}
-	if a.Device == "cuda" && (a.GradReduce != "ordered" || a.FSDP.ShardingStrategy != "NO_SHARD") {
-		return keyErr("worker.actor.device", "is cuda: the device's gradients and optimizer are whole and ordered; grad_reduce=%s and fsdp.sharding_strategy=%s run on the host (device=cpu)", a.GradReduce, a.FSDP.ShardingStrategy)
+	if a.Device == "cuda" && a.FSDP.ShardingStrategy != "NO_SHARD" {
+		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu)", a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.
