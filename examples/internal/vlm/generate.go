@@ -107,6 +107,7 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 	order := make([]int, v)
 	got := make([]int32, b)
 	cq, ck := make([]int32, 2*b+1), make([]int32, 2*b+1)
+	tkBuf, tpBuf, isActive := make([]int32, b), make([]int32, b), make([]bool, b)
 	for len(active) > 0 {
 		k := len(active)
 		lg := e.rows(logits, 0, k)
@@ -148,19 +149,19 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 			break
 		}
 		k = len(active)
-		tk, tp := make([]int32, k), make([]int32, k)
-		isActive := make([]int, b) // 1 + the row's index among the active rows, 0 when done
+		tk, tp := tkBuf[:k], tpBuf[:k]
+		clear(isActive)
 		for i, r := range active {
 			t := textLen[r] - 1 // text position of the token just sampled
 			tk[i], tp[i] = out[r][len(out[r])-1], int32(t)
-			isActive[r] = i + 1
+			isActive[r] = true
 		}
 		// cu_seqlens: per row, the active row's query with its keys 0..NP+t (or no query and
 		// no key), then no query and the rest of the row's cache.
 		for r := range b {
 			q0, k0 := cq[2*r], int32(r*smax)
 			cq[2*r+1], ck[2*r+1] = q0, k0
-			if i := isActive[r]; i > 0 {
+			if isActive[r] {
 				cq[2*r+1], ck[2*r+1] = q0+1, k0+int32(np+textLen[r])
 			}
 			cq[2*r+2], ck[2*r+2] = cq[2*r+1], int32((r+1)*smax)
@@ -186,7 +187,7 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 				e.copyRows(kc[li], p, kk, i, 1)
 				e.copyRows(vc[li], p, vk, i, 1)
 			}
-			e.do(tensor.Attention(ok, tensor.AttentionInputs{Q: qk, K: kc[li], V: vc[li], CuSeqlensQ: e.rows(cuQ, 0, 2*b+1), CuSeqlensK: cuK}, attnCfg(c, true)))
+			e.do(tensor.Attention(ok, tensor.AttentionInputs{Q: qk, K: kc[li], V: vc[li], CuSeqlensQ: cuQ, CuSeqlensK: cuK}, attnCfg(c, true)))
 			e.do(tensor.LinearBias(yk, e.view(ok, k, d), bp.o, bw.bo))
 			e.add(xk, yk)
 			e.do(tensor.LayerNorm(hk, xk, bw.ln2G, bw.ln2B, lnEps))
