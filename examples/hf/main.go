@@ -10,9 +10,9 @@
 //	go run ./examples/hf preprocess -model DIR -image FILE…  # Qwen2-VL: image_grid_thw, pixel_values' shape and statistics
 //
 // For a Qwen2-VL or Qwen2.5-VL checkpoint (examples/qwenvl), logits and generate also read
-// {"messages": [...], "images": ["file.png", …]} lines: the images are preprocessed as
-// Qwen2VLImageProcessor does and each <|image_pad|> of the rendered prompt is expanded by its
-// grid; logits also reads {"ids": [...], "images": [...]} (one <|image_pad|> per image) and
+// {"messages": [...], "images": ["file.png", …], "videos": [["frame0.png", …], …]} lines: the
+// images and video frames are preprocessed as Qwen2VLImageProcessor does and each
+// <|image_pad|> / <|video_pad|> of the rendered prompt is expanded by its grid; logits also reads {"ids": [...], "images": [...]} (one <|image_pad|> per image) and
 // renders messages with the assistant turn opened.
 //
 // Each subcommand reads only the files it needs: tokenize the tokenizer (and config.json when

@@ -40,13 +40,16 @@ func newVLSession(dir string) (*vlSession, error) {
 }
 
 // sample reads one input line: a JSON array of token ids (text only), or an object with "ids"
-// (one <|image_pad|> per image) or "messages" (rendered by the chat template with the
-// assistant turn opened, then tokenised) and "images", the image files in order.
+// (one <|image_pad|> per image, one <|video_pad|> per video) or "messages" (rendered by the
+// chat template with the assistant turn opened, then tokenised), "images", the image files in
+// order, and "videos", each video's frame files (already sampled; one second per temporal
+// patch for Qwen2.5-VL's positions).
 func (s *vlSession) sample(line []byte) (qwenvl.Sample, error) {
 	var req struct {
 		IDs      []int64         `json:"ids"`
 		Messages json.RawMessage `json:"messages"`
 		Images   []string        `json:"images"`
+		Videos   [][]string      `json:"videos"`
 	}
 	if t := bytes.TrimSpace(line); len(t) > 0 && t[0] == '[' {
 		if err := json.Unmarshal(t, &req.IDs); err != nil {
@@ -65,8 +68,8 @@ func (s *vlSession) sample(line []byte) (qwenvl.Sample, error) {
 		}
 		req.IDs = ids
 	}
-	var patches qwenvl.Patches
-	if len(req.Images) > 0 {
+	var smp qwenvl.Sample
+	if len(req.Images) > 0 || len(req.Videos) > 0 {
 		if s.proc == nil {
 			cfg, err := qwenvl.LoadProcessorConfig(s.dir)
 			if err != nil {
@@ -76,27 +79,48 @@ func (s *vlSession) sample(line []byte) (qwenvl.Sample, error) {
 				return qwenvl.Sample{}, err
 			}
 		}
-		imgs := make([]*qwenvl.RGB, len(req.Images))
-		for i, f := range req.Images {
-			var err error
-			if imgs[i], err = qwenvl.LoadImage(f); err != nil {
+		imgs, err := loadImages(req.Images)
+		if err != nil {
+			return qwenvl.Sample{}, err
+		}
+		if len(imgs) > 0 {
+			if smp.Images, err = s.proc.Images(imgs); err != nil {
 				return qwenvl.Sample{}, err
 			}
 		}
-		var err error
-		if patches, err = s.proc.Images(imgs); err != nil {
-			return qwenvl.Sample{}, err
+		videos := make([][]*qwenvl.RGB, len(req.Videos))
+		for i, frames := range req.Videos {
+			if videos[i], err = loadImages(frames); err != nil {
+				return qwenvl.Sample{}, err
+			}
+		}
+		if len(videos) > 0 {
+			if smp.Videos, err = s.proc.Video(videos); err != nil {
+				return qwenvl.Sample{}, err
+			}
 		}
 	}
-	rows, err := qwenvl.ExpandTokens([][]int64{req.IDs}, patches.Grids, nil, s.m.Config.Tokens)
+	rows, err := qwenvl.ExpandTokens([][]int64{req.IDs}, smp.Images.Grids, smp.Videos.Grids, s.m.Config.Tokens)
 	if err != nil {
 		return qwenvl.Sample{}, err
 	}
-	ids := make([]int32, len(rows[0]))
+	smp.IDs = make([]int32, len(rows[0]))
 	for i, id := range rows[0] {
-		ids[i] = int32(id)
+		smp.IDs[i] = int32(id)
 	}
-	return qwenvl.Sample{IDs: ids, Images: patches}, nil
+	return smp, nil
+}
+
+// loadImages decodes image files.
+func loadImages(files []string) ([]*qwenvl.RGB, error) {
+	imgs := make([]*qwenvl.RGB, len(files))
+	for i, f := range files {
+		var err error
+		if imgs[i], err = qwenvl.LoadImage(f); err != nil {
+			return nil, err
+		}
+	}
+	return imgs, nil
 }
 
 // render applies the chat template (add_generation_prompt) and the tokenizer.

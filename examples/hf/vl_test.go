@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,6 +130,45 @@ func TestVLCommands(t *testing.T) {
 			text, err := tok.Decode(gids, true)
 			require.NoError(t, err)
 			var gotText string
+			require.NoError(t, json.Unmarshal([]byte(out), &gotText))
+			require.Equal(t, text, gotText)
+
+			// a video: three frames (repeated to four, two temporal patches)
+			var frames []string
+			var rgbs []*qwenvl.RGB
+			for i := range 3 {
+				f := filepath.Join(vlTestdata, "images", fmt.Sprintf("frame%d.png", i))
+				img, err := qwenvl.LoadImage(f)
+				require.NoError(t, err)
+				frames, rgbs = append(frames, f), append(rgbs, img)
+			}
+			vconv := `{"messages": [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What moves?"}]}], "videos": [["` + strings.Join(frames, `", "`) + `"]]}`
+			vprompt, err := ct.Render([]byte(vconv), true)
+			require.NoError(t, err)
+			require.Equal(t, 1, strings.Count(vprompt, qwenvl.VideoPad))
+			var vids []int64
+			for _, id := range tok.Encode(vprompt) {
+				vids = append(vids, int64(id))
+			}
+			vp, err := proc.Video([][]*qwenvl.RGB{rgbs})
+			require.NoError(t, err)
+			require.Equal(t, 2, vp.Grids[0].T)
+			rows, err = qwenvl.ExpandTokens([][]int64{vids}, nil, vp.Grids, m.Config.Tokens)
+			require.NoError(t, err)
+			vs := qwenvl.Sample{Videos: vp}
+			for _, id := range rows[0] {
+				vs.IDs = append(vs.IDs, int32(id))
+			}
+			gen, err = m.Generate([]qwenvl.Sample{vs}, hflm.Sampling{MaxNewTokens: 4, TopP: 1, Stop: []int32{151645}}, nil)
+			require.NoError(t, err)
+			gids = gids[:0]
+			for _, id := range gen[0] {
+				gids = append(gids, int(id))
+			}
+			text, err = tok.Decode(gids, true)
+			require.NoError(t, err)
+			out, err = runHF(t, vconv+"\n", "generate", "-model", dir, "-max-new-tokens", "4")
+			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal([]byte(out), &gotText))
 			require.Equal(t, text, gotText)
 

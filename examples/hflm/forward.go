@@ -398,14 +398,5 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 // Logits returns the next-token logits [len(tokens), V] of one sequence, in float32: row t
 // predicts token t+1. It is the full forward (no cache).
 func (m *Model) Logits(tokens []int32) (*tensor.Tensor, error) {
-	in, err := m.packSeqs([][]int32{tokens})
-	if err != nil {
-		return nil, err
-	}
-	a, err := m.forward(in, false, nil)
-	if err != nil {
-		return nil, err
-	}
-	logits, _ := f32(in.n, m.Config.VocabSize)
-	return logits, tensor.Linear(logits, m.store(a.hidden), m.head)
+	return m.LogitsInput(Input{Seqs: [][]int32{tokens}})
 }

@@ -80,5 +80,5 @@ func (m *Model) LogitsInput(inp Input) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	logits, _ := f32(in.n, m.Config.VocabSize)
-	return logits, tensor.Linear(logits, a.hidden, m.head)
+	return logits, tensor.Linear(logits, m.store(a.hidden), m.head)
 }

@@ -142,23 +142,7 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range []struct {
-		t    *tensor.Tensor
-		rows [][]float32
-	}{{logp, s.LogProbs}, {ent, s.Entropy}} {
-		if o.t == nil {
-			continue
-		}
-		v, err := o.t.Float32s()
-		if err != nil {
-			return nil, err
-		}
-		clear(v)
-		for i, r := range o.rows {
-			copy(v[i*b.T:], r)
-		}
-	}
-	return s, nil
+	return s, hflm.WriteScores(logp, ent, s.LogProbs, s.Entropy, b.T)
 }
 
 // LogProbs implements loop.Scorer.
@@ -174,48 +158,8 @@ func (p *Policy[P]) Forward(b *loop.Batch[P], lo, hi int, logp, ent *tensor.Tens
 	if err != nil {
 		return nil, err
 	}
-	return &pass{s: s, t: b.T}, nil
+	return hflm.NewPass(s.LogProbs, b.T, s.Backward), nil
 }
-
-type pass struct {
-	s *Scores
-	t int
-}
-
-// Backward reads each completion's columns of the [rows, T] gradients.
-func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
-	if p.s == nil {
-		return fmt.Errorf("qwenvl: backward of a released pass")
-	}
-	ragged := func(d *tensor.Tensor) ([][]float32, error) {
-		if d == nil {
-			return nil, nil
-		}
-		v, err := d.Float32s()
-		if err != nil {
-			return nil, err
-		}
-		if len(v) != len(p.s.LogProbs)*p.t {
-			return nil, fmt.Errorf("qwenvl: gradient of %d values, want %d rows × %d", len(v), len(p.s.LogProbs), p.t)
-		}
-		out := make([][]float32, len(p.s.LogProbs))
-		for i, r := range p.s.LogProbs {
-			out[i] = v[i*p.t : i*p.t+len(r)]
-		}
-		return out, nil
-	}
-	dlp, err := ragged(dLogProbs)
-	if err != nil {
-		return err
-	}
-	dent, err := ragged(dEntropy)
-	if err != nil {
-		return err
-	}
-	return p.s.Backward(dlp, dent)
-}
-
-func (p *pass) Release() { p.s = nil }
 
 // Params are the language model's parameters (hflm.Model.Params: with LoRA its adapters
 // alone) followed, unless the tower is frozen, by the tower's, named as Hugging Face names them.
@@ -234,41 +178,20 @@ func (m *Model) Params() ([]loop.Param, error) {
 	return ps, nil
 }
 
-// AdamW is loop.HostAdamW over a model's parameters that repacks the weights after each step.
-type AdamW struct {
-	*loop.HostAdamW
-	m *Model
-}
-
-// Step implements loop.Optimizer.
-func (o *AdamW) Step(lr, maxNorm float64) (float64, error) {
-	norm, err := o.HostAdamW.Step(lr, maxNorm)
-	if err != nil {
-		return norm, err
-	}
-	if err := o.m.LM.Repack(); err != nil {
-		return norm, err
-	}
-	return norm, o.m.Vision.Repack()
-}
-
 // Training returns what loop.Parts needs to train the model (the tower too unless it is
-// frozen): AdamW (torch's defaults with weightDecay) and the host gradients. Set Vision.Frozen
-// before calling it.
-func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, error) {
+// frozen): hflm's AdamW (torch's defaults with weightDecay), repacking the language model and
+// the tower after each step, and the host gradients. Set Vision.Frozen before calling it.
+func (m *Model) Training(weightDecay float64) (*hflm.AdamW, *loop.HostGradients, error) {
 	ps, err := m.Params()
 	if err != nil {
 		return nil, nil, err
 	}
-	opt, err := loop.NewHostAdamW(ps, 0.9, 0.999, 1e-8, weightDecay)
-	if err != nil {
-		return nil, nil, err
-	}
-	g, err := loop.NewHostGradients(ps)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &AdamW{HostAdamW: opt, m: m}, g, nil
+	return hflm.NewAdamW(ps, weightDecay, func() error {
+		if err := m.LM.Repack(); err != nil {
+			return err
+		}
+		return m.Vision.Repack()
+	})
 }
 
 // RowTokens implements loop.TokenCounter: the row's prompt tokens with each image's

@@ -19,12 +19,14 @@ import (
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
-// This file trains a Hugging Face checkpoint (worker.actor.model.model_path) on text prompts:
-// each prompt goes through the checkpoint's chat template (add_generation_prompt) and
-// tokenizer, hflm.Policy samples and scores, the rewards read the decoded text, the reference
-// of the divergence is the frozen base (with LoRA, the adapter-disabled model: no copy), and
-// the run ends with the PEFT adapter (LoRA) and a merged Hugging Face export in the run
-// directory. There is no warm start, no image and no validation pass on this path.
+// This file is the text model of a model_path run (worker.actor.model.model_path): each prompt
+// goes through the checkpoint's chat template (add_generation_prompt) and tokenizer (or
+// tokenizer_path's), hflm.Policy samples and scores, the rewards read the decoded text
+// (EasyR1's math reward, mathruler.go), the reference of the divergence is the frozen base
+// (with LoRA, the adapter-disabled model: no copy), and the export is the PEFT adapter (LoRA)
+// and the merged model in Hugging Face's layout. openHF builds the hfSession that the generic
+// run loop (hfrun.go: checkpoints, resume, validation) trains. There is no warm start and no
+// image on this path.
 
 // Files of a model_path run directory.
 const (
@@ -330,7 +332,6 @@ func (c Config) hfRewards() []loop.Reward[hfPrompt] {
 // what exports it.
 type textModel struct {
 	*hflm.Model
-	cfg      Config
 	gen      *hfmodel.GenerationConfig
 	tokDir   string // the tokenizer files' directory (tokenizer_path, else model_path)
 	export   hfmodel.SaveOptions
@@ -507,7 +508,7 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 		return nil, err
 	}
 	padded := !cfg.Worker.Actor.PaddingFree
-	m := &textModel{Model: model, cfg: cfg, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath}
+	m := &textModel{Model: model, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath}
 	s := &hfSession[hfPrompt]{
 		model:    model,
 		policy:   policyOf(model, gen, tok, padded),

@@ -385,10 +385,12 @@ func TestModelPathValidation(t *testing.T) {
 	extra := []string{"worker.actor.model.lora_rank=4", "dataset.val_files=" + val, "training.val_freq=1",
 		"training.val_before_train=true", "dataset.val_batch_size=2", "worker.rollout.val_override_config.temperature=0.7"} // EasyR1's name
 	assert.Equal(t, 0.7, mustConfig(t, hfOverrides(model, run, extra...)).Worker.Rollout.ValTemperature)
-	runHFTest(t, context.Background(), hfOverrides(model, run, extra...))
+	sum := runHFTest(t, context.Background(), hfOverrides(model, run, extra...))
 	lines, err := ReadMetrics(filepath.Join(run, "metrics.jsonl"))
 	require.NoError(t, err)
 	require.Len(t, lines, 3)
+	assert.Equal(t, *lines[0].Metrics["val/accuracy_reward"], sum.ValAccStart)
+	assert.Equal(t, *lines[2].Metrics["val/format_reward"], sum.ValFormatEnd)
 	cfg := DefaultConfig().Worker.Reward
 	wa, wf := cfg.AccuracyWeight/(cfg.AccuracyWeight+cfg.FormatWeight), cfg.FormatWeight/(cfg.AccuracyWeight+cfg.FormatWeight)
 	for _, l := range lines {

@@ -545,13 +545,15 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 		return nil, err
 	}
 	sum := summarize(dir, lines)
-	for _, l := range lines { // EasyR1's name of the validation accuracy
-		if v := l.Metrics["val/accuracy_reward"]; v != nil {
-			if l.Step == 0 {
-				sum.ValAccStart = *v
-			} else {
-				sum.ValAccEnd = *v
-			}
+	for _, l := range lines { // EasyR1's names of the validation accuracy and format
+		acc, format := l.Metrics["val/accuracy_reward"], l.Metrics["val/format_reward"]
+		if acc == nil || format == nil {
+			continue
+		}
+		if l.Step == 0 {
+			sum.ValAccStart, sum.ValFormatStart = *acc, *format
+		} else {
+			sum.ValAccEnd, sum.ValFormatEnd = *acc, *format
 		}
 	}
 	sum.WallSeconds = time.Since(wall).Seconds()
