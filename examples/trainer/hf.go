@@ -157,7 +157,7 @@ func loadTextRows(path string, d DatasetConfig, format *hfmodel.ChatTemplate) ([
 		}
 		for _, key := range []string{d.ImageKey, d.VideoKey} {
 			if v := bytes.TrimSpace(rec[key]); key != "" && len(v) > 0 && !bytes.Equal(v, []byte("null")) && !bytes.Equal(v, []byte("[]")) && !bytes.Equal(v, []byte(`""`)) {
-				return nil, fmt.Errorf("%s: column %q: the row has images or videos, and worker.actor.model.model_path trains a text model (the vision models are not supported yet)", loc, key)
+				return nil, fmt.Errorf("%s: column %q: the row has images or videos, and worker.actor.model.model_path is a text model (a Qwen2-VL or Qwen2.5-VL checkpoint reads images)", loc, key)
 			}
 		}
 		p, a := bytes.TrimSpace(rec[d.PromptKey]), bytes.TrimSpace(rec[d.AnswerKey])

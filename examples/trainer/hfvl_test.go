@@ -354,3 +354,31 @@ func TestVLRowsAndImages(t *testing.T) {
 	_, err = loadVLRows(bad, ignore, nil)
 	assert.NoError(t, err, "dataset.ignore_videos")
 }
+
+// TestModelPathVLRefusals: what the VL path does not do is a configuration error naming the
+// key, before the run directory exists.
+func TestModelPathVLRefusals(t *testing.T) {
+	model := tinyVL(t, "qwen2-vl.json")
+	dir := t.TempDir()
+	data := writeSeedData(t, dir, 2)
+	videos := filepath.Join(dir, "videos.jsonl")
+	require.NoError(t, os.WriteFile(videos, []byte(`{"prompt": "p", "answer": "1", "images": ["img0.png"], "videos": ["v.mp4"]}`+"\n"), 0o644))
+	for _, c := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"worker.reward.mdi_weight=1"}, "worker.reward.mdi_weight"},
+		{[]string{"dataset.train_files=" + videos}, `column "videos" (dataset.video_key)`},
+		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10"}, "0 prompts fit dataset.max_prompt_length 10 (2 dropped)"},
+		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10", "dataset.filter_overlong_prompts=false"}, "(chat template applied, image tokens expanded) exceeds dataset.max_prompt_length 10"},
+		{[]string{"optimization.advantage_estimator=gae"}, "optimization.advantage_estimator"},
+	} {
+		run := filepath.Join(t.TempDir(), "run")
+		cfg, err := LoadConfig("", vlOverrides(model, run, c.extra...))
+		require.NoError(t, err)
+		var out, errOut bytes.Buffer
+		_, err = Run(context.Background(), cfg, &out, &errOut)
+		require.ErrorContains(t, err, c.want, c.extra)
+		assert.NoDirExists(t, run, c.extra)
+	}
+}
