@@ -547,6 +547,7 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 		var base *qwenvl.Model
 		if mc.LoraRank == 0 || !mc.FreezeVisionTower {
 			// Trained weights outside the adapters: the reference is a second, frozen load.
+			var err error
 			if base, err = qwenvl.LoadDir(mc.ModelPath); err != nil {
 				return nil, key(err)
 			}
