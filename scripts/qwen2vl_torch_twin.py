@@ -20,6 +20,7 @@ weight of a loss of them.
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -202,7 +203,7 @@ class Twin:
         return p, int(p.max() + 1 - len(tokens))
 
     # ---- language model ----
-    def lm(self, x, positions):
+    def lm(self, x, positions, last=False):
         tc = self.text
         hq, hkv = tc["num_attention_heads"], tc["num_key_value_heads"]
         hd = tc["hidden_size"] // hq
@@ -232,6 +233,8 @@ class Twin:
             x = x + self.lin(o, p + "self_attn.o_proj")
             h = self.rms(x, p + "post_attention_layernorm", eps)
             x = x + self.lin(F.silu(self.lin(h, p + "mlp.gate_proj")) * self.lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if last:  # prefill: the head reads the last position only
+            x = x[-1:]
         x = self.rms(x, "model.norm", eps)
         tied = self.cfg.get("tie_word_embeddings", self.text.get("tie_word_embeddings", False))
         return F.linear(x, self.w["model.embed_tokens.weight" if tied else "lm_head.weight"])
@@ -315,6 +318,127 @@ def golden():
     print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
 
 
+def random_vision(cfg, g, dtype=torch.float32):
+    """Random weights (N(0, 0.02²); norm weights 1 + that) of cfg's vision tower."""
+    vc = cfg["vision_config"]
+    q25 = cfg["model_type"] == "qwen2_5_vl"
+    dim = vc["hidden_size"] if q25 else vc["embed_dim"]
+    mlp = vc["intermediate_size"] if q25 else dim * vc["mlp_ratio"]
+    outd = vc["out_hidden_size"] if q25 else vc["hidden_size"]
+    w = {}
+
+    def add(n, *shape, one=False):
+        w[n] = ((1 if one else 0) + torch.randn(*shape, generator=g) * 0.02).to(dtype)
+    add("visual.patch_embed.proj.weight", dim, 3, 2, 14, 14)
+    for i in range(vc["depth"]):
+        p = f"visual.blocks.{i}."
+        for nm in ("norm1", "norm2"):
+            add(p + nm + ".weight", dim, one=True)
+            if not q25:
+                add(p + nm + ".bias", dim)
+        add(p + "attn.qkv.weight", 3 * dim, dim); add(p + "attn.qkv.bias", 3 * dim)
+        add(p + "attn.proj.weight", dim, dim); add(p + "attn.proj.bias", dim)
+        if q25:
+            for nm in ("gate_proj", "up_proj"):
+                add(p + "mlp." + nm + ".weight", mlp, dim); add(p + "mlp." + nm + ".bias", mlp)
+            add(p + "mlp.down_proj.weight", dim, mlp); add(p + "mlp.down_proj.bias", dim)
+        else:
+            add(p + "mlp.fc1.weight", mlp, dim); add(p + "mlp.fc1.bias", mlp)
+            add(p + "mlp.fc2.weight", dim, mlp); add(p + "mlp.fc2.bias", dim)
+    add("visual.merger.ln_q.weight", dim, one=True)
+    if not q25:
+        add("visual.merger.ln_q.bias", dim)
+    add("visual.merger.mlp.0.weight", 4 * dim, 4 * dim); add("visual.merger.mlp.0.bias", 4 * dim)
+    add("visual.merger.mlp.2.weight", outd, 4 * dim); add("visual.merger.mlp.2.bias", outd)
+    return w
+
+
+def random_text(tc, g, dtype=torch.float32):
+    """Random weights of a Qwen2 decoder with tied embeddings (tc: the text config)."""
+    d, f, hq, hkv = tc["hidden_size"], tc["intermediate_size"], tc["num_attention_heads"], tc["num_key_value_heads"]
+    hd = d // hq
+    w = {}
+
+    def add(n, *shape, one=False):
+        w[n] = ((1 if one else 0) + torch.randn(*shape, generator=g) * 0.02).to(dtype)
+    add("model.embed_tokens.weight", tc["vocab_size"], d)
+    for l in range(tc["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        add(p + "input_layernorm.weight", d, one=True); add(p + "post_attention_layernorm.weight", d, one=True)
+        add(p + "self_attn.q_proj.weight", hq * hd, d); add(p + "self_attn.q_proj.bias", hq * hd)
+        for nm in ("k_proj", "v_proj"):
+            add(p + "self_attn." + nm + ".weight", hkv * hd, d); add(p + "self_attn." + nm + ".bias", hkv * hd)
+        add(p + "self_attn.o_proj.weight", d, hq * hd)
+        add(p + "mlp.gate_proj.weight", f, d); add(p + "mlp.up_proj.weight", f, d); add(p + "mlp.down_proj.weight", d, f)
+    add("model.norm.weight", d, one=True)
+    return w
+
+
+def config_3b(vision_depth, lm_layers):
+    """Qwen2.5-VL-3B-Instruct's config cut to vision_depth blocks and lm_layers layers, as
+    examples/qwenvl's bench3BConfig makes it from the 7B file."""
+    cfg = json.load(open(os.path.join(TESTDATA, "models", "qwen2.5-vl-7b-config-nested.json")))
+    for m in (cfg, cfg["text_config"]):
+        m.update(hidden_size=2048, intermediate_size=11008, num_attention_heads=16, num_key_value_heads=2,
+                 vocab_size=151936, num_hidden_layers=lm_layers, tie_word_embeddings=True)
+        m.pop("layer_types", None)
+    cfg["vision_config"].update(out_hidden_size=2048, depth=vision_depth, fullatt_block_indexes=[vision_depth - 1])
+    return cfg
+
+
+def prompt_3b(cfg):
+    """BenchmarkForward3B's prompt: 12 text tokens, one 448×448 image (256 tokens), 12 more."""
+    return ([100 + i for i in range(12)] + [cfg["vision_start_token_id"]] + [cfg["image_token_id"]] * 256
+            + [cfg["vision_end_token_id"]] + [150 + i for i in range(12)])
+
+
+def forward():
+    """BenchmarkForward3B's twin: Qwen2.5-VL-3B's widths with QWENVL_BENCH_VISION_DEPTH blocks
+    (default 4) and QWENVL_BENCH_LM_LAYERS layers (default 2), random weights; the tower on one
+    448×448 image (1024 patches) and the prefill (tower, scatter, M-RoPE decoder, LM head on
+    the last position), in DTYPE (float32 or bfloat16), REPS timed runs after one warm-up.
+    Prints one JSON line per part: the medians of the per-run rates per wall- and CPU-second."""
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    vd = int(os.environ.get("QWENVL_BENCH_VISION_DEPTH", "4"))
+    layers = int(os.environ.get("QWENVL_BENCH_LM_LAYERS", "2"))
+    reps = int(os.environ.get("REPS", "3"))
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[os.environ.get("DTYPE", "float32")]
+    cfg = config_3b(vd, layers)
+    g = torch.Generator().manual_seed(0)
+    w = random_vision(cfg, g, dtype)
+    w.update(random_text(cfg["text_config"], g, dtype))
+    m = Twin(cfg, cfg["text_config"], w, dtype)
+    del w
+    grids = [[1, 32, 32]]
+    px = pixels(1024, 1176)
+    ids = prompt_3b(cfg)
+    ids_t = torch.tensor(ids)
+
+    def tower():
+        m.vision(px, grids)
+
+    def prefill():
+        x = m.w["model.embed_tokens.weight"][ids_t]
+        f = m.vision(px, grids)
+        x = x.masked_scatter((ids_t == cfg["image_token_id"])[:, None].expand_as(x), f.to(x.dtype))
+        positions, _ = m.rope_index(ids, grids, [])
+        m.lm(x, positions, last=True).argmax(-1)
+
+    for part, run, n, unit in (("tower", tower, 1024, "patches"), ("prefill", prefill, len(ids), "tokens")):
+        walls, cpus = [], []
+        with torch.no_grad():
+            run()
+            for _ in range(reps):
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+        print(json.dumps({"impl": "torch", "version": torch.__version__, "dtype": os.environ.get("DTYPE", "float32"),
+                          "threads": torch.get_num_threads(), "part": part, "vision_depth": vd, "lm_layers": layers,
+                          unit + "/s": n / statistics.median(walls), unit + "/cpu-s": n / statistics.median(cpus)}))
+        sys.stdout.flush()
+
+
 def bench():
     """The vision tower's forward and forward + backward on one 224×224 image (256 patches) at
     the published configs' vision shapes with QWENVL_BENCH_DEPTH blocks (default 2), random
@@ -330,33 +454,7 @@ def bench():
         q25 = cfg["model_type"] == "qwen2_5_vl"
         if q25:
             vc["fullatt_block_indexes"] = [depth - 1]
-        dim = vc["hidden_size"] if q25 else vc["embed_dim"]
-        mlp = vc["intermediate_size"] if q25 else dim * vc["mlp_ratio"]
-        outd = vc["out_hidden_size"] if q25 else vc["hidden_size"]
-        g = torch.Generator().manual_seed(0)
-        w = {"visual.patch_embed.proj.weight": torch.randn(dim, 3, 2, 14, 14, generator=g) * 0.02}
-        def add(n, *shape, one=False):
-            w[n] = (1 if one else 0) + torch.randn(*shape, generator=g) * 0.02
-        for i in range(depth):
-            p = f"visual.blocks.{i}."
-            for nm in ("norm1", "norm2"):
-                add(p + nm + ".weight", dim, one=True)
-                if not q25:
-                    add(p + nm + ".bias", dim)
-            add(p + "attn.qkv.weight", 3 * dim, dim); add(p + "attn.qkv.bias", 3 * dim)
-            add(p + "attn.proj.weight", dim, dim); add(p + "attn.proj.bias", dim)
-            if q25:
-                for nm in ("gate_proj", "up_proj"):
-                    add(p + "mlp." + nm + ".weight", mlp, dim); add(p + "mlp." + nm + ".bias", mlp)
-                add(p + "mlp.down_proj.weight", dim, mlp); add(p + "mlp.down_proj.bias", dim)
-            else:
-                add(p + "mlp.fc1.weight", mlp, dim); add(p + "mlp.fc1.bias", mlp)
-                add(p + "mlp.fc2.weight", dim, mlp); add(p + "mlp.fc2.bias", dim)
-        add("visual.merger.ln_q.weight", dim, one=True)
-        if not q25:
-            add("visual.merger.ln_q.bias", dim)
-        add("visual.merger.mlp.0.weight", 4 * dim, 4 * dim); add("visual.merger.mlp.0.bias", 4 * dim)
-        add("visual.merger.mlp.2.weight", outd, 4 * dim); add("visual.merger.mlp.2.bias", outd)
+        w = random_vision(cfg, torch.Generator().manual_seed(0))
         grids = [[1, 16, 16]]
         px = pixels(256, 1176)
         for mode in ("forward", "train"):
@@ -378,4 +476,4 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"golden": golden, "bench": bench}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
+    {"golden": golden, "bench": bench, "forward": forward}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
