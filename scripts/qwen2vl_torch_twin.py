@@ -11,6 +11,8 @@ embeddings, the Qwen2 decoder with apply_multimodal_rotary_pos_emb, and the LM h
 
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py         # writes examples/qwenvl/testdata/model_golden.json
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py bench   # the vision tower's throughput (BenchmarkVisionTower's twin)
+    /usr/bin/python3 scripts/qwen2vl_torch_twin.py forward # Qwen2.5-VL-3B's prefill (BenchmarkForward3B's twin;
+                                                           # scripts/qwenvl-vs-torch runs both sides)
 
 Each case's checkpoint comes from `go run ./examples/hf init` (the weights the Go test makes).
 The pixel values are a closed formula both sides compute exactly: ((7919 i + 13) mod 2001 − 1000)
@@ -395,8 +397,8 @@ def prompt_3b(cfg):
 def forward():
     """BenchmarkForward3B's twin: Qwen2.5-VL-3B's widths with QWENVL_BENCH_VISION_DEPTH blocks
     (default 4) and QWENVL_BENCH_LM_LAYERS layers (default 2), random weights; the tower on one
-    448×448 image (1024 patches) and the prefill (tower, scatter, M-RoPE decoder, LM head on
-    the last position), in DTYPE (float32 or bfloat16), REPS timed runs after one warm-up.
+    448×448 image (1024 patches), the prefill (tower, scatter, M-RoPE decoder, LM head on the
+    last position) and its language-model part alone (given the features), in DTYPE (float32 or bfloat16), REPS timed runs after one warm-up.
     Prints one JSON line per part: the medians of the per-run rates per wall- and CPU-second."""
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     vd = int(os.environ.get("QWENVL_BENCH_VISION_DEPTH", "4"))
@@ -417,14 +419,19 @@ def forward():
     def tower():
         m.vision(px, grids)
 
-    def prefill():
+    def prefill(f=None):
         x = m.w["model.embed_tokens.weight"][ids_t]
-        f = m.vision(px, grids)
+        if f is None:
+            f = m.vision(px, grids)
         x = x.masked_scatter((ids_t == cfg["image_token_id"])[:, None].expand_as(x), f.to(x.dtype))
         positions, _ = m.rope_index(ids, grids, [])
         m.lm(x, positions, last=True).argmax(-1)
 
-    for part, run, n, unit in (("tower", tower, 1024, "patches"), ("prefill", prefill, len(ids), "tokens")):
+    with torch.no_grad():
+        feats = m.vision(px, grids)
+    parts = (("tower", tower, 1024, "patches"), ("lm", lambda: prefill(feats), len(ids), "tokens"),
+             ("prefill", prefill, len(ids), "tokens"))
+    for part, run, n, unit in parts:
         walls, cpus = [], []
         with torch.no_grad():
             run()
@@ -437,6 +444,85 @@ def forward():
                           "threads": torch.get_num_threads(), "part": part, "vision_depth": vd, "lm_layers": layers,
                           unit + "/s": n / statistics.median(walls), unit + "/cpu-s": n / statistics.median(cpus)}))
         sys.stdout.flush()
+
+
+def gobench():
+    """Turns `go test -bench Forward3B` output (stdin) into forward's JSON lines."""
+    found = False
+    for line in sys.stdin:
+        f = line.split()
+        if f and f[0].startswith("BenchmarkForward3B/"):
+            dt, part = f[0].split("/")[1:3]
+            row = {"impl": "go", "dtype": dt, "part": part.rsplit("-", 1)[0]}
+            for v, unit in zip(f[2::2], f[3::2]):
+                row[unit] = float(v)
+            print(json.dumps(row))
+            found = True
+    if not found:
+        sys.exit("no BenchmarkForward3B line in the go test output")
+
+
+def macs_3b(vision_depth, lm_layers, full_blocks, patches=1024, tokens=282):
+    """Multiply-adds of the tower on `patches` patches (windows of 64; full_blocks of the
+    blocks attend over all) and of the prefill's decoder over `tokens` tokens (causal
+    attention) with the head on the last position, at Qwen2.5-VL-3B's widths."""
+    d, f, merged = 1280, 3420, patches // 4
+    block = patches * (3 * d * d + d * d + 3 * d * f)
+    tower = (patches * 1176 * d + vision_depth * block + (vision_depth - full_blocks) * 2 * patches * 64 * d
+             + full_blocks * 2 * patches * patches * d + merged * (4 * d * 4 * d + 4 * d * 2048))
+    D, F, kv = 2048, 11008, 256
+    layer = tokens * (2 * D * D + 2 * D * kv + 3 * D * F) + tokens * tokens * D
+    return tower, lm_layers * layer + D * 151936
+
+
+def table():
+    """Medians over the rounds of forward's and gobench's JSON lines (argv[2]), as Markdown."""
+    rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+    version = next(r["version"] for r in rows if r["impl"] == "torch")
+    cols = [("go", "float32"), ("go", "bf16"), ("torch", "float32"), ("torch", "bfloat16")]
+    head = ["Go float32", "Go bf16 (LM GEMMs)", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
+    vd = next(r["vision_depth"] for r in rows if r["impl"] == "torch")
+    layers = next(r["lm_layers"] for r in rows if r["impl"] == "torch")
+    tokens = next(len(prompt_3b(config_3b(vd, layers))) for _ in [0])
+
+    def med(impl, dt, part, unit):
+        v = [r[unit] for r in rows if r["impl"] == impl and r["dtype"] == dt and r.get("part") == part]
+        return statistics.median(v) if v else float("nan")
+    # CPU- and wall-seconds of each part.
+    secs = {}
+    for c in cols:
+        for kind in ("cpu-s", "s"):
+            secs[c, kind] = {"tower": 1024 / med(*c, "tower", "patches/" + kind),
+                             "lm": tokens / med(*c, "lm", "tokens/" + kind),
+                             "prefill": tokens / med(*c, "prefill", "tokens/" + kind)}
+    ct, cl = macs_3b(vd, layers, 1, tokens=tokens)
+    ft, fl = macs_3b(32, 36, 4, tokens=tokens)
+    print(f"| {vd} vision blocks, {layers} LM layers (measured, medians) | " + " | ".join(head)
+          + " | Go f32 / PT f32 | Go bf16 / PT f32 | Go bf16 / PT bf16 |")
+    print("|---" * (len(cols) + 4) + "|")
+
+    def line(label, vals, higher=True):
+        r = lambda a, b: (a / b if higher else b / a)  # noqa: E731
+        print(f"| {label} | " + " | ".join(f"{v:.1f}" for v in vals)
+              + f" | {r(vals[0], vals[2]):.2f}x | {r(vals[1], vals[2]):.2f}x | {r(vals[1], vals[3]):.2f}x |")
+    for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
+        line(f"tower, 1024 patches: patches per {per}", [1024 / secs[c, kind]["tower"] for c in cols])
+        line(f"LM part of the prefill, {tokens} tokens: tokens per {per}", [tokens / secs[c, kind]["lm"] for c in cols])
+        line(f"whole prefill, {tokens} tokens: tokens per {per}", [tokens / secs[c, kind]["prefill"] for c in cols])
+    # Full depth: each measured part scaled by its multiply-adds (the LM part includes the
+    # embedding, scatter and rope index, which do not grow with depth: slightly pessimistic).
+    print(f"| **extrapolated** to 32 blocks, 36 layers by multiply-adds ({ft / ct:.2f}x the tower's, {fl / cl:.2f}x the LM's) | | | | | | | |")
+    for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
+        full = [secs[c, kind]["tower"] * ft / ct + secs[c, kind]["lm"] * fl / cl for c in cols]
+        line(f"full-depth prefill, {tokens} tokens: tokens per {per} (extrapolated)", [tokens / t for t in full])
+    rss = {}
+    for r in rows:
+        if "rss_kb" in r:
+            rss.setdefault((r["impl"], r["dtype"]), []).append(r["rss_kb"])
+    if rss:
+        print()
+        print("Peak RSS of each benchmark process (/usr/bin/time -v; a memory measurement): "
+              + "; ".join(f"{k[0]} {k[1]}: {max(v) / 2**20:.2f} GiB" for k, v in sorted(rss.items())))
 
 
 def bench():
@@ -476,4 +562,4 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"golden": golden, "bench": bench, "forward": forward}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
+    {"golden": golden, "bench": bench, "forward": forward, "gobench": gobench, "table": table}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()

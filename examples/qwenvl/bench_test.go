@@ -211,7 +211,8 @@ func benchPrompt(c *Config) Sample {
 // BenchmarkForward3B times Qwen2.5-VL-3B's forward at its real widths, depth cut (see
 // bench3BConfig), random weights: the tower alone on one 448×448 image (1024 patches), and
 // the whole prefill of benchPrompt (tower, features scattered into the embeddings, M-RoPE
-// decoder, the LM head on the last token: Generate of one greedy token), in float32 and in
+// decoder, the LM head on the last token: Generate of one greedy token), and the language
+// model's part alone (the prefill given the tower's features), in float32 and in
 // hflm's bf16 mixed precision (the language model's GEMMs on bfloat16; the tower stays
 // float32). scripts/qwen2vl_torch_twin.py forward is its PyTorch twin; scripts/qwenvl-vs-torch
 // runs both.
@@ -232,19 +233,31 @@ func BenchmarkForward3B(b *testing.B) {
 				}
 			})
 		})
-		b.Run(name+"/prefill", func(b *testing.B) {
-			cpu0, _ := cputime.Process()
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := m.Generate([]Sample{s}, hflm.Sampling{MaxNewTokens: 1}, nil); err != nil {
-					b.Fatal(err)
+		pre, err := m.prepare([]Sample{s}, nil, false) // the tower's features, computed once
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, part := range []string{"lm", "prefill"} {
+			b.Run(name+"/"+part, func(b *testing.B) {
+				cpu0, _ := cputime.Process()
+				b.ResetTimer()
+				for b.Loop() {
+					var err error
+					if part == "lm" {
+						_, err = m.LM.GenerateInput(pre.in, pre.deltas, hflm.Sampling{MaxNewTokens: 1}, nil)
+					} else {
+						_, err = m.Generate([]Sample{s}, hflm.Sampling{MaxNewTokens: 1}, nil)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			cpu1, ok := cputime.Process()
-			b.ReportMetric(float64(len(s.IDs)*b.N)/b.Elapsed().Seconds(), "tokens/s")
-			if ok {
-				b.ReportMetric(float64(len(s.IDs)*b.N)/(cpu1-cpu0).Seconds(), "tokens/cpu-s")
-			}
-		})
+				cpu1, ok := cputime.Process()
+				b.ReportMetric(float64(len(s.IDs)*b.N)/b.Elapsed().Seconds(), "tokens/s")
+				if ok {
+					b.ReportMetric(float64(len(s.IDs)*b.N)/(cpu1-cpu0).Seconds(), "tokens/cpu-s")
+				}
+			})
+		}
 	}
 }
