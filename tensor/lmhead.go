@@ -41,7 +41,7 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	}
 	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
 	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
-		nnref.LMHead(n, v, lmKernels(in.Weight, d, hostF32(h[2]), h[3], false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		nnref.LMHead(n, v, lmKernels(in.Weight, d, hostF32(h[2]), h[3], false, false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
 }
@@ -49,14 +49,16 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 // lmProducts returns the LM head's products: through the packed GEMM when the weight has the
 // CPU layout and a vector implementation is selected (with Wᵀ and the hidden states packed for
 // a backward), else the reference's.
-func lmKernels(w *PackedWeight, d int, hidden []float32, weight *Tensor, backward bool) nnref.LMKernels[float32] {
+func lmKernels(w *PackedWeight, d int, hidden []float32, weight *Tensor, backward, dweight bool) nnref.LMKernels[float32] {
 	hp, ok := gemmOf(w)
 	if !ok {
-		return nnref.RefKernels[float32]{D: d, H: hidden, W: hostF32(weight)}
+		return nnref.RefKernels[float32]{D: d, H: hidden, W: w.hostValues(weight)}
 	}
 	g := &cpuLMKernels{d: d, h: hidden, fwd: hp.fwd}
 	if backward {
-		g.bwd = hp.transposed(w.w)
+		g.bwd = w.transposed()
+	}
+	if dweight {
 		g.hT = gemm.PackTF32(len(hidden)/d, d, hidden)
 	}
 	return g
@@ -178,7 +180,8 @@ type LMHeadGrad struct {
 	Accumulate bool
 }
 
-// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32): the
+// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32; nil for
+// a frozen head: not computed, which saves a pass and [V, D] of scratch): the
 // gradients of Σ DLogProbs·logp + DEntropy·entropy through the logits, which are recomputed tile
 // by tile (never [N, V]). The logits gradient of a tile is
 // dz = dlogp·(1[v=y] − p) − dentropy·p·(log p + H), divided by the temperature, as in
@@ -190,14 +193,16 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 	if err := checkLMHead(op, in.LMHeadInputs, rows, []string{"LogProbs", "Entropy", "DLogProbs", "DEntropy"}); err != nil {
 		return err
 	}
-	if err := checkNonNil(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
+	if err := checkNonNil(op, []string{"dhidden"}, dhidden); err != nil {
 		return err
 	}
 	if err := CheckShape(op, "dhidden", dhidden, in.Hidden.shape...); err != nil {
 		return err
 	}
-	if err := CheckSameShape(op, "Weight", in.Weight.w, "dweight", dweight); err != nil {
-		return err
+	if dweight != nil {
+		if err := CheckSameShape(op, "Weight", in.Weight.w, "dweight", dweight); err != nil {
+			return err
+		}
 	}
 	if err := checkF32(op, []string{"dhidden", "dweight"}, dhidden, dweight); err != nil {
 		return err
@@ -218,7 +223,7 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
 			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
 		hidden := hostF32(h[2])
-		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, hidden, h[3], true), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, hidden, h[3], true, dweight != nil), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
 		return nil
 	})
 }

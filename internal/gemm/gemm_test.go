@@ -117,3 +117,40 @@ func samePanels(t *testing.T, name string, got, want *Packed) {
 		}
 	}
 }
+
+// TestUnpack reads W back from its panels (Row, Unpack) and transposes the panels (Transpose),
+// at shapes with partial panels, against the row-major values and PackT's panels.
+func TestUnpack(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range [][2]int{{1, 1}, {63, 5}, {64, 64}, {65, 130}, {200, 77}, {3, 0}} {
+		n, k := s[0], s[1]
+		w := make([]float32, n*k)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		p := PackF32(n, k, w)
+		got := make([]float32, n*k)
+		p.Unpack(got)
+		for i := range w {
+			if got[i] != w[i] {
+				t.Fatalf("%dx%d: Unpack[%d] = %v, want %v", n, k, i, got[i], w[i])
+			}
+		}
+		row := make([]float32, k)
+		p.Row(n-1, row)
+		for j := range row {
+			if row[j] != w[(n-1)*k+j] {
+				t.Fatalf("%dx%d: Row(%d)[%d] = %v, want %v", n, k, n-1, j, row[j], w[(n-1)*k+j])
+			}
+		}
+		tp, want := Transpose(p), PackTF32(n, k, w)
+		if tp.N != want.N || tp.K != want.K || len(tp.panels) != len(want.panels) {
+			t.Fatalf("%dx%d: Transpose is %dx%d (%d), want %dx%d (%d)", n, k, tp.N, tp.K, len(tp.panels), want.N, want.K, len(want.panels))
+		}
+		for i := range want.panels {
+			if tp.panels[i] != want.panels[i] {
+				t.Fatalf("%dx%d: Transpose panels[%d] = %v, want %v", n, k, i, tp.panels[i], want.panels[i])
+			}
+		}
+	}
+}

@@ -193,7 +193,7 @@ func lmGradTile[F Float](prod LMKernels[F], lo, hi, c0, vc int, g LMHeadGrad[F],
 }
 
 // LMHeadBackward writes dh [n, d] (overwritten) and dw [v, d] (overwritten, or added to when
-// acc) for LMHead, recomputing the logits tile by tile. dh is computed in parallel over row
+// acc; nil: not computed) for LMHead, recomputing the logits tile by tile. dh is computed in parallel over row
 // blocks and dw in parallel over vocabulary chunks, each summing in a fixed order, so the
 // logits are computed twice (four GEMM-sized passes in all instead of three) in exchange for no
 // floating-point atomics and no per-goroutine copies of dw. lse = z_y − logp takes z_y from a
@@ -217,6 +217,9 @@ func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh
 			prod.AddDHidden(lo, hi, c0, c0+vc, z, dh)
 		}
 	})
+	if dw == nil { // a frozen head
+		return
+	}
 	parallel.For(v, LMVocabChunk, func(c0, c1 int) {
 		vc := c1 - c0
 		z := make([]F, LMWeightRows*vc)
