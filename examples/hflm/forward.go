@@ -97,7 +97,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	var e errs
 	x, _ := f32(n, d)
-	e.do(tensor.Embedding(x, m.embed, in.ids))
+	e.do(m.embedInto(x, in.ids))
 	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
@@ -170,11 +170,12 @@ func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
 }
 
 func linearInto(y, x *tensor.Tensor, l linear) error {
-	y2, err := y.Reshape(-1, l.w.Weight().Dim(0))
+	nOut, nIn := l.w.Dims()
+	y2, err := y.Reshape(-1, nOut)
 	if err != nil {
 		return err
 	}
-	x2, err := x.Reshape(-1, l.w.Weight().Dim(1))
+	x2, err := x.Reshape(-1, nIn)
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 // linearBackward writes dx and adds the weight (and bias) gradients of y = x·Wᵀ + b given dy
 // (the adapter's instead when the base is frozen).
 func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) error {
-	nOut, nIn := l.w.Weight().Dim(0), l.w.Weight().Dim(1)
+	nOut, nIn := l.w.Dims()
 	dx2, err := dx.Reshape(-1, nIn)
 	if err != nil {
 		return err

@@ -166,7 +166,7 @@ func (m *Model) decodeStep(tokens, lens []int32, cache *kvCache) (*tensor.Tensor
 	lensT := tensor.Must(tensor.FromInt32(total, b))
 	var e errs
 	x, xv := f32(b, d)
-	e.do(tensor.Embedding(x, m.embed, ids))
+	e.do(m.embedInto(x, ids))
 	h, _ := f32(b, d)
 	q, _ := f32(b, hq, hd)
 	k, _ := f32(b, hkv, hd)

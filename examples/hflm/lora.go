@@ -93,7 +93,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 			if !targets[lin.short()] {
 				continue
 			}
-			out, in := lin.w.Weight().Dim(0), lin.w.Weight().Dim(1)
+			out, in := lin.w.Dims()
 			a, av := f32(cfg.Rank, in)
 			bound := 1 / math.Sqrt(float64(in))
 			for i := range av {
@@ -112,7 +112,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	}
 	m.lora = &c
 	m.dropRNG = rand.New(rand.NewPCG(cfg.Seed, 0xd0))
-	return nil
+	return m.freeze()
 }
 
 func (ad *adapter) pack() error {
@@ -224,6 +224,9 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 // MergeLoRA folds the adapters into the base weights (W += scale·B·A, rounded to float32 once)
 // and removes them: the model a PEFT merge_and_unload gives, to export.
 func (m *Model) MergeLoRA() error {
+	if err := m.thaw(); err != nil {
+		return err
+	}
 	for _, ad := range m.adapters {
 		p := m.byName[ad.module+".weight"]
 		delta, err := ad.delta()
@@ -371,8 +374,7 @@ func (m *Model) LoadLoRA(dir string) error {
 func (m *Model) frozen() *frozenGrads {
 	if m.frozenEnv == nil {
 		norm, _ := f32(m.Config.HiddenSize)
-		head, _ := f32(m.head.Weight().Shape()...)
-		m.frozenEnv = &frozenGrads{norm: norm, head: head}
+		m.frozenEnv = &frozenGrads{norm: norm}
 	}
 	return m.frozenEnv
 }

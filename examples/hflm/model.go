@@ -37,9 +37,9 @@ type Model struct {
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
-// (tensor.RMSNormBackward's dw, tensor.LMHeadBackward's dweight) but nobody reads.
+// (tensor.RMSNormBackward's dw) but nobody reads.
 type frozenGrads struct {
-	norm, head *tensor.Tensor
+	norm *tensor.Tensor
 }
 
 type param struct {
@@ -102,11 +102,7 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 	}
 	m.embed = m.byName["model.embed_tokens.weight"].value
 	m.norm = m.byName["model.norm.weight"].value
-	headName := "lm_head.weight"
-	if c.TieWordEmbeddings {
-		headName = "model.embed_tokens.weight"
-	}
-	if m.head, err = m.packWeight(headName); err != nil {
+	if m.head, err = m.packWeight(m.headName()); err != nil {
 		return nil, err
 	}
 	m.layers = make([]layer, c.NumHiddenLayers)
@@ -159,7 +155,8 @@ func (m *Model) packWeight(name string) (*tensor.PackedWeight, error) {
 	return p.packed, nil
 }
 
-// Repack rebuilds the packed layouts after the weights changed (an optimizer step).
+// Repack rebuilds the packed layouts of the trained weights after they changed (an optimizer
+// step): with LoRA the adapters' alone (the frozen base never changes), else every matrix.
 func (m *Model) Repack() error {
 	for _, ad := range m.adapters {
 		if err := ad.pa.Repack(); err != nil {
@@ -168,6 +165,9 @@ func (m *Model) Repack() error {
 		if err := ad.pb.Repack(); err != nil {
 			return err
 		}
+	}
+	if m.lora != nil {
+		return nil
 	}
 	for i := range m.params {
 		if p := m.params[i].packed; p != nil {
@@ -183,13 +183,18 @@ func (m *Model) Repack() error {
 func (m *Model) NumParams() int {
 	n := 0
 	for _, p := range m.params {
-		n += p.value.Len()
+		k := 1
+		for _, d := range p.shape() {
+			k *= d
+		}
+		n += k
 	}
 	return n
 }
 
-// Weight returns the float32 weight named as Hugging Face names it, or nil. Writing into it
-// changes the model (call Repack after changing a matrix).
+// Weight returns the float32 weight named as Hugging Face names it, or nil (also for a matrix
+// of a LoRA model's frozen base, which is held only packed: Checkpoint exports it). Writing
+// into it changes the model (call Repack after changing a matrix).
 func (m *Model) Weight(name string) *tensor.Tensor {
 	if p := m.byName[name]; p != nil {
 		return p.value
@@ -250,7 +255,11 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 	}
 	ts := make([]*hfmodel.Tensor, len(m.params))
 	for i, p := range m.params {
-		v := host(p.value)
+		val, err := p.values()
+		if err != nil {
+			return nil, err
+		}
+		v := host(val)
 		if ad := merged[p.name]; ad != nil {
 			delta, err := ad.delta()
 			if err != nil {
@@ -261,8 +270,7 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 			}
 			v = delta
 		}
-		var err error
-		if ts[i], err = hfmodel.NewTensor(p.name, p.value.Shape(), v, hfmodel.Float32); err != nil {
+		if ts[i], err = hfmodel.NewTensor(p.name, p.shape(), v, hfmodel.Float32); err != nil {
 			return nil, err
 		}
 	}
