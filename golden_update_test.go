@@ -38,9 +38,11 @@ func goldenUpdatePolicy(c *golden.Case) error {
 			TopPPerceptionTokens:        c.Float("top_p_perception_tokens"),
 			EnableTrajectoryReweighting: c.Bool("use_advantage_shaping"),
 			TrajectoryScalingMin:        c.Float("advantage_scaling_min"),
-			// The reference: mu per micro-batch, and shaping only with the perception filter.
+			// The reference: mu per micro-batch, shaping only with the perception filter, and
+			// ties at a mask's threshold to the lower index (its stable sort).
 			TrajectoryShapingScope:    tprl.PerMicroBatchScope,
 			ShapingRequiresPerception: true,
+			TiesToLowerIndex:          true,
 		},
 		Policy: ppo.PolicyConfig{
 			LossType: lossType,

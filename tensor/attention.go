@@ -172,7 +172,7 @@ func attention(op string, out, lse *Tensor, in AttentionInputs, cfg AttentionCon
 		return k.Attention(out, lse, in, cfg)
 	}
 	return OnHost(2, []*Tensor{out, lse, in.Q, in.K, in.V}, func(h []*Tensor) error {
-		nnref.Attention(s, seqs, hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		attentionCPU(s, seqs, hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
 }
@@ -225,7 +225,7 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 		return k.AttentionBackward(dq, dk, dv, in, cfg)
 	}
 	return OnHost(3, []*Tensor{dq, dk, dv, in.Q, in.K, in.V, in.Out, in.LSE, in.DOut}, func(h []*Tensor) error {
-		nnref.AttentionBackward(s, seqs, hostF32(h[3]), hostF32(h[4]), hostF32(h[5]), hostF32(h[6]), hostF32(h[7]),
+		attentionBackwardCPU(s, seqs, hostF32(h[3]), hostF32(h[4]), hostF32(h[5]), hostF32(h[6]), hostF32(h[7]),
 			hostF32(h[8]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]))
 		return nil
 	})
@@ -294,7 +294,7 @@ func AttentionDecode(out *Tensor, in DecodeInputs, cfg AttentionConfig) error {
 		return k.AttentionDecode(out, in, cfg)
 	}
 	return OnHost(1, []*Tensor{out, in.Q, in.KCache, in.VCache}, func(h []*Tensor) error {
-		nnref.Attention(s, seqs, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]), nil)
+		attentionCPU(s, seqs, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]), nil)
 		return nil
 	})
 }

@@ -90,6 +90,7 @@ func tensorFuncs() map[string]any {
 		"To":                     tensor.To,
 		"TopPCount":              tensor.TopPCount,
 		"TopPMask":               tensor.TopPMask,
+		"TopPMaskTieBreak":       tensor.TopPMaskTieBreak,
 	}
 	// The transformer op families (issue 21).
 	for name, f := range map[string]any{

@@ -64,23 +64,52 @@ func (p *PackedWeight) Repack() error {
 	p.packed = nil
 	if p.w.IsHost() && gemm.SIMD() {
 		n, k := p.w.Dim(0), p.w.Dim(1)
-		var fwd *gemm.Packed
-		if v, err := p.w.Float32s(); err == nil {
-			fwd = gemm.PackF32(n, k, v)
-		} else {
-			fwd = gemm.Pack(n, k, elemOf(p.w))
+		if b, err := p.w.BF16s(); err == nil && gemm.BF16() {
+			p.packed = &hostPacked{bf16: gemm.PackBF16(n, k, b)}
+			return nil
 		}
-		p.packed = &hostPacked{fwd: fwd}
+		p.packed = &hostPacked{fwd: packF32(p.w)}
 	}
 	return nil
 }
 
+// packF32 packs a host float32 or bfloat16 weight into float32 panels.
+func packF32(w *Tensor) *gemm.Packed {
+	n, k := w.Dim(0), w.Dim(1)
+	if v, err := w.Float32s(); err == nil {
+		return gemm.PackF32(n, k, v)
+	}
+	return gemm.Pack(n, k, elemOf(w))
+}
+
 // hostPacked is the CPU's layout of a weight W [N, K]: W's panels for the forward and, built by
-// the first backward, Wᵀ's for dx = dy·W.
+// the first backward, Wᵀ's for dx = dy·W. A bfloat16 weight on a CPU with AVX512_BF16 is packed
+// as bfloat16 pairs (bf16) for inputs that are bfloat16 too, at half the bytes; its float32
+// panels (fwd) are then built only when a float32 input needs them.
 type hostPacked struct {
-	fwd *gemm.Packed
-	mu  sync.Mutex
-	bwd *gemm.Packed
+	fwd  *gemm.Packed
+	bf16 *gemm.PackedBF16
+	mu   sync.Mutex
+	bwd  *gemm.Packed
+}
+
+// forward returns W's float32 panels, packing them on first use for a bfloat16 weight.
+func (h *hostPacked) forward(w *Tensor) *gemm.Packed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fwd == nil {
+		h.fwd = packF32(w)
+	}
+	return h.fwd
+}
+
+// pairs returns W's bfloat16 pair panels when x is bfloat16 and the VDPBF16PS kernels are
+// selected (nil otherwise: the float32 panels serve).
+func (h *hostPacked) pairs(x *Tensor) *gemm.PackedBF16 {
+	if h.bf16 == nil || x.dtype != BFloat16 || !gemm.BF16() {
+		return nil
+	}
+	return h.bf16
 }
 
 // transposed returns Wᵀ's panels: kept after the first call, or packed for this call alone when
@@ -138,8 +167,8 @@ func (p *PackedWeight) DropValues() error {
 		return nil
 	}
 	h, ok := p.packed.(*hostPacked)
-	if !ok {
-		return Errorf(ErrBackend, op, "p", "has no host panels to keep its values (a device weight, or no vector GEMM)")
+	if !ok || h.fwd == nil {
+		return Errorf(ErrBackend, op, "p", "has no float32 host panels to keep its values (a device weight, no vector GEMM, or bfloat16 pairs)")
 	}
 	n, k := p.w.Dim(0), p.w.Dim(1)
 	view, err := FromFloat32(h.fwd.Values()[:n*k], n, k)
@@ -247,7 +276,8 @@ func (p *PackedWeight) Packed() any {
 }
 
 // Linear computes y = x·Wᵀ for x [..., K] and y [..., N] (float32); x and W are float32 or
-// bfloat16, summed in float32.
+// bfloat16, summed in float32. When both are bfloat16 and the CPU has AVX512_BF16 the products
+// run on VDPBF16PS (internal/gemm): exact products, float32 sums in pairs.
 func Linear(y, x *Tensor, w *PackedWeight) error {
 	return linear("tensor.Linear", y, x, w, nil)
 }
@@ -311,7 +341,12 @@ func linear(op string, y, x *Tensor, w *PackedWeight, bias *Tensor) error {
 		m := rowsOf(h[1])
 		if hp, ok := gemmOf(w); ok {
 			yv := hostF32(h[0])
-			gemm.Mul(m, hostF32(h[1]), k, hp.fwd, yv, n, false)
+			if pb := hp.pairs(h[1]); pb != nil {
+				xb, _ := h[1].BF16s()
+				gemm.MulBF16(m, xb, k, pb, yv, n, false)
+			} else {
+				gemm.Mul(m, hostF32(h[1]), k, hp.forward(h[2]), yv, n, false)
+			}
 			if bias != nil {
 				nnref.AddBias(m, n, yv, hostF32(h[3]))
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/internal/gemm"
 	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
 // LMHeadInputs are the inputs of the fused LM head: hidden states, the head weight, targets and
@@ -41,38 +42,58 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	}
 	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
 	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
-		nnref.LMHead(n, v, lmKernels(in.Weight, d, hostF32(h[2]), h[3], false, false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		nnref.LMHead(n, v, lmKernels(in.Weight, d, h[2], h[3], false, false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
 }
 
-// lmProducts returns the LM head's products: through the packed GEMM when the weight has the
-// CPU layout and a vector implementation is selected (with Wᵀ and the hidden states packed for
-// a backward), else the reference's.
-func lmKernels(w *PackedWeight, d int, hidden []float32, weight *Tensor, backward, dweight bool) nnref.LMKernels[float32] {
+// lmKernels returns the LM head's products: through the packed GEMM when the weight has the CPU
+// layout and a vector implementation is selected, else the reference's. The logits run on the
+// bfloat16 kernels (VDPBF16PS) when hidden states and weight are both bfloat16 and the CPU has
+// AVX512_BF16. A backward also packs the hidden states' transpose for dweight (unless the head
+// is frozen) and gets Wᵀ one vocabulary chunk at a time (BeginChunk), never the whole [D, V].
+func lmKernels(w *PackedWeight, d int, hidden, weight *Tensor, backward, dweight bool) nnref.LMKernels[float32] {
 	hp, ok := gemmOf(w)
 	if !ok {
-		return nnref.RefKernels[float32]{D: d, H: hidden, W: w.hostValues(weight)}
+		return nnref.RefKernels[float32]{D: d, H: hostF32(hidden), W: w.hostValues(weight)}
 	}
-	g := &cpuLMKernels{d: d, h: hidden, fwd: hp.fwd}
-	if backward {
-		g.bwd = w.transposed()
+	g := &cpuLMKernels{d: d, w: weight}
+	if w.dropped { // Wᵀ's chunks come from the panels
+		g.src = hp.fwd
 	}
-	if dweight {
-		g.hT = gemm.PackTF32(len(hidden)/d, d, hidden)
+	if pb := hp.pairs(hidden); pb != nil {
+		g.hb, _ = hidden.BF16s()
+		g.fwdB = pb
+	} else {
+		g.h = hostF32(hidden)
+		g.fwd = hp.forward(weight)
+	}
+	if backward && dweight {
+		if b, err := hidden.BF16s(); err == nil {
+			g.hT = gemm.PackTInto(nil, rowsOf(hidden), d, b)
+		} else {
+			g.hT = gemm.PackTF32(rowsOf(hidden), d, hostF32(hidden))
+		}
 	}
 	return g
 }
 
 // cpuLMKernels are the LM head's tile kernels on the CPU: the products on internal/gemm (logits
-// through W's panels, dh through Wᵀ's, dw through the transposed hidden states'), the fold and
-// the gradient rows on the log-prob family's vector loops (float32 sums per row of a tile, as
-// LogProbEntropy's blocks).
+// through W's panels, float32 or bfloat16 pairs; dh through the current vocabulary chunk of Wᵀ;
+// dw through the transposed hidden states), the fold and the gradient rows on the log-prob
+// family's vector loops (float32 sums per row of a tile, as LogProbEntropy's blocks).
 type cpuLMKernels struct {
-	d            int
-	h            []float32
-	fwd, bwd, hT *gemm.Packed
-	scratch      sync.Pool // *[]float32: transposed gradient tiles and partial panels
+	d       int
+	h       []float32 // float32 hidden states when the logits run on fwd
+	hb      []BF16    // bfloat16 hidden states when they run on fwdB
+	w       *Tensor   // the head weight [V, D], host
+	fwd     *gemm.Packed
+	fwdB    *gemm.PackedBF16
+	hT      *gemm.Packed // hidden states' transpose, for dw (nil for a frozen head)
+	wT      *gemm.Packed // Wᵀ of the vocabulary chunk BeginChunk named
+	wT0     int          // its first vocabulary row
+	src     *gemm.Packed // W's panels when the weight dropped its values (DropValues)
+	scratch sync.Pool    // *[]float32: transposed gradients and partial panels
 }
 
 // buffer returns a scratch slice of n float32 from the pool; put it back with g.scratch.Put.
@@ -86,38 +107,71 @@ func (g *cpuLMKernels) buffer(n int) *[]float32 {
 	return b
 }
 
+// logits is MulRange of the hidden rows [lo, hi) and vocabulary rows [c0, c1) (c0 on a panel),
+// on the bfloat16 kernels when they apply.
+func (g *cpuLMKernels) logits(lo, hi, c0, c1 int, z []float32, ldz int) {
+	if g.fwdB != nil {
+		gemm.MulRangeBF16(hi-lo, g.hb[lo*g.d:], g.d, g.fwdB, c0, c1, 0, g.d, z, ldz, false)
+		return
+	}
+	gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, c0, c1, 0, g.d, z, ldz, false)
+}
+
 func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
 	if c0%gemm.Panel == 0 {
-		gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, c0, c1, 0, g.d, z, c1-c0, false)
+		g.logits(lo, hi, c0, c1, z, c1-c0)
 		return
 	}
 	// A tile that starts inside a panel (the target logit of the backward): the whole panel.
 	q0 := c0 / gemm.Panel * gemm.Panel
-	q1 := min(q0+gemm.Panel, g.fwd.N)
+	q1 := min(q0+gemm.Panel, g.w.Dim(0))
 	buf := g.buffer((hi - lo) * (q1 - q0))
 	defer g.scratch.Put(buf)
 	tmp := *buf
-	gemm.MulRange(hi-lo, g.h[lo*g.d:], g.d, g.fwd, q0, q1, 0, g.d, tmp, q1-q0, false)
+	g.logits(lo, hi, q0, q1, tmp, q1-q0)
 	for r := range hi - lo {
 		copy(z[r*(c1-c0):(r+1)*(c1-c0)], tmp[r*(q1-q0)+c0-q0:])
 	}
 }
 
-func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
-	gemm.MulRange(hi-lo, dz, c1-c0, g.bwd, 0, g.d, c0, c1, dh[lo*g.d:], g.d, true)
+// BeginChunk packs Wᵀ's vocabulary rows [c0, c1) into the one reused buffer, from the weight
+// itself (float32, or bfloat16 widened): the backward never holds a [D, V] copy.
+func (g *cpuLMKernels) BeginChunk(c0, c1 int) {
+	d := g.d
+	if g.src != nil {
+		g.wT = gemm.TransposeInto(g.wT, g.src, c0, c1)
+	} else if v, err := g.w.Float32s(); err == nil {
+		g.wT = gemm.PackTInto(g.wT, c1-c0, d, v[c0*d:c1*d])
+	} else {
+		b, _ := g.w.BF16s()
+		g.wT = gemm.PackTInto(g.wT, c1-c0, d, b[c0*d:c1*d])
+	}
+	g.wT0 = c0
 }
 
+func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
+	gemm.MulRange(hi-lo, dz, c1-c0, g.wT, 0, g.d, c0-g.wT0, c1-g.wT0, dh[lo*g.d:], g.d, true)
+}
+
+// AddDWeight transposes dz (in parallel over its columns) and multiplies it by the hidden
+// states' panels, in parallel over groups of panels of D.
 func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
 	rb, vc := hi-lo, c1-c0
 	buf := g.buffer(vc * rb)
 	defer g.scratch.Put(buf)
 	dzT := *buf
-	for r := range rb {
-		for j, x := range dz[r*vc : (r+1)*vc] {
-			dzT[j*rb+r] = x
+	parallel.For(vc, 64, func(j0, j1 int) {
+		for r := range rb {
+			for j, x := range dz[r*vc+j0 : r*vc+j1] {
+				dzT[(j0+j)*rb+r] = x
+			}
 		}
-	}
-	gemm.MulRange(vc, dzT, rb, g.hT, 0, g.d, lo, hi, dw[c0*g.d:], g.d, true)
+	})
+	np := (g.d + gemm.Panel - 1) / gemm.Panel
+	parallel.For(np, 1, func(q0, q1 int) {
+		n0, n1 := q0*gemm.Panel, min(q1*gemm.Panel, g.d)
+		gemm.MulRange(vc, dzT, rb, g.hT, n0, n1, lo, hi, dw[c0*g.d+n0:], g.d, true)
+	})
 }
 
 // checkLMHead validates in and the row tensors rows (float32, Targets' shape; the required ones
@@ -180,13 +234,14 @@ type LMHeadGrad struct {
 	Accumulate bool
 }
 
-// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32; nil for
-// a frozen head: not computed, which saves a pass and [V, D] of scratch): the
-// gradients of Σ DLogProbs·logp + DEntropy·entropy through the logits, which are recomputed tile
-// by tile (never [N, V]). The logits gradient of a tile is
+// LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32): the
+// gradients of Σ DLogProbs·logp + DEntropy·entropy through the logits, which are recomputed once,
+// one vocabulary chunk at a time (never [N, V]). The logits gradient of a chunk is
 // dz = dlogp·(1[v=y] − p) − dentropy·p·(log p + H), divided by the temperature, as in
-// LogProbEntropyBackward; it is multiplied into dhidden (parallel over rows) and into dweight
-// (parallel over the vocabulary) in two passes, so both sums run in a fixed order.
+// LogProbEntropyBackward; it is multiplied into dhidden (parallel over rows, against the chunk's
+// Wᵀ, packed for it) and into dweight's chunk (parallel over D), so both sums run in a fixed
+// order. A nil dweight means a frozen head: its product and the transposed hidden states it
+// needs are skipped (two GEMM-sized passes instead of three).
 func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 	const op = "tensor.LMHeadBackward"
 	rows := []*Tensor{in.LogProbs, in.Entropy, in.DLogProbs, in.DEntropy}
@@ -222,8 +277,7 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 		}
 		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
 			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
-		hidden := hostF32(h[2])
-		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, hidden, h[3], true, dweight != nil), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, h[2], h[3], true, dweight != nil), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
 		return nil
 	})
 }

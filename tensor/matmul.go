@@ -1,6 +1,9 @@
 package tensor
 
-import "github.com/mtrl-go/mtrl/internal/nnref"
+import (
+	"github.com/mtrl-go/mtrl/internal/gemm"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
 
 // MatMulOptions select the transposes and the accumulation of MatMul.
 type MatMulOptions struct {
@@ -18,7 +21,8 @@ type MatMulKernel interface {
 // MatMul computes c = op(a)·op(b) (c += with Accumulate): a is [..., M, K] and b is [K, N], shared
 // by every leading index of a, or [..., K, N] with a's leading dimensions (batched); c is
 // [..., M, N] (float32). a and b are float32 or bfloat16 in any mix; products are summed in
-// float32 (the pure-Go kernel sums over K in ascending order). Weights of a linear layer are
+// float32 (the pure-Go kernel sums over K in ascending order; bfloat16 a and b, untransposed a,
+// run on VDPBF16PS where the CPU has AVX512_BF16, b packed per call). Weights of a linear layer are
 // better served by PackWeight and Linear, which never transpose per call.
 func MatMul(c, a, b *Tensor, o MatMulOptions) error {
 	const op = "tensor.MatMul"
@@ -62,8 +66,12 @@ func MatMul(c, a, b *Tensor, o MatMulOptions) error {
 		return k.MatMul(c, a, b, o)
 	}
 	return OnHost(1, []*Tensor{c, a, b}, func(h []*Tensor) error {
-		cv, av, bv := hostF32(h[0]), hostF32(h[1]), hostF32(h[2])
 		nb := batch.NumElements()
+		if a.dtype == BFloat16 && b.dtype == BFloat16 && !o.TransA && gemm.BF16() {
+			matMulBF16(h, nb, m, n, k, b.Rank() > 2, o)
+			return nil
+		}
+		cv, av, bv := hostF32(h[0]), hostF32(h[1]), hostF32(h[2])
 		if b.Rank() == 2 && !o.TransA { // one product over all rows of a
 			nnref.Gemm(false, o.TransB, nb*m, n, k, av, bv, o.Accumulate, cv)
 			return nil
@@ -77,4 +85,25 @@ func MatMul(c, a, b *Tensor, o MatMulOptions) error {
 		}
 		return nil
 	})
+}
+
+// matMulBF16 is MatMul of host bfloat16 a and b on internal/gemm's VDPBF16PS kernels: b (or each
+// batch's b) is packed into pair panels, O(K·N) against the product's O(M·K·N).
+func matMulBF16(h []*Tensor, nb, m, n, k int, batched bool, o MatMulOptions) {
+	cv := hostF32(h[0])
+	av, _ := h[1].BF16s()
+	bv, _ := h[2].BF16s()
+	pack := func(b []BF16) *gemm.PackedBF16 {
+		if o.TransB { // b is [N, K]: W itself
+			return gemm.PackBF16(n, k, b)
+		}
+		return gemm.PackTBF16(k, n, b)
+	}
+	if !batched {
+		gemm.MulBF16(nb*m, av, k, pack(bv), cv, n, o.Accumulate)
+		return
+	}
+	for i := range nb {
+		gemm.MulBF16(m, av[i*m*k:(i+1)*m*k], k, pack(bv[i*k*n:(i+1)*k*n]), cv[i*m*n:(i+1)*m*n], n, o.Accumulate)
+	}
 }

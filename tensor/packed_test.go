@@ -41,7 +41,7 @@ func TestDropValues(t *testing.T) {
 		must(err)
 		return v
 	}
-	const m, n, k = 7, 130, 70
+	const m, n, k = 7, 2100, 70 // three vocabulary chunks, a partial panel
 	w, x, dy := randn(n, k), randn(m, k), randn(m, n)
 	ys := make([]int32, m)
 	for i := range ys {

@@ -31,8 +31,9 @@ type Batch struct {
 	// ShapingStats, when not nil, are the shaping statistics to use instead of this batch's own:
 	// for example the all-reduced statistics of every device's mini-batch (see ShapingStats).
 	ShapingStats *ShapingStats
-	// Random seeds the random filter (its FirstRow is the index of this batch's first row in
-	// the step's batch); used only with EnableRandomFiltering.
+	// Random seeds the random filter and the random tie order of the entropy and perception
+	// masks (its FirstRow is the index of this batch's first row in the step's batch); unused
+	// with TiesToLowerIndex and no random filter.
 	Random RandomKey
 }
 
@@ -221,14 +222,14 @@ func (c Config) Apply(b Batch) (res *Result, err error) {
 		}
 		mask, ent, score, em, pm, ltm, adv, shaped, sens, fac, rm := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
 		if c.EnableEntropyFiltering {
-			s, err := EntropyMask(em, ent, mask, float32(c.TopPEntropyTokens))
+			s, err := c.entropyMask(em, ent, mask, b.Random.rows(lo))
 			if err != nil {
 				return nil, err
 			}
 			_ = s.AppendMetrics(res.Metrics) // res.Metrics is not nil
 		}
 		if c.EnablePerceptionFiltering {
-			s, err := PerceptionMask(pm, score, mask, float32(c.TopPPerceptionTokens))
+			s, err := c.perceptionMask(pm, score, mask, b.Random.rows(lo))
 			if err != nil {
 				return nil, err
 			}
@@ -275,4 +276,19 @@ func views(lo, hi int, ts ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// entropyMask and perceptionMask select with the configured tie rule.
+func (c Config) entropyMask(dst, entropy, mask *tensor.Tensor, key RandomKey) (SelectionStats, error) {
+	if c.TiesToLowerIndex {
+		return EntropyMask(dst, entropy, mask, float32(c.TopPEntropyTokens))
+	}
+	return EntropyMaskRandomTies(dst, entropy, mask, float32(c.TopPEntropyTokens), key)
+}
+
+func (c Config) perceptionMask(dst, score, mask *tensor.Tensor, key RandomKey) (SelectionStats, error) {
+	if c.TiesToLowerIndex {
+		return PerceptionMask(dst, score, mask, float32(c.TopPPerceptionTokens))
+	}
+	return PerceptionMaskRandomTies(dst, score, mask, float32(c.TopPPerceptionTokens), key)
 }

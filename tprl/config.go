@@ -144,6 +144,12 @@ type Config struct {
 	// perception filter is enabled too, and use_advantage_shaping alone silently does nothing.
 	// By default (false) shaping works whenever EnableTrajectoryReweighting is set.
 	ShapingRequiresPerception bool `yaml:"shaping_requires_perception" json:"shaping_requires_perception"`
+	// TiesToLowerIndex reproduces the reference's tie rule in the entropy and perception masks:
+	// tokens tied at the threshold are taken from the lowest positions (a stable sort), so a row
+	// whose scores all tie trains on its first tokens. By default (false) a uniformly random
+	// subset of the tied tokens is kept, drawn from Batch.Random (EntropyMaskRandomTies,
+	// PerceptionMaskRandomTies): no position is favoured.
+	TiesToLowerIndex bool `yaml:"ties_to_lower_index" json:"ties_to_lower_index"`
 }
 
 // DefaultConfig returns the reference's default numbers with every feature disabled.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtrl-go/mtrl/divergence"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -133,10 +134,11 @@ func TestApply(t *testing.T) {
 	require.Same(t, b.Advantages, res.Advantages)
 	require.Empty(t, res.Metrics)
 
-	// Everything on, 3 micro-batches: metrics appended per micro-batch; masks equal to the
-	// single-call ops.
+	// Everything on, 3 micro-batches, the reference's tie rule: metrics appended per
+	// micro-batch; masks equal to the single-call ops.
 	c := DefaultConfig()
 	c.EnableEntropyFiltering, c.EnablePerceptionFiltering, c.EnableTrajectoryReweighting = true, true, true
+	c.TiesToLowerIndex = true
 	b.MicroBatchSize = 4
 	res, err = c.Apply(b)
 	require.NoError(t, err)
@@ -154,6 +156,34 @@ func TestApply(t *testing.T) {
 	require.Equal(t, host(t, pm), host(t, res.PerceptionMask))
 	require.Equal(t, host(t, ltm), host(t, res.LossTokenMask))
 	require.Equal(t, host(t, score), host(t, res.PerceptionScore))
+
+	// The default tie rule: masks equal to the RandomTies ops over the whole batch with the
+	// batch's key, though Apply selects per micro-batch (the key's FirstRow moves with it).
+	// Scores rounded to a few values, so most thresholds tie.
+	tied := applyBatch(t, r, rows, cols)
+	for _, x := range []*tensor.Tensor{tied.Entropy, tied.OldLogProbs} {
+		v, _ := x.Float32s()
+		for i := range v {
+			v[i] = float32(math.Round(float64(v[i])))
+		}
+	}
+	tied.MicroBatchSize, tied.Random = 4, RandomKey{Seed: 7, Step: 3}
+	dc := c
+	dc.TiesToLowerIndex = false
+	tiedRes, err := dc.Apply(tied)
+	require.NoError(t, err)
+	em3, pm3, score3 := zeros(t, rows, cols), zeros(t, rows, cols), zeros(t, rows, cols)
+	_, err = EntropyMaskRandomTies(em3, tied.Entropy, tied.ResponseMask, 0.2, tied.Random)
+	require.NoError(t, err)
+	require.NoError(t, divergence.PerceptionScore(score3, tied.OldLogProbs, tied.AugLogProbs))
+	_, err = PerceptionMaskRandomTies(pm3, score3, tied.ResponseMask, 0.2, tied.Random)
+	require.NoError(t, err)
+	require.Equal(t, host(t, em3), host(t, tiedRes.EntropyMask))
+	require.Equal(t, host(t, pm3), host(t, tiedRes.PerceptionMask))
+	lower := zeros(t, rows, cols)
+	_, err = EntropyMask(lower, tied.Entropy, tied.ResponseMask, 0.2)
+	require.NoError(t, err)
+	require.NotEqual(t, host(t, lower), host(t, em3), "the tie rules agree: the test data has no ties")
 
 	// GlobalScope: shaped advantages independent of the micro-batch size.
 	b.MicroBatchSize = 0

@@ -108,8 +108,10 @@ func ExampleConfig_Apply() {
 	fmt.Println(ltm)
 	fmt.Printf("%.2f\n", adv)
 	fmt.Printf("%.3f\n", res.Metrics["actor/perception_token_fraction"])
+	// Row 0's scores are 0, >0, 0 and it keeps 2 tokens: the second and one of the tied zeros,
+	// drawn from Batch.Random (TiesToLowerIndex would take the first).
 	// Output:
-	// [1 1 0 0 1 1]
+	// [0 1 1 0 1 1]
 	// [1.20 1.20 1.20 0.80 0.80 0.80]
 	// [0.667]
 }
@@ -158,9 +160,9 @@ func ExampleUpdateConfig_Prepare() {
 	g, _ := grad.Float32s()
 	fmt.Printf("d loss / d logp: %.4f\n", g)
 	// Output:
-	// rows 0-2: token mask [1 1 0 1 0 0], loss -0.3449
-	// rows 2-4: token mask [1 0 1 1 0 0], loss 0.3134
-	// d loss / d logp: [-0.1217 -0.1111 0.0000 -0.1111 -0.0012 0.0000 0.1111 0.0000 0.0885 0.1111 0.0000 0.0000]
+	// rows 0-2: token mask [0 1 1 1 0 0], loss -0.3332
+	// rows 2-4: token mask [0 1 1 1 0 0], loss 0.3134
+	// d loss / d logp: [0.0011 -0.1111 -0.1111 -0.1111 -0.0012 0.0000 0.0000 0.1111 0.0885 0.1111 0.0000 0.0000]
 }
 
 func ExampleRandomMask() {

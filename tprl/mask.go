@@ -121,6 +121,39 @@ func PerceptionMask(dst, score, mask *tensor.Tensor, p float32) (SelectionStats,
 	return selectTokens("tprl.PerceptionMask", "score", dst, score, mask, p, PerceptionFilter)
 }
 
+// EntropyMaskRandomTies is EntropyMask with the position-neutral tie rule: of the valid tokens
+// tied at the threshold, a uniformly random subset is kept (tensor.TopPMaskTieBreak with a
+// random order of the row's positions drawn from key, as RandomKey describes) instead of the
+// lowest positions. Config.Apply uses it unless Config.TiesToLowerIndex is set.
+func EntropyMaskRandomTies(dst, entropy, mask *tensor.Tensor, p float32, key RandomKey) (SelectionStats, error) {
+	return selectTokensRandomTies("tprl.EntropyMaskRandomTies", "entropy", dst, entropy, mask, p, EntropyFilter, key)
+}
+
+// PerceptionMaskRandomTies is PerceptionMask with the position-neutral tie rule of
+// EntropyMaskRandomTies. It matters where perception scores tie, above all in a row whose
+// scores are all equal (for example all zero when the image does not move the log-probs):
+// PerceptionMask keeps that row's first tokens, this keeps each token with probability k/n.
+func PerceptionMaskRandomTies(dst, score, mask *tensor.Tensor, p float32, key RandomKey) (SelectionStats, error) {
+	return selectTokensRandomTies("tprl.PerceptionMaskRandomTies", "score", dst, score, mask, p, PerceptionFilter, key)
+}
+
+func selectTokensRandomTies(op, valuesArg string, dst, values, mask *tensor.Tensor, p float32, f Filter, key RandomKey) (SelectionStats, error) {
+	if err := checkSelect(op, valuesArg, dst, values, mask, p); err != nil {
+		return SelectionStats{}, err
+	}
+	if key.Step < 0 || key.FirstRow < 0 {
+		return SelectionStats{}, tensor.Errorf(tensor.ErrParam, op, "key", "step %d and first row %d must be >= 0", key.Step, key.FirstRow)
+	}
+	tiebreak, err := key.order(mask, tiesStream)
+	if err != nil {
+		return SelectionStats{}, err
+	}
+	defer tiebreak.Release()
+	return selectWith(dst, values, mask, f, func() error {
+		return tensor.TopPMaskTieBreak(dst, values, tiebreak, mask, p)
+	})
+}
+
 func checkSelect(op, valuesArg string, dst, values, mask *tensor.Tensor, p float32) error {
 	if err := tensor.CheckShape(op, valuesArg, values, -1, -1); err != nil {
 		return err
@@ -149,7 +182,14 @@ func selectTokens(op, valuesArg string, dst, values, mask *tensor.Tensor, p floa
 	if err := checkSelect(op, valuesArg, dst, values, mask, p); err != nil {
 		return SelectionStats{}, err
 	}
-	if err := tensor.TopPMask(dst, values, mask, p); err != nil {
+	return selectWith(dst, values, mask, f, func() error {
+		return tensor.TopPMask(dst, values, mask, p)
+	})
+}
+
+// selectWith runs sel, the selection into dst of checked arguments, and measures it.
+func selectWith(dst, values, mask *tensor.Tensor, f Filter, sel func() error) (SelectionStats, error) {
+	if err := sel(); err != nil {
 		return SelectionStats{}, err
 	}
 	rows := make([]SelectionRow, values.Dim(0))

@@ -34,25 +34,13 @@ func RandomMask(dst, mask *tensor.Tensor, p float32, key RandomKey) (SelectionSt
 	if key.Step < 0 || key.FirstRow < 0 {
 		return SelectionStats{}, tensor.Errorf(tensor.ErrParam, op, "key", "step %d and first row %d must be >= 0", key.Step, key.FirstRow)
 	}
-	rows, cols := mask.Dim(0), mask.Dim(1)
 	// Each row's random order of positions as scores: TopPMask keeps the k valid positions with
 	// the largest ones, a uniform k-subset of the valid positions, and no two scores tie.
-	order := make([]float32, rows*cols)
-	for i := range rows {
-		r := rand.New(rand.NewPCG(key.Seed^0x72616e646f6d, uint64(key.Step)<<32|uint64(key.FirstRow+i)))
-		for j, v := range r.Perm(cols) {
-			order[i*cols+j] = float32(v)
-		}
+	scores, err := key.order(mask, randomStream)
+	if err != nil {
+		return SelectionStats{}, err
 	}
-	scores := tensor.Must(tensor.FromFloat32(order, rows, cols))
-	if !mask.IsHost() {
-		dev, err := tensor.To(mask.Backend(), scores)
-		if err != nil {
-			return SelectionStats{}, err
-		}
-		defer dev.Release()
-		scores = dev
-	}
+	defer scores.Release()
 	if err := tensor.TopPMask(dst, scores, mask, p); err != nil {
 		return SelectionStats{}, err
 	}
@@ -62,4 +50,30 @@ func RandomMask(dst, mask *tensor.Tensor, p float32, key RandomKey) (SelectionSt
 	}
 	nan := meanOrNaN(0, 0) // a random selection has no values to average
 	return SelectionStats{Filter: RandomFilter, Valid: int(valid), Selected: int(selected), SelectedMean: nan, RejectedMean: nan}, nil
+}
+
+// The streams RandomKey.order draws from: the random filter's selection and the tie order of
+// the entropy and perception masks are independent draws of the same key.
+const (
+	randomStream = 0x72616e646f6d // "random"
+	tiesStream   = 0x74696573     // "ties"
+)
+
+// order returns, on mask's backend, a float32 [B, T] tensor whose row i is a uniformly random
+// permutation of 0..T-1 drawn from the stream (Seed^stream, Step, FirstRow+i). The caller
+// releases it.
+func (k RandomKey) order(mask *tensor.Tensor, stream uint64) (*tensor.Tensor, error) {
+	rows, cols := mask.Dim(0), mask.Dim(1)
+	order := make([]float32, rows*cols)
+	for i := range rows {
+		r := rand.New(rand.NewPCG(k.Seed^stream, uint64(k.Step)<<32|uint64(k.FirstRow+i)))
+		for j, v := range r.Perm(cols) {
+			order[i*cols+j] = float32(v)
+		}
+	}
+	scores := tensor.Must(tensor.FromFloat32(order, rows, cols))
+	if mask.IsHost() {
+		return scores, nil
+	}
+	return tensor.To(mask.Backend(), scores)
 }

@@ -68,7 +68,9 @@ func (t *Trainer) Step() (*StepResult, error) {
 	}
 	st := tensor.NewScratch(t.actor.Backend())
 	defer st.Release()
-	rs, pm, err := t.diagnostics(st, lay, exs, res.ResponseMask, res.PerceptionScore, res.Entropy, met)
+	// The masks' tie order is the update's: the step's batch under the loop's key.
+	key := tprl.RandomKey{Seed: t.cfg.Training.Seed, Step: s.Step - 1}
+	rs, pm, err := t.diagnostics(st, lay, exs, res.ResponseMask, res.PerceptionScore, res.Entropy, key, met)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +99,7 @@ func (t *Trainer) Step() (*StepResult, error) {
 // not they are used for training) and their precision and recall against vqa.VisualLabels, and
 // returns per-row token records (rolloutTokens adds the per-token values) and the perception
 // mask. The counts are masked sums on the masks' backend: on a device only they come back.
-func (t *Trainer) diagnostics(st *tensor.Scratch, b *batch, exs []example, mask, score, entropy *tensor.Tensor, met Metrics) ([]Rollout, *tensor.Tensor, error) {
+func (t *Trainer) diagnostics(st *tensor.Scratch, b *batch, exs []example, mask, score, entropy *tensor.Tensor, key tprl.RandomKey, met Metrics) ([]Rollout, *tensor.Tensor, error) {
 	B, T := b.rows, t.respLen
 	o := t.cfg.Optimization
 	pm, err := st.New(tensor.Float32, B, T)
@@ -108,10 +110,19 @@ func (t *Trainer) diagnostics(st *tensor.Scratch, b *batch, exs []example, mask,
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := tprl.PerceptionMask(pm, score, mask, float32(o.TopPPerceptionTokens)); err != nil {
+	perception, entropyMask := tprl.PerceptionMask, tprl.EntropyMask
+	if !o.TiesToLowerIndex {
+		perception = func(dst, s, m *tensor.Tensor, p float32) (tprl.SelectionStats, error) {
+			return tprl.PerceptionMaskRandomTies(dst, s, m, p, key)
+		}
+		entropyMask = func(dst, e, m *tensor.Tensor, p float32) (tprl.SelectionStats, error) {
+			return tprl.EntropyMaskRandomTies(dst, e, m, p, key)
+		}
+	}
+	if _, err := perception(pm, score, mask, float32(o.TopPPerceptionTokens)); err != nil {
 		return nil, nil, err
 	}
-	if _, err := tprl.EntropyMask(em, entropy, mask, float32(o.TopPEntropyTokens)); err != nil {
+	if _, err := entropyMask(em, entropy, mask, float32(o.TopPEntropyTokens)); err != nil {
 		return nil, nil, err
 	}
 	visualHost := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, B, T)) // 1 on labelled visual response tokens

@@ -28,10 +28,12 @@ var families = []family{
 	{"masked", "internal/hostops", "hostops", "masked", maskedFamily},
 	{"policy", "ppo", "ppo", "policy", policyFamily},
 	{"gemm", "internal/gemm", "gemm", "gemm", gemmFamily},
+	{"attention", "tensor", "tensor", "attention", attentionFamily},
+	{"gemmbf16", "internal/gemm", "gemm", "gemmbf16", gemmbf16Family},
 }
 
 var (
-	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy or gemm (with -out, -stubs, -pkg)")
+	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16 or attention (with -out, -stubs, -pkg)")
 	allFlag    = flag.String("all", "", "regenerate every family's files under this repository root (runs itself once per family)")
 )
 

@@ -9,6 +9,8 @@
 //	masked   internal/hostops/masked_amd64.s   (masked sums and whitening; masked.go)
 //	policy   ppo/policy_amd64.s                (the Default PPO loss per token; policy.go)
 //	gemm     internal/gemm/gemm_amd64.s        (the packed matrix-multiply micro-kernels; gemm.go)
+//	gemmbf16 internal/gemm/gemmbf16_amd64.s    (the bfloat16 micro-kernels on VDPBF16PS; gemmbf16.go)
+//	attention tensor/attention_amd64.s         (the softmax and score-gradient rows of attention; attention.go)
 //
 // go run . -all <repository root> regenerates every family (the program runs itself once per
 // family, since avo builds one file per process). Each package has a staleness test that

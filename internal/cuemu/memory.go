@@ -188,3 +188,20 @@ func MemsetD8Async(dstDevice DevicePtr, uc byte, N int64, hStream Stream) error 
 	}
 	return nil
 }
+
+// deviceRangeLocked panics unless [p, p+n) lies inside one live allocation of a context on
+// dev, and returns the range's bytes: the check of the NCCL stand-in, whose communicators
+// belong to a device, not to the calling thread's context.
+func deviceRangeLocked(call string, dev Device, p DevicePtr, n int64) []byte {
+	if n < 0 {
+		violation("%s: negative byte count %d", call, n)
+	}
+	a := findLocked(p, n)
+	if a == nil {
+		violation("%s: [%#x, +%d): %s", call, uintptr(p), n, describeLocked(p))
+	}
+	if a.ctx.device != dev {
+		violation("%s: [%#x, +%d) is memory of device %d, the communicator's is %d", call, uintptr(p), n, int(a.ctx.device), int(dev))
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(a.ptr, int(p-a.base))), n)
+}

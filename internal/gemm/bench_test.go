@@ -54,3 +54,43 @@ func BenchmarkMul(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMulBF16 is BenchmarkMul for bfloat16 operands (MulBF16): GFLOP/s, GFLOP per
+// CPU-second (against BenchmarkDPBF16Peak's) and, for decode, GB/s of packed weight read (two
+// bytes per element).
+func BenchmarkMulBF16(b *testing.B) {
+	shapes := [][3]int{ // M, K, N
+		{2048, 896, 4864}, {2048, 4864, 896}, {2048, 3584, 18944},
+		{1, 3584, 18944}, {2, 3584, 18944}, {4, 3584, 18944}, {8, 3584, 18944}, {16, 3584, 18944}, {32, 3584, 18944},
+	}
+	for _, name := range ImplsBF16() {
+		for _, s := range shapes {
+			m, k, n := s[0], s[1], s[2]
+			if name == "go" && m*k*n > 1<<32 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/M=%d/K=%d/N=%d", name, m, k, n), func(b *testing.B) {
+				defer UseBF16(name)()
+				a, w, c := make([]uint16, m*k), make([]uint16, n*k), make([]float32, m*n)
+				for i := range a {
+					a[i] = toBF16(float32(i%7) * 0.25)
+				}
+				for i := range w {
+					w[i] = toBF16(float32(i%5) * 0.5)
+				}
+				p := PackBF16(n, k, w)
+				cpu0, _ := cputime.Process()
+				for b.Loop() {
+					MulBF16(m, a, k, p, c, n, false)
+				}
+				flops := 2 * float64(m) * float64(n) * float64(k) * float64(b.N)
+				reportCPU(b, cpu0, flops)
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(flops/float64(b.N)/sec/1e9, "GFLOP/s")
+				if m <= 32 {
+					b.ReportMetric(2*float64(n)*float64(k)/sec/1e9, "GB/s")
+				}
+			})
+		}
+	}
+}

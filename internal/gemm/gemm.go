@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"math"
 	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
@@ -88,17 +89,47 @@ func PackT(rows, cols int, at func(i int) float32) *Packed { return packT(rows, 
 // PackTF32 is PackT of a float32 slice x [rows, cols].
 func PackTF32(rows, cols int, x []float32) *Packed { return packT(rows, cols, nil, x) }
 
-func packT(rows, cols int, at func(i int) float32, x []float32) *Packed {
+// PackTInto is PackT of x [rows, cols], float32 or bfloat16 bits (widened exactly), into dst's
+// storage when it is large enough (a new Packed otherwise; dst may be nil): callers that pack
+// one block of a large matrix at a time reuse one buffer.
+func PackTInto[T float32 | ~uint16](dst *Packed, rows, cols int, x []T) *Packed {
 	np := (cols + Panel - 1) / Panel
-	p := &Packed{N: cols, K: rows, panels: make([]float32, np*rows*Panel)}
+	var p *Packed
+	if dst != nil && cap(dst.panels) >= np*rows*Panel {
+		p = &Packed{N: cols, K: rows, panels: dst.panels[:np*rows*Panel]}
+	}
+	if v, ok := any(x).([]float32); ok {
+		return packTTo(p, rows, cols, nil, v, nil)
+	}
+	return packTTo(p, rows, cols, nil, nil, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(x))), len(x)))
+}
+
+func packT(rows, cols int, at func(i int) float32, x []float32) *Packed {
+	return packTTo(nil, rows, cols, at, x, nil)
+}
+
+// packTTo fills p (allocated when nil) with the panels of x's transpose, reading x (float32),
+// xb (bfloat16 bits) or, when both are nil, at.
+func packTTo(p *Packed, rows, cols int, at func(i int) float32, x []float32, xb []uint16) *Packed {
+	np := (cols + Panel - 1) / Panel
+	if p == nil {
+		p = &Packed{N: cols, K: rows, panels: make([]float32, np*rows*Panel)}
+	}
 	parallel.For(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			dst := p.panels[q*rows*Panel : (q+1)*rows*Panel]
 			w := min(Panel, cols-q*Panel)
 			for r := range rows {
 				row := dst[r*Panel : r*Panel+w]
+				clear(dst[r*Panel+w : (r+1)*Panel]) // a reused buffer's padding
 				if x != nil {
 					copy(row, x[r*cols+q*Panel:])
+					continue
+				}
+				if xb != nil {
+					for j, h := range xb[r*cols+q*Panel : r*cols+q*Panel+w] {
+						row[j] = math.Float32frombits(uint32(h) << 16)
+					}
 					continue
 				}
 				for j := range row {

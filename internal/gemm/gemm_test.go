@@ -143,6 +143,18 @@ func TestUnpack(t *testing.T) {
 				t.Fatalf("%dx%d: Row(%d)[%d] = %v, want %v", n, k, n-1, j, row[j], w[(n-1)*k+j])
 			}
 		}
+		if n > 5 { // a block of rows, into a reused buffer of another size
+			want := PackTF32(n-5, k, w[3*k:(n-2)*k])
+			got := TransposeInto(Transpose(p), p, 3, n-2)
+			if got.N != want.N || got.K != want.K {
+				t.Fatalf("%dx%d: TransposeInto is %dx%d, want %dx%d", n, k, got.N, got.K, want.N, want.K)
+			}
+			for i := range want.panels {
+				if got.panels[i] != want.panels[i] {
+					t.Fatalf("%dx%d: TransposeInto panels[%d] = %v, want %v", n, k, i, got.panels[i], want.panels[i])
+				}
+			}
+		}
 		tp, want := Transpose(p), PackTF32(n, k, w)
 		if tp.N != want.N || tp.K != want.K || len(tp.panels) != len(want.panels) {
 			t.Fatalf("%dx%d: Transpose is %dx%d (%d), want %dx%d (%d)", n, k, tp.N, tp.K, len(tp.panels), want.N, want.K, len(want.panels))

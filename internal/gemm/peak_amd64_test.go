@@ -13,14 +13,16 @@ import (
 
 // BenchmarkFMAPeak measures the FMA peak of all cores (GOMAXPROCS goroutines of register-only
 // FMAs), the ceiling BenchmarkMul's GFLOP/s are a fraction of; its GFLOP/cpu-s is the peak of
-// one core.
+// one core. avx512bf16 is the same for VDPBF16PS (64 flops per instruction), BenchmarkMulBF16's
+// ceiling.
 func BenchmarkFMAPeak(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		ok    bool
 		fn    func(int)
 		flops float64
-	}{{"avx512", dispatch.HasAVX512(true), fmaPeakAVX512, 768}, {"avx2", dispatch.HasAVX2(true), fmaPeakAVX2, 192}} {
+	}{{"avx512", dispatch.HasAVX512(true), fmaPeakAVX512, 768}, {"avx2", dispatch.HasAVX2(true), fmaPeakAVX2, 192},
+		{"avx512bf16", len(ImplsBF16()) > 1, dpbf16Peak, 1536}} {
 		if !c.ok {
 			continue
 		}

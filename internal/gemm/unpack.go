@@ -25,26 +25,42 @@ func (p *Packed) Unpack(dst []float32) {
 }
 
 // Transpose returns the panels of Wᵀ [K, N] (what PackT of W's row-major values gives),
-// transposing 64×64 blocks of the panels: the backward's dx = dy·W for a weight held only
-// packed.
-func Transpose(p *Packed) *Packed {
-	n, k := p.N, p.K
-	t := &Packed{N: k, K: n, panels: make([]float32, (k+Panel-1)/Panel*n*Panel)}
-	parallel.For((k+Panel-1)/Panel, 1, func(lo, hi int) {
-		for qt := lo; qt < hi; qt++ { // panel of Wᵀ: columns k0…k0+w of W, rows 0…n of Wᵀ's K
+// transposing blocks of the panels: the backward's dx = dy·W for a weight held only packed.
+func Transpose(p *Packed) *Packed { return TransposeInto(nil, p, 0, p.N) }
+
+// TransposeInto returns the panels of W[n0:n1, :]ᵀ [K, n1−n0] (what PackTInto of those rows
+// gives), in dst's storage when it is large enough (a new Packed otherwise; dst may be nil):
+// the LM head's backward packs one vocabulary chunk of a head held only packed at a time.
+func TransposeInto(dst, p *Packed, n0, n1 int) *Packed {
+	k, rows := p.K, n1-n0
+	np := (k + Panel - 1) / Panel
+	var t *Packed
+	if dst != nil && cap(dst.panels) >= np*rows*Panel {
+		t = &Packed{N: k, K: rows, panels: dst.panels[:np*rows*Panel]}
+	} else {
+		t = &Packed{N: k, K: rows, panels: make([]float32, np*rows*Panel)}
+	}
+	parallel.For(np, 1, func(lo, hi int) {
+		for qt := lo; qt < hi; qt++ { // panel of Wᵀ: columns k0…k0+w of W
 			k0 := qt * Panel
 			w := min(Panel, k-k0)
-			dst := t.panels[qt*n*Panel : (qt+1)*n*Panel]
-			for q := 0; q*Panel < n; q++ { // panel of W: rows n0…n0+h
-				n0 := q * Panel
-				h := min(Panel, n-n0)
+			out := t.panels[qt*rows*Panel : (qt+1)*rows*Panel]
+			if w < Panel { // a reused buffer's padding
+				for r := range rows {
+					clear(out[r*Panel+w : (r+1)*Panel])
+				}
+			}
+			for n := n0; n < n1; { // rows n…n+h of W, within one of its panels
+				q, j0 := n/Panel, n%Panel
+				h := min(Panel-j0, n1-n)
 				src := p.panels[q*k*Panel:]
 				for kk := range w {
-					row := src[(k0+kk)*Panel : (k0+kk)*Panel+h] // W[n0:n0+h, k0+kk]
-					for j, v := range row {
-						dst[(n0+j)*Panel+kk] = v
+					col := src[(k0+kk)*Panel+j0 : (k0+kk)*Panel+j0+h] // W[n:n+h, k0+kk]
+					for j, v := range col {
+						out[(n-n0+j)*Panel+kk] = v
 					}
 				}
+				n += h
 			}
 		}
 	})

@@ -1,6 +1,10 @@
 package hostops
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // TopPCount is the number of tokens a top-p selection keeps out of n valid ones:
 // ceil(float32(float32(n) * p)), computed in float32 exactly as the reference does (a float64
@@ -62,6 +66,15 @@ const (
 // and 10 bits, the later ones only over the candidates left); every position with a larger
 // key is selected, and of those whose key equals it the lowest indices fill the rest.
 func TopPRow(sel, scores, mask []float32, p float32, sc *TopPScratch) RowSelection {
+	return TopPRowTieBreak(sel, scores, nil, mask, p, sc)
+}
+
+// TopPRowTieBreak is TopPRow with the ties at the threshold broken by a second score: of the
+// valid positions whose score ties with the k-th largest, those with the largest tiebreak
+// value are selected (ordered as scores are; equal tiebreak values go to the lower index).
+// A nil tiebreak is TopPRow's rule, the lower index. With a random permutation as tiebreak the
+// tied positions kept are a uniformly random subset of them: no position is favoured.
+func TopPRowTieBreak(sel, scores, tiebreak, mask []float32, p float32, sc *TopPScratch) RowSelection {
 	if sc == nil {
 		sc = new(TopPScratch)
 	}
@@ -120,6 +133,10 @@ func TopPRow(sel, scores, mask []float32, p float32, sc *TopPScratch) RowSelecti
 		cand = cand[:j]
 	}
 	kth := keys[cand[0]]
+	if tiebreak != nil {
+		selectTies(sel, pos, keys, kth, need, tiebreak, cand[:0])
+		return r
+	}
 	// need is now the number of positions with key == kth to take (lowest indices first).
 	for i, t := range pos {
 		switch key := keys[i]; {
@@ -132,6 +149,30 @@ func TopPRow(sel, scores, mask []float32, p float32, sc *TopPScratch) RowSelecti
 		sel[t] = 1
 	}
 	return r
+}
+
+// selectTies selects every position whose key exceeds kth and, of those whose key equals it,
+// the need with the largest tiebreak order key (lower index first among equal ones). tied is
+// scratch with room for len(pos) entries.
+func selectTies(sel []float32, pos []int32, keys []uint32, kth uint32, need int, tiebreak []float32, tied []int32) {
+	for i, t := range pos {
+		switch key := keys[i]; {
+		case key > kth:
+			sel[t] = 1
+		case key == kth:
+			tied = append(tied, t)
+		}
+	}
+	if need < len(tied) {
+		// tied is in ascending position order; a stable sort by descending tiebreak keeps the
+		// lower index first among equal tiebreak values.
+		slices.SortStableFunc(tied, func(a, b int32) int {
+			return cmp.Compare(orderKey(tiebreak[b]), orderKey(tiebreak[a]))
+		})
+	}
+	for _, t := range tied[:need] {
+		sel[t] = 1
+	}
 }
 
 // radixBucket walks the histogram from the largest bucket down and returns the bucket holding

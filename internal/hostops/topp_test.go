@@ -285,3 +285,88 @@ func BenchmarkTopPRow(b *testing.B) {
 		run(b, func() { stableTopPRow(sel, vals, mask, 0.2) })
 	})
 }
+
+// TestTopPRowTieBreak checks TopPRowTieBreak against its definition: a stable descending sort
+// by (score, tiebreak), keeping the first k. Scores come from a few values so ties are common.
+func TestTopPRowTieBreak(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	var sc TopPScratch
+	for trial := range 2000 {
+		n := 1 + r.IntN(70)
+		scores, tb, mask := make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range n {
+			scores[i] = float32(r.IntN(1 + trial%4))
+			tb[i] = float32(r.IntN(3 + trial%5)) // ties in the tiebreak too: lower index wins
+			if r.Float32() < 0.8 {
+				mask[i] = 1
+			}
+		}
+		if trial%7 == 0 {
+			scores[r.IntN(n)] = float32(math.NaN())
+		}
+		p := r.Float32()
+		got, want := make([]float32, n), make([]float32, n)
+		TopPRowTieBreak(got, scores, tb, mask, p, &sc)
+		var idx []int32
+		for i := range n {
+			if mask[i] != 0 {
+				idx = append(idx, int32(i))
+			}
+		}
+		slices.SortStableFunc(idx, func(a, b int32) int {
+			if c := compareDesc(scores[a], scores[b]); c != 0 {
+				return c
+			}
+			return compareDesc(tb[a], tb[b])
+		})
+		for _, i := range idx[:TopPCount(len(idx), p)] {
+			want[i] = 1
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: scores %v tiebreak %v mask %v p %v:\ngot  %v\nwant %v", trial, scores, tb, mask, p, got, want)
+		}
+	}
+}
+
+// TestTopPRowTieBreakPositionNeutral: in an all-tied row with a fresh random permutation as the
+// tiebreak, each position is kept with probability k/n; the lower-index rule keeps exactly the
+// first k. 4000 rows of n = 20, k = 5: each position's count is Binomial(4000, 1/4), sd 27.4;
+// a bound of 5 sd fails by chance with probability ~1e-5 over the 20 positions.
+func TestTopPRowTieBreakPositionNeutral(t *testing.T) {
+	const n, rows = 20, 4000
+	r := rand.New(rand.NewPCG(13, 14))
+	scores, mask, sel := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range n {
+		scores[i], mask[i] = 0.5, 1
+	}
+	var counts [n]int
+	tb := make([]float32, n)
+	for range rows {
+		for i, v := range r.Perm(n) {
+			tb[i] = float32(v)
+		}
+		TopPRowTieBreak(sel, scores, tb, mask, 0.25, nil)
+		for i, s := range sel {
+			counts[i] += int(s)
+		}
+	}
+	mean, sd := float64(rows)/4, math.Sqrt(float64(rows)*0.25*0.75)
+	for i, c := range counts {
+		if math.Abs(float64(c)-mean) > 5*sd {
+			t.Errorf("position %d kept %d times of %d, want %.0f ± %.0f", i, c, rows, mean, 5*sd)
+		}
+	}
+	TopPRow(sel, scores, mask, 0.25, nil)
+	for i, s := range sel {
+		if want := float32(b2f(i < 5)); s != want {
+			t.Errorf("lower-index rule: sel[%d] = %v, want %v", i, s, want)
+		}
+	}
+}
+
+func b2f(b bool) float32 {
+	if b {
+		return 1
+	}
+	return 0
+}

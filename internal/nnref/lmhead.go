@@ -9,15 +9,13 @@ import (
 // Tile sizes of the LM head kernels: the only logits that exist at any time are one tile per
 // goroutine (256 KiB of float32). The forward takes LMForwardRows hidden states by
 // LMForwardChunk vocabulary rows (a 896-wide chunk of the weight, 900 KiB, stays in L2 while
-// every row block passes over it); the backward's dh pass takes LMRowBlock rows by LMVocabChunk
-// vocabulary rows, its dw pass LMWeightRows rows at a time, so that each tile of dw is updated
-// fewer times.
+// every row block passes over it); the backward takes LMVocabChunk vocabulary rows at a time,
+// LMRowBlock rows per goroutine.
 const (
 	LMForwardRows  = 256
 	LMForwardChunk = 256
 	LMRowBlock     = 64
 	LMVocabChunk   = 1024
-	LMWeightRows   = 128
 )
 
 // LMKernels computes the LM head's tiles for hidden states h [n, d] and the head weight w
@@ -31,6 +29,9 @@ type LMKernels[F Float] interface {
 	AddDHidden(lo, hi, c0, c1 int, dz, dh []F)
 	// AddDWeight adds dzᵀ · h[lo:hi] into dw[c0:c1] (dz is [hi−lo, c1−c0], dw is [v, d]).
 	AddDWeight(lo, hi, c0, c1 int, dz, dw []F)
+	// BeginChunk is called, with no other call in flight, before the backward works on
+	// vocabulary rows [c0, c1): the CPU kernels pack that chunk of wᵀ for AddDHidden then.
+	BeginChunk(c0, c1 int)
 	// Fold returns the maximum m of a row of logits (−Inf when all are −Inf, and then s = t =
 	// 0), s = Σ exp(z−m) and t = Σ exp(z−m)·(z−m).
 	Fold(z []F) (m F, s, t float64)
@@ -83,6 +84,8 @@ func (r RefKernels[F]) Logits(lo, hi, c0, c1 int, z []F) {
 func (r RefKernels[F]) AddDHidden(lo, hi, c0, c1 int, dz, dh []F) {
 	gemmRows(false, false, 0, hi-lo, hi-lo, r.D, c1-c0, dz[:(hi-lo)*(c1-c0)], r.W[c0*r.D:c1*r.D], true, dh[lo*r.D:hi*r.D])
 }
+
+func (r RefKernels[F]) BeginChunk(c0, c1 int) {}
 
 func (r RefKernels[F]) AddDWeight(lo, hi, c0, c1 int, dz, dw []F) {
 	gemmRows(true, false, 0, c1-c0, c1-c0, r.D, hi-lo, dz[:(hi-lo)*(c1-c0)], r.H[lo*r.D:hi*r.D], true, dw[c0*r.D:c1*r.D])
@@ -193,11 +196,14 @@ func lmGradTile[F Float](prod LMKernels[F], lo, hi, c0, vc int, g LMHeadGrad[F],
 }
 
 // LMHeadBackward writes dh [n, d] (overwritten) and dw [v, d] (overwritten, or added to when
-// acc; nil: not computed) for LMHead, recomputing the logits tile by tile. dh is computed in parallel over row
-// blocks and dw in parallel over vocabulary chunks, each summing in a fixed order, so the
-// logits are computed twice (four GEMM-sized passes in all instead of three) in exchange for no
-// floating-point atomics and no per-goroutine copies of dw. lse = z_y − logp takes z_y from a
-// one-logit tile.
+// acc) for LMHead, recomputing the logits once, one vocabulary chunk (LMVocabChunk rows) at a
+// time: the chunk's logits gradient for every row (a [n, LMVocabChunk] buffer, never [n, v]),
+// computed in parallel over row blocks, each block then adding its product with the chunk of w
+// into its rows of dh; then dw's chunk gets the gradient's product with h (a GEMM the kernels
+// parallelise themselves). Each sum runs in a fixed order — dh over the chunks in ascending
+// order, dw over the rows — so results do not depend on the number of goroutines. A nil dw
+// means a frozen head: its product, the third of the backward's three GEMM-sized passes, is
+// skipped. lse = z_y − logp takes z_y from a one-logit tile.
 func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh, dw []F, acc bool) {
 	lse := make([]float64, n)
 	parallel.For(n, LMRowBlock, func(lo, hi int) {
@@ -208,28 +214,23 @@ func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh
 			lse[i] = float64(zy[0]) - float64(g.LogP[i])
 		}
 	})
-	parallel.For(n, LMRowBlock, func(lo, hi int) {
-		z := make([]F, (hi-lo)*LMVocabChunk)
-		clear(dh[lo*d : hi*d])
-		for c0 := 0; c0 < v; c0 += LMVocabChunk {
-			vc := min(v-c0, LMVocabChunk)
-			lmGradTile(prod, lo, hi, c0, vc, g, lse, z)
-			prod.AddDHidden(lo, hi, c0, c0+vc, z, dh)
-		}
-	})
-	if dw == nil { // a frozen head
-		return
-	}
-	parallel.For(v, LMVocabChunk, func(c0, c1 int) {
+	clear(dh[:n*d])
+	z := make([]F, n*min(v, LMVocabChunk))
+	for c0 := 0; c0 < v; c0 += LMVocabChunk {
+		c1 := min(v, c0+LMVocabChunk)
 		vc := c1 - c0
-		z := make([]F, LMWeightRows*vc)
+		prod.BeginChunk(c0, c1)
+		parallel.For(n, LMRowBlock, func(lo, hi int) {
+			zt := z[lo*vc : hi*vc]
+			lmGradTile(prod, lo, hi, c0, vc, g, lse, zt)
+			prod.AddDHidden(lo, hi, c0, c1, zt, dh)
+		})
+		if dw == nil {
+			continue
+		}
 		if !acc {
 			clear(dw[c0*d : c1*d])
 		}
-		for lo := 0; lo < n; lo += LMWeightRows {
-			hi := min(lo+LMWeightRows, n)
-			lmGradTile(prod, lo, hi, c0, vc, g, lse, z)
-			prod.AddDWeight(lo, hi, c0, c1, z, dw)
-		}
-	})
+		prod.AddDWeight(0, n, c0, c1, z[:n*vc], dw)
+	}
 }

@@ -14,22 +14,29 @@ import (
 // a nil Comm receiver is the caller's bug and is skipped).
 func collectiveFuncs() map[string]any {
 	return map[string]any{
-		"AllGatherBytes":       collective.AllGatherBytes,
-		"AllGatherRows":        collective.AllGatherRows,
-		"AllGatherValues":      collective.AllGatherValues[float64],
-		"OrderedSum":           collective.OrderedSum,
-		"AllToAll":             collective.AllToAll,
-		"AllGatherShards":      collective.AllGatherShards,
-		"OrderedReduceScatter": collective.OrderedReduceScatter,
-		"ReduceScatterFloat32": collective.ReduceScatterFloat32,
-		"Shard":                collective.Shard,
-		"BytesFloat32":         collective.BytesFloat32,
-		"Float32Bytes":         collective.Float32Bytes,
-		"Hierarchical":         collective.Hierarchical,
-		"IsAborted":            collective.IsAborted,
-		"NewGroup":             collective.NewGroup,
-		"Op.String":            collective.Op.String,
-		"Run":                  collective.Run,
+		"AllGatherBytes":            collective.AllGatherBytes,
+		"AllGatherRows":             collective.AllGatherRows,
+		"AllGatherValues":           collective.AllGatherValues[float64],
+		"OrderedSum":                collective.OrderedSum,
+		"AllToAll":                  collective.AllToAll,
+		"AllGatherShards":           collective.AllGatherShards,
+		"OrderedReduceScatter":      collective.OrderedReduceScatter,
+		"ReduceScatterFloat32":      collective.ReduceScatterFloat32,
+		"Shard":                     collective.Shard,
+		"BytesFloat32":              collective.BytesFloat32,
+		"Float32Bytes":              collective.Float32Bytes,
+		"Hierarchical":              collective.Hierarchical,
+		"IsAborted":                 collective.IsAborted,
+		"NewGroup":                  collective.NewGroup,
+		"Op.String":                 collective.Op.String,
+		"Run":                       collective.Run,
+		"NewHostTensors":            collective.NewHostTensors,
+		"HostTensors.Rank":          (*collective.HostTensors).Rank,
+		"HostTensors.Size":          (*collective.HostTensors).Size,
+		"HostTensors.AllReduce":     (*collective.HostTensors).AllReduce,
+		"HostTensors.ReduceScatter": (*collective.HostTensors).ReduceScatter,
+		"HostTensors.AllGather":     (*collective.HostTensors).AllGather,
+		"HostTensors.Broadcast":     (*collective.HostTensors).Broadcast,
 		"Comm.AllReduceFloat32": func(ctx context.Context, c collective.Comm, buf []float32, op collective.Op) error {
 			if c == nil {
 				return nil
@@ -85,6 +92,14 @@ func collectiveValues() *hostile.Values {
 	hostile.Gen(v, "one-rank group", one)
 	hostile.Gen(v, "hierarchical one×one", func() collective.Comm { return collective.Hierarchical(one(), one()) })
 	hostile.AddAs[collective.Comm](v, collective.Hierarchical(nil, nil), nil)
+	hostile.Gen(v, "host tensors of a one-rank group", func() *collective.HostTensors {
+		h, err := collective.NewHostTensors(one())
+		if err != nil {
+			panic(err)
+		}
+		return h
+	})
+	v.Add((*collective.HostTensors)(nil))
 	v.Add(collective.Sum, collective.Max, collective.Min, collective.Op(-1), collective.Op(3))
 	v.Add(func(ctx context.Context, c collective.Comm) error { return c.Barrier(ctx) },
 		func(ctx context.Context, c collective.Comm) error { return errors.New("rank failed") })

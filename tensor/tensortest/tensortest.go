@@ -11,9 +11,11 @@ package tensortest
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -30,6 +32,7 @@ func Run(t *testing.T, b tensor.Backend) {
 	t.Run("LogProbEntropyBackward", func(t *testing.T) { testLogProbBackward(t, b) })
 	t.Run("Masked", func(t *testing.T) { testMasked(t, b) })
 	t.Run("TopPMask", func(t *testing.T) { testTopP(t, b) })
+	t.Run("TopPMaskTieBreak", func(t *testing.T) { testTopPTieBreak(t, b) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, b) })
 }
 
@@ -104,6 +107,28 @@ func compare(t testing.TB, name string, got []float32, want []float64, rtol, ato
 		if !close(float64(got[i]), want[i], rtol, atol) {
 			if bad < 3 {
 				t.Errorf("%s[%d] = %.9g, want %.9g", name, i, got[i], want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 3 {
+		t.Errorf("%s: %d of %d differ", name, bad, len(want))
+	}
+}
+
+// compareTerms is compare with the relative tolerance applied to scale[i] (the magnitude of the
+// terms want[i] is computed from) instead of |want[i]|; scale[i] >= |want[i]| always.
+func compareTerms(t testing.TB, name string, got []float32, want, scale []float64, rtol, atol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d elements, want %d", name, len(got), len(want))
+	}
+	bad := 0
+	for i := range want {
+		d := math.Abs(float64(got[i]) - want[i])
+		if !(d <= atol+rtol*scale[i]) {
+			if bad < 3 {
+				t.Errorf("%s[%d] = %.9g, want %.9g (terms %.3g)", name, i, got[i], want[i], scale[i])
 			}
 			bad++
 		}
@@ -396,19 +421,25 @@ func testLogProbBackward(t *testing.T, b tensor.Backend) {
 			got, _ = got32.Float32s()
 		}
 		want := make([]float64, c.n*c.v)
+		terms := make([]float64, c.n*c.v)
 		for i := range c.n {
-			refBackwardRow(want[i*c.v:(i+1)*c.v], logits[i*c.v:(i+1)*c.v], int(ys[i]), c.temp, float64(gl[i]), float64(ge[i]))
+			row := i * c.v
+			refBackwardRow(want[row:row+c.v], terms[row:row+c.v], logits[row:row+c.v], int(ys[i]), c.temp, float64(gl[i]), float64(ge[i]))
 		}
 		rtol, atol := 1e-4, 1e-6
 		if c.bf16 {
 			rtol, atol = 8e-3, 1e-5 // the gradient itself is stored in bfloat16
 		}
-		compare(t, "dlogits", got, want, rtol, atol)
+		compareTerms(t, "dlogits", got, want, terms, rtol, atol)
 	}
 }
 
 // refBackwardRow is the float64 gradient of gl*logp + ge*entropy with respect to the logits.
-func refBackwardRow(dst []float64, x []float32, y int, temp float32, gl, ge float64) {
+// terms receives, per logit, the summed magnitude of the terms the gradient is the difference
+// of: (|gl|·(p+[i=y]) + |ge|·p·(|log p|+H))/T. A float32 kernel's rounding error scales with
+// those terms, not with their difference, which can cancel to near zero (a device expf within
+// 2 ulp of the host's moves such a logit's gradient by more than rtol of the result).
+func refBackwardRow(dst, terms []float64, x []float32, y int, temp float32, gl, ge float64) {
 	lp := make([]float64, len(x))
 	m := math.Inf(-1)
 	for i, v := range x {
@@ -428,10 +459,13 @@ func refBackwardRow(dst []float64, x []float32, y int, temp float32, gl, ge floa
 	for i := range lp {
 		p := math.Exp(lp[i])
 		g := -gl*p - ge*p*(lp[i]+h)
+		m := math.Abs(gl)*p + math.Abs(ge)*p*(math.Abs(lp[i])+h)
 		if i == y {
 			g += gl
+			m += math.Abs(gl)
 		}
 		dst[i] = g / float64(temp)
+		terms[i] = m / float64(temp)
 	}
 }
 
@@ -544,6 +578,52 @@ func testTopP(t *testing.T, b tensor.Backend) {
 				}
 				if count != wantK {
 					t.Fatalf("n=%d p=%v: %d selected, want %d", n, p, count, wantK)
+				}
+			}
+		}
+	}
+}
+
+// testTopPTieBreak checks TopPMaskTieBreak against its definition: a stable descending sort by
+// (score, tiebreak), the first TopPCount(valid, p) kept. Scores take few values so most
+// thresholds are ties.
+func testTopPTieBreak(t *testing.T, b tensor.Backend) {
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, n := range edgeSizes {
+		for _, p := range []float32{0, 0.3, 0.6, 1} {
+			rows := 3
+			scores, mask := make([]float32, rows*n), randMask(r, rows*n, 0.8)
+			tb := make([]float32, rows*n)
+			for i := range scores {
+				scores[i] = float32(r.IntN(3))
+				tb[i] = float32(r.IntN(4))
+			}
+			dst := newF32(t, b, rows, n)
+			up := func(v []float32) *tensor.Tensor { return onBackend(t, b, tensor.Must(tensor.FromFloat32(v, rows, n))) }
+			if err := tensor.TopPMaskTieBreak(dst, up(scores), up(tb), up(mask), p); err != nil {
+				t.Fatal(err)
+			}
+			got := hostF32(t, dst)
+			for i := range rows {
+				lo, hi := i*n, (i+1)*n
+				var idx []int
+				for c := lo; c < hi; c++ {
+					if mask[c] != 0 {
+						idx = append(idx, c)
+					}
+				}
+				slices.SortStableFunc(idx, func(a, c int) int {
+					if d := cmp.Compare(scores[c], scores[a]); d != 0 {
+						return d
+					}
+					return cmp.Compare(tb[c], tb[a])
+				})
+				want := make([]float32, n)
+				for _, c := range idx[:tensor.TopPCount(len(idx), p)] {
+					want[c-lo] = 1
+				}
+				if !slices.Equal(got[lo:hi], want) {
+					t.Fatalf("n=%d p=%v row %d: got %v, want %v", n, p, i, got[lo:hi], want)
 				}
 			}
 		}

@@ -1,0 +1,487 @@
+package tensor
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/mtrl-go/mtrl/internal/dispatch"
+	"github.com/mtrl-go/mtrl/internal/gemm"
+	"github.com/mtrl-go/mtrl/internal/hostops"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/internal/parallel"
+)
+
+// The CPU attention: flash-style tiles whose products run on internal/gemm's register-blocked
+// micro-kernels (gemm.Tile) and whose exps run in the avo-generated row kernels of
+// attention_amd64.s (pure-Go twins below). No [Tq, Tk] matrix exists: the largest score buffer
+// is one tile per goroutine.
+//
+// Forward. The queries of a sequence that share a key/value head g are flattened into rows
+// (token t, head h of the group) in that order, so a row's causal key limit never decreases
+// along them, and split into blocks of attnRows. The keys are packed once per call into
+// panels of attnKeys keys (Kᵀ·scale, [D][attnKeys]), only as many as the sequence's queries see
+// (a decode step packs the cache's valid positions, not its capacity). For each block and key
+// panel: S = Q·Kᵀ (rows of Q gathered into the block), the online-softmax row step, O += P·V with
+// V read in place. The running maximum is rescaled lazily (attnTau).
+//
+// Backward. Per block of attnBwdRows queries of one head and panel of attnKeys keys, the tiles
+// are transposed (keys are rows): Sᵀ = K·(scale·Q)ᵀ and dPᵀ = V·(scale·dO)ᵀ with K and V read in
+// place and the query blocks packed once; the row kernel turns them into Pᵀ and dS'ᵀ =
+// Pᵀ∘(dPᵀ − scale·Δ); then dV += Pᵀ·dO and dK += dS'ᵀ·Q (Q and dO read in place) and dQᵀ +=
+// Kᵀ·dS'ᵀ. dK and dV of a key panel sum the query blocks in ascending order, dQ of a block the
+// key panels in ascending order, whichever schedule runs: one pass per (sequence, key/value
+// head) when there are enough of those for the cores, else a dK/dV pass parallel over key
+// panels and a dQ pass parallel over query blocks (every tile recomputed, bit for bit).
+
+const (
+	attnKeys    = 64  // keys per tile: one AVX-512 micro-kernel call wide
+	attnRows    = 192 // flattened (token, head) rows per forward block: 32 six-row micro-tiles
+	attnBwdRows = 64  // queries per backward block: one micro-kernel call wide
+	// attnTau is how far a tile's maximum score may pass the running maximum before the running
+	// maximum (and with it the output accumulator) is moved: exps stay below e^8.
+	attnTau = 8
+)
+
+// attnSIMD is one implementation of the row kernels (see attention_amd64.s).
+type attnSIMD struct {
+	softmax func(x []float32, m, tau float32) (mx, sum float32)
+	bwd     func(p, dp, lse, dlt []float32)
+}
+
+var attnImpls = dispatch.New(attnSIMDImpls()...)
+
+// softmaxRow is the online-softmax step of one row of a score tile (len(x) a multiple of 16):
+// see attnSoftmaxAVX512.
+func softmaxRow(x []float32, m float32) (mx, sum float32) {
+	if k := attnImpls.Active(); k != nil {
+		return k.softmax(x, m, attnTau)
+	}
+	return softmaxRowGo(x, m, attnTau)
+}
+
+// softmaxRowGo is the pure-Go twin of the softmax row kernel: the same maximum rule, an exp
+// that agrees to about an ulp (hostops.ExpNonPosTable, accurate up to e^tau and beyond), and
+// per-lane sums over 16 lanes.
+func softmaxRowGo(x []float32, m, tau float32) (float32, float32) {
+	r := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > r {
+			r = v
+		}
+	}
+	if r > m+tau {
+		m = r
+	}
+	var lanes [16]float32
+	for i, v := range x {
+		e := hostops.ExpNonPosTable(max(v-m, -87))
+		x[i] = e
+		lanes[i%16] += e
+	}
+	return m, sumLanes(lanes[:])
+}
+
+// sumLanes adds per-lane sums pairwise, in a fixed order.
+func sumLanes(l []float32) float32 {
+	for w := len(l) / 2; w >= 1; w /= 2 {
+		for i := range w {
+			l[i] += l[i+w]
+		}
+	}
+	return l[0]
+}
+
+// bwdRow is the backward's row step: p = exp(p − lse), dp = p·(dp − dlt) (len a multiple of 16).
+func bwdRow(p, dp, lse, dlt []float32) {
+	if k := attnImpls.Active(); k != nil {
+		k.bwd(p, dp, lse, dlt)
+		return
+	}
+	for i, s := range p {
+		e := hostops.ExpNonPosTable(max(s-lse[i], -87))
+		p[i] = e
+		dp[i] = e * (dp[i] - dlt[i])
+	}
+}
+
+// attnPool recycles the per-call packed panels and per-goroutine tiles: a decode step calls
+// attention once per layer and token, and must not allocate its buffers each time.
+var attnPool sync.Pool
+
+func getF32(n int) *[]float32 {
+	if p, ok := attnPool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]float32, n)
+	return &s
+}
+
+func putF32(p *[]float32) { attnPool.Put(p) }
+
+// keyLimit is how many keys row t (0-based in its sequence) of q sees.
+func keyLimit(s nnref.AttnShape, q nnref.Seq, t int) int {
+	if !s.Causal {
+		return q.KN
+	}
+	return max(0, min(q.KN, t+q.KN-q.QN+1))
+}
+
+// visibleKeys is how many keys any query of the sequence sees: those that are packed.
+func visibleKeys(s nnref.AttnShape, q nnref.Seq) int {
+	if q.QN == 0 {
+		return 0
+	}
+	return keyLimit(s, q, q.QN-1)
+}
+
+// packKT writes keys [j0, j0+nk) of head g (rows of k, stride ld) into the panel dst
+// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d], zero past nk.
+func packKT(dst, k []float32, ld, d, nk int, mult float32) {
+	clear(dst[:d*attnKeys])
+	for j := range nk {
+		row := k[j*ld:][:d]
+		for i, x := range row {
+			dst[i*attnKeys+j] = mult * x
+		}
+	}
+}
+
+// kvPanels packs the keys every (sequence, key/value head) reads into panels of attnKeys, in
+// parallel; off[u] is where unit u = seq·Hkv + g starts (in panels).
+func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (buf *[]float32, off []int) {
+	off = make([]int, len(seqs)*s.Hkv+1)
+	for b, q := range seqs {
+		np := (visibleKeys(s, q) + attnKeys - 1) / attnKeys
+		for g := range s.Hkv {
+			u := b*s.Hkv + g
+			off[u+1] = off[u] + np
+		}
+	}
+	panel := s.D * attnKeys
+	buf = getF32(off[len(off)-1] * panel)
+	kt := *buf
+	units := len(off) - 1
+	parallel.For(off[units], 4, func(lo, hi int) {
+		u := 0
+		for p := lo; p < hi; p++ {
+			for off[u+1] <= p {
+				u++
+			}
+			q, g := seqs[u/s.Hkv], u%s.Hkv
+			j0 := (p - off[u]) * attnKeys
+			nk := min(attnKeys, visibleKeys(s, q)-j0)
+			packKT(kt[p*panel:], k[((q.K0+j0)*s.Hkv+g)*s.D:], s.Hkv*s.D, s.D, nk, mult)
+		}
+	})
+	return buf, off
+}
+
+// attnWorkers is how many goroutines parallel.For runs: the backward's choice of schedule.
+var attnWorkers = func() int { return runtime.GOMAXPROCS(0) }
+
+// attentionCPU is the forward on host slices: out [rows, Hq, D], lse [rows, Hq] or nil.
+func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+	group, d := s.Hq/s.Hkv, s.D
+	ktBuf, off := kvPanels(s, seqs, k, float32(s.Scale))
+	defer putF32(ktBuf)
+	kt := *ktBuf
+	type job struct{ seq, g, r0, r1 int }
+	var jobs []job
+	for b, sq := range seqs {
+		n := sq.QN * group
+		for g := range s.Hkv {
+			// last blocks first: under a causal mask they see the most keys
+			for r0 := (n - 1) / attnRows * attnRows; n > 0 && r0 >= 0; r0 -= attnRows {
+				jobs = append(jobs, job{b, g, r0, min(r0+attnRows, n)})
+			}
+		}
+	}
+	parallel.For(len(jobs), 1, func(lo, hi int) {
+		wb := getF32(attnRows * (2*d + attnKeys + 2))
+		defer putF32(wb)
+		w := *wb
+		qb, o, sc := w[:attnRows*d], w[attnRows*d:2*attnRows*d], w[2*attnRows*d:][:attnRows*attnKeys]
+		ms, ls := w[attnRows*(2*d+attnKeys):][:attnRows], w[attnRows*(2*d+attnKeys+1):][:attnRows]
+		var lims [attnRows]int
+		for _, jb := range jobs[lo:hi] {
+			sq := seqs[jb.seq]
+			n := jb.r1 - jb.r0
+			for r := range n {
+				t, h := (jb.r0+r)/group, jb.g*group+(jb.r0+r)%group
+				copy(qb[r*d:(r+1)*d], q[((sq.Q0+t)*s.Hq+h)*d:])
+				lims[r] = keyLimit(s, sq, t)
+				ms[r], ls[r] = float32(math.Inf(-1)), 0
+			}
+			clear(o[:n*d])
+			maxLim := lims[n-1]
+			panels := kt[off[jb.seq*s.Hkv+jb.g]*d*attnKeys:]
+			vg := v[(sq.K0*s.Hkv+jb.g)*d:]
+			r0 := 0 // rows before r0 see none of the current panel's keys
+			for j0 := 0; j0 < maxLim; j0 += attnKeys {
+				for r0 < n && lims[r0] <= j0 {
+					r0++
+				}
+				panel := panels[j0*d:][:d*attnKeys]
+				for r := r0; r < n; r += gemm.MR {
+					gemm.Tile(min(gemm.MR, n-r), d, qb[r*d:], d, panel, attnKeys, sc[r*attnKeys:], attnKeys, attnKeys, false)
+				}
+				for r := r0; r < n; r++ {
+					row := sc[r*attnKeys : (r+1)*attnKeys]
+					c := min(lims[r]-j0, attnKeys)
+					for i := c; i < attnKeys; i++ {
+						row[i] = float32(math.Inf(-1))
+					}
+					m0 := ms[r]
+					m1, sum := softmaxRow(row, m0)
+					clear(row[c:])
+					switch {
+					case math.IsInf(float64(m0), -1):
+						ls[r] = sum
+					case m1 != m0:
+						a := float32(math.Exp(float64(m0 - m1)))
+						ls[r] = ls[r]*a + sum
+						for i := range o[r*d : (r+1)*d] {
+							o[r*d+i] *= a
+						}
+					default:
+						ls[r] += sum
+					}
+					ms[r] = m1
+				}
+				nk := min(attnKeys, maxLim-j0)
+				for r := r0; r < n; r += gemm.MR {
+					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, vg[j0*s.Hkv*d:], s.Hkv*d, o[r*d:], d, d, true)
+				}
+			}
+			for r := range n {
+				t, h := (jb.r0+r)/group, jb.g*group+(jb.r0+r)%group
+				row := (sq.Q0+t)*s.Hq + h
+				dst := out[row*d : (row+1)*d]
+				if lims[r] == 0 {
+					clear(dst)
+					if lse != nil {
+						lse[row] = float32(math.Inf(-1))
+					}
+					continue
+				}
+				inv := 1 / ls[r]
+				for i, x := range o[r*d : (r+1)*d] {
+					dst[i] = x * inv
+				}
+				if lse != nil {
+					lse[row] = ms[r] + float32(math.Log(float64(ls[r])))
+				}
+			}
+		}
+	})
+}
+
+// bwdPlan is the packed state of one backward call.
+type bwdPlan struct {
+	s                   nnref.AttnShape
+	seqs                []nnref.Seq
+	q, k, v, dout       []float32
+	dq, dk, dv          []float32
+	kt                  []float32 // key panels [D][attnKeys], unscaled
+	kOff                []int     // first key panel of unit u = seq·Hkv + g
+	qt, dot, dqt        []float32 // per query block [D][attnBwdRows]: scale·Qᵀ, scale·dOᵀ, dQᵀ
+	lseC, dltC          []float32 // per query block [attnBwdRows]: lse, scale·(dO·O)
+	bOff                []int     // first query block of unit u; a unit's blocks are head-major
+	tokenBlocks         []int     // query blocks per head of sequence b
+	bufs                []*[]float32
+	group, panel, nUnit int
+}
+
+// attentionBackwardCPU writes dq, dk and dv for the forward's q, k, v, out, lse and dout.
+func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse, dout, dq, dk, dv []float32) {
+	p := &bwdPlan{s: s, seqs: seqs, q: q, k: k, v: v, dout: dout, dq: dq, dk: dk, dv: dv,
+		group: s.Hq / s.Hkv, panel: s.D * attnBwdRows, nUnit: len(seqs) * s.Hkv}
+	ktBuf, kOff := kvPanels(s, seqs, k, 1)
+	p.kt, p.kOff, p.bufs = *ktBuf, kOff, []*[]float32{ktBuf}
+	defer func() {
+		for _, b := range p.bufs {
+			putF32(b)
+		}
+	}()
+	p.bOff = make([]int, p.nUnit+1)
+	p.tokenBlocks = make([]int, len(seqs))
+	for b, sq := range seqs {
+		p.tokenBlocks[b] = (sq.QN + attnBwdRows - 1) / attnBwdRows
+		for g := range s.Hkv {
+			u := b*s.Hkv + g
+			p.bOff[u+1] = p.bOff[u] + p.tokenBlocks[b]*p.group
+		}
+	}
+	nb := p.bOff[p.nUnit]
+	alloc := func(n int) []float32 {
+		b := getF32(n)
+		p.bufs = append(p.bufs, b)
+		return *b
+	}
+	p.qt, p.dot, p.dqt = alloc(nb*p.panel), alloc(nb*p.panel), alloc(nb*p.panel)
+	p.lseC, p.dltC = alloc(nb*attnBwdRows), alloc(nb*attnBwdRows)
+	sc := float32(s.Scale)
+	// Pack the query blocks and clear dK and dV: parallel over blocks, then units.
+	parallel.For(nb, 1, func(lo, hi int) {
+		for ib := lo; ib < hi; ib++ {
+			sq, t0, h, rv := p.block(ib)
+			qt, dot := p.qt[ib*p.panel:][:p.panel], p.dot[ib*p.panel:][:p.panel]
+			lc, dc := p.lseC[ib*attnBwdRows:][:attnBwdRows], p.dltC[ib*attnBwdRows:][:attnBwdRows]
+			clear(qt)
+			clear(dot)
+			clear(lc)
+			clear(dc)
+			clear(p.dqt[ib*p.panel:][:p.panel])
+			for c := range rv {
+				row := (sq.Q0+t0+c)*s.Hq + h
+				qr, dr, or := q[row*s.D:][:s.D], dout[row*s.D:][:s.D], out[row*s.D:][:s.D]
+				var delta float32
+				for i := range s.D {
+					qt[i*attnBwdRows+c] = sc * qr[i]
+					dot[i*attnBwdRows+c] = sc * dr[i]
+					delta += dr[i] * or[i]
+				}
+				lc[c], dc[c] = lse[row], sc*delta
+			}
+		}
+	})
+	parallel.For(p.nUnit, 1, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			sq, g := seqs[u/s.Hkv], u%s.Hkv
+			for j := range sq.KN {
+				clear(dk[((sq.K0+j)*s.Hkv+g)*s.D:][:s.D])
+				clear(dv[((sq.K0+j)*s.Hkv+g)*s.D:][:s.D])
+			}
+		}
+	})
+	tile := func(w []float32, u, jp, ib int, kv, dQ bool) {
+		p.tile(w[:attnKeys*attnBwdRows], w[attnKeys*attnBwdRows:], u, jp, ib, kv, dQ)
+	}
+	if p.nUnit >= attnWorkers() {
+		// One pass per unit: every tile once, dK/dV and dQ together.
+		parallel.For(p.nUnit, 1, func(lo, hi int) {
+			wb := getF32(2 * attnKeys * attnBwdRows)
+			defer putF32(wb)
+			for u := lo; u < hi; u++ {
+				for jp := range p.kOff[u+1] - p.kOff[u] {
+					for ib := p.bOff[u]; ib < p.bOff[u+1]; ib++ {
+						tile(*wb, u, jp, ib, true, true)
+					}
+				}
+			}
+		})
+	} else {
+		// dK and dV parallel over key panels, then dQ parallel over query blocks.
+		parallel.For(p.kOff[p.nUnit], 1, func(lo, hi int) {
+			wb := getF32(2 * attnKeys * attnBwdRows)
+			defer putF32(wb)
+			for kp := lo; kp < hi; kp++ {
+				u := p.unitOf(p.kOff, kp)
+				for ib := p.bOff[u]; ib < p.bOff[u+1]; ib++ {
+					tile(*wb, u, kp-p.kOff[u], ib, true, false)
+				}
+			}
+		})
+		parallel.For(nb, 1, func(lo, hi int) {
+			wb := getF32(2 * attnKeys * attnBwdRows)
+			defer putF32(wb)
+			for ib := lo; ib < hi; ib++ {
+				u := p.unitOf(p.bOff, ib)
+				for jp := range p.kOff[u+1] - p.kOff[u] {
+					tile(*wb, u, jp, ib, false, true)
+				}
+			}
+		})
+	}
+	// dQ: transpose the blocks back.
+	parallel.For(nb, 1, func(lo, hi int) {
+		for ib := lo; ib < hi; ib++ {
+			sq, t0, h, rv := p.block(ib)
+			dqt := p.dqt[ib*p.panel:][:p.panel]
+			for c := range rv {
+				row := (sq.Q0+t0+c)*s.Hq + h
+				dst := dq[row*s.D:][:s.D]
+				for i := range dst {
+					dst[i] = dqt[i*attnBwdRows+c]
+				}
+			}
+		}
+	})
+}
+
+// unitOf returns the unit whose range of off holds index i.
+func (p *bwdPlan) unitOf(off []int, i int) int {
+	lo, hi := 0, p.nUnit-1
+	for lo < hi {
+		m := (lo + hi + 1) / 2
+		if off[m] <= i {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return lo
+}
+
+// block returns query block ib's sequence, first token, query head and number of tokens.
+func (p *bwdPlan) block(ib int) (sq nnref.Seq, t0, h, rv int) {
+	u := p.unitOf(p.bOff, ib)
+	b, g := u/p.s.Hkv, u%p.s.Hkv
+	sq = p.seqs[b]
+	i := ib - p.bOff[u]
+	hh, tb := i/p.tokenBlocks[b], i%p.tokenBlocks[b]
+	t0 = tb * attnBwdRows
+	return sq, t0, g*p.group + hh, min(attnBwdRows, sq.QN-t0)
+}
+
+// tile runs key panel jp of unit u against query block ib: Sᵀ and dPᵀ into st and dpt
+// ([attnKeys][attnBwdRows]), the row step, then dK and dV (kv) and dQᵀ (dQ).
+func (p *bwdPlan) tile(st, dpt []float32, u, jp, ib int, kv, dQ bool) {
+	s, d := p.s, p.s.D
+	sq, t0, h, rv := p.block(ib)
+	g := u % s.Hkv
+	j0 := jp * attnKeys
+	// Keys past what the block's last query sees are visible to none of its queries.
+	nk := min(attnKeys, keyLimit(s, sq, t0+rv-1)-j0)
+	if nk <= 0 {
+		return
+	}
+	ldk, ldq := s.Hkv*d, s.Hq*d
+	kr, vr := p.k[((sq.K0+j0)*s.Hkv+g)*d:], p.v[((sq.K0+j0)*s.Hkv+g)*d:]
+	qt, dot := p.qt[ib*p.panel:][:p.panel], p.dot[ib*p.panel:][:p.panel]
+	for j := 0; j < nk; j += gemm.MR {
+		mr := min(gemm.MR, nk-j)
+		gemm.Tile(mr, d, kr[j*ldk:], ldk, qt, attnBwdRows, st[j*attnBwdRows:], attnBwdRows, attnBwdRows, false)
+		gemm.Tile(mr, d, vr[j*ldk:], ldk, dot, attnBwdRows, dpt[j*attnBwdRows:], attnBwdRows, attnBwdRows, false)
+	}
+	lc, dc := p.lseC[ib*attnBwdRows:][:attnBwdRows], p.dltC[ib*attnBwdRows:][:attnBwdRows]
+	for j := range nk {
+		pr, dr := st[j*attnBwdRows:][:attnBwdRows], dpt[j*attnBwdRows:][:attnBwdRows]
+		bwdRow(pr, dr, lc, dc)
+		// Queries before c0 do not see key j0+j (causal): zero their probability and gradient.
+		c0 := 0
+		if s.Causal {
+			c0 = min(attnBwdRows, max(0, j0+j-(sq.KN-sq.QN)-t0))
+		}
+		clear(pr[:c0])
+		clear(dr[:c0])
+	}
+	if kv {
+		qr, dr := p.q[((sq.Q0+t0)*s.Hq+h)*d:], p.dout[((sq.Q0+t0)*s.Hq+h)*d:]
+		dkr, dvr := p.dk[((sq.K0+j0)*s.Hkv+g)*d:], p.dv[((sq.K0+j0)*s.Hkv+g)*d:]
+		for j := 0; j < nk; j += gemm.MR {
+			mr := min(gemm.MR, nk-j)
+			gemm.Tile(mr, rv, st[j*attnBwdRows:], attnBwdRows, dr, ldq, dvr[j*ldk:], ldk, d, true)
+			gemm.Tile(mr, rv, dpt[j*attnBwdRows:], attnBwdRows, qr, ldq, dkr[j*ldk:], ldk, d, true)
+		}
+	}
+	if dQ {
+		kt := p.kt[(p.kOff[u]+jp)*d*attnKeys:][:d*attnKeys]
+		dqt := p.dqt[ib*p.panel:][:p.panel]
+		for i := 0; i < d; i += gemm.MR {
+			gemm.Tile(min(gemm.MR, d-i), nk, kt[i*attnKeys:], attnKeys, dpt, attnBwdRows, dqt[i*attnBwdRows:], attnBwdRows, attnBwdRows, true)
+		}
+	}
+}

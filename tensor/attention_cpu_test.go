@@ -1,0 +1,205 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/internal/asmcheck"
+	"github.com/mtrl-go/mtrl/internal/nnref"
+)
+
+// TestAttentionAsmUpToDate fails when attention_amd64.s or attention_stub_amd64.go differ from
+// what internal/asmgen generates: edit the generator, then run go generate ./tensor.
+func TestAttentionAsmUpToDate(t *testing.T) { asmcheck.UpToDate(t, "attention", "tensor") }
+
+// TestAttentionRowKernelsVsGo checks the vector row kernels against their pure-Go twins: the
+// running-maximum rule (kept, moved past tau, first tile from −Inf), the exps and sums, and
+// the backward row, on rows with large, small and masked (−Inf) scores.
+func TestAttentionRowKernelsVsGo(t *testing.T) {
+	impls := attnImpls.SIMD()
+	if len(impls) == 0 {
+		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	close := func(a, b float32) bool {
+		return a == b || math.Abs(float64(a-b)) <= 4e-7*math.Abs(float64(b))+1e-37
+	}
+	for _, im := range impls {
+		for _, n := range []int{16, 32, 64, 128} {
+			for _, m := range []float32{float32(math.Inf(-1)), -3, 0, 2, 40} {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = float32(r.NormFloat64() * 4)
+				}
+				x[n/2] = float32(math.Inf(-1))
+				want := slices.Clone(x)
+				wm, ws := softmaxRowGo(want, m, attnTau)
+				gm, gs := im.Kernels.softmax(x, m, attnTau)
+				// the sums add the same terms in a different order: n float32 roundings apart
+				if gm != wm || !(math.Abs(float64(gs-ws)) <= float64(n)*0x1p-24*float64(ws)) {
+					t.Fatalf("%s n=%d m=%v: softmax returned (%v, %v), want (%v, %v)", im.Name, n, m, gm, gs, wm, ws)
+				}
+				for i := range x {
+					if !close(x[i], want[i]) {
+						t.Fatalf("%s n=%d m=%v: x[%d] = %v, want %v", im.Name, n, m, i, x[i], want[i])
+					}
+				}
+			}
+			p, dp, lse, dlt := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range p {
+				p[i], dp[i] = float32(r.NormFloat64()*3), float32(r.NormFloat64())
+				lse[i], dlt[i] = p[i]+float32(r.ExpFloat64()*5), float32(r.NormFloat64())
+			}
+			wp, wdp := slices.Clone(p), slices.Clone(dp)
+			restore := attnImpls.Use("go")
+			bwdRow(wp, wdp, lse, dlt)
+			restore()
+			im.Kernels.bwd(p, dp, lse, dlt)
+			for i := range p {
+				if !close(p[i], wp[i]) || !close(dp[i], wdp[i]) {
+					t.Fatalf("%s n=%d: bwd row %d = (%v, %v), want (%v, %v)", im.Name, n, i, p[i], dp[i], wp[i], wdp[i])
+				}
+			}
+		}
+	}
+}
+
+// attnCase is one attention call on host slices and its float64 reference.
+type attnCase struct {
+	name string
+	s    nnref.AttnShape
+	seqs []nnref.Seq
+	tq   int
+	tk   int
+}
+
+func attnCases() []attnCase {
+	seq := func(q0, qn, k0, kn int) nnref.Seq { return nnref.Seq{Q0: q0, QN: qn, K0: k0, KN: kn} }
+	return []attnCase{
+		// several key panels and query blocks, GQA of 7 (blocks cut through a token's heads)
+		{"causal-gqa7-d64", nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true}, []nnref.Seq{seq(0, 150, 0, 150)}, 150, 150},
+		// head dimension past the AVX-512 width (the AVX2 and pure-Go rest columns)
+		{"causal-d80", nnref.AttnShape{Hq: 2, Hkv: 1, D: 80, Causal: true}, []nnref.Seq{seq(0, 70, 0, 70)}, 70, 70},
+		{"bidirectional-d24", nnref.AttnShape{Hq: 4, Hkv: 4, D: 24}, []nnref.Seq{seq(0, 33, 0, 140)}, 33, 140},
+		// a cached prefix (fewer queries than keys), more queries than keys, an empty sequence
+		{"varlen-causal", nnref.AttnShape{Hq: 6, Hkv: 2, D: 32, Causal: true},
+			[]nnref.Seq{seq(0, 5, 0, 130), seq(5, 90, 130, 20), seq(95, 0, 150, 7), seq(95, 65, 157, 65)}, 160, 222},
+	}
+}
+
+func (c attnCase) inputs(seed uint64) (q, k, v, dout []float32) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	fill := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	s := c.s
+	return fill(c.tq * s.Hq * s.D), fill(c.tk * s.Hkv * s.D), fill(c.tk * s.Hkv * s.D), fill(c.tq * s.Hq * s.D)
+}
+
+func f64s(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestAttentionCPUVsReference checks the tiled kernels, forward and backward, against the
+// float64 reference at shapes the conformance suite does not reach: head dimensions that are
+// not a multiple of the micro-kernel width, GQA groups that do not divide a block, cached
+// prefixes and queries that see no key. Every SIMD implementation and the pure-Go twins run.
+func TestAttentionCPUVsReference(t *testing.T) {
+	for _, c := range attnCases() {
+		for _, name := range attnImpls.Names() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				defer attnImpls.Use(name)()
+				s := c.s
+				s.Scale = 1 / math.Sqrt(float64(s.D))
+				q, k, v, dout := c.inputs(1)
+				out, lse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+				attentionCPU(s, c.seqs, q, k, v, out, lse)
+				dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+				attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+
+				q6, k6, v6, do6 := f64s(q), f64s(k), f64s(v), f64s(dout)
+				wout, wlse := make([]float64, len(q)), make([]float64, len(lse))
+				nnref.Attention(s, c.seqs, q6, k6, v6, wout, wlse)
+				wdq, wdk, wdv := make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
+				nnref.AttentionBackward(s, c.seqs, q6, k6, v6, wout, wlse, do6, wdq, wdk, wdv)
+				for i, w := range [][]float64{wout, wlse, wdq, wdk, wdv} {
+					got := [][]float32{out, lse, dq, dk, dv}[i]
+					name := []string{"out", "lse", "dq", "dk", "dv"}[i]
+					for j := range w {
+						g := float64(got[j])
+						if math.IsInf(w[j], -1) && math.IsInf(g, -1) {
+							continue
+						}
+						if !(math.Abs(g-w[j]) <= 1e-4+1e-4*math.Abs(w[j])) {
+							t.Fatalf("%s[%d] = %.7g, want %.7g", name, j, g, w[j])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAttentionBackwardSchedules checks that the two backward schedules (one pass per sequence
+// and key/value head; split dK/dV and dQ passes) give the same bits, so the result does not
+// depend on GOMAXPROCS, and that dK and dV rows of keys no query sees are overwritten.
+func TestAttentionBackwardSchedules(t *testing.T) {
+	defer func(f func() int) { attnWorkers = f }(attnWorkers)
+	for _, c := range attnCases() {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.s
+			s.Scale = 1 / math.Sqrt(float64(s.D))
+			q, k, v, dout := c.inputs(2)
+			out, lse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+			attentionCPU(s, c.seqs, q, k, v, out, lse)
+			var got [2][][]float32
+			for i, w := range []int{1, 1 << 20} {
+				attnWorkers = func() int { return w }
+				dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+				for _, x := range [][]float32{dq, dk, dv} {
+					for j := range x {
+						x[j] = float32(math.NaN())
+					}
+				}
+				attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+				got[i] = [][]float32{dq, dk, dv}
+			}
+			for i, name := range []string{"dq", "dk", "dv"} {
+				a, b := got[0][i], got[1][i]
+				for j := range a {
+					if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
+						t.Fatalf("%s[%d]: one pass %v, split passes %v", name, j, a[j], b[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAttentionDecode is one decode step (one new token) over a cache of L positions,
+// 0.5B's heads: what a generation step pays per layer.
+func BenchmarkAttentionDecode(b *testing.B) {
+	for _, l := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("L=%d", l), func(b *testing.B) {
+			s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
+			c := attnCase{s: s, seqs: []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, tq: 1, tk: 2048}
+			q, k, v, _ := c.inputs(3)
+			out := make([]float32, len(q))
+			b.ReportAllocs()
+			for b.Loop() {
+				attentionCPU(s, c.seqs, q, k, v, out, nil)
+			}
+		})
+	}
+}
