@@ -102,15 +102,37 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
-	for l := range m.layers {
-		ly := &m.layers[l]
+	// An inference pass reuses one layer's buffers (every op overwrites its output), and the
+	// layer's output overwrites its input, dead once the attention's residual is added.
+	alloc := func() layerActs {
 		var s layerActs
-		s.xIn = x
 		s.h1, _ = f32(n, d)
-		e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
 		s.q, _ = f32(n, hq, hd)
 		s.k, _ = f32(n, hkv, hd)
 		s.v, _ = f32(n, hkv, hd)
+		s.attn, _ = f32(n, hq, hd)
+		if keep {
+			s.lse, _ = f32(n, hq)
+		}
+		s.xMid, _ = f32(n, d)
+		s.h2, _ = f32(n, d)
+		s.gate, _ = f32(n, c.IntermediateSize)
+		s.up, _ = f32(n, c.IntermediateSize)
+		s.act, _ = f32(n, c.IntermediateSize)
+		return s
+	}
+	var reused layerActs
+	if !keep {
+		reused = alloc()
+	}
+	for l := range m.layers {
+		ly := &m.layers[l]
+		s := reused
+		if keep {
+			s = alloc()
+		}
+		s.xIn = x
+		e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
 		e.do(m.linearFwd(s.q, s.h1, ly.q, a))
 		e.do(m.linearFwd(s.k, s.h1, ly.k, a))
 		e.do(m.linearFwd(s.v, s.h1, ly.v, a))
@@ -119,27 +141,23 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		if onKV != nil && e.err == nil {
 			e.do(onKV(l, s.k, s.v))
 		}
-		s.attn, _ = f32(n, hq, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: in.cu, CuSeqlensK: in.cu}
 		if keep {
-			s.lse, _ = f32(n, hq)
 			e.do(tensor.AttentionLSE(s.attn, s.lse, ai, m.attn))
 		} else {
 			e.do(tensor.Attention(s.attn, ai, m.attn))
 		}
-		o, ov := f32(n, d)
-		e.do(m.linearFwd(o, s.attn, ly.o, a))
-		addTo(ov, host(x))
-		s.xMid = o
-		s.h2, _ = f32(n, d)
+		e.do(m.linearFwd(s.xMid, s.attn, ly.o, a))
+		addTo(host(s.xMid), host(x))
 		e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
-		s.gate, _ = f32(n, c.IntermediateSize)
-		s.up, _ = f32(n, c.IntermediateSize)
 		e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
 		e.do(m.linearFwd(s.up, s.h2, ly.up, a))
-		s.act, _ = f32(n, c.IntermediateSize)
 		e.do(tensor.SwiGLU(s.act, s.gate, s.up))
-		y, yv := f32(n, d)
+		y := x
+		if keep {
+			y, _ = f32(n, d)
+		}
+		yv := host(y)
 		e.do(m.linearFwd(y, s.act, ly.down, a))
 		addTo(yv, host(s.xMid))
 		x = y

@@ -45,7 +45,8 @@ type adapter struct {
 // loraAct is what an adapter's backward reads: its (dropped-out) input and A·x.
 type loraAct struct {
 	x, t *tensor.Tensor
-	mask []float32 // dropout's scale per input element (nil: no dropout)
+	kept []uint64 // dropout's mask, a bit per input element (nil: no dropout)
+	keep float32  // the scale of a kept element, 1/(1-p)
 }
 
 // AddLoRA adds adapters to the targeted projections, initialised as PEFT does (A
@@ -161,12 +162,12 @@ func (m *Model) loraForward(y, x *tensor.Tensor, ad *adapter, a *acts) error {
 	act := loraAct{x: x2}
 	if a != nil && a.keep && m.lora.Dropout > 0 {
 		xd, xdv := f32(n, in)
-		act.mask = make([]float32, n*in)
-		keep := float32(1 / (1 - m.lora.Dropout))
+		act.kept = make([]uint64, (n*in+63)/64)
+		act.keep = float32(1 / (1 - m.lora.Dropout))
 		for i, v := range host(x2) {
 			if m.dropRNG.Float64() >= m.lora.Dropout {
-				act.mask[i] = keep
-				xdv[i] = v * keep
+				act.kept[i/64] |= 1 << (i % 64)
+				xdv[i] = v * act.keep
 			}
 		}
 		act.x = xd
@@ -213,8 +214,12 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 	}
 	dxv := host(dx)
 	for i, v := range dxav {
-		if act.mask != nil {
-			v *= act.mask[i]
+		if act.kept != nil {
+			if act.kept[i/64]&(1<<(i%64)) != 0 {
+				v *= act.keep
+			} else {
+				v = 0
+			}
 		}
 		dxv[i] += v
 	}
