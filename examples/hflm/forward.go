@@ -228,33 +228,34 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	dx, dxv := f32(n, d)
 	e.do(tensor.RMSNormBackward(dx, g("model.norm.weight"), tensor.NormGrad{X: a.xLast, Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps, Accumulate: true}))
 	tmp, tmpv := f32(n, d)
+	// One layer's gradient buffers, reused down the layers (every op overwrites them).
+	dact, _ := f32(n, c.IntermediateSize)
+	dgate, _ := f32(n, c.IntermediateSize)
+	dup, _ := f32(n, c.IntermediateSize)
+	dh2, dh2v := f32(n, d)
+	dattn, _ := f32(n, hq, hd)
+	dq, _ := f32(n, hq, hd)
+	dk, _ := f32(n, hkv, hd)
+	dv, _ := f32(n, hkv, hd)
+	dh1, dh1v := f32(n, d)
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		ly, s := &m.layers[l], &a.layers[l]
 		// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
-		dact, _ := f32(n, c.IntermediateSize)
 		e.do(m.linearBackward(dact, s.act, dx, ly.down, a))
-		dgate, _ := f32(n, c.IntermediateSize)
-		dup, _ := f32(n, c.IntermediateSize)
 		e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: s.gate, Up: s.up, DY: dact}))
-		dh2, dh2v := f32(n, d)
 		e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, a))
 		e.do(m.linearBackward(tmp, s.h2, dup, ly.up, a))
 		addTo(dh2v, tmpv)
 		e.do(tensor.RMSNormBackward(tmp, g(ly.prefix+"post_attention_layernorm.weight"), tensor.NormGrad{X: s.xMid, Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps, Accumulate: true}))
 		addTo(dxv, tmpv)
 		// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
-		dattn, _ := f32(n, hq, hd)
 		e.do(m.linearBackward(dattn, s.attn, dx, ly.o, a))
-		dq, _ := f32(n, hq, hd)
-		dk, _ := f32(n, hkv, hd)
-		dv, _ := f32(n, hkv, hd)
 		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
 			AttentionInputs: tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: a.in.cu, CuSeqlensK: a.in.cu},
 			Out:             s.attn, LSE: s.lse, DOut: dattn,
 		}, m.attn))
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: a.in.pos, Config: m.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: a.in.pos, Config: m.rope}))
-		dh1, dh1v := f32(n, d)
 		e.do(m.linearBackward(dh1, s.h1, dq, ly.q, a))
 		e.do(m.linearBackward(tmp, s.h1, dk, ly.k, a))
 		addTo(dh1v, tmpv)
