@@ -157,7 +157,9 @@ func (p *PackedWeight) KeepTransposed(keep bool) {
 // weight packed for the vector GEMM), so a frozen weight is held once: Linear, LinearBackward's
 // dx and the LM head read the panels alone. Afterwards Weight is nil (Dims gives the shape),
 // Row and Values read the values back from the panels, and Repack fails. The caller drops its
-// own references to the weight tensor for the memory to be freed.
+// own references to the weight tensor for the memory to be freed. On Unix the panels move out
+// of the Go heap (gemm.Packed.MoveOffHeap), so weights held for the process's life do not raise
+// the collector's heap goal.
 func (p *PackedWeight) DropValues() error {
 	const op = "tensor.PackedWeight.DropValues"
 	if p == nil || p.w == nil {
@@ -170,6 +172,7 @@ func (p *PackedWeight) DropValues() error {
 	if !ok || h.fwd == nil {
 		return Errorf(ErrBackend, op, "p", "has no float32 host panels to keep its values (a device weight, no vector GEMM, or bfloat16 pairs)")
 	}
+	h.fwd.MoveOffHeap()
 	n, k := p.w.Dim(0), p.w.Dim(1)
 	view, err := FromFloat32(h.fwd.Values()[:n*k], n, k)
 	if err != nil {

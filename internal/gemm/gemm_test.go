@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
@@ -165,4 +166,38 @@ func TestUnpack(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMoveOffHeap multiplies with panels moved out of the Go heap: the same products, and the
+// memory is unmapped without fault once the Packed is collected.
+func TestMoveOffHeap(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 9))
+	const m, n, k = 5, 70, 33
+	a, w := make([]float32, m*k), make([]float32, n*k)
+	for _, v := range [][]float32{a, w} {
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+	}
+	want, got := make([]float32, m*n), make([]float32, m*n)
+	Mul(m, a, k, PackF32(n, k, w), want, n, false)
+	p := PackF32(n, k, w)
+	moved := p.MoveOffHeap()
+	t.Logf("moved off the heap: %v", moved)
+	Mul(m, a, k, p, got, n, false)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("c[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	row := make([]float32, k)
+	p.Row(n-1, row)
+	for j := range row {
+		if row[j] != w[(n-1)*k+j] {
+			t.Fatalf("Row(%d)[%d] = %v, want %v", n-1, j, row[j], w[(n-1)*k+j])
+		}
+	}
+	p = nil
+	runtime.GC()
+	runtime.GC()
 }
