@@ -336,7 +336,7 @@ def vm_kb(field):
     raise ValueError(field)
 
 
-def compare_row(row):
+def compare_row(row, m=None):
     """One row of the comparison at Qwen2.5-0.5B's shapes with random weights, as a JSON line:
     forward (T = 256, logits included), lora (LoRA forward + backward of the sum of the
     log-probs of tokens 1…255 of a 256-token sequence), decode (8 rows after 32-token prompts,
@@ -347,8 +347,9 @@ def compare_row(row):
     cfg = bench_config()
     V = cfg["vocab_size"]
     g = torch.Generator().manual_seed(0)
-    m = Twin(cfg, random_weights(cfg, g))
-    gc_collect()
+    if m is None:
+        m = Twin(cfg, random_weights(cfg, g))
+        gc_collect()
     ids = torch.randint(0, V, (256,), generator=g)
     extra = dict(threads=threads, layers=cfg["num_hidden_layers"], torch=torch.__version__)
     if row == "forward":
@@ -357,9 +358,9 @@ def compare_row(row):
             t0, c0 = clocks()
             for _ in range(reps):
                 m.logits(ids.tolist())
-        return row_result(row, reps * 256, t0, c0, **extra)
+        return row_result(row, reps * 256, t0, c0, **extra), m
     if row == "lora":
-        params = m.add_lora(g=g, **LORA)
+        params = m.add_lora(g=g, **LORA) if not getattr(m, "lora", None) else [t for a, b, _, _ in m.lora.values() for t in (a, b)]
 
         def once():
             logits = torch.nn.functional.linear(m.batch_hidden(ids[None], 0)[0], m.head())
@@ -371,7 +372,7 @@ def compare_row(row):
         for _ in range(reps):
             once()
         assert params[1].grad is not None
-        return row_result(row, reps * 256, t0, c0, **extra)
+        return row_result(row, reps * 256, t0, c0, **extra), m
     if row == "decode":
         B, P, N = 8, 32, 16
         prompts = torch.randint(0, V, (B, P), generator=g)
@@ -386,9 +387,9 @@ def compare_row(row):
                     last = torch.nn.functional.linear(m.batch_hidden(last.argmax(-1)[:, None], P + s, cache)[:, -1], m.head())
                 tb, cb = clocks()
                 t0, c0, decoded = t0 + tb - ta, c0 + cb - ca, decoded + B * N
-        return dict(side="torch", row=row, tokens_per_s=decoded / t0, tokens_per_cpu_s=decoded / c0, **extra)
+        return dict(side="torch", row=row, tokens_per_s=decoded / t0, tokens_per_cpu_s=decoded / c0, **extra), m
     if row == "rlstep":
-        return rl_step(m, g, extra)
+        return rl_step(m, g, extra), m
     raise SystemExit(f"unknown row {row}")
 
 
@@ -448,7 +449,12 @@ def rl_step(m, g, extra):
 
 
 def compare():
-    print(json.dumps(compare_row(sys.argv[2])), flush=True)
+    """compare ROW…: the rows in one process over one set of weights, in the order given (lora
+    adds adapters, so it goes last), one JSON line each."""
+    m = None
+    for row in sys.argv[2:]:
+        r, m = compare_row(row, m)
+        print(json.dumps(r), flush=True)
 
 
 def gobench():
@@ -493,7 +499,8 @@ def table():
 
 def bench():
     """Forward and decode tokens/s (the compare rows forward and decode in one process)."""
-    print(json.dumps([compare_row("forward"), compare_row("decode")]))
+    f, m = compare_row("forward")
+    print(json.dumps([f, compare_row("decode", m)[0]]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,9 +29,24 @@ import (
 // tokens/cpu-s (the process's CPU time); scripts/hflm-vs-torch runs them interleaved with
 // scripts/hf_torch_twin.py compare, which measures the same rows with PyTorch.
 
-// bench05B builds the model: bfloat16 random weights (the checkpoint's dtype; loaded as float32)
-// made one tensor at a time, so building holds no float32 copy of the whole checkpoint.
+var (
+	benchMu    sync.Mutex
+	benchModel *Model
+)
+
+// bench05B returns the model, built once per process: bfloat16 random weights (the
+// checkpoint's dtype; loaded as float32) made one tensor at a time, so building holds no
+// float32 copy of the whole checkpoint. BenchmarkLoRA05B adds adapters to it, so it runs last.
 func bench05B(tb testing.TB) *Model {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	if benchModel == nil {
+		benchModel = build05B(tb)
+	}
+	return benchModel
+}
+
+func build05B(tb testing.TB) *Model {
 	data, err := os.ReadFile(filepath.Join("..", "hfmodel", "testdata", "qwen2.5-0.5b-instruct-config.json"))
 	require.NoError(tb, err)
 	cfg, err := hfmodel.ParseConfig(data)
@@ -115,33 +131,6 @@ func BenchmarkForward05B(b *testing.B) {
 	reportTokens(b, b.N*len(ids), &cpu)
 }
 
-// BenchmarkLoRA05B is a LoRA training pass over one sequence of 256 tokens: the forward keeping
-// the activations, the log-probs of tokens 1…255 through the fused LM head, and the backward
-// of their sum into the adapters' gradients.
-func BenchmarkLoRA05B(b *testing.B) {
-	m := bench05B(b)
-	require.NoError(b, m.AddLoRA(benchLoRA))
-	ids := benchTokens(256, m.Config.VocabSize)
-	dlp := make([]float32, len(ids)-1)
-	for i := range dlp {
-		dlp[i] = 1
-	}
-	var cpu cpuClock
-	b.ResetTimer()
-	cpu.start()
-	for range b.N {
-		s, err := m.Score([][]int32{ids[:1]}, [][]int32{ids[1:]}, 1, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Backward([][]float32{dlp}, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cpu.stop()
-	reportTokens(b, b.N*len(ids), &cpu)
-}
-
 // BenchmarkDecode05B is batched greedy decoding with the cache: 8 rows after 32-token prompts,
 // 16 steps timed (the prefill is not), the LM head and the argmax included.
 func BenchmarkDecode05B(b *testing.B) {
@@ -194,6 +183,35 @@ func BenchmarkDecode05B(b *testing.B) {
 	reportTokens(b, decoded, &cpu)
 }
 
+// BenchmarkLoRA05B is a LoRA training pass over one sequence of 256 tokens: the forward keeping
+// the activations, the log-probs of tokens 1…255 through the fused LM head, and the backward
+// of their sum into the adapters' gradients.
+func BenchmarkLoRA05B(b *testing.B) {
+	m := bench05B(b)
+	if m.lora == nil {
+		require.NoError(b, m.AddLoRA(benchLoRA))
+	}
+	ids := benchTokens(256, m.Config.VocabSize)
+	dlp := make([]float32, len(ids)-1)
+	for i := range dlp {
+		dlp[i] = 1
+	}
+	var cpu cpuClock
+	b.ResetTimer()
+	cpu.start()
+	for range b.N {
+		s, err := m.Score([][]int32{ids[:1]}, [][]int32{ids[1:]}, 1, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Backward([][]float32{dlp}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.stop()
+	reportTokens(b, b.N*len(ids), &cpu)
+}
+
 // The RL step of TestRLStepPeak: rollout.n = 4 completions of 64 new tokens for each of 2
 // prompts of 64 tokens, sampled at temperature 1; the reference (the adapters off) scores
 // them; the policy trains in micro-batches of 2 rows; one AdamW step on the adapters.
@@ -209,7 +227,7 @@ func TestRLStepPeak(t *testing.T) {
 	if os.Getenv("HFLM_RLSTEP") == "" {
 		t.Skip("HFLM_RLSTEP not set: a measurement of several GB")
 	}
-	m := bench05B(t)
+	m := build05B(t)
 	require.NoError(t, m.AddLoRA(benchLoRA))
 	opt, _, err := m.Training(0.01)
 	require.NoError(t, err)
