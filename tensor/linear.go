@@ -113,29 +113,38 @@ func (h *hostPacked) pairs(x *Tensor) *gemm.PackedBF16 {
 }
 
 // transposed returns Wᵀ's panels: kept after the first call, or packed for this call alone when
-// p does not keep them (KeepTransposed(false)); from the forward panels when the values were
-// dropped.
-func (p *PackedWeight) transposed() *gemm.Packed {
+// p does not keep them (KeepTransposed(false)), into a pooled buffer that release returns;
+// from the forward panels when the values were dropped.
+func (p *PackedWeight) transposed() (t *gemm.Packed, release func()) {
 	h := p.packed.(*hostPacked)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.bwd != nil {
-		return h.bwd
+		return h.bwd, func() {}
 	}
-	var t *gemm.Packed
+	var buf *gemm.Packed
+	if p.noKeepT {
+		buf, _ = transposePool.Get().(*gemm.Packed)
+	}
 	switch v, err := p.w.Float32s(); {
 	case p.dropped:
-		t = gemm.Transpose(h.fwd)
+		t = gemm.TransposeInto(buf, h.fwd, 0, h.fwd.N)
 	case err == nil:
-		t = gemm.PackTF32(p.w.Dim(0), p.w.Dim(1), v)
+		t = gemm.PackTInto(buf, p.w.Dim(0), p.w.Dim(1), v)
 	default:
 		t = gemm.PackT(p.w.Dim(0), p.w.Dim(1), elemOf(p.w))
 	}
 	if !p.noKeepT {
 		h.bwd = t
+		return t, func() {}
 	}
-	return t
+	return t, func() { transposePool.Put(t) }
 }
+
+// transposePool holds the transposed panels that backward passes of weights that keep none
+// pack for themselves (a frozen base: every projection of every layer per pass), so they
+// reuse one buffer instead of leaving the collector a weight's worth of garbage each.
+var transposePool sync.Pool
 
 // KeepTransposed says whether the first backward's transposed layout (Wᵀ's panels, as large as
 // the weight) is kept for the next ones (the default) or packed by each backward for itself and
@@ -431,7 +440,9 @@ func LinearBackward(out LinearGradOut, in LinearGrad) error {
 // O(m·n·k)). Nil outputs are skipped.
 func linearBackwardGEMM(m, n, k int, w *PackedWeight, x, dy, dx, dw, db []float32, acc bool) {
 	if dx != nil {
-		gemm.Mul(m, dy, n, w.transposed(), dx, k, false)
+		wT, release := w.transposed()
+		gemm.Mul(m, dy, n, wT, dx, k, false)
+		release()
 	}
 	if dw != nil {
 		dyT := make([]float32, n*m)
