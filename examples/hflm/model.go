@@ -34,6 +34,7 @@ type Model struct {
 	loraOff   bool
 	dropRNG   *rand.Rand
 	frozenEnv *frozenGrads
+	scratch   [3][]float32 // scratchF32's buffers
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
