@@ -10,28 +10,35 @@ import (
 // float32 values dropped (tensor.PackedWeight.DropValues), and no transposed panels kept between
 // backward passes (KeepTransposed(false): a LoRA backward packs Wᵀ for itself and lets it go).
 // The tied embeddings are then read from the head's panels. Without a vector GEMM nothing is
-// packed and the values stay.
+// packed and the values stay. Load already holds every matrix so; a model that was thawed for
+// full training is frozen again by AddLoRA.
 func (m *Model) freeze() error {
 	for i := range m.params {
-		p := &m.params[i]
-		if p.packed == nil || p.value == nil {
-			continue
-		}
-		p.packed.KeepTransposed(false)
-		if err := p.packed.DropValues(); err != nil {
-			if errors.Is(err, tensor.ErrBackend) {
-				continue
-			}
+		if err := m.params[i].freeze(); err != nil {
 			return err
 		}
-		p.value = nil
 	}
 	m.embed = m.byName["model.embed_tokens.weight"].value
 	return nil
 }
 
+func (p *param) freeze() error {
+	if p.packed == nil || p.value == nil {
+		return nil
+	}
+	p.packed.KeepTransposed(false)
+	if err := p.packed.DropValues(); err != nil {
+		if errors.Is(err, tensor.ErrBackend) {
+			return nil
+		}
+		return err
+	}
+	p.value = nil
+	return nil
+}
+
 // thaw gives the dropped weights their values back (unpacked from the panels, exactly) and
-// packs them anew, for a model that trains in full again (MergeLoRA).
+// packs them anew, for a model that trains in full (its first gradients, MergeLoRA).
 func (m *Model) thaw() error {
 	for i := range m.params {
 		p := &m.params[i]

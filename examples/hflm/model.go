@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -65,7 +66,9 @@ type layer struct {
 }
 
 // Load converts a checkpoint's weights to float32 (bfloat16 and float16 widen exactly) and
-// packs its linear layers. The model keeps no reference to ck, which may be closed.
+// packs its linear layers, holding each matrix once, as its packed panels: inference and LoRA
+// never need more; full training unpacks them (exactly) on first use. The model keeps no
+// reference to ck, which may be closed.
 func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 	const op = "hflm.Load"
 	if ck == nil || ck.Config == nil {
@@ -100,6 +103,16 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 		}
 		m.params[i] = param{name: s.Name, value: v}
 		m.byName[s.Name] = &m.params[i]
+		// Each matrix is packed as it is read and held only packed (its values dropped) until
+		// the model trains in full (thaw): the checkpoint's float32 copies never add up.
+		if strings.HasSuffix(s.Name, "_proj.weight") || s.Name == m.headName() {
+			if _, err := m.packWeight(s.Name); err != nil {
+				return nil, err
+			}
+			if err := m.params[i].freeze(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	m.embed = m.byName["model.embed_tokens.weight"].value
 	m.norm = m.byName["model.norm.weight"].value
@@ -216,6 +229,9 @@ func (m *Model) Grad(name string) *tensor.Tensor {
 func (m *Model) ensureGrads() error {
 	if m.lora != nil {
 		return nil
+	}
+	if err := m.thaw(); err != nil {
+		return err
 	}
 	for i := range m.params {
 		p := &m.params[i]

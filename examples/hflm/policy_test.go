@@ -123,7 +123,9 @@ func TestLoRAPolicyLearns(t *testing.T) {
 		require.Equal(t, p.packed.Packed() == nil, p.value != nil, p.name)
 		v, err := p.values()
 		require.NoError(t, err)
-		require.Equal(t, host(orig.params[i].value), host(v), p.name)
+		want, err := orig.params[i].values()
+		require.NoError(t, err)
+		require.Equal(t, host(want), host(v), p.name)
 	}
 	require.NoError(t, m.SaveLoRA(t.TempDir(), "tiny"))
 
