@@ -86,92 +86,145 @@ type acts struct {
 	layers []layerActs
 	xLast  *tensor.Tensor // the final norm's input
 	hidden *tensor.Tensor // [N, D]: the final norm's output, which the LM head reads
+	// ckpt (activation checkpointing) holds, per layer, the LoRA dropout's random state at the
+	// layer's start; the layers keep only xIn and are recomputed in the backward.
+	ckpt []dropState
+	bufs map[string]*tensor.Tensor // an inference pass's one layer of buffers (buf)
+}
+
+// buf returns the buffer named of a layer's forward: a new one when the pass keeps its
+// activations, else the pass's one buffer of that name, reused by every layer (each op
+// overwrites its output).
+func (a *acts) buf(name string, shape ...int) (*tensor.Tensor, []float32) {
+	if a.keep {
+		return f32(shape...)
+	}
+	if a.bufs == nil {
+		a.bufs = map[string]*tensor.Tensor{}
+	}
+	t := a.bufs[name]
+	if t == nil {
+		t, _ = f32(shape...)
+		a.bufs[name] = t
+	}
+	return t, host(t)
 }
 
 // forward runs the model over packed sequences and returns the final hidden states [N, D]
-// (after model.norm); with keep, also the activations backward needs. onKV, when not nil,
-// receives every layer's keys (after RoPE) and values.
+// (after model.norm); with keep, also the activations backward needs (only each layer's input
+// with activation checkpointing, checkpoint.go). onKV, when not nil, receives every layer's
+// keys (after RoPE) and values.
 func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Tensor) error) (*acts, error) {
 	c := m.Config
 	n, d := in.n, c.HiddenSize
-	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	var e errs
-	x, _ := f32(n, d)
-	e.do(m.embedInto(x, in.ids))
+	x, xv := f32(n, d)
+	if err := m.embedInto(x, in.ids); err != nil {
+		return nil, err
+	}
+	m.round(xv)
 	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
-	// An inference pass reuses one layer's buffers (every op overwrites its output), and the
-	// layer's output overwrites its input, dead once the attention's residual is added.
-	alloc := func() layerActs {
-		var s layerActs
-		s.h1, _ = f32(n, d)
-		s.q, _ = f32(n, hq, hd)
-		s.k, _ = f32(n, hkv, hd)
-		s.v, _ = f32(n, hkv, hd)
-		s.attn, _ = f32(n, hq, hd)
-		if keep {
-			s.lse, _ = f32(n, hq)
-		}
-		s.xMid, _ = f32(n, d)
-		s.h2, _ = f32(n, d)
-		s.gate, _ = f32(n, c.IntermediateSize)
-		s.up, _ = f32(n, c.IntermediateSize)
-		s.act, _ = f32(n, c.IntermediateSize)
-		return s
-	}
-	var reused layerActs
-	if !keep {
-		reused = alloc()
-	}
 	for l := range m.layers {
-		ly := &m.layers[l]
-		s := reused
+		if keep && m.ckpt {
+			// The layer's activations are dropped: its LoRA acts go to a scratch set.
+			a.layers[l] = layerActs{xIn: m.store(x)}
+			a.ckpt = append(a.ckpt, m.dropSave())
+			y, _, err := m.layerForward(l, x, in, &acts{in: in, keep: true, lora: map[*adapter]loraAct{}}, nil)
+			if err != nil {
+				return nil, err
+			}
+			x = y
+			continue
+		}
+		y, s, err := m.layerForward(l, x, in, a, onKV)
+		if err != nil {
+			return nil, err
+		}
 		if keep {
-			s = alloc()
+			a.layers[l] = m.storeLayer(s)
 		}
-		s.xIn = x
-		e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
-		e.do(m.linearFwd(s.q, s.h1, ly.q, a))
-		e.do(m.linearFwd(s.k, s.h1, ly.k, a))
-		e.do(m.linearFwd(s.v, s.h1, ly.v, a))
-		e.do(tensor.RoPE(s.q, s.q, in.pos, m.rope))
-		e.do(tensor.RoPE(s.k, s.k, in.pos, m.rope))
-		if onKV != nil && e.err == nil {
-			e.do(onKV(l, s.k, s.v))
-		}
-		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: in.cu, CuSeqlensK: in.cu}
-		if keep {
-			e.do(tensor.AttentionLSE(s.attn, s.lse, ai, m.attn))
-		} else {
-			e.do(tensor.Attention(s.attn, ai, m.attn))
-		}
-		e.do(m.linearFwd(s.xMid, s.attn, ly.o, a))
-		addTo(host(s.xMid), host(x))
-		e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
-		e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
-		e.do(m.linearFwd(s.up, s.h2, ly.up, a))
-		e.do(tensor.SwiGLU(s.act, s.gate, s.up))
-		y := x
-		if keep {
-			y, _ = f32(n, d)
-		}
-		yv := host(y)
-		e.do(m.linearFwd(y, s.act, ly.down, a))
-		addTo(yv, host(s.xMid))
 		x = y
-		if e.err != nil {
-			return nil, e.err
-		}
-		if keep {
-			a.layers[l] = s
-		}
 	}
 	a.xLast = x
+	if keep {
+		a.xLast = m.store(x)
+	}
 	a.hidden, _ = f32(n, d)
-	e.do(tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps))
-	return a, e.err
+	err := tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps)
+	m.round(host(a.hidden))
+	return a, err
+}
+
+// layerForward runs decoder layer l on x [N, D] and returns its output and the inputs of its
+// ops (float32; rounded to bfloat16 values in bf16 mode). a.keep selects the forward that
+// keeps what the backward reads (attention's log-sum-exp, LoRA's activations and dropout).
+func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV func(l int, k, v *tensor.Tensor) error) (*tensor.Tensor, layerActs, error) {
+	c := m.Config
+	n, d := in.n, c.HiddenSize
+	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	ly := &m.layers[l]
+	var e errs
+	var s layerActs
+	s.xIn = x
+	s.h1, _ = a.buf("h1", n, d)
+	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
+	m.round(host(s.h1))
+	s.q, _ = a.buf("q", n, hq, hd)
+	s.k, _ = a.buf("k", n, hkv, hd)
+	s.v, _ = a.buf("v", n, hkv, hd)
+	e.do(m.linearFwd(s.q, s.h1, ly.q, a))
+	e.do(m.linearFwd(s.k, s.h1, ly.k, a))
+	e.do(m.linearFwd(s.v, s.h1, ly.v, a))
+	m.round(host(s.q))
+	m.round(host(s.k))
+	m.round(host(s.v))
+	e.do(tensor.RoPE(s.q, s.q, in.pos, m.rope))
+	e.do(tensor.RoPE(s.k, s.k, in.pos, m.rope))
+	m.round(host(s.q))
+	m.round(host(s.k))
+	if onKV != nil && e.err == nil {
+		e.do(onKV(l, s.k, s.v))
+	}
+	s.attn, _ = a.buf("attn", n, hq, hd)
+	ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: in.cu, CuSeqlensK: in.cu}
+	if a.keep {
+		s.lse, _ = f32(n, hq)
+		e.do(tensor.AttentionLSE(s.attn, s.lse, ai, m.attn))
+	} else {
+		e.do(tensor.Attention(s.attn, ai, m.attn))
+	}
+	m.round(host(s.attn))
+	o, ov := a.buf("o", n, d)
+	e.do(m.linearFwd(o, s.attn, ly.o, a))
+	m.round(ov)
+	addTo(ov, host(x))
+	m.round(ov)
+	s.xMid = o
+	s.h2, _ = a.buf("h2", n, d)
+	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
+	m.round(host(s.h2))
+	s.gate, _ = a.buf("gate", n, c.IntermediateSize)
+	s.up, _ = a.buf("up", n, c.IntermediateSize)
+	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
+	e.do(m.linearFwd(s.up, s.h2, ly.up, a))
+	m.round(host(s.gate))
+	m.round(host(s.up))
+	s.act, _ = a.buf("act", n, c.IntermediateSize)
+	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
+	m.round(host(s.act))
+	// An inference pass writes the layer's output over its input, dead since the attention's
+	// residual was added.
+	y, yv := x, host(x)
+	if a.keep {
+		y, yv = f32(n, d)
+	}
+	e.do(m.linearFwd(y, s.act, ly.down, a))
+	m.round(yv)
+	addTo(yv, host(s.xMid))
+	m.round(yv)
+	return y, s, e.err
 }
 
 // linearFwd writes y = x·Wᵀ (+ bias) (+ the adapter's scale·B·A·x) for y and x of any shapes
@@ -218,58 +271,116 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	}
 	c := m.Config
 	n, d := a.in.n, c.HiddenSize
-	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	g := func(name string) *tensor.Tensor { return m.byName[name].grad }
-	if m.lora != nil { // the base is frozen: its norms' gradients go to scratch
-		g = func(string) *tensor.Tensor { return m.frozen().norm }
-	}
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
-	dx, dxv := f32(n, d)
-	e.do(tensor.RMSNormBackward(dx, g("model.norm.weight"), tensor.NormGrad{X: a.xLast, Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps, Accumulate: true}))
-	tmp, tmpv := f32(n, d)
-	// One layer's gradient buffers, reused down the layers (every op overwrites them).
-	dact, _ := f32(n, c.IntermediateSize)
-	dgate, _ := f32(n, c.IntermediateSize)
-	dup, _ := f32(n, c.IntermediateSize)
-	dh2, dh2v := f32(n, d)
-	dattn, _ := f32(n, hq, hd)
-	dq, _ := f32(n, hq, hd)
-	dk, _ := f32(n, hkv, hd)
-	dv, _ := f32(n, hkv, hd)
-	dh1, dh1v := f32(n, d)
-	for l := len(m.layers) - 1; l >= 0; l-- {
-		ly, s := &m.layers[l], &a.layers[l]
-		// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
-		e.do(m.linearBackward(dact, s.act, dx, ly.down, a))
-		e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: s.gate, Up: s.up, DY: dact}))
-		e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, a))
-		e.do(m.linearBackward(tmp, s.h2, dup, ly.up, a))
-		addTo(dh2v, tmpv)
-		e.do(tensor.RMSNormBackward(tmp, g(ly.prefix+"post_attention_layernorm.weight"), tensor.NormGrad{X: s.xMid, Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps, Accumulate: true}))
-		addTo(dxv, tmpv)
-		// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
-		e.do(m.linearBackward(dattn, s.attn, dx, ly.o, a))
-		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-			AttentionInputs: tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: a.in.cu, CuSeqlensK: a.in.cu},
-			Out:             s.attn, LSE: s.lse, DOut: dattn,
-		}, m.attn))
-		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: a.in.pos, Config: m.rope}))
-		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: a.in.pos, Config: m.rope}))
-		e.do(m.linearBackward(dh1, s.h1, dq, ly.q, a))
-		e.do(m.linearBackward(tmp, s.h1, dk, ly.k, a))
-		addTo(dh1v, tmpv)
-		e.do(m.linearBackward(tmp, s.h1, dv, ly.v, a))
-		addTo(dh1v, tmpv)
-		e.do(tensor.RMSNormBackward(tmp, g(ly.prefix+"input_layernorm.weight"), tensor.NormGrad{X: s.xIn, Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps, Accumulate: true}))
-		addTo(dxv, tmpv)
-		if e.err != nil {
-			return e.err
+	dx, _ := f32(n, d)
+	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
+	if a.ckpt != nil {
+		defer m.dropRestore(m.dropSave()) // the state after the forward, as without recomputing
+	}
+	for l := len(m.layers) - 1; l >= 0 && e.err == nil; l-- {
+		s, la := a.layers[l], a
+		if a.ckpt != nil {
+			var err error
+			if s, la, err = m.recompute(a, l); err != nil {
+				return err
+			}
 		}
+		e.do(m.layerBackward(l, s, la, dx))
 	}
 	if m.lora == nil {
-		e.do(tensor.EmbeddingBackward(g("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
+		if traceGrad != nil {
+			traceGrad("model.embed_tokens.weight", a.in.ids, dx)
+		}
+		e.do(tensor.EmbeddingBackward(m.gradOf("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
 	}
+	return e.err
+}
+
+// traceGrad, when set (by tests), receives the rows each weight gradient of the backward sums
+// over: a projection's input and output gradient (name without ".weight"), a norm's input and
+// output gradient, or the embeddings' ids and output gradient (by their weight's name).
+var traceGrad func(name string, x, dy *tensor.Tensor)
+
+// normBackward is RMSNormBackward with the weight gradient accumulated into name's.
+func (m *Model) normBackward(dx *tensor.Tensor, name string, in tensor.NormGrad) error {
+	if traceGrad != nil {
+		traceGrad(name, in.X, in.DY)
+	}
+	in.Accumulate = true
+	return tensor.RMSNormBackward(dx, m.gradOf(name), in)
+}
+
+// gradOf returns the gradient of the weight named (a scratch one for the norms of a frozen base).
+func (m *Model) gradOf(name string) *tensor.Tensor {
+	if m.lora != nil {
+		return m.frozen().norm
+	}
+	return m.byName[name].grad
+}
+
+// reused returns the model's buffer named, of the shape (contents undefined): a layer
+// backward's gradient buffers, which every layer overwrites (a Model is not safe for concurrent
+// use).
+func (m *Model) reused(name string, shape ...int) (*tensor.Tensor, []float32) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if m.bufs == nil {
+		m.bufs = map[string][]float32{}
+	}
+	v := m.bufs[name]
+	if cap(v) < n {
+		v = make([]float32, n)
+		m.bufs[name] = v
+	}
+	v = v[:n]
+	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+}
+
+// layerBackward adds layer l's parameter gradients given s, what its forward kept (LoRA's in
+// la), and dx, the gradient of its output, which it replaces by the gradient of its input.
+func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) error {
+	c := m.Config
+	n, d := la.in.n, c.HiddenSize
+	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	ly := &m.layers[l]
+	dxv := host(dx)
+	var e errs
+	tmp, tmpv := m.reused("tmp", n, d)
+	// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
+	dact, _ := m.reused("dact", n, c.IntermediateSize)
+	e.do(m.linearBackward(dact, s.act, dx, ly.down, la))
+	dgate, _ := m.reused("dgate", n, c.IntermediateSize)
+	dup, _ := m.reused("dup", n, c.IntermediateSize)
+	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: widen(s.gate), Up: widen(s.up), DY: dact}))
+	dh2, dh2v := m.reused("dh2", n, d)
+	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
+	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
+	addTo(dh2v, tmpv)
+	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
+	addTo(dxv, tmpv)
+	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
+	dattn, _ := m.reused("dattn", n, hq, hd)
+	e.do(m.linearBackward(dattn, s.attn, dx, ly.o, la))
+	dq, _ := m.reused("dq", n, hq, hd)
+	dk, _ := m.reused("dk", n, hkv, hd)
+	dv, _ := m.reused("dv", n, hkv, hd)
+	e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
+		AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
+		Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
+	}, m.attn))
+	e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: la.in.pos, Config: m.rope}))
+	e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: la.in.pos, Config: m.rope}))
+	dh1, dh1v := m.reused("dh1", n, d)
+	e.do(m.linearBackward(dh1, s.h1, dq, ly.q, la))
+	e.do(m.linearBackward(tmp, s.h1, dk, ly.k, la))
+	addTo(dh1v, tmpv)
+	e.do(m.linearBackward(tmp, s.h1, dv, ly.v, la))
+	addTo(dh1v, tmpv)
+	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: widen(s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
+	addTo(dxv, tmpv)
 	return e.err
 }
 
@@ -288,6 +399,9 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 	dy2, err := dy.Reshape(-1, nOut)
 	if err != nil {
 		return err
+	}
+	if traceGrad != nil {
+		traceGrad(l.name, x2, dy2)
 	}
 	out := tensor.LinearGradOut{DX: dx2}
 	if m.lora == nil {

@@ -40,6 +40,7 @@ func (p *param) freeze() error {
 // thaw gives the dropped weights their values back (unpacked from the panels, exactly) and
 // packs them anew, for a model that trains in full (its first gradients, MergeLoRA).
 func (m *Model) thaw() error {
+	thawed := false
 	for i := range m.params {
 		p := &m.params[i]
 		if p.value != nil {
@@ -49,19 +50,13 @@ func (m *Model) thaw() error {
 		if err != nil {
 			return err
 		}
-		if p.packed, err = tensor.PackWeight(v); err != nil {
-			return err
-		}
-		p.value = v
+		p.value, p.packed, thawed = v, nil, true
+	}
+	if !thawed {
+		return nil
 	}
 	m.embed = m.byName["model.embed_tokens.weight"].value
-	m.head = m.byName[m.headName()].packed
-	for l := range m.layers {
-		for _, lin := range m.layers[l].linears() {
-			lin.w = m.byName[lin.name+".weight"].packed
-		}
-	}
-	return nil
+	return m.bind(func(name string) *tensor.Tensor { return m.byName[name].value }, m.packWeight)
 }
 
 func (m *Model) headName() string {

@@ -142,7 +142,8 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 		}
 	}
 	m.lora = &c
-	m.dropRNG = rand.New(rand.NewPCG(cfg.Seed, 0xd0))
+	m.dropSrc = rand.NewPCG(cfg.Seed, 0xd0)
+	m.dropRNG = rand.New(m.dropSrc)
 	return m.freeze()
 }
 
@@ -274,7 +275,14 @@ func (m *Model) MergeLoRA() error {
 		for i, v := range delta {
 			w[i] += v
 		}
-		if err := p.packed.Repack(); err != nil {
+		if p.packed != nil { // nil in bf16 mode: its copy is refreshed below
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	if m.mp != nil {
+		if err := m.mp.refresh(m); err != nil {
 			return err
 		}
 	}

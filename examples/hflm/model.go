@@ -34,8 +34,13 @@ type Model struct {
 	adapters  []*adapter
 	loraOff   bool
 	dropRNG   *rand.Rand
+	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays
 	frozenEnv *frozenGrads
-	scratch   [3][]float32 // scratchF32's buffers
+	scratch   [3][]float32         // scratchF32's buffers
+	bufs      map[string][]float32 // reused's buffers
+
+	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
+	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
@@ -182,6 +187,9 @@ func (m *Model) Repack() error {
 	}
 	if m.lora != nil {
 		return nil
+	}
+	if m.mp != nil {
+		return m.mp.refresh(m)
 	}
 	for i := range m.params {
 		if p := m.params[i].packed; p != nil {

@@ -22,6 +22,11 @@ type Policy[P any] struct {
 	Decode func([]int32) string
 	// Stop are the ids that end a completion (generation_config's eos_token_id).
 	Stop []int32
+	// Padded scores rows right-padded to a common length (the longest prompt of the
+	// micro-batch plus the batch's T columns), as a trainer without padding-free batches does:
+	// the same log-probs and gradients at the cost of the padding's compute (padding.go).
+	// False: the rows are packed end to end (padding_free).
+	Padded bool
 }
 
 // Backend is the host: the model computes there.
@@ -75,7 +80,12 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 		c := b.Completions[lo+i].Tokens
 		comps[i] = c[:min(len(c), b.T)]
 	}
-	s, err := p.Model.Score(p.prompts(b.Prompts[lo:hi]), comps, b.Temperature, train)
+	prompts := p.prompts(b.Prompts[lo:hi])
+	padT := 0
+	if p.Padded {
+		padT = b.T
+	}
+	s, err := p.Model.score(prompts, comps, b.Temperature, train, padT)
 	if err != nil {
 		return nil, err
 	}

@@ -20,8 +20,8 @@ type testPrompt []int32
 
 // trainSeven trains m with GRPO through tprl/loop for steps steps, a KL loss to reference: the
 // reward is 1 for completions that start with token 7. The mean probability of 7 as the first
-// token must grow tenfold.
-func trainSeven(t *testing.T, m *Model, reference *Policy[testPrompt], steps int, lr float64) {
+// token must grow tenfold. It returns each step's metrics.
+func trainSeven(t *testing.T, m *Model, reference *Policy[testPrompt], steps int, lr float64) []map[string]float64 {
 	policy := &Policy[testPrompt]{Model: m, Prompt: func(p testPrompt) []int32 { return p }, Stop: []int32{2, 3}}
 	var data []testPrompt
 	for i := range 16 {
@@ -62,15 +62,18 @@ func trainSeven(t *testing.T, m *Model, reference *Policy[testPrompt], steps int
 	}
 	before := p7()
 	var rewards []float64
+	var metrics []map[string]float64
 	for range cfg.Steps {
 		res, err := l.Step(context.Background())
 		require.NoError(t, err)
 		rewards = append(rewards, res.Metrics["reward/seven"])
+		metrics = append(metrics, res.Metrics)
 		res.Release()
 	}
 	after := p7()
 	t.Logf("rewards %v; p(7 first) %.3f → %.3f", rewards, before, after)
 	require.Greater(t, after, 10*before)
+	return metrics
 }
 
 // exportLogits exports m (Checkpoint → Save, sharded) and returns the logits of seq of the

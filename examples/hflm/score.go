@@ -14,6 +14,7 @@ type Scores struct {
 
 	m       *Model
 	a       *acts
+	cols    []int // positions scored per row when padded (nil: its completion's length)
 	rows    []int // packed row of each scored position (the hidden state that predicts it)
 	lmIn    tensor.LMHeadInputs
 	lp, ent *tensor.Tensor // [M]
@@ -22,6 +23,12 @@ type Scores struct {
 // Score runs the model over prompt i followed by completion i for every i and scores the
 // completions' tokens. With train the activations are kept for Backward.
 func (m *Model) Score(prompts, completions [][]int32, temperature float32, train bool) (*Scores, error) {
+	return m.score(prompts, completions, temperature, train, 0)
+}
+
+// score is Score, padded when padT > 0: every sequence right-padded to the longest prompt plus
+// padT tokens and padT response positions scored per row (padding.go).
+func (m *Model) score(prompts, completions [][]int32, temperature float32, train bool, padT int) (*Scores, error) {
 	const op = "hflm.Model.Score"
 	if len(prompts) != len(completions) {
 		return nil, tensor.Errorf(tensor.ErrShape, op, "completions", "%d completions for %d prompts", len(completions), len(prompts))
@@ -33,6 +40,10 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 		}
 		seqs[i] = append(append(make([]int32, 0, len(p)+len(completions[i])), p...), completions[i]...)
 	}
+	cols, err := m.padSeqs(seqs, prompts, completions, padT)
+	if err != nil {
+		return nil, err
+	}
 	in, err := m.packSeqs(seqs)
 	if err != nil {
 		return nil, err
@@ -41,13 +52,17 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 	if err != nil {
 		return nil, err
 	}
-	s := &Scores{m: m, LogProbs: make([][]float32, len(prompts)), Entropy: make([][]float32, len(prompts))}
+	s := &Scores{m: m, LogProbs: make([][]float32, len(prompts)), Entropy: make([][]float32, len(prompts)), cols: cols}
 	var targets []int32
 	for i, c := range completions {
-		for t := range c {
+		n := len(c)
+		if cols != nil {
+			n = cols[i]
+		}
+		for t := range n { // completion i's tokens, then the padding's in the padded columns
 			s.rows = append(s.rows, in.starts[i]+len(prompts[i])-1+t)
 		}
-		targets = append(targets, c...)
+		targets = append(targets, seqs[i][len(prompts[i]):len(prompts[i])+n]...)
 	}
 	if train {
 		s.a = a
@@ -60,6 +75,7 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 		return s, nil
 	}
 	hidden := m.gatherRows(a.hidden, s.rows)
+	a.hidden = nil // the backward does not read it
 	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
 	var lpv, entv []float32
 	s.lp, lpv = f32(mm)
@@ -70,7 +86,7 @@ func (m *Model) Score(prompts, completions [][]int32, temperature float32, train
 	k := 0
 	for i, c := range completions {
 		s.LogProbs[i], s.Entropy[i] = lpv[k:k+len(c):k+len(c)], entv[k:k+len(c):k+len(c)]
-		k += len(c)
+		k += s.scored(i)
 	}
 	return s, nil
 }
@@ -113,7 +129,8 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 				if len(r) != len(s.LogProbs[i]) {
 					return nil, tensor.Errorf(tensor.ErrShape, op, name, "row %d has %d values, want %d", i, len(r), len(s.LogProbs[i]))
 				}
-				k += copy(ov[k:], r)
+				copy(ov[k:], r)
+				k += s.scored(i) // the padding's positions: zero
 			}
 			return out, nil
 		}

@@ -185,9 +185,18 @@ type ActorConfig struct {
 	GradReduce string `yaml:"grad_reduce" json:"grad_reduce"`
 	// GradBucketMB is the bucket of the sharded reductions in MiB of float32 gradient.
 	GradBucketMB float64 `yaml:"grad_bucket_mb" json:"grad_bucket_mb"`
-	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding, the other
-	// keys are accepted and ignored.
+	// FSDP is verl's section; sharding_strategy picks the optimizer's sharding and
+	// mixed_precision_dtype the model_path model's compute dtype, the other keys are accepted
+	// and ignored.
 	FSDP FSDPConfig `yaml:"fsdp" json:"fsdp"`
+	// PaddingFree packs a micro-batch's sequences end to end (cu_seqlens) on the model_path
+	// path; false right-pads them to the longest prompt plus max_response_length, as without
+	// remove_padding (the same losses, the padding's compute on top).
+	PaddingFree bool `yaml:"padding_free" json:"padding_free"`
+	// DynamicBatching builds the model_path path's micro-batches by MaxTokenLenPerDevice
+	// prompt and response tokens instead of micro_batch_size_per_device_* rows.
+	DynamicBatching      bool `yaml:"dynamic_batching" json:"dynamic_batching"`
+	MaxTokenLenPerDevice int  `yaml:"max_token_len_per_device" json:"max_token_len_per_device"`
 }
 
 // FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
@@ -199,6 +208,22 @@ type FSDPConfig struct {
 	// steps (ZeRO-3, gathered layer by layer for forward and backward); this trainer's model
 	// runs whole, so they run as SHARD_GRAD_OP, with a warning.
 	ShardingStrategy string `yaml:"sharding_strategy" json:"sharding_strategy"`
+	// MixedPrecisionDType is the model_path model's compute dtype: fp32, or bf16 (bfloat16
+	// weights and activations over float32 masters, gradients and AdamW; hflm.SetMixedPrecision).
+	MixedPrecisionDType string `yaml:"mixed_precision_dtype" json:"mixed_precision_dtype"`
+	// ReduceDType is the gradients' dtype: fp32 only (verl's mixed_precision.reduce_dtype).
+	ReduceDType string `yaml:"reduce_dtype" json:"reduce_dtype"`
+}
+
+// MixedPrecision is the compute dtype of mixed_precision_dtype (float32 for "").
+func (f FSDPConfig) MixedPrecision() (tensor.DType, error) {
+	switch strings.ToLower(f.MixedPrecisionDType) {
+	case "", "fp32", "float32":
+		return tensor.Float32, nil
+	case "bf16", "bfloat16":
+		return tensor.BFloat16, nil
+	}
+	return 0, keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %q, want fp32 or bf16 (fp16 is not supported: its range needs loss scaling)", f.MixedPrecisionDType)
 }
 
 // Sharding is the loop's ZeRO stage of the strategy (0: none).
@@ -251,6 +276,9 @@ type ModelConfig struct {
 	LoraAlpha     float64    `yaml:"lora_alpha" json:"lora_alpha"`
 	LoraDropout   float64    `yaml:"lora_dropout" json:"lora_dropout"`
 	TargetModules StringList `yaml:"target_modules" json:"target_modules"`
+	// EnableGradientCheckpointing recomputes each decoder layer's activations in the backward
+	// (the model_path model; the built-in model keeps its activations).
+	EnableGradientCheckpointing bool `yaml:"enable_gradient_checkpointing" json:"enable_gradient_checkpointing"`
 }
 
 // RolloutConfig is sampling.
@@ -336,14 +364,19 @@ var aliases = map[string]string{
 	"optimization.kl_target":                 "optimization.divergence_target",
 	"optimization.kl_horizon":                "optimization.divergence_horizon",
 	// verl's names of the same settings.
-	"training.test_freq":             "training.val_freq",
-	"training.total_training_steps":  "training.steps",
-	"training.default_local_dir":     "training.run_dir",
-	"dataset.train_batch_size":       "dataset.rollout_batch_size",
-	"optimization.kl_ctrl.type":      "optimization.divergence_type",
-	"optimization.kl_ctrl.kl_coef":   "optimization.divergence_coef",
-	"optimization.kl_ctrl.horizon":   "optimization.divergence_horizon",
-	"optimization.kl_ctrl.target_kl": "optimization.divergence_target",
+	"worker.actor.use_dynamic_bsz":                   "worker.actor.dynamic_batching",
+	"worker.actor.ppo_max_token_len_per_gpu":         "worker.actor.max_token_len_per_device",
+	"worker.actor.model.use_remove_padding":          "worker.actor.padding_free",
+	"worker.actor.fsdp.mixed_precision.param_dtype":  "worker.actor.fsdp.mixed_precision_dtype",
+	"worker.actor.fsdp.mixed_precision.reduce_dtype": "worker.actor.fsdp.reduce_dtype",
+	"training.test_freq":                             "training.val_freq",
+	"training.total_training_steps":                  "training.steps",
+	"training.default_local_dir":                     "training.run_dir",
+	"dataset.train_batch_size":                       "dataset.rollout_batch_size",
+	"optimization.kl_ctrl.type":                      "optimization.divergence_type",
+	"optimization.kl_ctrl.kl_coef":                   "optimization.divergence_coef",
+	"optimization.kl_ctrl.horizon":                   "optimization.divergence_horizon",
+	"optimization.kl_ctrl.target_kl":                 "optimization.divergence_target",
 	// EasyR1's section names.
 	"data.":      "dataset.",
 	"trainer.":   "training.",
@@ -353,42 +386,39 @@ var aliases = map[string]string{
 // ignored are keys of the seeds that only make sense for PyTorch / vLLM / Ray (a prefix ending in
 // "." covers a whole section), with the reason printed in their one warning.
 var ignored = map[string]string{
-	"dataset.video_fps":                                "this example's model reads images only",
-	"worker.actor.optim.strategy":                      "AdamW in float32",
-	"training.save_limit":                              "every checkpoint is kept (nothing is deleted)",
-	"worker.actor.ulysses_size":                        "no sequence parallelism",
-	"worker.actor.model.peft_type":                     "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
-	"worker.rollout.enable_prefix_caching":             "the decoder's KV cache is per batch; no vLLM prefix cache",
-	"worker.hybrid_engine":                             "one process does rollout and update",
-	"worker.actor.strategy":                            "no FSDP / Megatron: one process",
-	"worker.actor.fsdp.":                               "no FSDP wrapping, mixed precision or offload: float32 on the host (sharding_strategy is read)",
-	"worker.actor.offload.":                            "no CPU offload: everything is on the CPU already",
-	"worker.ref.":                                      "the reference is the frozen warm-started policy, in process",
-	"worker.actor.padding_free":                        "rows are right-padded; the model masks the padding",
-	"worker.actor.dynamic_batching":                    "micro-batches have a fixed number of rows",
-	"worker.actor.use_torch_compile":                   "no PyTorch",
-	"worker.actor.ulysses_sequence_parallel_size":      "no sequence parallelism",
-	"worker.actor.model.tokenizer_path":                "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
-	"worker.actor.model.enable_gradient_checkpointing": "activations are kept; the model is small",
-	"worker.actor.model.trust_remote_code":             "no remote code",
-	"worker.actor.model.freeze_vision_tower":           "the whole model trains",
-	"worker.rollout.name":                              "sampling is the model's own KV-cached decoder (no vLLM)",
-	"worker.rollout.gpu_memory_utilization":            "no vLLM memory pool",
-	"worker.rollout.tensor_parallel_size":              "no tensor parallelism",
-	"worker.rollout.enforce_eager":                     "no CUDA graphs",
-	"worker.rollout.enable_chunked_prefill":            "no vLLM scheduler",
-	"worker.rollout.max_num_batched_tokens":            "no vLLM scheduler",
-	"worker.rollout.dtype":                             "the model runs in float32",
-	"worker.rollout.limit_images":                      "one image per prompt",
-	"worker.rollout.disable_tqdm":                      "see training.progress",
-	"worker.reward.reward_fn_path":                     "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
-	"worker.reward.reward_function":                    "no Python reward functions: the built-in Go reward scores the answer and the think format",
-	"worker.reward.reward_function_kwargs":             "no Python reward functions",
-	"worker.reward.skip_special_tokens":                "special tokens are never decoded into the response text",
-	"worker.reward.num_cpus":                           "no Ray",
-	"worker.critic.model.":                             "the critic has the actor's sizes (worker.actor.model)",
-	"worker.critic.fsdp.":                              "no FSDP: one process",
-	"worker.critic.offload.":                           "no CPU offload",
+	"dataset.video_fps":                           "this example's model reads images only",
+	"worker.actor.optim.strategy":                 "AdamW in float32",
+	"training.save_limit":                         "every checkpoint is kept (nothing is deleted)",
+	"worker.actor.ulysses_size":                   "no sequence parallelism",
+	"worker.actor.model.peft_type":                "LoRA is on when worker.actor.model.lora_rank > 0 (with model_path)",
+	"worker.rollout.enable_prefix_caching":        "the decoder's KV cache is per batch; no vLLM prefix cache",
+	"worker.hybrid_engine":                        "one process does rollout and update",
+	"worker.actor.strategy":                       "no FSDP / Megatron: one process",
+	"worker.actor.fsdp.":                          "no FSDP wrapping or offload (sharding_strategy, mixed_precision_dtype and reduce_dtype are read)",
+	"worker.actor.offload.":                       "no CPU offload: everything is on the CPU already",
+	"worker.ref.":                                 "the reference is the frozen warm-started policy, in process",
+	"worker.actor.use_torch_compile":              "no PyTorch",
+	"worker.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
+	"worker.actor.model.tokenizer_path":           "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
+	"worker.actor.model.trust_remote_code":        "no remote code",
+	"worker.actor.model.freeze_vision_tower":      "the whole model trains",
+	"worker.rollout.name":                         "sampling is the model's own KV-cached decoder (no vLLM)",
+	"worker.rollout.gpu_memory_utilization":       "no vLLM memory pool",
+	"worker.rollout.tensor_parallel_size":         "no tensor parallelism",
+	"worker.rollout.enforce_eager":                "no CUDA graphs",
+	"worker.rollout.enable_chunked_prefill":       "no vLLM scheduler",
+	"worker.rollout.max_num_batched_tokens":       "no vLLM scheduler",
+	"worker.rollout.dtype":                        "the model runs in float32",
+	"worker.rollout.limit_images":                 "one image per prompt",
+	"worker.rollout.disable_tqdm":                 "see training.progress",
+	"worker.reward.reward_fn_path":                "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
+	"worker.reward.reward_function":               "no Python reward functions: the built-in Go reward scores the answer and the think format",
+	"worker.reward.reward_function_kwargs":        "no Python reward functions",
+	"worker.reward.skip_special_tokens":           "special tokens are never decoded into the response text",
+	"worker.reward.num_cpus":                      "no Ray",
+	"worker.critic.model.":                        "the critic has the actor's sizes (worker.actor.model)",
+	"worker.critic.fsdp.":                         "no FSDP: one process",
+	"worker.critic.offload.":                      "no CPU offload",
 }
 
 // DefaultConfig returns the embedded default configuration.
@@ -940,6 +970,9 @@ func (c Config) Validate() error {
 		return keyErr("worker.actor.grad_bucket_mb", "is %v, want a size in MiB in (0, 1048576]", a.GradBucketMB)
 	}
 	if _, err := a.FSDP.Sharding(); err != nil {
+		return err
+	}
+	if err := a.validateScale(); err != nil {
 		return err
 	}
 	if a.Device == "cuda" && (a.GradReduce != "ordered" || a.FSDP.ShardingStrategy != "NO_SHARD") {

@@ -46,6 +46,7 @@ func (c *Config) resolveModelPath() {
 		if m.LoraRank > 0 {
 			c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.model.lora_rank=%d: no LoRA on the built-in model, which is trained in full (LoRA needs worker.actor.model.model_path)", m.LoraRank))
 		}
+		c.warnScaleBuiltin()
 		return
 	}
 	unset := func(key string) bool { return c.set[key] == 0 }
@@ -399,6 +400,9 @@ func openHF(cfg Config) (*hfRun, error) {
 	if err != nil {
 		return nil, key(err)
 	}
+	if err := cfg.Worker.Actor.applyScale(r.model); err != nil {
+		return nil, err
+	}
 	if r.tok, err = hfmodel.LoadTokenizer(mc.ModelPath); err != nil {
 		return nil, key(err)
 	}
@@ -445,7 +449,7 @@ func (r *hfRun) policy(m *hflm.Model) *hflm.Policy[hfPrompt] {
 	for _, id := range r.gen.EOSTokenIDs {
 		stop = append(stop, int32(id))
 	}
-	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop,
+	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop, Padded: !r.cfg.Worker.Actor.PaddingFree,
 		Prompt: func(p hfPrompt) []int32 { return p.ids },
 		Decode: func(ids []int32) string {
 			v := make([]int, len(ids))
@@ -470,6 +474,7 @@ func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
 		return nil, err
 	}
 	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
+	act.scaleLoop(&lc)
 	parts := loop.Parts[hfPrompt]{Policy: r.policy(r.model), Rewards: cfg.hfRewards(),
 		Data: loop.NewEpochs(r.prompts, cfg.Dataset.Shuffle, cfg.Dataset.Seed)}
 	if !cfg.Optimization.DisableDivergence {
@@ -478,6 +483,9 @@ func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
 			// Full fine-tuning changes the weights: the reference is a second, frozen load.
 			var err error
 			if ref, err = hflm.LoadDir(r.dir); err != nil {
+				return nil, err
+			}
+			if err := act.applyScale(ref); err != nil { // the reference computes as the policy
 				return nil, err
 			}
 		}
@@ -563,8 +571,8 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 	for _, p := range ps {
 		trained += p.Value.Len()
 	}
-	fmt.Fprintf(stdout, "model %s: %d parameters (%s: %d trained); %d prompts (%d over max_prompt_length dropped); %d RL steps; run dir %s\n",
-		r.dir, r.model.NumParams(), lora, trained, len(r.prompts), r.dropped, steps, dir)
+	fmt.Fprintf(stdout, "model %s: %d parameters (%s: %d trained, %s); %d prompts (%d over max_prompt_length dropped); %d RL steps; run dir %s\n",
+		r.dir, r.model.NumParams(), lora, trained, cfg.Worker.Actor.dtypeName(), len(r.prompts), r.dropped, steps, dir)
 	mf, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

@@ -37,6 +37,13 @@ type Config struct {
 	// UpdateRows and ScoreRows are the rows per micro-batch of the update and of the scoring
 	// passes, per rank (micro_batch_size_per_device_for_update / _for_experience).
 	UpdateRows, ScoreRows int
+	// MicroBatchTokens > 0 builds both kinds of micro-batches by a token budget instead (verl's
+	// use_dynamic_bsz with ppo_max_token_len_per_gpu): runs of consecutive rows whose tokens
+	// (TokenCounter's count when the policy has one, else the completions' lengths) stay within
+	// it, a row over the budget alone; UpdateRows and ScoreRows are then not read. The loss is
+	// normalised over the mini-batch, so the gradient is the fixed split's up to the order of
+	// the float32 sums.
+	MicroBatchTokens int
 	// MaxGradNorm clips the gradient's global norm (0: no clipping).
 	MaxGradNorm float64
 	// LR is the learning-rate schedule over the optimizer steps of the run.
@@ -89,6 +96,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("loop: PPOEpochs is %d, want >= 1", c.PPOEpochs)
 	case c.UpdateRows < 1 || c.ScoreRows < 1:
 		return fmt.Errorf("loop: UpdateRows %d and ScoreRows %d must be >= 1", c.UpdateRows, c.ScoreRows)
+	case c.MicroBatchTokens < 0:
+		return fmt.Errorf("loop: MicroBatchTokens is %d, want >= 0 (0: micro-batches of UpdateRows and ScoreRows rows)", c.MicroBatchTokens)
 	case !(c.MaxGradNorm >= 0) || math.IsInf(c.MaxGradNorm, 0):
 		return fmt.Errorf("loop: MaxGradNorm is %v, want a finite value >= 0 (0: no clipping)", c.MaxGradNorm)
 	}

@@ -466,8 +466,8 @@ func (l *Loop[P]) generate(ctx context.Context, rows []P, round int) ([]Completi
 // of Config.ScoreRows, then the other ranks' rows gathered.
 func (l *Loop[P]) score(ctx context.Context, sc Scorer[P], b *Batch[P], in Input, logp, ent *tensor.Tensor) error {
 	lo, hi := l.shard(b.Len())
-	for s := lo; s < hi; s += l.cfg.ScoreRows {
-		e := min(s+l.cfg.ScoreRows, hi)
+	for _, r := range l.microBatches(b, lo, hi, l.cfg.ScoreRows) {
+		s, e := r[0], r[1]
 		lp, err := logp.Rows(s, e)
 		if err != nil {
 			return err

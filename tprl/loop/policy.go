@@ -109,6 +109,12 @@ type Param struct {
 	Decay bool
 }
 
+// TokenCounter is implemented by policies that know how many tokens a row's pass computes
+// (its prompt and completion), which Config.MicroBatchTokens budgets.
+type TokenCounter[P any] interface {
+	RowTokens(b *Batch[P], row int) int
+}
+
 // Trainable is a Policy whose parameters are host tensors: the loop's default Gradients
 // (HostGradients) and the shipped AdamW work on them. A policy on another backend supplies
 // its own Parts.Gradients and Parts.Optimizer.

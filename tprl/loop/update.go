@@ -82,8 +82,8 @@ func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], m
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
-			for lo := mlo + slo; lo < mlo+shi; lo += cfg.UpdateRows {
-				hi := min(lo+cfg.UpdateRows, mlo+shi)
+			for _, r := range l.microBatches(b, mlo+slo, mlo+shi, cfg.UpdateRows) {
+				lo, hi := r[0], r[1]
 				if err := l.microBatch(st, b, upd, shaped, lo, hi, lo-mlo-slo, hi-mlo-slo); err != nil {
 					_ = upd.Release()
 					return nil, err
@@ -215,4 +215,34 @@ func rowsOrNil(x *tensor.Tensor, lo, hi int) *tensor.Tensor {
 		return nil
 	}
 	return tensor.Must(x.Rows(lo, hi))
+}
+
+// microBatches splits rows [lo, hi) into micro-batches: of rows rows, or by
+// Config.MicroBatchTokens when it is set.
+func (l *Loop[P]) microBatches(b *Batch[P], lo, hi, rows int) [][2]int {
+	var out [][2]int
+	budget := l.cfg.MicroBatchTokens
+	if budget <= 0 {
+		for s := lo; s < hi; s += rows {
+			out = append(out, [2]int{s, min(s+rows, hi)})
+		}
+		return out
+	}
+	count := func(i int) int { return min(len(b.Completions[i].Tokens), b.T) }
+	if tc, ok := l.parts.Policy.(TokenCounter[P]); ok {
+		count = func(i int) int { return tc.RowTokens(b, i) }
+	}
+	start, tokens := lo, 0
+	for i := lo; i < hi; i++ {
+		n := count(i)
+		if i > start && tokens+n > budget {
+			out = append(out, [2]int{start, i})
+			start, tokens = i, 0
+		}
+		tokens += n
+	}
+	if start < hi {
+		out = append(out, [2]int{start, hi})
+	}
+	return out
 }
