@@ -14,8 +14,10 @@ op's flops and bytes, and the load average when it was taken. Torch's equivalent
 
 - gemm, decode: torch.matmul(x, W.t(), out=y), W [N, K] in Hugging Face layout as tensor.Linear
   takes it, float32;
-- attention: Hugging Face's eager attention, causal, under no_grad: K and V repeated for the
-  query heads (repeat_kv), matmul, scale, additive causal mask, softmax, matmul;
+- attention: Hugging Face's eager attention, causal: K and V repeated for the query heads
+  (repeat_kv), matmul, scale, additive causal mask, softmax, matmul; forward under no_grad,
+  forward + backward by autograd.grad of the output against a random gradient into Q, K and V
+  (torch 1.13 has no scaled_dot_product_attention);
 - lmhead: logits = h·Wᵀ, log_softmax, gather of the targets and the entropy; forward under
   no_grad, forward + backward by autograd of Σ g·logp + Σ g'·entropy into h and W;
 - stream: x.sum() over a 1 GiB float32 tensor (streaming read).
@@ -93,23 +95,32 @@ def lmhead_fn(torch, bwd, h, w, y, gl, ge):
     return run
 
 
-def attention_inputs(torch, t, hq, hkv, d):
+def attention_inputs(torch, t, hq, hkv, d, grad=False):
     g = torch.Generator().manual_seed(2)
     q = torch.randn(hq, t, d, generator=g)
     k, v = torch.randn(hkv, t, d, generator=g), torch.randn(hkv, t, d, generator=g)
     mask = torch.full((t, t), float("-inf")).triu_(1)
-    return q, k, v, mask
+    dout = torch.randn(hq, t, d, generator=g) if grad else None
+    return q.requires_grad_(grad), k.requires_grad_(grad), v.requires_grad_(grad), mask, dout
 
 
-def attention_fn(torch, q, k, v, mask):
+def attention_fn(torch, q, k, v, mask, dout):
     rep, scale = q.shape[0] // k.shape[0], 1 / math.sqrt(q.shape[-1])
 
+    def fwd():
+        kk, vv = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)  # repeat_kv
+        s = torch.matmul(q, kk.transpose(-1, -2)) * scale + mask
+        p = torch.softmax(s, dim=-1, dtype=torch.float32)
+        return torch.matmul(p, vv)
+
+    if dout is None:
+        def run():
+            with torch.no_grad():
+                return fwd()
+        return run
+
     def run():
-        with torch.no_grad():
-            kk, vv = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)  # repeat_kv
-            s = torch.matmul(q, kk.transpose(-1, -2)) * scale + mask
-            p = torch.softmax(s, dim=-1, dtype=torch.float32)
-            return torch.matmul(p, vv)
+        torch.autograd.grad(fwd(), (q, k, v), dout)
     return run
 
 
@@ -129,11 +140,12 @@ def run_torch(group, threads, reps):
                 emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}/mv", wall=wall, cpu=cpu,
                      flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
     elif group == "attention":
-        for t, hq, hkv, d in ATTN:
-            fn = attention_fn(torch, *attention_inputs(torch, t, hq, hkv, d))
-            wall, cpu = timed(fn, reps)
-            emit(side="torch", group=group, key=f"attention/fwd/T={t}/Hq={hq}/Hkv={hkv}/D={d}", wall=wall,
-                 cpu=cpu, flops=attn_flops(t, hq, d), threads=threads)
+        for bwd in (False, True):
+            for t, hq, hkv, d in ATTN:
+                fn = attention_fn(torch, *attention_inputs(torch, t, hq, hkv, d, bwd))
+                wall, cpu = timed(fn, reps)
+                emit(side="torch", group=group, key=f"attention/{'fwd+bwd' if bwd else 'fwd'}/T={t}/Hq={hq}/Hkv={hkv}/D={d}",
+                     wall=wall, cpu=cpu, flops=(3.5 if bwd else 1) * attn_flops(t, hq, d), threads=threads)
     elif group == "lmhead":
         n, d, v = LMHEAD
         for bwd in (False, True):
@@ -269,62 +281,79 @@ def table(path):
     def pct(x):
         return "—" if x is None or not peak else f"{100 * x / peak:.0f} %"
 
-    print(f"#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall — {cpu}\n")
-    print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    groups = {r["group"] for r in recs}  # a run of some groups prints only their tables
 
-    def pct_wall(x):
-        return "—" if x is None or not peak_wall else f"{100 * x / peak_wall:.0f} %"
+    if "gemm" in groups:
+        print(f"#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall — {cpu}\n")
+        print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
 
-    for m, k, n in GEMM:
-        key = f"linear/M={m}/K={k}/N={n}"
-        g = med([gfl_cpu(r) for r in runs("go", key)])
-        t = med([gfl_cpu(r) for r in runs("torch", key)])
-        gw, tw = med([gfl(r) for r in runs("go", key)]), med([gfl(r) for r in runs("torch", key)])
-        print(f"| {m} × {k} → {n} | {fmt(g, '.0f')} ({pct(g)}) | {fmt(t, '.0f')} ({pct(t)}) | "
-              f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(gw, '.0f')} ({pct_wall(gw)}) | "
-              f"{fmt(tw, '.0f')} ({pct_wall(tw)}) | {fmt(ratio_med(key, gfl), '.2f')}× |")
+        def pct_wall(x):
+            return "—" if x is None or not peak_wall else f"{100 * x / peak_wall:.0f} %"
 
-    gs = med([r["metrics"]["GB/s"] for r in runs("go", "stream")])
-    ts = med([r["bytes"] / r["wall"] / 1e9 for r in runs("torch", "stream")])
-    ref = max(x for x in (gs, ts, 0) if x is not None)
-    print(f"\nStreaming read, 1 GiB, wall: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s, "
-          f"torch x.sum() {fmt(ts, '.1f')} GB/s; decode is held against the larger, {fmt(ref, '.1f')} GB/s.\n")
-    print(f"#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall — {cpu}\n")
-    print("Bound: min(streaming read, measured wall FMA peak / (M/2 flops per weight byte)): from M ≈ "
-          f"{fmt(peak_wall and 2 * peak_wall / ref, '.0f')} on, the float32 FMAs, not the memory, limit a row block.\n")
-    print("| M | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for m, k, n in GEMM:
+            key = f"linear/M={m}/K={k}/N={n}"
+            g = med([gfl_cpu(r) for r in runs("go", key)])
+            t = med([gfl_cpu(r) for r in runs("torch", key)])
+            gw, tw = med([gfl(r) for r in runs("go", key)]), med([gfl(r) for r in runs("torch", key)])
+            print(f"| {m} × {k} → {n} | {fmt(g, '.0f')} ({pct(g)}) | {fmt(t, '.0f')} ({pct(t)}) | "
+                  f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(gw, '.0f')} ({pct_wall(gw)}) | "
+                  f"{fmt(tw, '.0f')} ({pct_wall(tw)}) | {fmt(ratio_med(key, gfl), '.2f')}× |")
 
-    def wgb(r):
-        return r["metrics"]["weight-GB/s"] if r["side"] == "go" else r["wbytes"] / r["wall"] / 1e9
+    if "stream" in groups and "decode" in groups:
+        gs = med([r["metrics"]["GB/s"] for r in runs("go", "stream")])
+        ts = med([r["bytes"] / r["wall"] / 1e9 for r in runs("torch", "stream")])
+        ref = max(x for x in (gs, ts, 0) if x is not None)
+        print(f"\nStreaming read, 1 GiB, wall: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s, "
+              f"torch x.sum() {fmt(ts, '.1f')} GB/s; decode is held against the larger, {fmt(ref, '.1f')} GB/s.\n")
+        print(f"#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall — {cpu}\n")
+        print("Bound: min(streaming read, measured wall FMA peak / (M/2 flops per weight byte)): from M ≈ "
+              f"{fmt(peak_wall and 2 * peak_wall / ref, '.0f')} on, the float32 FMAs, not the memory, limit a row block.\n")
+        print("| M | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
-    for m, k, n in DECODE:
-        key = f"linear/M={m}/K={k}/N={n}"
-        g, t = med([wgb(r) for r in runs("go", key)]), med([wgb(r) for r in runs("torch", key)])
-        bound = min(ref, 2 * peak_wall / m) if peak_wall else ref
-        print(f"| {m} | {bound:.1f} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(g and 100 * g / bound, '.0f')} % | {fmt(t, '.1f')} | "
-              f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
-              f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
-        if m == 1 and runs("torch", key + "/mv"):
-            t = med([wgb(r) for r in runs("torch", key + "/mv")])
-            rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
-            print(f"| 1, torch.mv | | | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
-                  f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
+        def wgb(r):
+            return r["metrics"]["weight-GB/s"] if r["side"] == "go" else r["wbytes"] / r["wall"] / 1e9
+
+        for m, k, n in DECODE:
+            key = f"linear/M={m}/K={k}/N={n}"
+            g, t = med([wgb(r) for r in runs("go", key)]), med([wgb(r) for r in runs("torch", key)])
+            bound = min(ref, 2 * peak_wall / m) if peak_wall else ref
+            print(f"| {m} | {bound:.1f} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(g and 100 * g / bound, '.0f')} % | {fmt(t, '.1f')} | "
+                  f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
+                  f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
+            if m == 1 and runs("torch", key + "/mv"):
+                t = med([wgb(r) for r in runs("torch", key + "/mv")])
+                rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
+                print(f"| 1, torch.mv | | | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
+                      f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}
-    print(f"\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64, forward: ms per call and GFLOP per CPU-second — {cpu}\n")
-    print("| T | Go ms (wall) | torch ms (wall) | Go/torch speed (wall) | Go GFLOP/cpu-s | torch GFLOP/cpu-s | Go/torch (cpu-s) | Go B/op | torch peak RSS Δ |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for t, hq, hkv, d in ATTN:
-        key = f"attention/fwd/T={t}/Hq={hq}/Hkv={hkv}/D={d}"
+    if "attention" in groups:
+        attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu)
+    if "lmhead" in groups:
+        lmhead_table(runs, ratio_med, mem, cpu)
+    print(f"\nMedians over {len(runs('go', 'fmapeak/avx512'))} interleaved rounds; ratios are medians of the per-round ratios.")
+
+
+def attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu):
+    print(f"\n#### Attention, causal, 14 query heads / 2 KV heads, dim 64: ms per call and GFLOP per CPU-second — {cpu}\n")
+    print("Forward + backward counts 3.5× the forward's flops on both sides (FlashAttention's accounting), so every "
+          "ratio is a time ratio.\n")
+    print("| pass | T | Go ms (wall) | torch ms (wall) | Go/torch speed (wall) | Go GFLOP/cpu-s | torch GFLOP/cpu-s | Go/torch (cpu-s) | Go B/op | torch peak RSS Δ |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (t, hq, hkv, d), p in [(a, p) for p in ("fwd", "fwd+bwd") for a in ATTN]:
+        key = f"attention/{p}/T={t}/Hq={hq}/Hkv={hkv}/D={d}"
         tm = mem.get(key)
-        print(f"| {t} | {fmt(med([1e3 * r['wall'] for r in runs('go', key)]), '.1f')} | "
+        print(f"| {p} | {t} | {fmt(med([1e3 * r['wall'] for r in runs('go', key)]), '.1f')} | "
               f"{fmt(med([1e3 * r['wall'] for r in runs('torch', key)]), '.1f')} | {fmt(ratio_med(key, gfl), '.2f')}× | "
               f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.1f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.1f')} | "
               f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(med([r.get('alloc') for r in runs('go', key)]), '.0f')} B | "
               f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
 
+
+
+def lmhead_table(runs, ratio_med, mem, cpu):
     n, d, v = LMHEAD
     print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}, float32: tokens/s wall and tokens per CPU-second; memory — {cpu}\n")
     print("| pass | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go allocated per call | torch peak RSS Δ |")
@@ -344,9 +373,7 @@ def table(path):
               f"{fmt(med([tok_cpu(r) for r in runs('torch', key)]), '.0f')} | {fmt(ratio_med(key, tok_cpu), '.2f')}× | "
               f"{fmt(div(med([r.get('alloc') for r in runs('go', key)]), 1e6), '.1f')} MB | "
               f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
-    rounds = len(runs("go", "stream")) or len(runs("go", f"lmhead/fwd/N={n}/D={d}/V={v}"))
-    print(f"\nMedians over {rounds} interleaved rounds; ratios are medians of the per-round ratios. "
-          f"[N, V] float32 logits are {4 * n * v / 1e6:.0f} MB; dW [V, D] is {4 * v * d / 1e6:.0f} MB "
+    print(f"\n[N, V] float32 logits are {4 * n * v / 1e6:.0f} MB; dW [V, D] is {4 * v * d / 1e6:.0f} MB "
           f"(torch allocates it per backward, Go writes a preallocated one).")
 
 

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 
@@ -105,20 +106,23 @@ func bwdRow(p, dp, lse, dlt []float32) {
 	}
 }
 
-// attnPool recycles the per-call packed panels and per-goroutine tiles: a decode step calls
-// attention once per layer and token, and must not allocate its buffers each time.
-var attnPool sync.Pool
+// attnPools recycle the per-call packed panels and per-goroutine tiles, one pool per power of
+// two of the capacity: a decode step calls attention once per layer and token, and must not
+// allocate its buffers each time.
+var attnPools [64]sync.Pool
 
+// getF32 returns a buffer of n float32 (contents undefined) from the pool of its size class.
 func getF32(n int) *[]float32 {
-	if p, ok := attnPool.Get().(*[]float32); ok && cap(*p) >= n {
+	c := bits.Len(uint(n))
+	if p, ok := attnPools[c].Get().(*[]float32); ok {
 		*p = (*p)[:n]
 		return p
 	}
-	s := make([]float32, n)
+	s := make([]float32, n, 1<<c)
 	return &s
 }
 
-func putF32(p *[]float32) { attnPool.Put(p) }
+func putF32(p *[]float32) { attnPools[bits.Len(uint(cap(*p)))-1].Put(p) }
 
 // keyLimit is how many keys row t (0-based in its sequence) of q sees.
 func keyLimit(s nnref.AttnShape, q nnref.Seq, t int) int {
@@ -217,12 +221,14 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 			clear(o[:n*d])
 			maxLim := lims[n-1]
 			panels := kt[off[jb.seq*s.Hkv+jb.g]*d*attnKeys:]
-			vg := v[(sq.K0*s.Hkv+jb.g)*d:]
+			// head g's first key (value) row, and the rows' stride; only read where keys are seen
+			kv0, ld := (sq.K0*s.Hkv+jb.g)*d, s.Hkv*d
 			r0 := 0 // rows before r0 see none of the current panel's keys
 			for j0 := 0; j0 < maxLim; j0 += attnKeys {
 				for r0 < n && lims[r0] <= j0 {
 					r0++
 				}
+				nk := min(attnKeys, maxLim-j0)
 				panel := panels[j0*d:][:d*attnKeys]
 				for r := r0; r < n; r += gemm.MR {
 					gemm.Tile(min(gemm.MR, n-r), d, qb[r*d:], d, panel, attnKeys, sc[r*attnKeys:], attnKeys, attnKeys, false)
@@ -250,9 +256,8 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 					}
 					ms[r] = m1
 				}
-				nk := min(attnKeys, maxLim-j0)
 				for r := r0; r < n; r += gemm.MR {
-					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, vg[j0*s.Hkv*d:], s.Hkv*d, o[r*d:], d, d, true)
+					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, v[kv0+j0*ld:], ld, o[r*d:], d, d, true)
 				}
 			}
 			for r := range n {
@@ -387,7 +392,8 @@ func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse
 		parallel.For(nb, 1, func(lo, hi int) {
 			wb := getF32(2 * attnKeys * attnBwdRows)
 			defer putF32(wb)
-			for ib := lo; ib < hi; ib++ {
+			for i := lo; i < hi; i++ {
+				ib := nb - 1 - i // last blocks first: under a causal mask they see the most keys
 				u := p.unitOf(p.bOff, ib)
 				for jp := range p.kOff[u+1] - p.kOff[u] {
 					tile(*wb, u, jp, ib, false, true)

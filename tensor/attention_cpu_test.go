@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
+	"github.com/mtrl-go/mtrl/internal/cputime"
 	"github.com/mtrl-go/mtrl/internal/nnref"
 )
 
@@ -84,6 +85,8 @@ func attnCases() []attnCase {
 		// head dimension past the AVX-512 width (the AVX2 and pure-Go rest columns)
 		{"causal-d80", nnref.AttnShape{Hq: 2, Hkv: 1, D: 80, Causal: true}, []nnref.Seq{seq(0, 70, 0, 70)}, 70, 70},
 		{"bidirectional-d24", nnref.AttnShape{Hq: 4, Hkv: 4, D: 24}, []nnref.Seq{seq(0, 33, 0, 140)}, 33, 140},
+		// decode: one query token of 7 heads over a cache (the unpacked path), and 3 draft tokens
+		{"decode-gqa7", nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true}, []nnref.Seq{seq(0, 1, 0, 130), seq(1, 3, 130, 67)}, 4, 197},
 		// a cached prefix (fewer queries than keys), more queries than keys, an empty sequence
 		{"varlen-causal", nnref.AttnShape{Hq: 6, Hkv: 2, D: 32, Causal: true},
 			[]nnref.Seq{seq(0, 5, 0, 130), seq(5, 90, 130, 20), seq(95, 0, 150, 7), seq(95, 65, 157, 65)}, 160, 222},
@@ -197,8 +200,70 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			q, k, v, _ := c.inputs(3)
 			out := make([]float32, len(q))
 			b.ReportAllocs()
+			cpu0, _ := cputime.Process()
 			for b.Loop() {
 				attentionCPU(s, c.seqs, q, k, v, out, nil)
+			}
+			if cpu1, ok := cputime.Process(); ok {
+				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
+}
+
+// BenchmarkAttentionDecodeRef is BenchmarkAttentionDecode on the scalar float32 reference
+// (internal/nnref), the CPU kernel before the tiled one: what a decode step used to cost.
+func BenchmarkAttentionDecodeRef(b *testing.B) {
+	for _, l := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("L=%d", l), func(b *testing.B) {
+			s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
+			c := attnCase{s: s, seqs: []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, tq: 1, tk: 2048}
+			q, k, v, _ := c.inputs(3)
+			out := make([]float32, len(q))
+			cpu0, _ := cputime.Process()
+			for b.Loop() {
+				nnref.Attention(s, c.seqs, q, k, v, out, nil)
+			}
+			if cpu1, ok := cputime.Process(); ok {
+				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
+}
+
+// TestAttentionCPUDegenerate runs shapes with nothing to do: head dimension 0, no query heads,
+// no tokens. Outputs must be written (zeros, lse −Inf where a query sees nothing) without a
+// panic, as the reference does.
+func TestAttentionCPUDegenerate(t *testing.T) {
+	for _, c := range []attnCase{
+		{"d0", nnref.AttnShape{Hq: 2, Hkv: 1, D: 0, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 5, K0: 0, KN: 5}}, 5, 5},
+		{"hq0", nnref.AttnShape{Hq: 0, Hkv: 1, D: 8, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 5, K0: 0, KN: 5}}, 5, 5},
+		{"t0", nnref.AttnShape{Hq: 2, Hkv: 1, D: 8, Causal: true, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 0, K0: 0, KN: 0}}, 0, 0},
+		{"no-keys", nnref.AttnShape{Hq: 2, Hkv: 1, D: 8, Scale: 1}, []nnref.Seq{{Q0: 0, QN: 3, K0: 0, KN: 0}}, 3, 0},
+		{"no-keys-last-gqa", nnref.AttnShape{Hq: 4, Hkv: 2, D: 8, Causal: true, Scale: 1},
+			[]nnref.Seq{{Q0: 0, QN: 3, K0: 0, KN: 5}, {Q0: 3, QN: 2, K0: 5, KN: 0}}, 5, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v, dout := c.inputs(4)
+			s := c.s
+			out, lse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+			for i := range out {
+				out[i] = 7
+			}
+			attentionCPU(s, c.seqs, q, k, v, out, lse)
+			dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+			attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+			wout, wlse := make([]float64, len(q)), make([]float64, len(lse))
+			nnref.Attention(s, c.seqs, f64s(q), f64s(k), f64s(v), wout, wlse)
+			for i := range wout {
+				if !(math.Abs(float64(out[i])-wout[i]) <= 1e-5*(1+math.Abs(wout[i]))) {
+					t.Fatalf("out[%d] = %v, want %v", i, out[i], wout[i])
+				}
+			}
+			for i, w := range wlse {
+				if g := float64(lse[i]); !(g == w || math.Abs(g-w) <= 1e-6*math.Abs(w)) {
+					t.Fatalf("lse[%d] = %v, want %v", i, g, w)
+				}
 			}
 		})
 	}

@@ -34,13 +34,16 @@ func BenchmarkOpsDecode(b *testing.B) {
 }
 
 // BenchmarkOpsAttention is causal attention over one sequence of T = 512…4096 tokens, 0.5B's
-// heads (14 query heads sharing 2 key/value heads, dimension 64).
+// heads (14 query heads sharing 2 key/value heads, dimension 64): forward, then forward +
+// backward.
 func BenchmarkOpsAttention(b *testing.B) {
 	var shapes []nntest.AttentionShape
 	for t := 512; t <= 4096; t *= 2 {
 		shapes = append(shapes, nntest.AttentionShape{T: t, Hq: 14, Hkv: 2, D: 64})
 	}
-	nntest.BenchAttention(b, tensor.CPU(), false, shapes...)
+	for _, bwd := range []bool{false, true} {
+		nntest.BenchAttention(b, tensor.CPU(), bwd, shapes...)
+	}
 }
 
 // BenchmarkOpsLMHead is the fused LM head at 0.5B's head (D = 896, V = 151936), 256 tokens,

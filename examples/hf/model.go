@@ -17,6 +17,9 @@ import (
 // positions of arrays over the vocabulary, each value the shortest text that reads back as the
 // same float32.
 func logits(dir string, stdin io.Reader, stdout io.Writer) error {
+	if isVL(dir) {
+		return logitsVL(dir, stdin, stdout)
+	}
 	ck, err := hfmodel.OpenWeights(dir)
 	if err != nil {
 		return err
@@ -42,25 +45,31 @@ func logits(dir string, stdin io.Reader, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		vocab := m.Config.VocabSize
-		buf = append(buf[:0], '[')
-		for t := range len(ids) {
-			if t > 0 {
-				buf = append(buf, ',')
-			}
-			buf = append(buf, '[')
-			for j, z := range v[t*vocab : (t+1)*vocab] {
-				if j > 0 {
-					buf = append(buf, ',')
-				}
-				buf = strconv.AppendFloat(buf, float64(z), 'g', -1, 32)
-			}
-			buf = append(buf, ']')
-		}
-		buf = append(buf, ']', '\n')
+		buf = appendLogits(buf[:0], v, len(ids), m.Config.VocabSize)
 		_, err = w.Write(buf)
 		return err
 	})
+}
+
+// appendLogits appends the logits v [positions, vocab] as one JSON line: an array over
+// positions of arrays over the vocabulary, each value the shortest text that reads back as the
+// same float32.
+func appendLogits(buf []byte, v []float32, positions, vocab int) []byte {
+	buf = append(buf, '[')
+	for t := range positions {
+		if t > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '[')
+		for j, z := range v[t*vocab : (t+1)*vocab] {
+			if j > 0 {
+				buf = append(buf, ',')
+			}
+			buf = strconv.AppendFloat(buf, float64(z), 'g', -1, 32)
+		}
+		buf = append(buf, ']')
+	}
+	return append(buf, ']', '\n')
 }
 
 // genFlags are generate's sampling flags.
@@ -90,6 +99,9 @@ func generateFlags(fs *flag.FlagSet, cmd string) *genFlags {
 // generate renders each conversation with the chat template (add_generation_prompt), encodes
 // it and writes the decoded completion.
 func generate(dir string, f *genFlags, stdin io.Reader, stdout io.Writer) error {
+	if isVL(dir) {
+		return generateVL(dir, f, stdin, stdout)
+	}
 	ct, err := hfmodel.LoadChatTemplate(dir)
 	if err != nil {
 		return err
@@ -111,16 +123,7 @@ func generate(dir string, f *genFlags, stdin io.Reader, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	s := hflm.Sampling{MaxNewTokens: *f.maxNew, Temperature: *f.temperature, TopP: *f.topP, TopK: *f.topK}
-	if s.MaxNewTokens == 0 {
-		s.MaxNewTokens = 256
-		if gc.MaxNewTokens != nil {
-			s.MaxNewTokens = *gc.MaxNewTokens
-		}
-	}
-	for _, id := range gc.EOSTokenIDs {
-		s.Stop = append(s.Stop, int32(id))
-	}
+	s := samplingOf(f, gc)
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	enc := json.NewEncoder(w)

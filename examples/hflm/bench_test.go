@@ -170,7 +170,7 @@ func BenchmarkDecode05B(b *testing.B) {
 			for i := range next {
 				next[i] = sp.sample(lv[i*v:(i+1)*v], Sampling{}, nil)
 			}
-			if hidden, err = m.decodeStep(next, lens, cache); err != nil {
+			if hidden, err = m.decodeStep(next, lens, nil, cache); err != nil {
 				b.Fatal(err)
 			}
 			for i := range lens {

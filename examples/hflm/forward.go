@@ -1,6 +1,8 @@
 package hflm
 
 import (
+	"slices"
+
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -33,9 +35,11 @@ func host(t *tensor.Tensor) []float32 {
 // packed is a batch of token sequences laid end to end, FlashAttention's varlen layout:
 // sequence b is rows [cu[b], cu[b+1]) at positions 0, 1, ….
 type packed struct {
-	ids, pos, cu *tensor.Tensor // int32 [N], [N], [B+1]
+	ids, pos, cu *tensor.Tensor // int32 [N], [N] ([sections, N] with M-RoPE), [B+1]
 	n            int
 	starts       []int // cu as ints
+	// scatter and gather, when set, edit the input embeddings and their gradient (Input).
+	scatter, gather func(*tensor.Tensor) error
 }
 
 func (m *Model) packSeqs(seqs [][]int32) (*packed, error) {
@@ -67,8 +71,12 @@ func (m *Model) packSeqs(seqs [][]int32) (*packed, error) {
 	for i, s := range starts {
 		cu[i] = int32(s)
 	}
+	posT := tensor.Must(tensor.FromInt32(pos, n))
+	if k := len(m.rope.Sections); k > 0 { // M-RoPE on text: every axis at the same position
+		posT = tensor.Must(tensor.FromInt32(slices.Repeat(pos, k), k, n))
+	}
 	return &packed{
-		ids: tensor.Must(tensor.FromInt32(ids, n)), pos: tensor.Must(tensor.FromInt32(pos, n)),
+		ids: tensor.Must(tensor.FromInt32(ids, n)), pos: posT,
 		cu: tensor.Must(tensor.FromInt32(cu, len(cu))), n: n, starts: starts,
 	}, nil
 }
@@ -121,6 +129,11 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	if err := m.embedInto(x, in.ids); err != nil {
 		return nil, err
 	}
+	if in.scatter != nil {
+		if err := in.scatter(x); err != nil {
+			return nil, err
+		}
+	}
 	m.round(xv)
 	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
 	if keep {
@@ -171,6 +184,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.h1, _ = a.buf("h1", n, d)
 	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
 	m.round(host(s.h1))
+	s.h1 = m.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 	s.q, _ = a.buf("q", n, hq, hd)
 	s.k, _ = a.buf("k", n, hkv, hd)
 	s.v, _ = a.buf("v", n, hkv, hd)
@@ -196,6 +210,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 		e.do(tensor.Attention(s.attn, ai, m.attn))
 	}
 	m.round(host(s.attn))
+	s.attn = m.store(s.attn)
 	o, ov := a.buf("o", n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))
 	m.round(ov)
@@ -205,6 +220,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.h2, _ = a.buf("h2", n, d)
 	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
 	m.round(host(s.h2))
+	s.h2 = m.store(s.h2)
 	s.gate, _ = a.buf("gate", n, c.IntermediateSize)
 	s.up, _ = a.buf("up", n, c.IntermediateSize)
 	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
@@ -214,6 +230,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.act, _ = a.buf("act", n, c.IntermediateSize)
 	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
 	m.round(host(s.act))
+	s.act = m.store(s.act)
 	// An inference pass writes the layer's output over its input, dead since the attention's
 	// residual was added.
 	y, yv := x, host(x)
@@ -231,11 +248,12 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 // with the right last dimensions' product (the heads of q, k and v are views). a is the
 // forward's activations (nil in decoding).
 func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
-	if err := linearInto(y, x, l); err != nil {
+	// In bf16 mode the input is bfloat16: the GEMM runs on bfloat16 pairs (mixed.go).
+	if err := linearInto(y, m.store(x), l); err != nil {
 		return err
 	}
 	if ad := m.adapterOf(l); ad != nil {
-		return m.loraForward(y, x, ad, a)
+		return m.loraForward(y, widen(x), ad, a)
 	}
 	return nil
 }
@@ -287,6 +305,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 			}
 		}
 		e.do(m.layerBackward(l, s, la, dx))
+	}
+	if a.in.gather != nil && e.err == nil {
+		e.do(a.in.gather(dx))
 	}
 	if m.lora == nil {
 		if traceGrad != nil {
@@ -422,14 +443,5 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 // Logits returns the next-token logits [len(tokens), V] of one sequence, in float32: row t
 // predicts token t+1. It is the full forward (no cache).
 func (m *Model) Logits(tokens []int32) (*tensor.Tensor, error) {
-	in, err := m.packSeqs([][]int32{tokens})
-	if err != nil {
-		return nil, err
-	}
-	a, err := m.forward(in, false, nil)
-	if err != nil {
-		return nil, err
-	}
-	logits, _ := f32(in.n, m.Config.VocabSize)
-	return logits, tensor.Linear(logits, a.hidden, m.head)
+	return m.LogitsInput(Input{Seqs: [][]int32{tokens}})
 }

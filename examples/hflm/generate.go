@@ -34,7 +34,15 @@ type kvCache struct {
 // (each row's query attends to its own cache). Row i samples with rngs[i] (not read when
 // greedy). It returns each row's new tokens.
 func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]int32, error) {
+	return m.GenerateInput(Input{Seqs: prompts}, nil, s, rngs)
+}
+
+// GenerateInput is Generate over an Input (Seqs are the prompts). With M-RoPE the new token
+// after a prompt of length L of row i sits at position L + deltas[i] on every axis (the rope
+// deltas of get_rope_index; nil: 0).
+func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*rand.Rand) ([][]int32, error) {
 	const op = "hflm.Model.Generate"
+	prompts := inp.Seqs
 	c := m.Config
 	switch {
 	case s.MaxNewTokens <= 0:
@@ -51,7 +59,10 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 			return nil, tensor.Errorf(tensor.ErrParam, op, "rngs", "source %d is nil", i)
 		}
 	}
-	in, err := m.packSeqs(prompts)
+	if deltas != nil && (len(deltas) != len(prompts) || m.rope.Sections == nil) {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "deltas", "%d deltas for %d prompts (only with M-RoPE)", len(deltas), len(prompts))
+	}
+	in, err := m.packInput(inp)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +92,7 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 	logits, lv := f32(b, c.VocabSize)
 	scratch := &sampler{}
 	for step := 0; ; step++ {
-		if err := tensor.Linear(logits, hidden, m.head); err != nil {
+		if err := tensor.Linear(logits, m.store(hidden), m.head); err != nil { // bfloat16 in bf16 mode
 			return nil, err
 		}
 		active := 0
@@ -105,7 +116,7 @@ func (m *Model) Generate(prompts [][]int32, s Sampling, rngs []*rand.Rand) ([][]
 			return out, nil
 		}
 		// Finished rows run along (their tokens are not read) so the batch keeps its shape.
-		if hidden, err = m.decodeStep(next, lens, cache); err != nil {
+		if hidden, err = m.decodeStep(next, lens, deltas, cache); err != nil {
 			return nil, err
 		}
 		for i := range lens {
@@ -151,14 +162,28 @@ func writeRows(cache *tensor.Tensor, b int, src *tensor.Tensor, lo, hi int) erro
 	return tensor.KVCacheWrite(row, kv, tensor.Must(tensor.FromInt32([]int32{0}, 1)))
 }
 
-// decodeStep runs one new token per row at position lens[b] over the cache and returns the
-// final hidden states [B, D].
-func (m *Model) decodeStep(tokens, lens []int32, cache *kvCache) (*tensor.Tensor, error) {
+// decodeStep runs one new token per row at cache position lens[b] over the cache and returns
+// the final hidden states [B, D]. Its rotary position is lens[b] (+ deltas[b] on every M-RoPE
+// axis).
+func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tensor.Tensor, error) {
 	c := m.Config
 	b, d := len(tokens), c.HiddenSize
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	ids := tensor.Must(tensor.FromInt32(tokens, b))
-	pos := tensor.Must(tensor.FromInt32(slices.Clone(lens), b))
+	slot := tensor.Must(tensor.FromInt32(slices.Clone(lens), b))
+	pos := slot
+	if k := len(m.rope.Sections); k > 0 {
+		p := make([]int32, 0, k*b)
+		for range k {
+			for i, l := range lens {
+				if deltas != nil {
+					l += deltas[i]
+				}
+				p = append(p, l)
+			}
+		}
+		pos = tensor.Must(tensor.FromInt32(p, k, b))
+	}
 	total := make([]int32, b)
 	for i, l := range lens {
 		total[i] = l + 1
@@ -184,8 +209,8 @@ func (m *Model) decodeStep(tokens, lens []int32, cache *kvCache) (*tensor.Tensor
 		e.do(tensor.RoPE(q, q, pos, m.rope))
 		e.do(tensor.RoPE(k, k, pos, m.rope))
 		k4, v4, q4 := reshape4(k, b, hkv, hd), reshape4(v, b, hkv, hd), reshape4(q, b, hq, hd)
-		e.do(tensor.KVCacheWrite(cache.k[l], k4, pos))
-		e.do(tensor.KVCacheWrite(cache.v[l], v4, pos))
+		e.do(tensor.KVCacheWrite(cache.k[l], k4, slot))
+		e.do(tensor.KVCacheWrite(cache.v[l], v4, slot))
 		e.do(tensor.AttentionDecode(attn, tensor.DecodeInputs{Q: q4, KCache: cache.k[l], VCache: cache.v[l], Lens: lensT}, m.attn))
 		e.do(m.linearFwd(o, attn, ly.o, nil))
 		addTo(xv, ov)

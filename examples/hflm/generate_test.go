@@ -52,7 +52,7 @@ func TestCacheEqualsFullForward(t *testing.T) {
 				if s == len(steps) {
 					break
 				}
-				hidden, err = m.decodeStep(steps[s], lens, cache)
+				hidden, err = m.decodeStep(steps[s], lens, nil, cache)
 				require.NoError(t, err)
 				for i := range seqs {
 					seqs[i] = append(append([]int32(nil), seqs[i]...), steps[s][i])

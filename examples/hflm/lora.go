@@ -147,6 +147,29 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	return m.freeze()
 }
 
+// DropoutState is the state of the random source of the adapters' dropout masks (nil without
+// adapters): with the weights and the optimizer, what an exact resume of LoRA training needs.
+func (m *Model) DropoutState() ([]byte, error) {
+	if m.dropSrc == nil {
+		return nil, nil
+	}
+	return m.dropSrc.MarshalBinary()
+}
+
+// SetDropoutState restores a DropoutState.
+func (m *Model) SetDropoutState(state []byte) error {
+	const op = "hflm.Model.SetDropoutState"
+	if m.dropSrc == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "m", "has no adapters")
+	}
+	src := &rand.PCG{}
+	if err := src.UnmarshalBinary(state); err != nil {
+		return tensor.Errorf(tensor.ErrParam, op, "state", "%v", err)
+	}
+	*m.dropSrc = *src
+	return nil
+}
+
 func (ad *adapter) pack() error {
 	var err error
 	if ad.pa, err = tensor.PackWeight(ad.a); err != nil {

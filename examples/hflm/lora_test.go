@@ -211,3 +211,33 @@ func TestLoRADropout(t *testing.T) {
 	step(eps)
 	require.InDelta(t, norm, (up-down)/(2*eps), 0.02*norm)
 }
+
+// TestDropoutState: restoring a DropoutState replays the same masks (the training pass's
+// log-probs repeat bit for bit), and a model without adapters has none.
+func TestDropoutState(t *testing.T) {
+	m := loadCheckpoint(t, filepath.Join("testdata", "qwen2-untied.json"), 31, "float32", 1)
+	st, err := m.DropoutState()
+	require.NoError(t, err)
+	require.Nil(t, st)
+	require.ErrorIs(t, m.SetDropoutState([]byte{1}), tensor.ErrParam)
+	require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, Dropout: 0.5, TargetModules: []string{"all-linear"}, Seed: 2}))
+	for i, ad := range m.adapters {
+		for j := range host(ad.b) {
+			host(ad.b)[j] = float32(0.05 * math.Sin(float64(5*i+j)))
+		}
+	}
+	require.NoError(t, m.Repack())
+	prompts, comps := [][]int32{{1, 5, 9}}, [][]int32{{14, 3, 27}}
+	pass := func() [][]float32 {
+		s, err := m.Score(prompts, comps, 1, true)
+		require.NoError(t, err)
+		return s.LogProbs
+	}
+	st, err = m.DropoutState()
+	require.NoError(t, err)
+	first, second := pass(), pass()
+	require.NotEqual(t, first, second, "fresh masks each pass")
+	require.NoError(t, m.SetDropoutState(st))
+	require.Equal(t, first, pass())
+	require.ErrorIs(t, m.SetDropoutState([]byte("not a pcg")), tensor.ErrParam)
+}

@@ -26,8 +26,10 @@ type mixed struct {
 //   - the gradients flowing back, the parameter gradients (the reductions over tokens and
 //     micro-batches), the masters and AdamW's moments are float32.
 //
-// Generate decodes with the bfloat16 weights (its activations are not rounded). LoRA adapters
-// are trained as float32 masters read directly (they are small).
+// On a CPU with AVX512_BF16 the linear layers and the LM head multiply bfloat16 activations by
+// bfloat16 weights with VDPBF16PS (internal/gemm). Generate decodes with the bfloat16 weights
+// and bfloat16 inputs to the linear layers (its other activations are not rounded). LoRA
+// adapters are trained as float32 masters read directly (they are small).
 func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 	switch dt {
 	case tensor.Float32:
@@ -140,7 +142,7 @@ func (m *Model) round(v []float32) {
 // store returns what a training pass keeps of an activation: a bfloat16 copy in bf16 mode (its
 // values are bfloat16 already: exact), else t.
 func (m *Model) store(t *tensor.Tensor) *tensor.Tensor {
-	if m.mp == nil || t == nil {
+	if m.mp == nil || t == nil || t.DType() == tensor.BFloat16 {
 		return t
 	}
 	v := host(t)

@@ -34,7 +34,7 @@ type Model struct {
 	adapters  []*adapter
 	loraOff   bool
 	dropRNG   *rand.Rand
-	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays
+	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
 	scratch   [3][]float32         // scratchF32's buffers
 	bufs      map[string][]float32 // reused's buffers
@@ -192,7 +192,8 @@ func (m *Model) Repack() error {
 		return m.mp.refresh(m)
 	}
 	for i := range m.params {
-		if p := m.params[i].packed; p != nil {
+		// a matrix held only packed has not changed (nothing could write into it)
+		if p := m.params[i].packed; p != nil && m.params[i].value != nil {
 			if err := p.Repack(); err != nil {
 				return err
 			}
@@ -216,12 +217,19 @@ func (m *Model) NumParams() int {
 
 // Weight returns the float32 weight named as Hugging Face names it, or nil (also for a matrix
 // of a LoRA model's frozen base, which is held only packed: Checkpoint exports it). Writing
-// into it changes the model (call Repack after changing a matrix).
+// into it changes the model (call Repack after changing a matrix). Without LoRA it gives the
+// matrices their float32 values back first (as training in full does).
 func (m *Model) Weight(name string) *tensor.Tensor {
-	if p := m.byName[name]; p != nil {
-		return p.value
+	p := m.byName[name]
+	if p == nil {
+		return nil
 	}
-	return nil
+	if p.value == nil && m.lora == nil {
+		if err := m.thaw(); err != nil {
+			return nil
+		}
+	}
+	return p.value
 }
 
 // Grad returns the gradient of the weight named, or nil before the first training pass.

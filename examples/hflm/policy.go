@@ -89,23 +89,29 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 	if err != nil {
 		return nil, err
 	}
+	return s, WriteScores(logp, ent, s.LogProbs, s.Entropy, b.T)
+}
+
+// WriteScores writes ragged per-token log-probs and entropies into the [rows, t] tensors of
+// loop.Scorer (ent may be nil), zero past each row's length.
+func WriteScores(logp, ent *tensor.Tensor, logProbs, entropy [][]float32, t int) error {
 	for _, o := range []struct {
 		t    *tensor.Tensor
 		rows [][]float32
-	}{{logp, s.LogProbs}, {ent, s.Entropy}} {
+	}{{logp, logProbs}, {ent, entropy}} {
 		if o.t == nil {
 			continue
 		}
 		v, err := o.t.Float32s()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		clear(v)
 		for i, r := range o.rows {
-			copy(v[i*b.T:], r)
+			copy(v[i*t:], r)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // LogProbs implements loop.Scorer.
@@ -120,17 +126,29 @@ func (p *Policy[P]) Forward(b *loop.Batch[P], lo, hi int, logp, ent *tensor.Tens
 	if err != nil {
 		return nil, err
 	}
-	return &pass{s: s, t: b.T}, nil
+	return NewPass(s.LogProbs, b.T, s.Backward), nil
+}
+
+// NewPass returns the loop.Pass of a training scoring pass whose row i scored len(rows[i])
+// tokens: its Backward cuts each row of the [rows, t] gradients at that length and calls
+// backward with them.
+func NewPass(rows [][]float32, t int, backward func(dLogProbs, dEntropy [][]float32) error) loop.Pass {
+	lens := make([]int, len(rows))
+	for i, r := range rows {
+		lens[i] = len(r)
+	}
+	return &pass{lens: lens, t: t, backward: backward}
 }
 
 type pass struct {
-	s *Scores
-	t int
+	lens     []int
+	t        int
+	backward func(dLogProbs, dEntropy [][]float32) error
 }
 
 // Backward reads each completion's columns of the [rows, T] gradients.
 func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
-	if p.s == nil {
+	if p.backward == nil {
 		return fmt.Errorf("hflm: backward of a released pass")
 	}
 	ragged := func(d *tensor.Tensor) ([][]float32, error) {
@@ -141,12 +159,12 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 		if err != nil {
 			return nil, err
 		}
-		if len(v) != len(p.s.LogProbs)*p.t {
-			return nil, fmt.Errorf("hflm: gradient of %d values, want %d rows × %d", len(v), len(p.s.LogProbs), p.t)
+		if len(v) != len(p.lens)*p.t {
+			return nil, fmt.Errorf("hflm: gradient of %d values, want %d rows × %d", len(v), len(p.lens), p.t)
 		}
-		out := make([][]float32, len(p.s.LogProbs))
-		for i, r := range p.s.LogProbs {
-			out[i] = v[i*p.t : i*p.t+len(r)]
+		out := make([][]float32, len(p.lens))
+		for i, n := range p.lens {
+			out[i] = v[i*p.t : i*p.t+n]
 		}
 		return out, nil
 	}
@@ -158,10 +176,10 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	return p.s.Backward(dlp, dent)
+	return p.backward(dlp, dent)
 }
 
-func (p *pass) Release() { p.s = nil }
+func (p *pass) Release() { p.backward = nil }
 
 // Params are the model's parameters and gradients, named as Hugging Face names them, for
 // loop.HostGradients and AdamW (weight decay on matrices, not on norms and biases); with LoRA
@@ -188,7 +206,7 @@ func (m *Model) Params() ([]loop.Param, error) {
 // AdamW is loop.HostAdamW over a model's parameters that repacks the weights after each step.
 type AdamW struct {
 	*loop.HostAdamW
-	m *Model
+	repack func() error
 }
 
 // Step implements loop.Optimizer.
@@ -197,7 +215,7 @@ func (o *AdamW) Step(lr, maxNorm float64) (float64, error) {
 	if err != nil {
 		return norm, err
 	}
-	return norm, o.m.Repack()
+	return norm, o.repack()
 }
 
 // Training returns what loop.Parts needs to train the model: AdamW (torch's defaults with
@@ -207,6 +225,13 @@ func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, erro
 	if err != nil {
 		return nil, nil, err
 	}
+	return NewAdamW(ps, weightDecay, m.Repack)
+}
+
+// NewAdamW returns AdamW (torch's defaults with weightDecay) over ps that calls repack after
+// each step, and the host gradients of ps: Training for a model built on this one (Qwen2-VL's
+// tower and language model).
+func NewAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*AdamW, *loop.HostGradients, error) {
 	opt, err := loop.NewHostAdamW(ps, 0.9, 0.999, 1e-8, weightDecay)
 	if err != nil {
 		return nil, nil, err
@@ -215,5 +240,5 @@ func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	return &AdamW{HostAdamW: opt, m: m}, g, nil
+	return &AdamW{HostAdamW: opt, repack: repack}, g, nil
 }

@@ -44,7 +44,34 @@ func (m *Model) score(prompts, completions [][]int32, temperature float32, train
 	if err != nil {
 		return nil, err
 	}
-	in, err := m.packSeqs(seqs)
+	promptLens, compLens := make([]int, len(prompts)), make([]int, len(prompts))
+	for i, p := range prompts {
+		promptLens[i], compLens[i] = len(p), len(completions[i])
+	}
+	return m.scoreInput(Input{Seqs: seqs}, promptLens, compLens, cols, temperature, train)
+}
+
+// ScoreInput is Score over an Input: the last completionLens[i] tokens of sequence i are the
+// completion it scores (at least one token before them is the prompt).
+func (m *Model) ScoreInput(inp Input, completionLens []int, temperature float32, train bool) (*Scores, error) {
+	const op = "hflm.Model.ScoreInput"
+	if len(completionLens) != len(inp.Seqs) {
+		return nil, tensor.Errorf(tensor.ErrShape, op, "completionLens", "%d lengths for %d sequences", len(completionLens), len(inp.Seqs))
+	}
+	promptLens := make([]int, len(inp.Seqs))
+	for i, c := range completionLens {
+		if c < 0 || c >= len(inp.Seqs[i]) {
+			return nil, tensor.Errorf(tensor.ErrShape, op, "completionLens", "sequence %d: %d completion tokens of %d leave no prompt", i, c, len(inp.Seqs[i]))
+		}
+		promptLens[i] = len(inp.Seqs[i]) - c
+	}
+	return m.scoreInput(inp, promptLens, completionLens, nil, temperature, train)
+}
+
+// scoreInput scores, in sequence i, the compLens[i] tokens after its first promptLens[i]
+// (cols[i] positions when padded: the padding's too).
+func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperature float32, train bool) (*Scores, error) {
+	in, err := m.packInput(inp)
 	if err != nil {
 		return nil, err
 	}
@@ -52,30 +79,30 @@ func (m *Model) score(prompts, completions [][]int32, temperature float32, train
 	if err != nil {
 		return nil, err
 	}
-	s := &Scores{m: m, LogProbs: make([][]float32, len(prompts)), Entropy: make([][]float32, len(prompts)), cols: cols}
+	s := &Scores{m: m, LogProbs: make([][]float32, len(inp.Seqs)), Entropy: make([][]float32, len(inp.Seqs)), cols: cols}
 	var targets []int32
-	for i, c := range completions {
-		n := len(c)
+	for i, c := range compLens {
+		n, p := c, promptLens[i]
 		if cols != nil {
 			n = cols[i]
 		}
 		for t := range n { // completion i's tokens, then the padding's in the padded columns
-			s.rows = append(s.rows, in.starts[i]+len(prompts[i])-1+t)
+			s.rows = append(s.rows, in.starts[i]+p-1+t)
 		}
-		targets = append(targets, seqs[i][len(prompts[i]):len(prompts[i])+n]...)
+		targets = append(targets, inp.Seqs[i][p:p+n]...)
 	}
 	if train {
 		s.a = a
 	}
 	mm := len(s.rows)
 	if mm == 0 {
-		for i := range prompts {
+		for i := range inp.Seqs {
 			s.LogProbs[i], s.Entropy[i] = []float32{}, []float32{}
 		}
 		return s, nil
 	}
-	hidden := m.gatherRows(a.hidden, s.rows)
-	a.hidden = nil // the backward does not read it
+	hidden := m.store(m.gatherRows(a.hidden, s.rows)) // bfloat16 in bf16 mode
+	a.hidden = nil                                    // the backward does not read it
 	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
 	var lpv, entv []float32
 	s.lp, lpv = f32(mm)
@@ -84,8 +111,8 @@ func (m *Model) score(prompts, completions [][]int32, temperature float32, train
 		return nil, err
 	}
 	k := 0
-	for i, c := range completions {
-		s.LogProbs[i], s.Entropy[i] = lpv[k:k+len(c):k+len(c)], entv[k:k+len(c):k+len(c)]
+	for i, c := range compLens {
+		s.LogProbs[i], s.Entropy[i] = lpv[k:k+c:k+c], entv[k:k+c:k+c]
 		k += s.scored(i)
 	}
 	return s, nil

@@ -248,6 +248,10 @@ func (c *Checkpoint) mapWeights(dir string) (map[string]*Tensor, error) {
 type SaveOptions struct {
 	DType  DType // every tensor is stored as this type; config.json's torch_dtype says it
 	Shards int   // 1: model.safetensors; K > 1: model-0000i-of-0000K.safetensors and the index
+	// MaxShardSize > 0 replaces Shards: as transformers' save_pretrained(max_shard_size) does,
+	// the tensors go, in state_dict order, into a shard until the next one would pass
+	// MaxShardSize bytes, and a tensor larger than that gets a shard of its own.
+	MaxShardSize int64
 }
 
 // Save writes config.json, generation_config.json (when the checkpoint has one) and the weights
@@ -259,7 +263,7 @@ func (c *Checkpoint) Save(dir string, opt SaveOptions) error {
 	if _, err := ParseDType(opt.DType.String()); err != nil {
 		return tensor.Errorf(tensor.ErrDType, op, "DType", "%v is not Float32, BFloat16 or Float16", opt.DType)
 	}
-	if opt.Shards < 1 || opt.Shards > len(c.Tensors) {
+	if opt.MaxShardSize == 0 && (opt.Shards < 1 || opt.Shards > len(c.Tensors)) {
 		return tensor.Errorf(tensor.ErrParam, op, "Shards", "%d must be between 1 and the number of tensors, %d", opt.Shards, len(c.Tensors))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -283,7 +287,15 @@ func (c *Checkpoint) Save(dir string, opt SaveOptions) error {
 			return err
 		}
 	}
-	shards := splitShards(tensors, opt.Shards)
+	var shards [][]*Tensor
+	switch {
+	case opt.MaxShardSize < 0:
+		return tensor.Errorf(tensor.ErrParam, op, "MaxShardSize", "is %d, want > 0 (or 0: Shards)", opt.MaxShardSize)
+	case opt.MaxShardSize > 0:
+		shards = splitBySize(tensors, opt.MaxShardSize)
+	default:
+		shards = splitShards(tensors, opt.Shards)
+	}
 	names := make([]string, len(shards))
 	if len(shards) == 1 {
 		names[0] = SingleWeightsFile
@@ -343,6 +355,31 @@ func splitShards(ts []*Tensor, k int) [][]*Tensor {
 		before += len(t.Data)
 	}
 	return append(shards, cur)
+}
+
+// splitBySize cuts the tensors, in order, into shards of at most max bytes of data (a larger
+// tensor alone), closing a shard when the next tensor would pass max.
+func splitBySize(ts []*Tensor, max int64) [][]*Tensor {
+	var shards [][]*Tensor
+	var cur []*Tensor
+	var size int64
+	for _, t := range ts {
+		n := int64(len(t.Data))
+		if n > max {
+			shards = append(shards, []*Tensor{t})
+			continue
+		}
+		if len(cur) > 0 && size+n > max {
+			shards = append(shards, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += n
+	}
+	if len(cur) > 0 {
+		shards = append(shards, cur)
+	}
+	return shards
 }
 
 // stView is a tensor as github.com/nlpodyssey/safetensors serializes it.

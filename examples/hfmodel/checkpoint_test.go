@@ -302,6 +302,30 @@ func TestSplitShardsNeverEmpty(t *testing.T) {
 	}
 }
 
+// TestSplitBySize: transformers' documented example of max_shard_size (weights of 6, 6, 2, 6,
+// 2, 2 GB under a 10 GB limit shard as [6], [6+2], [6+2+2]); a tensor over the limit gets a
+// shard of its own, placed when it is met (huggingface_hub's order).
+func TestSplitBySize(t *testing.T) {
+	shardSizes := func(sizes []int, max int64) [][]int {
+		var ts []*Tensor
+		for _, s := range sizes {
+			ts = append(ts, &Tensor{Data: make([]byte, s)})
+		}
+		var out [][]int
+		for _, sh := range splitBySize(ts, max) {
+			var row []int
+			for _, x := range sh {
+				row = append(row, len(x.Data))
+			}
+			out = append(out, row)
+		}
+		return out
+	}
+	require.Equal(t, [][]int{{6}, {6, 2}, {6, 2, 2}}, shardSizes([]int{6, 6, 2, 6, 2, 2}, 10))
+	require.Equal(t, [][]int{{20}, {3, 4}, {5}}, shardSizes([]int{3, 20, 4, 5}, 8))
+	require.Equal(t, [][]int{{1, 2, 3}}, shardSizes([]int{1, 2, 3}, 6))
+}
+
 func TestFloat16Conversions(t *testing.T) {
 	for h := 0; h < 1<<16; h++ {
 		f := f16ToF32(uint16(h))

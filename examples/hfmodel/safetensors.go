@@ -40,3 +40,17 @@ func ReadSafetensors(path string) ([]*Tensor, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// MapTensors memory-maps the weight files of dir (model.safetensors, or the shards
+// model.safetensors.index.json lists) and returns every tensor they hold by name, unchecked
+// against any config, with the function that unmaps them: the loader of architectures whose
+// weights ExpectedTensors does not list (Qwen2-VL's vision tower).
+func MapTensors(dir string) (map[string]*Tensor, func() error, error) {
+	ck := &Checkpoint{}
+	byName, err := ck.mapWeights(dir)
+	if err != nil {
+		ck.Close()
+		return nil, nil, err
+	}
+	return byName, ck.Close, nil
+}

@@ -1,5 +1,13 @@
-// Package qwenvl is the input side of Qwen2-VL and Qwen2.5-VL checkpoints, written to match
-// Hugging Face's slow Qwen2VLImageProcessor and Qwen2-VL's get_rope_index exactly:
+// Package qwenvl runs Qwen2-VL and Qwen2.5-VL checkpoints on the SDK's tensor ops: Model is the
+// vision tower (Vision: Conv3d patch embedding as one GEMM, 2D rotary embedding, LayerNorm +
+// quick_gelu or RMSNorm + gated SiLU blocks, Qwen2.5-VL's window attention, the PatchMerger)
+// and the Qwen2 language model of examples/hflm with M-RoPE, the features scattered over the
+// placeholder tokens; forward, backward with the tower frozen or trained, cached generation,
+// a tprl/loop Policy whose perturbed pass re-scores the sampled text with perturbed pixels, and
+// checkpoints in either weight-name layout (OpenCheckpoint, RandomCheckpoint, Save). The
+// goldens come from scripts/qwen2vl_torch_twin.py; docs/qwen2vl.md describes it.
+//
+// The input side matches Hugging Face's slow Qwen2VLImageProcessor and get_rope_index exactly:
 //
 //   - ProcessorConfig reads preprocessor_config.json (min_pixels/max_pixels, patch_size,
 //     temporal_patch_size, merge_size, image_mean/image_std, the do_* switches, rescale_factor);

@@ -3,6 +3,7 @@ package qwenvl_test
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/qwenvl"
 )
 
@@ -47,4 +48,28 @@ func ExampleRopeIndex() {
 	// h [0 1 2 2 3 3 4 5]
 	// w [0 1 2 3 2 3 4 5]
 	// delta -2
+}
+
+// ExampleModel_Generate builds a tiny random Qwen2.5-VL, preprocesses one image, expands its
+// placeholder by the image's grid and runs the whole model.
+func ExampleModel_Generate() {
+	cfg, _ := qwenvl.LoadConfigFile("testdata/models/qwen2.5-vl.json")
+	m, _ := qwenvl.Load(qwenvl.RandomCheckpoint(cfg, 1))
+	proc, _ := qwenvl.NewProcessor(qwenvl.DefaultProcessorConfig())
+	img := qwenvl.NewRGB(90, 60) // resized to 84×56: a 4×6 patch grid, 6 tokens
+	patches, _ := proc.Images([]*qwenvl.RGB{img})
+	tok := cfg.Tokens
+	prompt := [][]int64{{1, tok.VisionStartID, tok.ImageID, cfg.VisionEndID, 5}}
+	ids, _ := qwenvl.ExpandTokens(prompt, patches.Grids, nil, tok)
+	s := qwenvl.Sample{Images: patches}
+	for _, id := range ids[0] {
+		s.IDs = append(s.IDs, int32(id))
+	}
+	logits, _ := m.Logits(s)
+	fmt.Println("grid", patches.Grids[0], "tokens", len(s.IDs), "logits", logits.Shape())
+	out, _ := m.Generate([]qwenvl.Sample{s}, hflm.Sampling{MaxNewTokens: 3, TopP: 1}, nil)
+	fmt.Println("new tokens", len(out[0]))
+	// Output:
+	// grid {1 4 6} tokens 10 logits [10 128]
+	// new tokens 3
 }

@@ -133,7 +133,13 @@ func stepDirName(step int) string { return fmt.Sprintf("global_step_%d", step) }
 // Save writes the checkpoint of RL step step (files maps file names to contents), then the
 // tracker.
 func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err error) {
-	if dir, err = c.saveDir(stepDirName(step), files); err != nil {
+	return c.SaveWith(step, files, nil)
+}
+
+// SaveWith is Save with more files: write writes them into the checkpoint's temporary directory
+// (subdirectories allowed; a model export, say) before the manifest, which lists them too.
+func (c *Checkpoints) SaveWith(step int, files map[string][]byte, write func(dir string) error) (dir string, err error) {
+	if dir, err = c.saveDir(stepDirName(step), files, write); err != nil {
 		return dir, fmt.Errorf("checkpoint step %d: %w", step, err)
 	}
 	testPause(stepDirName(step), "tracker")
@@ -144,9 +150,10 @@ func (c *Checkpoints) Save(step int, files map[string][]byte) (dir string, err e
 	return dir, nil
 }
 
-// saveDir writes the directory Root/name atomically: files into a temporary directory, fsync,
-// rename into place (an existing one of that name is moved aside first and removed after).
-func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string, err error) {
+// saveDir writes the directory Root/name atomically: files (and what write adds, when not nil)
+// into a temporary directory, fsync, rename into place (an existing one of that name is moved
+// aside first and removed after).
+func (c *Checkpoints) saveDir(name string, files map[string][]byte, write func(dir string) error) (dir string, err error) {
 	if err := os.MkdirAll(c.Root, dirMode); err != nil {
 		return "", err
 	}
@@ -176,8 +183,17 @@ func (c *Checkpoints) saveDir(name string, files map[string][]byte) (dir string,
 			return "", err
 		}
 	}
+	manifest := manifestOf(files)
+	if write != nil {
+		if err := write(tmp); err != nil {
+			return "", err
+		}
+		if manifest, err = dirManifest(tmp); err != nil {
+			return "", err
+		}
+	}
 	testPause(name, "files")
-	if err := writeSync(filepath.Join(tmp, ckptManifest), manifestOf(files)); err != nil {
+	if err := writeSync(filepath.Join(tmp, ckptManifest), manifest); err != nil {
 		return "", err
 	}
 	if err := atomicfile.SyncDir(tmp); err != nil {

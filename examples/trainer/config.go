@@ -182,6 +182,8 @@ type ActorConfig struct {
 	// "ordered" (each micro-batch's gradient apart, added in one device's order: the same bits
 	// on any number of ranks) or "bucketed" (micro-batches summed on each rank, then a bucketed
 	// reduce-scatter and all-gather: less memory and traffic, last-bit differences with N).
+	// With device=cuda on several ranks, bucketed sums the micro-batches on each device and
+	// all-reduces the sums between the devices with NCCL, bucket by bucket (-tags cuda,nccl).
 	GradReduce string `yaml:"grad_reduce" json:"grad_reduce"`
 	// GradBucketMB is the bucket of the sharded reductions in MiB of float32 gradient.
 	GradBucketMB float64 `yaml:"grad_bucket_mb" json:"grad_bucket_mb"`
@@ -197,6 +199,20 @@ type ActorConfig struct {
 	// prompt and response tokens instead of micro_batch_size_per_device_* rows.
 	DynamicBatching      bool `yaml:"dynamic_batching" json:"dynamic_batching"`
 	MaxTokenLenPerDevice int  `yaml:"max_token_len_per_device" json:"max_token_len_per_device"`
+	// Checkpoint is how a model_path run exports its model in Hugging Face's layout.
+	Checkpoint ExportConfig `yaml:"checkpoint" json:"checkpoint"`
+}
+
+// ExportConfig is the model_path export (the run directory's hf/ and each checkpoint's): the
+// weights' dtype and shard size, as transformers' save_pretrained takes them.
+type ExportConfig struct {
+	// TorchDType is float32, bfloat16 or float16; empty: model_path's own torch_dtype
+	// (config.json), float32 when it has none.
+	TorchDType string `yaml:"torch_dtype" json:"torch_dtype"`
+	// MaxShardSize is the largest weights file ("5GB", "500MB", "2GiB" or a byte count): the
+	// weights go into model-0000i-of-0000K.safetensors files of at most this size with
+	// model.safetensors.index.json, or model.safetensors when they fit in one.
+	MaxShardSize string `yaml:"max_shard_size" json:"max_shard_size"`
 }
 
 // FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
@@ -269,6 +285,9 @@ type ModelConfig struct {
 	// its tokenizer and chat template: the policy is that model, on text prompts. Empty: the
 	// built-in vision-language model above.
 	ModelPath string `yaml:"model_path" json:"model_path"`
+	// TokenizerPath is the directory of model_path's tokenizer and chat template when they are
+	// not beside its weights (EasyR1's tokenizer_path); empty: model_path.
+	TokenizerPath string `yaml:"tokenizer_path" json:"tokenizer_path"`
 	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
 	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
 	// TargetModules (q_proj … down_proj, or all-linear).
@@ -341,28 +360,30 @@ func keyErr(key, format string, args ...any) error {
 // aliases maps other names of a key (this trainer's earlier names, EasyR1's kl_* names and
 // section names) to its place here. A prefix ending in "." renames a whole section.
 var aliases = map[string]string{
-	"training.adv_estimator":                 "optimization.advantage_estimator",
-	"training.gamma":                         "optimization.gamma",
-	"training.lam":                           "optimization.lam",
-	"training.save_checkpoint_path":          "training.run_dir",
-	"worker.actor.use_kl_loss":               "optimization.use_divergence_loss",
-	"worker.actor.kl_penalty":                "optimization.divergence_penalty",
-	"worker.actor.kl_coef":                   "optimization.divergence_coef",
-	"worker.actor.use_entropy_penalty":       "optimization.use_entropy_penalty",
-	"worker.actor.entropy_penalty_coef":      "optimization.entropy_penalty_coef",
-	"worker.rollout.max_response_length":     "dataset.max_response_length",
-	"worker.rollout.max_new_tokens":          "dataset.max_response_length",
-	"optimization.adv_estimator":             "optimization.advantage_estimator",
-	"worker.actor.model.lora_target_modules": "worker.actor.model.target_modules",
-	"worker.actor.optim.lr_warmup_steps":     "worker.actor.optim.warmup_steps",
-	"worker.critic.optim.lr_warmup_steps":    "worker.critic.optim.warmup_steps",
-	"optimization.disable_kl":                "optimization.disable_divergence",
-	"optimization.use_kl_loss":               "optimization.use_divergence_loss",
-	"optimization.kl_penalty":                "optimization.divergence_penalty",
-	"optimization.kl_coef":                   "optimization.divergence_coef",
-	"optimization.kl_type":                   "optimization.divergence_type",
-	"optimization.kl_target":                 "optimization.divergence_target",
-	"optimization.kl_horizon":                "optimization.divergence_horizon",
+	"training.adv_estimator":             "optimization.advantage_estimator",
+	"training.gamma":                     "optimization.gamma",
+	"training.lam":                       "optimization.lam",
+	"training.save_checkpoint_path":      "training.run_dir",
+	"worker.actor.use_kl_loss":           "optimization.use_divergence_loss",
+	"worker.actor.kl_penalty":            "optimization.divergence_penalty",
+	"worker.actor.kl_coef":               "optimization.divergence_coef",
+	"worker.actor.use_entropy_penalty":   "optimization.use_entropy_penalty",
+	"worker.actor.entropy_penalty_coef":  "optimization.entropy_penalty_coef",
+	"worker.rollout.max_response_length": "dataset.max_response_length",
+	"worker.rollout.max_new_tokens":      "dataset.max_response_length",
+	// EasyR1's validation sampling (n is always 1 here).
+	"worker.rollout.val_override_config.temperature": "worker.rollout.val_temperature",
+	"optimization.adv_estimator":                     "optimization.advantage_estimator",
+	"worker.actor.model.lora_target_modules":         "worker.actor.model.target_modules",
+	"worker.actor.optim.lr_warmup_steps":             "worker.actor.optim.warmup_steps",
+	"worker.critic.optim.lr_warmup_steps":            "worker.critic.optim.warmup_steps",
+	"optimization.disable_kl":                        "optimization.disable_divergence",
+	"optimization.use_kl_loss":                       "optimization.use_divergence_loss",
+	"optimization.kl_penalty":                        "optimization.divergence_penalty",
+	"optimization.kl_coef":                           "optimization.divergence_coef",
+	"optimization.kl_type":                           "optimization.divergence_type",
+	"optimization.kl_target":                         "optimization.divergence_target",
+	"optimization.kl_horizon":                        "optimization.divergence_horizon",
 	// verl's names of the same settings.
 	"worker.actor.use_dynamic_bsz":                   "worker.actor.dynamic_batching",
 	"worker.actor.ppo_max_token_len_per_gpu":         "worker.actor.max_token_len_per_device",
@@ -399,7 +420,6 @@ var ignored = map[string]string{
 	"worker.ref.":                                 "the reference is the frozen warm-started policy, in process",
 	"worker.actor.use_torch_compile":              "no PyTorch",
 	"worker.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
-	"worker.actor.model.tokenizer_path":           "the vocabulary is built from the training data; with model_path, the tokenizer is model_path's own",
 	"worker.actor.model.trust_remote_code":        "no remote code",
 	"worker.actor.model.freeze_vision_tower":      "the whole model trains",
 	"worker.rollout.name":                         "sampling is the model's own KV-cached decoder (no vLLM)",
@@ -410,6 +430,7 @@ var ignored = map[string]string{
 	"worker.rollout.max_num_batched_tokens":       "no vLLM scheduler",
 	"worker.rollout.dtype":                        "the model runs in float32",
 	"worker.rollout.limit_images":                 "one image per prompt",
+	"worker.rollout.val_override_config.":         "validation samples one response per prompt (its temperature is read)",
 	"worker.rollout.disable_tqdm":                 "see training.progress",
 	"worker.reward.reward_fn_path":                "no Python reward functions: the built-in Go reward scores the answer and the think format (worker.reward.accuracy_weight, format_weight)",
 	"worker.reward.reward_function":               "no Python reward functions: the built-in Go reward scores the answer and the think format",
@@ -975,8 +996,8 @@ func (c Config) Validate() error {
 	if err := a.validateScale(); err != nil {
 		return err
 	}
-	if a.Device == "cuda" && (a.GradReduce != "ordered" || a.FSDP.ShardingStrategy != "NO_SHARD") {
-		return keyErr("worker.actor.device", "is cuda: the device's gradients and optimizer are whole and ordered; grad_reduce=%s and fsdp.sharding_strategy=%s run on the host (device=cpu)", a.GradReduce, a.FSDP.ShardingStrategy)
+	if a.Device == "cuda" && a.FSDP.ShardingStrategy != "NO_SHARD" {
+		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu)", a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.
@@ -996,7 +1017,7 @@ func (c Config) Validate() error {
 	if t.FindLastCheckpoint && t.RunDir == "" && t.ExperimentName == "" && t.LoadCheckpointPath == "" {
 		return keyErr("training.find_last_checkpoint", "is true but training.run_dir, experiment_name and load_checkpoint_path are empty: name the run directory to resume")
 	}
-	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint {
+	if t.ValOnly && t.LoadCheckpointPath == "" && !t.FindLastCheckpoint && a.Model.ModelPath == "" {
 		return keyErr("training.val_only", "is true but neither training.load_checkpoint_path nor training.find_last_checkpoint names the weights to validate")
 	}
 	for _, l := range t.Logger {

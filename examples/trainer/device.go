@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -29,6 +31,11 @@ type actorDevice interface {
 	// zeroes it; setGrad uploads a flat gradient into m's.
 	appendGrad(m *vlm.Model, dst []float32) ([]float32, error)
 	setGrad(m *vlm.Model, flat []float32) error
+	// allReduce (grad_reduce=bucketed on several ranks) sums the accumulated micro-batch
+	// gradients of m over comm's ranks on the devices, bucket float32 values per NCCL
+	// all-reduce, with no host staging, then does finish(m, scale). A failure aborts the NCCL
+	// communicator, so no rank waits for this one.
+	allReduce(ctx context.Context, comm collective.Comm, m *vlm.Model, scale float32, bucket int) error
 	// step measures the global gradient norm; when it is finite it clips to maxNorm and takes
 	// opt's AdamW step at lr. The gradient is zero afterwards either way. It returns the norm.
 	step(m *vlm.Model, opt *loop.AdamW, decay []bool, lr, maxNorm float64) (float64, error)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -20,13 +22,27 @@ type cudaActor struct {
 	ops     *vlm.CUDAOps
 	models  []*vlm.Model
 	acc     map[*vlm.Model][]*tensor.Tensor // per model, per parameter: the micro-batch gradient sum
+	flat    map[*vlm.Model]*tensor.Tensor   // per model, the sums flattened: acc's views are its rows
+	nccl    ncclComm                        // the ranks' NCCL communicator (allReduce), or nil
+	ncclOf  collective.Comm                 // the Comm nccl was bootstrapped over
 	moments map[*loop.AdamW]*deviceMoments
+}
+
+// ncclComm is the device collectives allReduce needs: cuda.NCCL's (device_nccl.go; without
+// -tags nccl, device_nonccl.go has none).
+type ncclComm interface {
+	collective.Tensors
+	Abort() error
+	Close() error
 }
 
 type deviceMoments struct{ m, v []*tensor.Tensor }
 
 // testDeviceOpened, when set (tests), sees the device each trainer opens.
 var testDeviceOpened func(ordinal int, name string)
+
+// testNCCLReduced, when set (tests), sees each allReduce that NCCL completed and its buckets.
+var testNCCLReduced func(buckets int)
 
 // useDevice opens CUDA device ordinal and moves m there (vlm.Model.UseOps with the model's
 // CUDA op set) for the rest of the run.
@@ -43,7 +59,7 @@ func useDevice(m *vlm.Model, ordinal int) (actorDevice, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	d := &cudaActor{b: b, ops: o, acc: map[*vlm.Model][]*tensor.Tensor{}, moments: map[*loop.AdamW]*deviceMoments{}}
+	d := &cudaActor{b: b, ops: o, acc: map[*vlm.Model][]*tensor.Tensor{}, flat: map[*vlm.Model]*tensor.Tensor{}, moments: map[*loop.AdamW]*deviceMoments{}}
 	if err := d.attach(m); err != nil {
 		_ = o.Close()
 		_ = b.Close()
@@ -78,14 +94,25 @@ func (d *cudaActor) accumulate(m *vlm.Model) error {
 	}
 	acc := d.acc[m]
 	if acc == nil {
+		// One flat sum (zeroed by the allocation), so that allReduce reduces buckets of it.
+		flat, err := tensor.New(d.b, tensor.Float32, m.NumParams())
+		if err != nil {
+			return err
+		}
+		off := 0
 		for _, p := range ps {
-			t, err := tensor.NewLike(p.G, tensor.Float32)
+			rows, err := flat.Rows(off, off+p.G.Len())
+			if err == nil {
+				rows, err = rows.Reshape(p.G.Shape()...)
+			}
 			if err != nil {
+				_ = flat.Release()
 				return err
 			}
-			acc = append(acc, t)
+			acc = append(acc, rows)
+			off += p.G.Len()
 		}
-		d.acc[m] = acc
+		d.acc[m], d.flat[m] = acc, flat
 	}
 	for i, p := range ps {
 		if err := d.ops.Add(acc[i], p.G, p.G.Len()); err != nil {
@@ -121,6 +148,48 @@ func (d *cudaActor) finish(m *vlm.Model, scale float32) error {
 		}
 	}
 	return nil
+}
+
+func (d *cudaActor) allReduce(ctx context.Context, comm collective.Comm, m *vlm.Model, scale float32, bucket int) error {
+	flat := d.flat[m]
+	if flat == nil {
+		return fmt.Errorf("gradient reduction: no micro-batch on the device")
+	}
+	if d.nccl != nil && d.ncclOf != comm {
+		errs := d.nccl.Close()
+		if d.nccl = nil; errs != nil {
+			return errs
+		}
+	}
+	if d.nccl == nil {
+		nc, err := bootstrapNCCL(ctx, d.b, comm)
+		if err != nil {
+			return err
+		}
+		d.nccl, d.ncclOf = nc, comm
+	}
+	err := func() error {
+		n, buckets := flat.Len(), 0
+		for lo := 0; lo < n; lo += max(1, bucket) {
+			buckets++
+			b, err := flat.Rows(lo, min(n, lo+max(1, bucket)))
+			if err != nil {
+				return err
+			}
+			if err := d.nccl.AllReduce(ctx, b, collective.Sum); err != nil {
+				return err
+			}
+		}
+		if testNCCLReduced != nil {
+			testNCCLReduced(buckets)
+		}
+		return d.finish(m, scale)
+	}()
+	if err != nil {
+		_ = d.nccl.Abort() // the other ranks stop waiting for this one
+		d.nccl = nil
+	}
+	return err
 }
 
 func (d *cudaActor) appendGrad(m *vlm.Model, dst []float32) ([]float32, error) {
@@ -272,10 +341,11 @@ func (d *cudaActor) close() error {
 		errs = append(errs, d.saveMoments(opt))
 		d.forget(opt)
 	}
-	for _, acc := range d.acc {
-		for _, t := range acc {
-			_ = t.Release()
-		}
+	if d.nccl != nil {
+		errs = append(errs, d.nccl.Close())
+	}
+	for _, flat := range d.flat {
+		_ = flat.Release()
 	}
 	errs = append(errs, d.ops.Close(), d.b.Close())
 	return errors.Join(errs...)

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/examples/hflm"
@@ -21,12 +19,14 @@ import (
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
-// This file trains a Hugging Face checkpoint (worker.actor.model.model_path) on text prompts:
-// each prompt goes through the checkpoint's chat template (add_generation_prompt) and
-// tokenizer, hflm.Policy samples and scores, the rewards read the decoded text, the reference
-// of the divergence is the frozen base (with LoRA, the adapter-disabled model: no copy), and
-// the run ends with the PEFT adapter (LoRA) and a merged Hugging Face export in the run
-// directory. There is no warm start, no image and no validation pass on this path.
+// This file is the text model of a model_path run (worker.actor.model.model_path): each prompt
+// goes through the checkpoint's chat template (add_generation_prompt) and tokenizer (or
+// tokenizer_path's), hflm.Policy samples and scores, the rewards read the decoded text
+// (EasyR1's math reward, mathruler.go), the reference of the divergence is the frozen base
+// (with LoRA, the adapter-disabled model: no copy), and the export is the PEFT adapter (LoRA)
+// and the merged model in Hugging Face's layout. openHF builds the hfSession that the generic
+// run loop (hfrun.go: checkpoints, resume, validation) trains. There is no warm start and no
+// image on this path.
 
 // Files of a model_path run directory.
 const (
@@ -78,6 +78,19 @@ func (c Config) validateModelPath() error {
 	if st, err := os.Stat(a.Model.ModelPath); err != nil || !st.IsDir() {
 		return keyErr("worker.actor.model.model_path", "%q is not a local directory: nothing is fetched from a model hub here; give the directory of a downloaded checkpoint (config.json, safetensors, tokenizer files), or an empty model_path for the built-in model", a.Model.ModelPath)
 	}
+	if p := a.Model.TokenizerPath; p != "" {
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			return keyErr("worker.actor.model.tokenizer_path", "%q is not a local directory (want one holding tokenizer.json and tokenizer_config.json)", p)
+		}
+	}
+	if _, err := parseShardSize(a.Checkpoint.MaxShardSize); err != nil {
+		return keyErr("worker.actor.checkpoint.max_shard_size", "%v", err)
+	}
+	if d := a.Checkpoint.TorchDType; d != "" {
+		if _, err := hfmodel.ParseDType(d); err != nil {
+			return keyErr("worker.actor.checkpoint.torch_dtype", "is %q, want float32, bfloat16 or float16 (or empty: model_path's own)", d)
+		}
+	}
 	const why = "with worker.actor.model.model_path"
 	switch {
 	case a.Device == "cuda":
@@ -96,12 +109,6 @@ func (c Config) validateModelPath() error {
 		return keyErr("worker.reward.mdi_weight", "is %v %s: the MDI reward is the attention to image tokens, and a text model has none; set 0", c.Worker.Reward.MDIWeight, why)
 	case o.AdvantageEstimator == advantage.EstimatorGAE:
 		return keyErr("optimization.advantage_estimator", "is gae %s: there is no value model for the Hugging Face model (use grpo, rloo, reinforce_plus_plus, …)", why)
-	case t.LoadCheckpointPath != "" || t.FindLastCheckpoint:
-		return keyErr("training.load_checkpoint_path", "(and find_last_checkpoint) %s: resuming is not implemented on this path", why)
-	case t.ValOnly:
-		return keyErr("training.val_only", "is true %s: there is no validation pass on this path", why)
-	case c.Dataset.ValFiles != "":
-		return keyErr("dataset.val_files", "is set %s: there is no validation pass on this path", why)
 	case a.Model.LoraRank < 0:
 		return keyErr("worker.actor.model.lora_rank", "is %d, want >= 0 (0: full fine-tuning)", a.Model.LoraRank)
 	}
@@ -261,45 +268,19 @@ func encodePrompts(rows []hfRow, ct *hfmodel.ChatTemplate, tok *hfmodel.Tokenize
 		}
 		out = append(out, p)
 	}
-	if len(out) < d.RolloutBatchSize {
-		return nil, 0, fmt.Errorf("dataset: %d prompts fit dataset.max_prompt_length %d (%d dropped), want >= dataset.rollout_batch_size %d", len(out), d.MaxPromptLength, dropped, d.RolloutBatchSize)
-	}
 	return out, dropped, nil
 }
 
-var (
-	numberRE   = regexp.MustCompile(`-?\d[\d,]*(?:\.\d+)?(?:/\d+)?`)
-	fracRE     = regexp.MustCompile(`\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}`)
-	textRE     = regexp.MustCompile(`\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}`)
-	spaceLaTeX = strings.NewReplacer(" ", "", "$", "", `\!`, "", `\,`, "", `\;`, "", `\left`, "", `\right`, "", "{,}", "",
-		`\displaystyle`, "", `^{\circ}`, "", `^\circ`, "", `\%`, "", "%", "")
-)
+// numberRE is a number in a response without \boxed{…}: an integer or decimal, with
+// thousands commas or a /denominator.
+var numberRE = regexp.MustCompile(`-?\d[\d,]*(?:\.\d+)?(?:/\d+)?`)
 
-// lastBoxed returns the content of the last \boxed{…} in s (braces balanced), and whether
-// there is one.
-func lastBoxed(s string) (string, bool) {
-	at := strings.LastIndex(s, `\boxed{`)
-	if at < 0 {
-		return "", false
-	}
-	start, depth := at+len(`\boxed{`), 1
-	for i := start; i < len(s); i++ {
-		switch s[i] {
-		case '{':
-			depth++
-		case '}':
-			if depth--; depth == 0 {
-				return s[start:i], true
-			}
-		}
-	}
-	return "", false
-}
-
-// extractAnswer is a response's answer: the last \boxed{…}, else the last number.
+// extractAnswer is a response's answer: the content of its last \boxed{…} (mathruler's
+// extract_boxed_content), else, unlike EasyR1, its last number (a prompt that does not ask for
+// \boxed{} still gets an answer).
 func extractAnswer(text string) string {
-	if b, ok := lastBoxed(text); ok {
-		return b
+	if strings.Contains(text, `\boxed{`) {
+		return extractBoxedContent(text)
 	}
 	nums := numberRE.FindAllString(text, -1)
 	if len(nums) == 0 {
@@ -308,38 +289,8 @@ func extractAnswer(text string) string {
 	return nums[len(nums)-1]
 }
 
-// normalizeAnswer is light LaTeX normalisation in the manner of EasyR1's math reward: no spaces,
-// $, spacing commands, degrees or percent signs, \text{…} as its text, \frac{a}{b} as a/b, a
-// short left-hand side "x=" dropped, no thousands separators in numbers, no trailing period.
-func normalizeAnswer(s string) string {
-	s = spaceLaTeX.Replace(strings.TrimSpace(s))
-	s = textRE.ReplaceAllString(s, "$1")
-	s = fracRE.ReplaceAllString(s, "$1/$2")
-	if lhs, rhs, ok := strings.Cut(s, "="); ok && len(lhs) <= 2 && !strings.Contains(rhs, "=") {
-		s = rhs
-	}
-	s = strings.TrimSuffix(s, ".")
-	if numberRE.FindString(s) == s {
-		s = strings.ReplaceAll(s, ",", "")
-	}
-	return s
-}
-
-// answersEqual compares normalised answers as text, or as exact rationals when both are
-// numbers (0.5 = 1/2, 7 = 7.0).
-func answersEqual(got, want string) bool {
-	g, w := normalizeAnswer(got), normalizeAnswer(want)
-	if g == "" {
-		return false
-	}
-	if g == w {
-		return true
-	}
-	var x, y big.Rat
-	_, okG := x.SetString(g)
-	_, okW := y.SetString(w)
-	return okG && okW && x.Cmp(&y) == 0
-}
+// answersEqual is EasyR1's math accuracy: mathruler's grade_answer (mathruler.go).
+func answersEqual(got, want string) bool { return gradeAnswer(got, want) }
 
 // hfRewards are accuracy (the extracted answer equals the reference) and format (the answer
 // is in \boxed{…}), weighted as the built-in reward's accuracy_weight : format_weight.
@@ -362,7 +313,7 @@ func (c Config) hfRewards() []loop.Reward[hfPrompt] {
 			return 0
 		})},
 		{Name: "format", Weight: f / (a + f), Func: part(func(text, _ string) float64 {
-			if _, ok := lastBoxed(text); ok {
+			if strings.Contains(text, `\boxed{`) && extractBoxedContent(text) != "None" {
 				return 1
 			}
 			return 0
@@ -370,49 +321,147 @@ func (c Config) hfRewards() []loop.Reward[hfPrompt] {
 	}
 }
 
-// hfRun is a model_path run's model and data.
-type hfRun struct {
-	cfg     Config
-	dir     string // the checkpoint
-	model   *hflm.Model
-	gen     *hfmodel.GenerationConfig
-	tok     *hfmodel.Tokenizer
-	prompts []hfPrompt
-	dropped int
+// textModel is the text model of a model_path run as the run loop sees it (hfTrainable) with
+// what exports it.
+type textModel struct {
+	*hflm.Model
+	gen      *hfmodel.GenerationConfig
+	tokDir   string // the tokenizer files' directory (tokenizer_path, else model_path)
+	export   hfmodel.SaveOptions
+	lora     bool
+	modelDir string
 }
 
-// openHF opens the checkpoint, its tokenizer and chat template, adds the adapters and encodes
-// the prompts.
-func openHF(cfg Config) (*hfRun, error) {
+// Training implements hfSession.training: the model's own AdamW (which repacks the weights).
+func (m *textModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
+	opt, grads, err := m.Model.Training(weightDecay)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return opt, opt.AdamW, grads, nil
+}
+
+// save writes the PEFT adapter (with LoRA) into dir/adapter and the merged model with the
+// tokenizer files into dir/hf, each through a temporary directory renamed into place.
+func (m *textModel) save(dir string) error {
+	tmp, err := os.MkdirTemp(dir, ".tmp-export-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	var names []string
+	if m.lora {
+		if err := m.SaveLoRA(filepath.Join(tmp, hfAdapterDir), m.modelDir); err != nil {
+			return err
+		}
+		names = append(names, hfAdapterDir)
+	}
+	ck, err := m.Checkpoint(m.gen)
+	if err != nil {
+		return err
+	}
+	out := filepath.Join(tmp, hfExportDir)
+	if err := ck.Save(out, m.export); err != nil {
+		return err
+	}
+	if err := hfmodel.CopyTokenizerFiles(out, m.tokDir); err != nil {
+		return err
+	}
+	for _, name := range append(names, hfExportDir) {
+		if err := os.Chmod(filepath.Join(tmp, name), dirMode); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exportOptions are worker.actor.checkpoint's torch_dtype (empty: src's own) and
+// max_shard_size.
+func exportOptions(e ExportConfig, src *hfmodel.Config) (hfmodel.SaveOptions, error) {
+	name := e.TorchDType
+	if name == "" {
+		name = src.TorchDType
+	}
+	dt, err := hfmodel.ParseDType(name)
+	if err != nil {
+		return hfmodel.SaveOptions{}, keyErr("worker.actor.checkpoint.torch_dtype", "is %q, want float32, bfloat16 or float16", name)
+	}
+	size, err := parseShardSize(e.MaxShardSize)
+	if err != nil {
+		return hfmodel.SaveOptions{}, keyErr("worker.actor.checkpoint.max_shard_size", "%v", err)
+	}
+	return hfmodel.SaveOptions{DType: dt, MaxShardSize: size}, nil
+}
+
+// parseShardSize reads a size as transformers' max_shard_size takes it: a byte count, or a
+// number with KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), in any
+// letter case.
+func parseShardSize(s string) (int64, error) {
+	t, mult := strings.ToUpper(strings.TrimSpace(s)), 1.0
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	x, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(x*mult >= 1) || x*mult >= 1<<62 {
+		return 0, fmt.Errorf("%q is not a size of at least one byte (a byte count, or a number with KB, MB, GB, TB, KiB, MiB, GiB or TiB)", s)
+	}
+	return int64(x * mult), nil
+}
+
+// openHF opens the checkpoint, its tokenizer and chat template (tokenizer_path, else
+// model_path), adds the adapters and encodes the training and validation prompts.
+func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	mc := cfg.Worker.Actor.Model
-	r := &hfRun{cfg: cfg, dir: mc.ModelPath}
 	key := func(err error) error { return keyErr("worker.actor.model.model_path", "%s: %v", mc.ModelPath, err) }
 	ck, err := hfmodel.Open(mc.ModelPath)
 	if err != nil {
 		return nil, key(err)
 	}
-	r.gen = ck.Generation
-	if r.gen == nil {
-		r.gen = hfmodel.NewGenerationConfig(ck.Config)
+	gen := ck.Generation
+	if gen == nil {
+		gen = hfmodel.NewGenerationConfig(ck.Config)
 	}
-	r.model, err = hflm.Load(ck)
+	exp, err := exportOptions(cfg.Worker.Actor.Checkpoint, ck.Config)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	model, err := hflm.Load(ck)
 	ck.Close()
 	if err != nil {
 		return nil, key(err)
 	}
-	if err := cfg.Worker.Actor.applyScale(r.model); err != nil {
+	if err := cfg.Worker.Actor.applyScale(model); err != nil {
 		return nil, err
 	}
-	if r.tok, err = hfmodel.LoadTokenizer(mc.ModelPath); err != nil {
-		return nil, key(err)
+	tokDir, tokKey := mc.ModelPath, "worker.actor.model.model_path"
+	if mc.TokenizerPath != "" {
+		tokDir, tokKey = mc.TokenizerPath, "worker.actor.model.tokenizer_path"
 	}
-	ct, err := hfmodel.LoadChatTemplate(mc.ModelPath)
+	tok, err := hfmodel.LoadTokenizer(tokDir)
 	if err != nil {
-		return nil, key(err)
+		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
+	}
+	ct, err := hfmodel.LoadChatTemplate(tokDir)
+	if err != nil {
+		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
 	}
 	if mc.LoraRank > 0 {
 		lc := hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout, TargetModules: mc.TargetModules, Seed: mc.Seed}
-		if err := r.model.AddLoRA(lc); err != nil {
+		if err := model.AddLoRA(lc); err != nil {
 			return nil, keyErr("worker.actor.model.lora_rank", "%v", err)
 		}
 	}
@@ -421,208 +470,124 @@ func openHF(cfg Config) (*hfRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rows []hfRow
+	rows, err := textRows(d.TrainFiles, "dataset.train_files", d, format)
+	if err != nil {
+		return nil, err
+	}
 	if d.TrainFiles == "" {
 		if rows, err = arithmeticRows(d.TrainSize, d.Seed, format); err != nil {
 			return nil, err
 		}
 	}
-	for _, path := range strings.Split(d.TrainFiles, ",") {
+	train, dropped, err := encodePrompts(rows, ct, tok, d)
+	if err != nil {
+		return nil, err
+	}
+	if len(train) < d.RolloutBatchSize {
+		return nil, fmt.Errorf("dataset: %d prompts fit dataset.max_prompt_length %d (%d dropped), want >= dataset.rollout_batch_size %d", len(train), d.MaxPromptLength, dropped, d.RolloutBatchSize)
+	}
+	// Validation: dataset.val_files, or with the generated task val_size more of its questions.
+	vrows, err := textRows(d.ValFiles, "dataset.val_files", d, format)
+	if err != nil {
+		return nil, err
+	}
+	if d.ValFiles == "" && d.TrainFiles == "" {
+		if vrows, err = arithmeticRows(d.ValSize, d.Seed^0x76616c, format); err != nil { // "val"
+			return nil, err
+		}
+	}
+	val, vdropped, err := encodePrompts(vrows, ct, tok, d)
+	if err != nil {
+		return nil, err
+	}
+	padded := !cfg.Worker.Actor.PaddingFree
+	m := &textModel{Model: model, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath}
+	s := &hfSession[hfPrompt]{
+		model:    model,
+		policy:   policyOf(model, gen, tok, padded),
+		rewards:  cfg.hfRewards(),
+		training: m.training,
+		train:    train,
+		val:      val,
+		export:   m.save,
+	}
+	s.reference = func() (loop.Scorer[hfPrompt], error) {
+		if mc.LoraRank > 0 {
+			return policyOf(model.Base(), gen, tok, padded), nil // the adapters off: no copy
+		}
+		// Full fine-tuning changes the weights: the reference is a second, frozen load.
+		ref, err := hflm.LoadDir(mc.ModelPath)
+		if err != nil {
+			return nil, key(err)
+		}
+		if err := cfg.Worker.Actor.applyScale(ref); err != nil { // the reference computes as the policy
+			return nil, err
+		}
+		return policyOf(ref, gen, tok, padded), nil
+	}
+	lora := "full fine-tuning"
+	s.exported = hfExportDir + "/ (the model in Hugging Face's layout, " + exp.DType.String() + ", with the tokenizer)"
+	if mc.LoraRank > 0 {
+		lora = fmt.Sprintf("LoRA rank %d", mc.LoraRank)
+		s.exported = hfAdapterDir + "/ (the PEFT adapter) and " + s.exported
+	}
+	ps, err := model.Params()
+	if err != nil {
+		return nil, err
+	}
+	trained := 0
+	for _, p := range ps {
+		trained += p.Value.Len()
+	}
+	s.describe = fmt.Sprintf("model %s: %d parameters (%s: %d trained, %s); %d prompts (%d over max_prompt_length dropped), %d validation prompts (%d dropped)",
+		mc.ModelPath, model.NumParams(), lora, trained, cfg.Worker.Actor.dtypeName(), len(train), dropped, len(val), vdropped)
+	return s, nil
+}
+
+// textRows reads the comma-separated JSONL files of key (nil when there are none).
+func textRows(files, key string, d DatasetConfig, format *hfmodel.ChatTemplate) ([]hfRow, error) {
+	var rows []hfRow
+	for _, path := range strings.Split(files, ",") {
 		if path = strings.TrimSpace(path); path == "" {
 			continue
 		}
 		part, err := loadTextRows(path, d, format)
 		if err != nil {
-			return nil, fmt.Errorf("dataset.train_files: %w", err)
+			return nil, fmt.Errorf("%s: %w", key, err)
 		}
 		rows = append(rows, part...)
 	}
-	if r.prompts, r.dropped, err = encodePrompts(rows, ct, r.tok, d); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return rows, nil
 }
 
-// policy is the model as a loop policy over the prompts.
-func (r *hfRun) policy(m *hflm.Model) *hflm.Policy[hfPrompt] {
+// policyOf is model m as a loop policy over text prompts, stopping at gen's EOS ids.
+// padded: right-padded scoring passes (worker.actor.padding_free false).
+func policyOf(m *hflm.Model, gen *hfmodel.GenerationConfig, tok *hfmodel.Tokenizer, padded bool) *hflm.Policy[hfPrompt] {
 	var stop []int32
-	for _, id := range r.gen.EOSTokenIDs {
+	for _, id := range gen.EOSTokenIDs {
 		stop = append(stop, int32(id))
 	}
-	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop, Padded: !r.cfg.Worker.Actor.PaddingFree,
+	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop, Padded: padded,
 		Prompt: func(p hfPrompt) []int32 { return p.ids },
 		Decode: func(ids []int32) string {
 			v := make([]int, len(ids))
 			for i, id := range ids {
 				v[i] = int(id)
 			}
-			s, _ := r.tok.Decode(v, true) // ids come from the model's own vocabulary
+			s, _ := tok.Decode(v, true) // ids come from the model's own vocabulary
 			return s
 		},
 	}
 }
 
-// newLoop builds the tprl/loop of the run: no perturbation, the reference the frozen base.
-func (r *hfRun) newLoop(steps int) (*loop.Loop[hfPrompt], error) {
-	cfg, act := r.cfg, r.cfg.Worker.Actor
-	update, err := cfg.Update()
-	if err != nil {
-		return nil, err
-	}
-	adv, err := cfg.Advantage()
-	if err != nil {
-		return nil, err
-	}
-	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
-	act.scaleLoop(&lc)
-	parts := loop.Parts[hfPrompt]{Policy: r.policy(r.model), Rewards: cfg.hfRewards(),
-		Data: loop.NewEpochs(r.prompts, cfg.Dataset.Shuffle, cfg.Dataset.Seed)}
-	if !cfg.Optimization.DisableDivergence {
-		ref := r.model.Base() // LoRA: the adapters off, no copy
-		if act.Model.LoraRank == 0 {
-			// Full fine-tuning changes the weights: the reference is a second, frozen load.
-			var err error
-			if ref, err = hflm.LoadDir(r.dir); err != nil {
-				return nil, err
-			}
-			if err := act.applyScale(ref); err != nil { // the reference computes as the policy
-				return nil, err
-			}
-		}
-		parts.Reference = r.policy(ref)
-	}
-	opt, grads, err := r.model.Training(act.Optim.WeightDecay)
-	if err != nil {
-		return nil, err
-	}
-	opt.Beta1, opt.Beta2, opt.Eps = act.Optim.Betas[0], act.Optim.Betas[1], act.Optim.Eps
-	parts.Optimizer, parts.Gradients = opt, grads
-	l, err := loop.New(lc, parts)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return l, nil
-}
-
-// save writes the PEFT adapter (with LoRA) into dir/adapter and the merged model with the
-// tokenizer files into dir/hf.
-func (r *hfRun) save(dir string) error {
-	if r.cfg.Worker.Actor.Model.LoraRank > 0 {
-		if err := r.model.SaveLoRA(filepath.Join(dir, hfAdapterDir), r.dir); err != nil {
-			return err
-		}
-	}
-	ck, err := r.model.Checkpoint(r.gen)
-	if err != nil {
-		return err
-	}
-	out := filepath.Join(dir, hfExportDir)
-	if err := ck.Save(out, hfmodel.SaveOptions{DType: hfmodel.Float32, Shards: 1}); err != nil {
-		return err
-	}
-	return hfmodel.CopyTokenizerFiles(out, r.dir)
-}
-
-// runModelPath is Run with worker.actor.model.model_path: RL steps on the checkpoint, one
-// metrics.jsonl line each, checkpoints of the adapter and export every save_freq steps into
-// checkpoints/global_step_N, and the final adapter and export in the run directory.
+// runModelPath is Run with worker.actor.model.model_path: the checks of validateModelPath,
+// then runHF with the text model.
 func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Summary, error) {
-	wall := time.Now()
 	if err := cfg.validateModelPath(); err != nil {
 		return nil, err
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	c := cfg.Training
-	dir := c.RunDir
-	if dir == "" {
-		dir = defaultRunDir(c)
-	}
-	metricsPath := filepath.Join(dir, "metrics.jsonl")
-	if _, err := os.Stat(metricsPath); err == nil {
-		return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl: a model_path run does not resume or overwrite; choose another run_dir", dir)
-	}
-	r, err := openHF(cfg)
-	if err != nil {
-		return nil, err
-	}
-	steps := c.Steps
-	if steps == 0 {
-		steps = c.TotalEpochs * max(1, len(r.prompts)/cfg.Dataset.RolloutBatchSize)
-	}
-	l, err := r.newLoop(steps)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return nil, err
-	}
-	cfg.Training.RunDir = dir
-	if err := WriteFileAtomic(filepath.Join(dir, "config.yaml"), cfg.YAML()); err != nil {
-		return nil, err
-	}
-	lora := "full fine-tuning"
-	if k := cfg.Worker.Actor.Model.LoraRank; k > 0 {
-		lora = fmt.Sprintf("LoRA rank %d", k)
-	}
-	ps, _ := r.model.Params()
-	trained := 0
-	for _, p := range ps {
-		trained += p.Value.Len()
-	}
-	fmt.Fprintf(stdout, "model %s: %d parameters (%s: %d trained, %s); %d prompts (%d over max_prompt_length dropped); %d RL steps; run dir %s\n",
-		r.dir, r.model.NumParams(), lora, trained, cfg.Worker.Actor.dtypeName(), len(r.prompts), r.dropped, steps, dir)
-	mf, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer mf.Close()
-	nan := math.NaN() // no validation, warm start or perception mask on this path: null in summary.json
-	sum := &Summary{RunDir: dir, ValAccInit: nan, ValAccStart: nan, ValAccEnd: nan, ValFormatStart: nan, ValFormatEnd: nan,
-		PerceptionPrec: nan, VisualFraction: nan}
-	var rewards, accs []float64
-	rl := time.Now()
-	for step := 1; step <= steps; step++ {
-		if ctx.Err() != nil {
-			break
-		}
-		res, err := l.Step(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
-		}
-		m := res.Metrics
-		res.Release()
-		if _, err := mf.Write(MarshalLine(step, m)); err != nil {
-			return nil, err
-		}
-		rewards, accs = append(rewards, m["reward/overall"]), append(accs, m["reward/accuracy"])
-		fmt.Fprintf(stdout, "step %d/%d: reward %.3f accuracy %.3f\n", step, steps, m["reward/overall"], m["reward/accuracy"])
-		sum.Steps = step
-		if c.SaveFreq > 0 && step%c.SaveFreq == 0 && step < steps {
-			if err := r.save(filepath.Join(dir, "checkpoints", stepDirName(step))); err != nil {
-				return nil, fmt.Errorf("checkpoint at step %d: %w", step, err)
-			}
-		}
-	}
-	sum.RLSeconds = time.Since(rl).Seconds()
-	if err := r.save(dir); err != nil {
-		return nil, fmt.Errorf("saving the model: %w", err)
-	}
-	firstLast := func(xs []float64) (float64, float64) {
-		n := min(5, len(xs))
-		return mean(xs[:n]), mean(xs[len(xs)-n:])
-	}
-	sum.RewardStart, sum.RewardEnd = firstLast(rewards)
-	sum.TrainAccStart, sum.TrainAccEnd = firstLast(accs)
-	sum.WallSeconds = time.Since(wall).Seconds()
-	if err := writeSummary(dir, *sum); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stdout, "saved: %s (PEFT adapter, with LoRA) and %s (the model, adapters merged, with the tokenizer)\n",
-		filepath.Join(dir, hfAdapterDir), filepath.Join(dir, hfExportDir))
-	if ctx.Err() != nil {
-		return sum, ErrInterrupted
-	}
-	return sum, nil
+	return runHF(ctx, cfg, openHF, stdout, stderr)
 }

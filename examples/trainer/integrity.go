@@ -6,12 +6,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mtrl-go/mtrl/examples/internal/atomicfile"
 )
 
 // Checkpoint integrity: every checkpoint directory carries checksums.sha256, the SHA-256 of
@@ -34,6 +40,80 @@ func manifestOf(files map[string][]byte) []byte {
 		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(sum[:]), n)
 	}
 	return b.Bytes()
+}
+
+// dirManifest is the manifest of every file under dir (names relative, with slashes, so a
+// model export in a subdirectory is checked too), each fsynced as it is hashed, as are the
+// subdirectories.
+func dirManifest(dir string) ([]byte, error) {
+	sums := map[string]string{}
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, path)
+			return nil
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("checkpoint file %s is not a regular file", rel)
+		}
+		sum, err := hashFile(path, true)
+		if err != nil {
+			return err
+		}
+		sums[filepath.ToSlash(rel)] = sum
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range dirs[1:] { // dir itself is synced by saveDir after the manifest
+		if err := atomicfile.SyncDir(d); err != nil {
+			return nil, err
+		}
+	}
+	names := make([]string, 0, len(sums))
+	for n := range sums {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b bytes.Buffer
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s  %s\n", sums[n], n)
+	}
+	return b.Bytes(), nil
+}
+
+// hashFile is the hex SHA-256 of the file at path, read in a stream; with sync it is fsynced.
+func hashFile(path string, sync bool) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// manifestName reports whether name may be listed in a manifest: a clean relative path with
+// slashes that stays inside the checkpoint.
+func manifestName(name string) bool {
+	return name != "" && name != ckptManifest && path.Clean(name) == name && !strings.Contains(name, `\`) &&
+		filepath.IsLocal(filepath.FromSlash(name))
 }
 
 // damagedError is a checkpoint file that fails its check.
@@ -59,7 +139,7 @@ func parseManifest(dir string) (map[string]string, error) {
 	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		sum, name, ok := strings.Cut(line, "  ")
 		if _, err := hex.DecodeString(sum); !ok || err != nil || len(sum) != 2*sha256.Size || name == "" ||
-			name != filepath.Base(name) || name == ckptManifest || sums[name] != "" {
+			!manifestName(name) || sums[name] != "" {
 			return nil, &damagedError{dir, ckptManifest, fmt.Sprintf("line %d %q is not \"<sha256>  <file>\"", i+1, line)}
 		}
 		sums[name] = sum
@@ -68,8 +148,8 @@ func parseManifest(dir string) (map[string]string, error) {
 }
 
 // readCheckpoint reads the named files of the checkpoint directory dir. With a manifest, every
-// file it lists is read and verified (so is every named file: it must be listed); the result
-// holds them all.
+// file it lists is verified (so is every named file: it must be listed); the others are hashed
+// as a stream, not kept (a model export may be large).
 func readCheckpoint(dir string, names ...string) (map[string][]byte, error) {
 	sums, err := parseManifest(dir)
 	if err != nil {
@@ -88,11 +168,21 @@ func readCheckpoint(dir string, names ...string) (map[string][]byte, error) {
 		return nil
 	}
 	for n, want := range sums {
-		if err := read(n); err != nil {
-			return nil, err
+		var got string
+		if slices.Contains(names, n) {
+			if err := read(n); err != nil {
+				return nil, err
+			}
+			sum := sha256.Sum256(files[n])
+			got = hex.EncodeToString(sum[:])
+		} else if got, err = hashFile(filepath.Join(dir, filepath.FromSlash(n)), false); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, &damagedError{dir, n, "missing, but listed in " + ckptManifest}
+			}
+			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
-		if got := sha256.Sum256(files[n]); hex.EncodeToString(got[:]) != want {
-			return nil, &damagedError{dir, n, fmt.Sprintf("SHA-256 %s, %s says %s", hex.EncodeToString(got[:]), ckptManifest, want)}
+		if got != want {
+			return nil, &damagedError{dir, n, fmt.Sprintf("SHA-256 %s, %s says %s", got, ckptManifest, want)}
 		}
 	}
 	for _, n := range names {

@@ -117,15 +117,19 @@ func actorParams(m *vlm.Model) []loop.Param {
 
 // deviceGradients is loop.Gradients of a model on the actor's device: on one device the
 // micro-batch sum runs there; with several ranks the micro-batch gradients come to the host for
-// collective.OrderedSum and the sum goes back up.
+// collective.OrderedSum and the sum goes back up (grad_reduce=ordered), or each rank sums its
+// micro-batches there and NCCL all-reduces the sums between the devices (nccl:
+// grad_reduce=bucketed, in buckets of bucket values).
 type deviceGradients struct {
 	t       *Trainer
 	m       *vlm.Model
 	pending []float32
+	nccl    bool
+	bucket  int
 }
 
 func (g *deviceGradients) Collect() error {
-	if g.t.world() == 1 {
+	if g.t.world() == 1 || g.nccl {
 		return g.t.dev.accumulate(g.m)
 	}
 	var err error
@@ -141,6 +145,19 @@ func (g *deviceGradients) Reduce(ctx context.Context, comm collective.Comm, scal
 	}
 	if g.t.world() == 1 {
 		return 0, g.t.dev.finish(g.m, scale)
+	}
+	if g.nccl {
+		// A rank that failed before this reduction releases the others here (the NCCL
+		// collectives cannot be cancelled), then the devices reduce.
+		if err := comm.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		if err := g.t.dev.allReduce(ctx, comm, g.m, scale, g.bucket); err != nil {
+			return 0, err
+		}
+		// What a ring all-reduce receives per rank: 2·(N−1)/N of the gradient.
+		n, w := int64(g.m.NumParams()), int64(comm.Size())
+		return 2 * (w - 1) * n * 4 / w, nil
 	}
 	local := g.pending
 	g.pending = nil

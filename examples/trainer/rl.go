@@ -97,11 +97,15 @@ func (t *Trainer) actorTraining() (loop.Gradients, loop.Optimizer, error) {
 	}
 	t.wholeMoments()
 	t.zero = nil
+	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
 	if t.onDevice(t.model) || (stage == 0 && a.GradReduce == "ordered") {
-		return t.trainingOf(t.model, t.opt)
+		g, o, err := t.trainingOf(t.model, t.opt)
+		if dg, ok := g.(*deviceGradients); ok && !rc.Ordered && t.world() > 1 {
+			dg.nccl, dg.bucket = true, max(1, rc.BucketBytes/4) // NCCL between the devices
+		}
+		return g, o, err
 	}
 	ps := actorParams(t.model)
-	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
 	if stage == 0 {
 		g, err := loop.NewBucketedGradients(ps, rc, t.rank(), t.world())
 		return g, &loop.HostAdamW{AdamW: t.opt, Params: ps}, err

@@ -590,6 +590,8 @@ var resumeSafeKeys = map[string]bool{
 	// changes (the checkpoint's moments are the whole layout); with bucketed, as with
 	// n_gpus_per_node, the last bits.
 	"worker.actor.fsdp.sharding_strategy": true, "worker.actor.grad_bucket_mb": true,
+	// How a model_path run exports its model.
+	"worker.actor.checkpoint.torch_dtype": true, "worker.actor.checkpoint.max_shard_size": true,
 }
 
 // checkResumable refuses to resume the checkpoint in ckDir with a configuration that would

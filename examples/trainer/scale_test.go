@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,10 +60,10 @@ func TestScaleKeys(t *testing.T) {
 
 // TestModelPathScaleKeys runs the model_path path with the memory keys: checkpointing, padded
 // rows and token-budget micro-batches give the first step's rollouts and scores of the default
-// run (the same rewards, KL and entropy: the same log-probs), and bf16 mode runs through.
+// run (the same rewards, KL and response lengths), and the bf16 keys reach the model.
 func TestModelPathScaleKeys(t *testing.T) {
 	model := tinyHF(t)
-	run := func(extra ...string) (map[string]*float64, string) {
+	run := func(extra ...string) map[string]*float64 {
 		dir := filepath.Join(t.TempDir(), "run")
 		cfg, err := LoadConfig("", hfOverrides(model, dir, append([]string{"training.steps=1"}, extra...)...))
 		require.NoError(t, err)
@@ -72,10 +73,10 @@ func TestModelPathScaleKeys(t *testing.T) {
 		lines, err := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
 		require.NoError(t, err)
 		require.Len(t, lines, 1)
-		return lines[0].Metrics, out.String()
+		return lines[0].Metrics
 	}
-	base, _ := run()
-	same, _ := run("worker.actor.model.enable_gradient_checkpointing=true", "worker.actor.padding_free=false",
+	base := run()
+	same := run("worker.actor.model.enable_gradient_checkpointing=true", "worker.actor.padding_free=false",
 		"worker.actor.dynamic_batching=true", "worker.actor.max_token_len_per_device=40")
 	// (actor/entropy and the losses are means of per-micro-batch means: they depend on the split.)
 	for _, k := range []string{"reward/overall", "actor/reward_kl_penalty", "response_length/mean"} {
@@ -83,6 +84,14 @@ func TestModelPathScaleKeys(t *testing.T) {
 		require.NotNil(t, same[k], k)
 		assert.Equal(t, *base[k], *same[k], k)
 	}
-	_, out := run("worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.model.enable_gradient_checkpointing=true")
-	assert.Contains(t, out, "bf16 mixed precision")
+	cfg, err := LoadConfig("", hfOverrides(model, t.TempDir(), "worker.actor.fsdp.mixed_precision_dtype=bf16",
+		"worker.actor.model.enable_gradient_checkpointing=true"))
+	require.NoError(t, err)
+	r, err := openHF(cfg)
+	require.NoError(t, err)
+	m, ok := r.model.(*hflm.Model)
+	require.True(t, ok, "model_path's model is %T", r.model)
+	assert.Equal(t, tensor.BFloat16, m.MixedPrecision())
+	assert.True(t, m.Checkpointing())
+	assert.Equal(t, "bf16 mixed precision", cfg.Worker.Actor.dtypeName())
 }

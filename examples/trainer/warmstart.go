@@ -97,7 +97,7 @@ func (t *Trainer) saveWarm(w *warmRun, step int, opt *loop.AdamW, pcg *rand.PCG,
 		return err
 	}
 	dir, err := w.ck.saveDir(warmPrefix+strconv.Itoa(step), map[string][]byte{ckptModel: mb, ckptOptimizer: ob,
-		ckptState: append(sb, '\n'), ckptConfig: t.cfg.YAML()})
+		ckptState: append(sb, '\n'), ckptConfig: t.cfg.YAML()}, nil)
 	if err != nil {
 		return fmt.Errorf("warm-start checkpoint step %d: %w", step, err)
 	}

@@ -42,6 +42,18 @@
 // cublasGemmStridedBatchedEx) and computes the GEMMs on the host with the checks above (see its
 // doc).
 //
+// # NCCL
+//
+// nccl.go defines the libnccl C entry points package cuda binds (declared weak there, so the
+// program's own definitions win over dlopening libnccl.so.2): unique ids, ncclCommInitRank
+// (on the device of the calling thread's context, blocking until every rank joined) and
+// ncclCommInitAll, all-reduce (sum, prod, max, min), reduce-scatter, all-gather, broadcast,
+// ncclGroupStart/End, destroy, abort, error strings and ncclGetLastError. A collective waits
+// until every rank has issued it, then runs in rank order (deterministic; the arithmetic of
+// package collective's host reductions). Each rank's buffers must lie in memory of its device
+// and its stream belong to that device, else the call panics; two ranks on one device and
+// ranks that disagree (collective, count, type, reduction, root) get ncclInvalidUsage.
+//
 // # Environment
 //
 //	CUEMU_DEVICES   number of devices (default 1)
@@ -53,7 +65,7 @@
 // # What is not emulated
 //
 // Asynchrony (every call completes before it returns, so missing stream synchronisation goes
-// unseen), several streams, PTX itself (only its entry declarations are read; the JIT is not),
+// unseen), several streams, NCCL's ring order, transports and timeouts, PTX itself (only its entry declarations are read; the JIT is not),
 // real driver error codes beyond the few returned here, the device's libm (expf and friends
 // are the host C library's, not CUDA's ≤2-ulp versions), warp-synchronous timing, speed.
 // Launches are serialised process-wide. x86-64 Linux only.

@@ -452,6 +452,9 @@ func collective(kind string, send, recv unsafe.Pointer, count C.size_t, dtype, r
 	if count == 0 {
 		return ncclSuccess
 	}
+	if uint64(count) > math.MaxInt64/uint64(ts*size) {
+		return fail(ncclInvalidArgument, "count %d is larger than any device memory", uint64(count))
+	}
 	n := int64(count) * int64(ts)
 	sendN, recvN := n, n
 	switch kind {

@@ -10,6 +10,10 @@
 //   - NCCL (package cuda, build tags cuda and nccl) reduces CUDA device buffers; it is
 //     bootstrapped by one of the above.
 //
+// Tensors is the same collectives on tensor.Tensor values, implemented by HostTensors (any
+// Comm; a device tensor goes through host memory) and by cuda.NCCL (device buffers, no host
+// staging), so gradient code can use either.
+//
 // Sharded reductions work on top of any Comm: ReduceScatterFloat32 and AllGatherShards (an
 // all-reduce in 2·(N−1)/N of the values per rank), OrderedReduceScatter (OrderedSum's result,
 // shard by shard) and AllToAll; the in-process group and MPI run them natively

@@ -11,9 +11,10 @@ import (
 // Tensors is one rank's collectives on tensors, the interface shared by the host
 // implementation (HostTensors, over any Comm) and NCCL (cuda.NCCL, on device buffers with no
 // host staging), so that code reducing gradients names neither. Every rank must call the same
-// collectives in the same order with tensors of the same length and dtype. The reductions run
-// in rank order in both implementations, with the same float32 arithmetic, so they agree bit
-// for bit; real NCCL reduces in its ring's order instead (still identically on every rank).
+// collectives in the same order with tensors of the same length and dtype. HostTensors over
+// the in-process group and NCCL on the CUDA emulator's stand-in both reduce in rank order with
+// the same float32 arithmetic, so they agree bit for bit; MPI and real NCCL reduce in their own
+// order (still identically on every rank).
 type Tensors interface {
 	// Rank is this rank's index in [0, Size).
 	Rank() int

@@ -95,3 +95,35 @@ func TestHostTensors(t *testing.T) {
 		t.Error("NewHostTensors(nil) gave no error")
 	}
 }
+
+// ExampleHostTensors reduce-scatters two ranks' gradients (each rank keeps the sum of its
+// half) and all-gathers the halves, through the Tensors interface that cuda.NCCL implements
+// on device tensors too.
+func ExampleHostTensors() {
+	out := make([]string, 2)
+	err := collective.Run(context.Background(), 2, func(ctx context.Context, c collective.Comm) error {
+		var ts collective.Tensors
+		ts, err := collective.NewHostTensors(c)
+		if err != nil {
+			return err
+		}
+		r := float32(ts.Rank())
+		grad := tensor.Must(tensor.FromFloat32([]float32{1 + r, 2 + r, 3 + r, 4 + r}, 4))
+		half := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, 2))
+		if err := ts.ReduceScatter(ctx, half, grad); err != nil {
+			return err
+		}
+		if err := ts.AllGather(ctx, grad, half); err != nil {
+			return err
+		}
+		h, _ := half.Float32s()
+		g, _ := grad.Float32s()
+		out[ts.Rank()] = fmt.Sprintf("rank %d: half %v, whole %v", ts.Rank(), h, g)
+		return nil
+	})
+	fmt.Println(out[0])
+	fmt.Println(out[1], err)
+	// Output:
+	// rank 0: half [3 5], whole [3 5 7 9]
+	// rank 1: half [7 9], whole [3 5 7 9] <nil>
+}

@@ -1,0 +1,174 @@
+package qwenvl
+
+import (
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// ensureGrads allocates the tower's zero gradients on first use.
+func (t *Vision) ensureGrads() {
+	for _, p := range t.params {
+		if p.grad == nil {
+			p.grad, _ = f32(p.value.Shape()...)
+		}
+	}
+}
+
+// ZeroGrads sets the tower's gradients to zero.
+func (t *Vision) ZeroGrads() {
+	for _, p := range t.params {
+		if p.grad != nil {
+			clear(host(p.grad))
+		}
+	}
+}
+
+// Backward adds the gradients of every tower weight given dOut, the gradient of Forward's
+// output [rows/merge_size², OutDim], to the tower's gradients. a must come from Forward with
+// keep.
+func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
+	const op = "qwenvl.Vision.Backward"
+	if a == nil {
+		return tensor.Errorf(tensor.ErrParam, op, "a", "is nil (Forward without keep)")
+	}
+	v, l := t.cfg, a.l
+	n, d := l.n, v.Dim
+	unit := v.MergeSize * v.MergeSize
+	nm := n / unit
+	if err := tensor.CheckShape(op, "dOut", dOut, nm, v.OutDim); err != nil {
+		return err
+	}
+	t.ensureGrads()
+	var e errs
+	dy := dOut
+	if l.window != nil { // into the window order of the merger's rows
+		p, pv := f32(nm, v.OutDim)
+		permuteUnits(pv, host(dOut), l.window, v.OutDim, false)
+		dy = p
+	}
+	dgelu, _ := f32(nm, unit*d)
+	e.do(t.linearBackward(dgelu, a.gelu, dy, t.mlp2))
+	dpre, _ := f32(nm, unit*d)
+	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: a.pre, DY: dgelu, Activation: tensor.GELU}))
+	dln, _ := f32(nm, unit*d)
+	e.do(t.linearBackward(dln, a.lnOut, dpre, t.mlp0))
+	dx, dxv := f32(n, d)
+	e.do(t.normBackward(dx, a.xLast, tensor.Must(dln.Reshape(n, d)), t.lnQ))
+	tmp, tmpv := f32(n, d)
+	for i := len(t.blocks) - 1; i >= 0; i-- {
+		blk, s := &t.blocks[i], &a.blocks[i]
+		// MLP: y = xMid + mlp(norm2(xMid)).
+		dh2, dh2v := f32(n, d)
+		if t.gated {
+			dprod, dpv := f32(n, v.MLPDim)
+			e.do(t.linearBackward(dprod, s.prod, dx, blk.down))
+			dact, dav := f32(n, v.MLPDim)
+			db, dbv := f32(n, v.MLPDim)
+			actv, bv := host(s.act), host(s.b)
+			for j, g := range dpv {
+				dav[j], dbv[j] = g*bv[j], g*actv[j]
+			}
+			da, _ := f32(n, v.MLPDim)
+			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
+			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
+			addTo(dh2v, tmpv)
+		} else {
+			dact, _ := f32(n, v.MLPDim)
+			e.do(t.linearBackward(dact, s.act, dx, blk.fc2))
+			da, _ := f32(n, v.MLPDim)
+			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			e.do(t.linearBackward(dh2, s.h2, da, blk.fc1))
+		}
+		e.do(t.normBackward(tmp, s.xMid, dh2, blk.norm2))
+		addTo(dxv, tmpv)
+		// Attention: xMid = xIn + proj(attn(rope(q), rope(k), v)), q, k, v = qkv(norm1(xIn)).
+		dattn, _ := f32(n, v.Heads, v.HeadDim())
+		e.do(t.linearBackward(dattn, s.attn, dx, blk.proj))
+		dq, dqv := f32(n, v.Heads, v.HeadDim())
+		dk, dkv := f32(n, v.Heads, v.HeadDim())
+		dv, dvv := f32(n, v.Heads, v.HeadDim())
+		cu := l.cuFull
+		if l.cuWindow != nil && !t.fullBlock(i) {
+			cu = l.cuWindow
+		}
+		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
+			AttentionInputs: tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu},
+			Out:             s.attn, LSE: s.lse, DOut: dattn,
+		}, t.attn))
+		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: l.pos, Config: t.rope}))
+		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: l.pos, Config: t.rope}))
+		dqkv, dqkvv := f32(n, 3*d)
+		for r := range n {
+			row := dqkvv[r*3*d:]
+			copy(row[:d], dqv[r*d:(r+1)*d])
+			copy(row[d:2*d], dkv[r*d:(r+1)*d])
+			copy(row[2*d:3*d], dvv[r*d:(r+1)*d])
+		}
+		dh1, _ := f32(n, d)
+		e.do(t.linearBackward(dh1, s.h1, dqkv, blk.qkv))
+		e.do(t.normBackward(tmp, s.xIn, dh1, blk.norm1))
+		addTo(dxv, tmpv)
+		if e.err != nil {
+			return e.err
+		}
+	}
+	if l.window != nil { // back to the patches' order
+		p, pv := f32(n, d)
+		permuteUnits(pv, dxv, l.window, unit*d, true)
+		dx = p
+	}
+	return tensor.LinearBackward(tensor.LinearGradOut{DWeight: t.byName[t.patch.name+".weight"].grad},
+		tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true})
+}
+
+func (t *Vision) fullBlock(i int) bool {
+	for _, b := range t.cfg.FullAttBlocks {
+		if b == i {
+			return true
+		}
+	}
+	return false
+}
+
+// linearBackward writes dx and adds the weight and bias gradients of y = x·Wᵀ + b.
+func (t *Vision) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
+	nOut, nIn := l.w.Weight().Dim(0), l.w.Weight().Dim(1)
+	dx2, err := dx.Reshape(-1, nIn)
+	if err != nil {
+		return err
+	}
+	x2, err := x.Reshape(-1, nIn)
+	if err != nil {
+		return err
+	}
+	dy2, err := dy.Reshape(-1, nOut)
+	if err != nil {
+		return err
+	}
+	out := tensor.LinearGradOut{DX: dx2, DWeight: t.byName[l.name+".weight"].grad}
+	if l.b != nil {
+		out.DBias = t.byName[l.name+".bias"].grad
+	}
+	return tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true})
+}
+
+// normBackward writes dx and adds the norm's weight (and bias) gradients.
+func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
+	in := tensor.NormGrad{X: x, Weight: n.w, DY: dy, Eps: visionEps, Accumulate: true}
+	if n.b != nil {
+		return tensor.LayerNormBackward(dx, t.byName[n.name+".weight"].grad, t.byName[n.name+".bias"].grad, in)
+	}
+	return tensor.RMSNormBackward(dx, t.byName[n.name+".weight"].grad, in)
+}
+
+// Repack rebuilds the packed matrices after the weights changed (an optimizer step).
+func (t *Vision) Repack() error {
+	for _, p := range t.params {
+		if p.packed != nil {
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
