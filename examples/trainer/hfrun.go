@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -51,6 +52,8 @@ type hfSession[P any] struct {
 	exported string
 	// describe is the start line's account of the model and the data.
 	describe string
+	// perturb is the image perturbation of the perturbed scoring pass (nil: a text model).
+	perturb perturb.Perturbation
 }
 
 // hfState is state.json of a model_path checkpoint: with the trained weights
@@ -79,7 +82,8 @@ type hfTrainer[P any] struct {
 	steps int
 }
 
-// newHFTrainer builds the RL loop: no perturbation, the reference the frozen base.
+// newHFTrainer builds the RL loop: the session's perturbation (none for a text model), the
+// reference the frozen base.
 func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P], error) {
 	update, err := cfg.Update()
 	if err != nil {
@@ -101,7 +105,8 @@ func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P],
 	}
 	o := cfg.Worker.Actor.Optim
 	t.adam.Beta1, t.adam.Beta2, t.adam.Eps = o.Betas[0], o.Betas[1], o.Eps
-	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
+	lc := cfg.loopConfig(steps, adv, update)
+	lc.Perturb = s.perturb
 	cfg.Worker.Actor.scaleLoop(&lc)
 	if t.loop, err = loop.New(lc, parts); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
