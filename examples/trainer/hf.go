@@ -374,7 +374,13 @@ func (m *textModel) save(dir string) error {
 	if err := hfmodel.CopyTokenizerFiles(out, m.tokDir); err != nil {
 		return err
 	}
-	for _, name := range append(names, hfExportDir) {
+	return renameInto(dir, tmp, append(names, hfExportDir))
+}
+
+// renameInto moves each of names from tmp into dir, replacing what dir held under that name,
+// so that a failed export leaves the previous one whole.
+func renameInto(dir, tmp string, names []string) error {
+	for _, name := range names {
 		if err := os.Chmod(filepath.Join(tmp, name), dirMode); err != nil {
 			return err
 		}
@@ -454,23 +460,12 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 	if err := cfg.Worker.Actor.applyScale(model); err != nil {
 		return nil, err
 	}
-	tokDir, tokKey := mc.ModelPath, "worker.actor.model.model_path"
-	if mc.TokenizerPath != "" {
-		tokDir, tokKey = mc.TokenizerPath, "worker.actor.model.tokenizer_path"
-	}
-	tok, err := hfmodel.LoadTokenizer(tokDir)
+	tokDir, tok, ct, err := openTokenizer(mc)
 	if err != nil {
-		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
+		return nil, err
 	}
-	ct, err := hfmodel.LoadChatTemplate(tokDir)
-	if err != nil {
-		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
-	}
-	if mc.LoraRank > 0 {
-		lc := hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout, TargetModules: mc.TargetModules, Seed: mc.Seed}
-		if err := model.AddLoRA(lc); err != nil {
-			return nil, keyErr("worker.actor.model.lora_rank", "%v", err)
-		}
+	if err := addLoRA(model, mc); err != nil {
+		return nil, err
 	}
 	d := cfg.Dataset
 	format, err := loadFormatPrompt(d.FormatPrompt)
@@ -570,21 +565,61 @@ func textRows(files, key string, d DatasetConfig, format *hfmodel.ChatTemplate) 
 // policyOf is model m as a loop policy over text prompts, stopping at gen's EOS ids.
 // padded: right-padded scoring passes (worker.actor.padding_free false).
 func policyOf(m *hflm.Model, gen *hfmodel.GenerationConfig, tok *hfmodel.Tokenizer, padded bool) *hflm.Policy[hfPrompt] {
+	return &hflm.Policy[hfPrompt]{Model: m, Stop: stopIDs(gen), Padded: padded,
+		Prompt: func(p hfPrompt) []int32 { return p.ids },
+		Decode: decoder(tok),
+	}
+}
+
+// stopIDs are gen's EOS token ids, where a policy stops sampling.
+func stopIDs(gen *hfmodel.GenerationConfig) []int32 {
 	var stop []int32
 	for _, id := range gen.EOSTokenIDs {
 		stop = append(stop, int32(id))
 	}
-	return &hflm.Policy[hfPrompt]{Model: m, Stop: stop, Padded: padded,
-		Prompt: func(p hfPrompt) []int32 { return p.ids },
-		Decode: func(ids []int32) string {
-			v := make([]int, len(ids))
-			for i, id := range ids {
-				v[i] = int(id)
-			}
-			s, _ := tok.Decode(v, true) // ids come from the model's own vocabulary
-			return s
-		},
+	return stop
+}
+
+// decoder is a policy's Decode: the text of ids with the special tokens skipped.
+func decoder(tok *hfmodel.Tokenizer) func([]int32) string {
+	return func(ids []int32) string {
+		v := make([]int, len(ids))
+		for i, id := range ids {
+			v[i] = int(id)
+		}
+		s, _ := tok.Decode(v, true) // ids come from the model's own vocabulary
+		return s
 	}
+}
+
+// openTokenizer loads the tokenizer and chat template of tokenizer_path, else model_path,
+// and returns that directory with them; an error names the key it came from.
+func openTokenizer(mc ModelConfig) (string, *hfmodel.Tokenizer, *hfmodel.ChatTemplate, error) {
+	dir, key := mc.ModelPath, "worker.actor.model.model_path"
+	if mc.TokenizerPath != "" {
+		dir, key = mc.TokenizerPath, "worker.actor.model.tokenizer_path"
+	}
+	tok, err := hfmodel.LoadTokenizer(dir)
+	if err != nil {
+		return "", nil, nil, keyErr(key, "%s: %v", dir, err)
+	}
+	ct, err := hfmodel.LoadChatTemplate(dir)
+	if err != nil {
+		return "", nil, nil, keyErr(key, "%s: %v", dir, err)
+	}
+	return dir, tok, ct, nil
+}
+
+// addLoRA adds lora_rank adapters (none at rank 0) to the language model m.
+func addLoRA(m *hflm.Model, mc ModelConfig) error {
+	if mc.LoraRank <= 0 {
+		return nil
+	}
+	lc := hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout, TargetModules: mc.TargetModules, Seed: mc.Seed}
+	if err := m.AddLoRA(lc); err != nil {
+		return keyErr("worker.actor.model.lora_rank", "%v", err)
+	}
+	return nil
 }
 
 // runModelPath is Run with worker.actor.model.model_path: the checks of validateModelPath,

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/examples/qwenvl"
@@ -414,36 +413,14 @@ func (m *vlModel) save(dir string) error {
 	if err := hfmodel.CopyTokenizerFiles(out, m.tokDir); err != nil {
 		return err
 	}
-	for _, name := range append(names, hfExportDir) {
-		if err := os.Chmod(filepath.Join(tmp, name), dirMode); err != nil {
-			return err
-		}
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-			return err
-		}
-		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return renameInto(dir, tmp, append(names, hfExportDir))
 }
 
 // vlPolicy is model m as a loop policy over vlPrompts.
 func vlPolicy(m *qwenvl.Model, proc *qwenvl.Processor, gen *hfmodel.GenerationConfig, tok *hfmodel.Tokenizer) *qwenvl.Policy[vlPrompt] {
-	var stop []int32
-	for _, id := range gen.EOSTokenIDs {
-		stop = append(stop, int32(id))
-	}
-	return &qwenvl.Policy[vlPrompt]{Model: m, Processor: proc, Stop: stop,
+	return &qwenvl.Policy[vlPrompt]{Model: m, Processor: proc, Stop: stopIDs(gen),
 		Prompt: func(p vlPrompt) qwenvl.Prompt { return qwenvl.Prompt{IDs: p.ids, Images: p.images} },
-		Decode: func(ids []int32) string {
-			v := make([]int, len(ids))
-			for i, id := range ids {
-				v[i] = int(id)
-			}
-			s, _ := tok.Decode(v, true)
-			return s
-		},
+		Decode: decoder(tok),
 	}
 }
 
@@ -484,23 +461,12 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 	if err != nil {
 		return nil, key(err)
 	}
-	tokDir, tokKey := mc.ModelPath, "worker.actor.model.model_path"
-	if mc.TokenizerPath != "" {
-		tokDir, tokKey = mc.TokenizerPath, "worker.actor.model.tokenizer_path"
-	}
-	tok, err := hfmodel.LoadTokenizer(tokDir)
+	tokDir, tok, ct, err := openTokenizer(mc)
 	if err != nil {
-		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
+		return nil, err
 	}
-	ct, err := hfmodel.LoadChatTemplate(tokDir)
-	if err != nil {
-		return nil, keyErr(tokKey, "%s: %v", tokDir, err)
-	}
-	if mc.LoraRank > 0 {
-		lc := hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout, TargetModules: mc.TargetModules, Seed: mc.Seed}
-		if err := model.LM.AddLoRA(lc); err != nil {
-			return nil, keyErr("worker.actor.model.lora_rank", "%v", err)
-		}
+	if err := addLoRA(model.LM, mc); err != nil {
+		return nil, err
 	}
 	pert, err := cfg.Perturbation()
 	if err != nil {
