@@ -29,43 +29,8 @@ func TestLMHeadBackwardBitIdentical(t *testing.T) {
 	const n, d, v, temp = 157, 80, 2100, 0.7 // partial row blocks, panels and vocabulary chunks
 	for _, bf16 := range []bool{false, true} {
 		t.Run(fmt.Sprint("bf16=", bf16), func(t *testing.T) {
-			randt := func(k int, s float64, shape ...int) *Tensor {
-				x := make([]float32, k)
-				for i := range x {
-					x[i] = float32(r.NormFloat64() * s)
-				}
-				tt := Must(FromFloat32(x, shape...))
-				if bf16 {
-					b := make([]BF16, k)
-					for i, f := range x {
-						b[i] = BF16FromFloat32(f)
-					}
-					tt = Must(FromBF16(b, shape...))
-				}
-				return tt
-			}
-			hidden, weight := randt(n*d, 1, n, d), randt(v*d, 0.2, v, d)
-			ys := make([]int32, n)
-			for i := range ys {
-				ys[i] = int32(r.IntN(v))
-			}
-			f32 := func(k int, shape ...int) *Tensor {
-				x := make([]float32, k)
-				for i := range x {
-					x[i] = float32(r.NormFloat64())
-				}
-				return Must(FromFloat32(x, shape...))
-			}
-			gl, ge, dw0 := f32(n, n), f32(n, n), f32(v*d, v, d)
-			pw, err := PackWeight(weight)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := LMHeadInputs{Hidden: hidden, Weight: pw, Targets: Must(FromInt32(ys, n)), Temperature: temp}
-			lp, ent := Must(New(CPU(), Float32, n)), Must(New(CPU(), Float32, n))
-			if err := LMHeadLogProbs(lp, ent, in); err != nil {
-				t.Fatal(err)
-			}
+			f := newLMHeadFixture(t, r, bf16, n, d, v, temp)
+			hidden, weight, ys, gl, ge, dw0, pw, in, lp, ent := f.hidden, f.weight, f.ys, f.gl, f.ge, f.dw0, f.pw, f.in, f.lp, f.ent
 			gin := LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: gl, DEntropy: ge, Accumulate: true}
 			dh, dw := Must(New(CPU(), Float32, n, d)), Must(FromFloat32(append([]float32(nil), hostF32(dw0)...), v, d))
 			if err := LMHeadBackward(dh, dw, gin); err != nil {
@@ -155,45 +120,8 @@ func TestLMHeadBackwardGradBF16(t *testing.T) {
 	const n, d, v, temp = 157, 80, 2100, 0.7
 	for _, bf16 := range []bool{false, true} {
 		t.Run(fmt.Sprint("bf16=", bf16), func(t *testing.T) {
-			randt := func(k int, s float64, shape ...int) *Tensor {
-				x := make([]float32, k)
-				for i := range x {
-					x[i] = float32(r.NormFloat64() * s)
-					if bf16 {
-						x[i] = BF16FromFloat32(x[i]).Float32()
-					}
-				}
-				if !bf16 {
-					return Must(FromFloat32(x, shape...))
-				}
-				b := make([]BF16, k)
-				for i, f := range x {
-					b[i] = BF16FromFloat32(f)
-				}
-				return Must(FromBF16(b, shape...))
-			}
-			hidden, weight := randt(n*d, 1, n, d), randt(v*d, 0.2, v, d)
-			ys := make([]int32, n)
-			for i := range ys {
-				ys[i] = int32(r.IntN(v))
-			}
-			f32 := func(k int, shape ...int) *Tensor {
-				x := make([]float32, k)
-				for i := range x {
-					x[i] = float32(r.NormFloat64())
-				}
-				return Must(FromFloat32(x, shape...))
-			}
-			gl, ge, dw0 := f32(n, n), f32(n, n), f32(v*d, v, d)
-			pw, err := PackWeight(weight)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := LMHeadInputs{Hidden: hidden, Weight: pw, Targets: Must(FromInt32(ys, n)), Temperature: temp}
-			lp, ent := Must(New(CPU(), Float32, n)), Must(New(CPU(), Float32, n))
-			if err := LMHeadLogProbs(lp, ent, in); err != nil {
-				t.Fatal(err)
-			}
+			f := newLMHeadFixture(t, r, bf16, n, d, v, temp)
+			hidden, weight, ys, gl, ge, dw0, pw, in, lp, ent := f.hidden, f.weight, f.ys, f.gl, f.ge, f.dw0, f.pw, f.in, f.lp, f.ent
 			gin := LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: gl, DEntropy: ge, Accumulate: true, GradBF16: true}
 			dh, dw := Must(New(CPU(), Float32, n, d)), Must(FromFloat32(append([]float32(nil), hostF32(dw0)...), v, d))
 			if err := LMHeadBackward(dh, dw, gin); err != nil {
@@ -262,4 +190,56 @@ func TestLMHeadBackwardGradBF16(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lmHeadFixture is the head both backward tests differentiate: random hidden states and
+// weights (bfloat16 tensors with bf16), targets, output gradients and a starting dweight, and
+// the forward's log-probs and entropies.
+type lmHeadFixture struct {
+	hidden, weight, gl, ge, dw0, lp, ent *Tensor
+	ys                                   []int32
+	pw                                   *PackedWeight
+	in                                   LMHeadInputs
+}
+
+func newLMHeadFixture(t *testing.T, r *rand.Rand, bf16 bool, n, d, v int, temp float32) lmHeadFixture {
+	t.Helper()
+	randt := func(k int, s float64, shape ...int) *Tensor {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * s)
+		}
+		if !bf16 {
+			return Must(FromFloat32(x, shape...))
+		}
+		b := make([]BF16, k)
+		for i, f := range x {
+			b[i] = BF16FromFloat32(f)
+		}
+		return Must(FromBF16(b, shape...))
+	}
+	var f lmHeadFixture
+	f.hidden, f.weight = randt(n*d, 1, n, d), randt(v*d, 0.2, v, d)
+	f.ys = make([]int32, n)
+	for i := range f.ys {
+		f.ys[i] = int32(r.IntN(v))
+	}
+	f32 := func(k int, shape ...int) *Tensor {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return Must(FromFloat32(x, shape...))
+	}
+	f.gl, f.ge, f.dw0 = f32(n, n), f32(n, n), f32(v*d, v, d)
+	var err error
+	if f.pw, err = PackWeight(f.weight); err != nil {
+		t.Fatal(err)
+	}
+	f.in = LMHeadInputs{Hidden: f.hidden, Weight: f.pw, Targets: Must(FromInt32(f.ys, n)), Temperature: temp}
+	f.lp, f.ent = Must(New(CPU(), Float32, n)), Must(New(CPU(), Float32, n))
+	if err := LMHeadLogProbs(f.lp, f.ent, f.in); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
