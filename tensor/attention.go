@@ -92,12 +92,12 @@ func attnGeometry(op string, q, k, v *Tensor, cfg AttentionConfig) (nnref.AttnSh
 // checkIndexBackend checks that the index arrays idx (names; nil ones skipped) are on ref's
 // backend or in host memory. Host index arrays on a device are the caller saying it holds them
 // on the host: validating them, and a device kernel's reading them, then copy nothing back.
-func checkIndexBackend(op string, ref *Tensor, names []string, idx ...*Tensor) error {
+func checkIndexBackend(op, refName string, ref *Tensor, names []string, idx ...*Tensor) error {
 	for i, t := range idx {
 		if t == nil || isHost(t) {
 			continue
 		}
-		if err := CheckSameBackend(op, []string{"out", names[i]}, ref, t); err != nil {
+		if err := CheckSameBackend(op, []string{refName, names[i]}, ref, t); err != nil {
 			return err
 		}
 	}
@@ -180,7 +180,7 @@ func attention(op string, out, lse *Tensor, in AttentionInputs, cfg AttentionCon
 	if err := CheckSameBackend(op, names, ts...); err != nil {
 		return err
 	}
-	if err := checkIndexBackend(op, out, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
+	if err := checkIndexBackend(op, "out", out, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
 		return err
 	}
 	seqs, err := attnSeqs(op, in)
@@ -236,7 +236,7 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 	if err := CheckSameBackend(op, append(names, "Q", "K", "V"), all...); err != nil {
 		return err
 	}
-	if err := checkIndexBackend(op, dq, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
+	if err := checkIndexBackend(op, "dq", dq, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
 		return err
 	}
 	seqs, err := attnSeqs(op, in.AttentionInputs)
@@ -297,7 +297,7 @@ func AttentionDecode(out *Tensor, in DecodeInputs, cfg AttentionConfig) error {
 	if err := CheckSameBackend(op, []string{"out", "Q", "KCache", "VCache"}, out, in.Q, in.KCache, in.VCache); err != nil {
 		return err
 	}
-	if err := checkIndexBackend(op, out, []string{"Lens"}, in.Lens); err != nil {
+	if err := checkIndexBackend(op, "out", out, []string{"Lens"}, in.Lens); err != nil {
 		return err
 	}
 	var lens []int32
