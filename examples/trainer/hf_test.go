@@ -144,7 +144,7 @@ func TestModelPathRefusals(t *testing.T) {
 	model := tinyHF(t)
 	for _, c := range []struct{ set, key string }{
 		{"worker.actor.device=cuda", "worker.actor.device"},
-		{"training.n_gpus_per_node=2", "training.n_gpus_per_node"},
+		{"training.n_gpus_per_node=2 worker.actor.model.lora_rank=4 worker.actor.model.lora_dropout=0.1", "worker.actor.model.lora_dropout"},
 		{"worker.reward.mdi_weight=1", "worker.reward.mdi_weight"},
 		{"optimization.enable_perception_filtering=true", "optimization.enable_perception_filtering"},
 		{"optimization.enable_trajectory_reweighting=true", "optimization.enable_trajectory_reweighting"},
@@ -155,7 +155,7 @@ func TestModelPathRefusals(t *testing.T) {
 		{"worker.actor.checkpoint.max_shard_size=5XB", "worker.actor.checkpoint.max_shard_size"},
 		{"worker.actor.model.lora_rank=-1", "worker.actor.model.lora_rank"},
 	} {
-		cfg, err := LoadConfig("", []string{"worker.actor.model.model_path=" + model, c.set})
+		cfg, err := LoadConfig("", append([]string{"worker.actor.model.model_path=" + model}, strings.Fields(c.set)...))
 		if err == nil {
 			_, err = Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{})
 		}
