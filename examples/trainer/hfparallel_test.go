@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // hfDPOverrides is a model_path run of 3 steps at the given ranks: 2 prompts × 2 samples per
@@ -124,4 +126,44 @@ func sortedKeys(m map[string]float64) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// TestModelPathDataParallelBytes measures (MTRL_HF_DP_BYTES=1; docs/2026-11-memory.md) the
+// bytes each rank receives per step in the gradient reduction and the optimizer's
+// parameter all-gather (perf/allreduce_bytes) and the AdamW moments each rank holds, at 2 and
+// 4 ranks, for every grad_reduce and sharding_strategy, on the tiny Qwen2.
+func TestModelPathDataParallelBytes(t *testing.T) {
+	if os.Getenv("MTRL_HF_DP_BYTES") == "" {
+		t.Skip("MTRL_HF_DP_BYTES not set")
+	}
+	model := tinyHF(t)
+	for _, n := range []int{2, 4} {
+		for _, c := range []struct{ reduce, shard string }{{"ordered", "NO_SHARD"}, {"bucketed", "NO_SHARD"}, {"ordered", "SHARD_GRAD_OP"}, {"bucketed", "SHARD_GRAD_OP"}} {
+			run := filepath.Join(t.TempDir(), "run")
+			o := hfDPOverrides(model, run, n, "training.steps=1", "dataset.rollout_batch_size=4", "worker.actor.global_batch_size=4",
+				"worker.actor.grad_reduce="+c.reduce, "worker.actor.fsdp.sharding_strategy="+c.shard)
+			lines := hfLines(t, o)
+			cfg := mustConfig(t, o)
+			s, err := openHF(cfg)
+			require.NoError(t, err)
+			ps, err := s.model.Params()
+			require.NoError(t, err)
+			params := 0
+			for _, p := range ps {
+				params += p.Value.Len()
+			}
+			moments := 8 * params // M and V, float32
+			if c.shard != "NO_SHARD" {
+				rc := loop.ReduceConfig{Ordered: c.reduce == "ordered", BucketBytes: int(cfg.Worker.Actor.GradBucketMB * (1 << 20))}
+				zero, _, err := loop.NewShardedAdamW(ps, loop.ShardGradients, rc, 0, n, 0.9, 0.999, 1e-8, 0)
+				require.NoError(t, err)
+				moments = 0
+				for _, sh := range zero.Moments() {
+					moments += 8 * (sh.Hi - sh.Lo)
+				}
+			}
+			t.Logf("N=%d %s %s: %d parameters (%d micro-batches of 2 rows per rank); received per rank and step %.0f bytes (%.3g × the float32 gradient); moments on rank 0 %d bytes (%.3g × whole)",
+				n, c.reduce, c.shard, params, 8/n/2, *lines[0].Metrics["perf/allreduce_bytes"], *lines[0].Metrics["perf/allreduce_bytes"]/float64(4*params), moments, float64(moments)/float64(8*params))
+		}
+	}
 }
