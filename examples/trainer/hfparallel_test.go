@@ -92,6 +92,33 @@ func TestModelPathDataParallel(t *testing.T) {
 	t.Logf("weights after 3 steps: relative L2 difference %.3g", weightDiff(modelWeights(t, baseDir, 3), modelWeights(t, two, 3)))
 }
 
+// TestModelPathDataParallelBucketed: NO_SHARD with the bucketed reduction (micro-batches summed
+// on each rank, reduce-scatter and all-gather in 0.01 MiB buckets) at 2 ranks against one
+// ordered rank. With one micro-batch per rank both add the same two gradients in rank order,
+// so the metrics and weights are equal bit for bit: the bucketed path cuts, scatters and
+// gathers every value to its place.
+func TestModelPathDataParallelBucketed(t *testing.T) {
+	model := tinyHF(t)
+	one, two := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
+	a := hfLines(t, hfDPOverrides(model, one, 1, "training.steps=2"))
+	b := hfLines(t, hfDPOverrides(model, two, 2, "training.steps=2", "worker.actor.grad_reduce=bucketed", "worker.actor.grad_bucket_mb=0.01"))
+	diffs, _ := compareLines(a, b)
+	require.Empty(t, diffs)
+	require.Equal(t, modelWeights(t, one, 2), modelWeights(t, two, 2))
+}
+
+// TestModelPathOffloadKeys: worker.actor.offload.* is accepted with a warning that says why it
+// does nothing (host memory already) on a model_path run.
+func TestModelPathOffloadKeys(t *testing.T) {
+	cfg, err := LoadConfig("", []string{"worker.actor.model.model_path=m", "worker.actor.offload.offload_params=true", "worker.actor.offload.offload_optimizer=true"})
+	require.NoError(t, err)
+	var found bool
+	for _, w := range cfg.Warnings() {
+		found = found || strings.Contains(w, "worker.actor.offload.") && strings.Contains(w, "CPU")
+	}
+	require.True(t, found, "warnings: %q", cfg.Warnings())
+}
+
 // optimizerMoments reads a checkpoint's optimizer.safetensors.
 func optimizerMoments(t *testing.T, dir string, step int) map[string]NamedTensor {
 	t.Helper()
