@@ -26,3 +26,23 @@ func (b deviceKernels) TopPMask(dst, scores, mask *tensor.Tensor, p float32) err
 			ptrArg(ps[0]), ptrArg(ps[1]), ptrArg(ps[2]), intArg(cols), f32Arg(p))
 	})
 }
+
+var _ tensor.TopPTieBreakKernel = deviceKernels{}
+
+// TopPMaskTieBreak is the device kernel of tensor.TopPMaskTieBreak: topp_mask_fwd_f32's radix
+// selection, then a second one over the tied positions by (tiebreak, lower index).
+func (b deviceKernels) TopPMaskTieBreak(dst, scores, tiebreak, mask *tensor.Tensor, p float32) error {
+	const op = "tensor.TopPMaskTieBreak"
+	rows, cols := scores.Dim(0), scores.Dim(1)
+	if rows == 0 {
+		return nil
+	}
+	return b.do(op, func() error {
+		ps, err := b.ptrs(op, []string{"dst", "scores", "tiebreak", "mask"}, dst, scores, tiebreak, mask)
+		if err != nil {
+			return err
+		}
+		return b.launch(op, "topp_mask_tiebreak_fwd_f32", rows, 1, blockSize, 0,
+			ptrArg(ps[0]), ptrArg(ps[1]), ptrArg(ps[2]), ptrArg(ps[3]), intArg(cols), f32Arg(p))
+	})
+}

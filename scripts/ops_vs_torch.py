@@ -13,13 +13,15 @@ system time, so work per CPU-second is the per-core rate on a shared, loaded mac
 op's flops and bytes, and the load average when it was taken. Torch's equivalents:
 
 - gemm, decode: torch.matmul(x, W.t(), out=y), W [N, K] in Hugging Face layout as tensor.Linear
-  takes it, float32;
+  takes it, float32, and bfloat16 (x, W and y; oneDNN's bfloat16 GEMM, where Go's y is float32);
 - attention: Hugging Face's eager attention, causal: K and V repeated for the query heads
   (repeat_kv), matmul, scale, additive causal mask, softmax, matmul; forward under no_grad,
   forward + backward by autograd.grad of the output against a random gradient into Q, K and V
   (torch 1.13 has no scaled_dot_product_attention);
 - lmhead: logits = h·Wᵀ, log_softmax, gather of the targets and the entropy; forward under
-  no_grad, forward + backward by autograd of Σ g·logp + Σ g'·entropy into h and W;
+  no_grad, forward + backward by autograd of Σ g·logp + Σ g'·entropy into h and W; float32, and
+  bfloat16 h and W with the logits cast to float32 before log_softmax (logits.float(), as
+  Hugging Face trainers do), the backward's products then in bfloat16;
 - stream: x.sum() over a 1 GiB float32 tensor (streaming read).
 """
 import argparse
@@ -66,18 +68,29 @@ def timed(fn, reps):
     return (time.perf_counter() - w0) / reps, (time.process_time() - c0) / reps
 
 
-def lmhead_inputs(torch, n, d, v, grad):
+DTYPES = ("float32", "bfloat16")
+
+
+def dkey(dt):
+    """The dtype's part of a key: none for float32 (as the Go side's names without /float32)."""
+    return "" if dt == "float32" else f"/{dt}"
+
+
+def lmhead_inputs(torch, n, d, v, grad, dt="float32"):
     g = torch.Generator().manual_seed(3)
     # in place, so that setting up never holds a temporary copy (the memory probe's baseline)
-    w = torch.randn(v, d, generator=g).mul_(0.02).requires_grad_(grad)
-    h = torch.randn(n, d, generator=g).requires_grad_(grad)
+    w = torch.randn(v, d, generator=g).mul_(0.02)
+    h = torch.randn(n, d, generator=g)
+    if dt != "float32":
+        w, h = w.to(getattr(torch, dt)), h.to(getattr(torch, dt))
+    w, h = w.requires_grad_(grad), h.requires_grad_(grad)
     y = torch.randint(0, v, (n,), generator=g)
     return h, w, y, torch.randn(n, generator=g), torch.randn(n, generator=g)
 
 
 def lmhead_fn(torch, bwd, h, w, y, gl, ge):
     def fwd():
-        z = torch.matmul(h, w.t())
+        z = torch.matmul(h, w.t()).float()  # a no-op for float32
         lp_all = torch.log_softmax(z, dim=-1)
         lp = torch.gather(lp_all, 1, y.unsqueeze(1)).squeeze(1)
         ent = -(lp_all.exp() * lp_all).sum(-1)
@@ -128,17 +141,24 @@ def run_torch(group, threads, reps):
     import torch
     torch.set_num_threads(threads)
     if group in ("gemm", "decode"):
-        for m, k, n in GEMM if group == "gemm" else DECODE:
+        for dt in DTYPES:
+            for m, k, n in GEMM if group == "gemm" else DECODE:
+                g = torch.Generator().manual_seed(1)
+                w, x = torch.randn(n, k, generator=g).mul_(0.02), torch.randn(m, k, generator=g)
+                w, x = w.to(getattr(torch, dt)), x.to(getattr(torch, dt))
+                y = torch.empty(m, n, dtype=getattr(torch, dt))
+                wall, cpu = timed(lambda: torch.matmul(x, w.t(), out=y), reps)
+                emit(side="torch", group=group, key=f"linear{dkey(dt)}/M={m}/K={k}/N={n}", wall=wall, cpu=cpu,
+                     flops=2 * m * n * k, wbytes=w.element_size() * n * k, threads=threads)
+                del w, x, y
+        if group == "decode":  # torch.matmul runs OpenBLAS's sgemm on one row; its gemv is torch.mv
+            m, k, n = DECODE[0]
             g = torch.Generator().manual_seed(1)
             w, x = torch.randn(n, k, generator=g).mul_(0.02), torch.randn(m, k, generator=g)
             y = torch.empty(m, n)
-            wall, cpu = timed(lambda: torch.matmul(x, w.t(), out=y), reps)
-            emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}", wall=wall, cpu=cpu,
+            wall, cpu = timed(lambda: torch.mv(w, x[0], out=y[0]), reps)
+            emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}/mv", wall=wall, cpu=cpu,
                  flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
-            if m == 1:  # torch.matmul runs OpenBLAS's sgemm on one row; its gemv is torch.mv
-                wall, cpu = timed(lambda: torch.mv(w, x[0], out=y[0]), reps)
-                emit(side="torch", group=group, key=f"linear/M={m}/K={k}/N={n}/mv", wall=wall, cpu=cpu,
-                     flops=2 * m * n * k, wbytes=4 * n * k, threads=threads)
     elif group == "attention":
         for bwd in (False, True):
             for t, hq, hkv, d in ATTN:
@@ -148,11 +168,13 @@ def run_torch(group, threads, reps):
                      wall=wall, cpu=cpu, flops=(3.5 if bwd else 1) * attn_flops(t, hq, d), threads=threads)
     elif group == "lmhead":
         n, d, v = LMHEAD
-        for bwd in (False, True):
-            fn = lmhead_fn(torch, bwd, *lmhead_inputs(torch, n, d, v, bwd))
-            wall, cpu = timed(fn, reps)
-            emit(side="torch", group=group, key=f"lmhead/{'fwd+bwd' if bwd else 'fwd'}/N={n}/D={d}/V={v}",
-                 wall=wall, cpu=cpu, flops=lm_flops(n, d, v, bwd), tokens=n, threads=threads)
+        for dt in DTYPES:
+            for bwd in (False, True):
+                fn = lmhead_fn(torch, bwd, *lmhead_inputs(torch, n, d, v, bwd, dt))
+                wall, cpu = timed(fn, reps)
+                emit(side="torch", group=group, key=f"lmhead/{'fwd+bwd' if bwd else 'fwd'}{dkey(dt)}/N={n}/D={d}/V={v}",
+                     wall=wall, cpu=cpu, flops=lm_flops(n, d, v, bwd), tokens=n, threads=threads)
+                del fn
     elif group == "stream":
         x = torch.ones(1 << 28)  # 1 GiB
         wall, cpu = timed(lambda: x.sum(), reps)
@@ -175,10 +197,11 @@ def mem_child(case, threads):
     torch.set_num_threads(threads)
     if case.startswith("lmhead"):
         n, d, v = LMHEAD
-        bwd = case.endswith("fwd+bwd")
-        lmhead_fn(torch, bwd, *lmhead_inputs(torch, 4, d, 64, bwd))()
-        fn = lmhead_fn(torch, bwd, *lmhead_inputs(torch, n, d, v, bwd))
-        key = f"lmhead/{'fwd+bwd' if bwd else 'fwd'}/N={n}/D={d}/V={v}"
+        bwd = "fwd+bwd" in case
+        dt = "bfloat16" if case.endswith("bfloat16") else "float32"
+        lmhead_fn(torch, bwd, *lmhead_inputs(torch, 4, d, 64, bwd, dt))()
+        fn = lmhead_fn(torch, bwd, *lmhead_inputs(torch, n, d, v, bwd, dt))
+        key = f"lmhead/{'fwd+bwd' if bwd else 'fwd'}{dkey(dt)}/N={n}/D={d}/V={v}"
     else:
         t, hq, hkv, d = ATTN[-1]
         attention_fn(torch, *attention_inputs(torch, 8, hq, hkv, d))()
@@ -258,16 +281,23 @@ def table(path):
         rs = [f(a) / f(b) for a, b in zip(g, t) if f(a) and f(b)]
         return med(rs)
 
-    peak = med([r["metrics"].get("GFLOP/cpu-s") for r in runs("go", "fmapeak/avx512")])
-    peak_wall = med([r["metrics"].get("GFLOP/s") for r in runs("go", "fmapeak/avx512")])
+    def peak_of(impl):
+        return (med([r["metrics"].get("GFLOP/cpu-s") for r in runs("go", "fmapeak/" + impl)]),
+                med([r["metrics"].get("GFLOP/s") for r in runs("go", "fmapeak/" + impl)]))
+
+    # The ceiling of each dtype's GEMM: float32 FMAs, or VDPBF16PS (twice the flops per instruction).
+    peaks = {"float32": peak_of("avx512"), "bfloat16": peak_of("avx512bf16")}
+    peak, peak_wall = peaks["float32"]
     threads = recs[0]["threads"]
     cpu = cpu_label()
     loads = [r["load"] for r in recs]
     print(f"Threads: {threads} (GOMAXPROCS = torch.set_num_threads = OPENBLAS_NUM_THREADS = OMP_NUM_THREADS). "
           f"Load average during the runs: {min(loads):.1f}–{max(loads):.1f} (median {med(loads):.1f}).\n")
-    print(f"FMA peak ({cpu}; internal/gemm BenchmarkFMAPeak/avx512, median of {len(runs('go', 'fmapeak/avx512'))}): "
-          f"{fmt(peak, '.0f')} GFLOP per CPU-second per core; {fmt(peak_wall, '.0f')} GFLOP/s wall on "
-          f"{threads} threads (ideal {fmt(peak and peak * threads, '.0f')}): the wall-clock share of the cores this "
+    bp, bpw = peaks["bfloat16"]
+    print(f"Peaks ({cpu}; internal/gemm BenchmarkFMAPeak, median of {len(runs('go', 'fmapeak/avx512'))}): "
+          f"float32 FMA (avx512) {fmt(peak, '.0f')} GFLOP per CPU-second per core, {fmt(peak_wall, '.0f')} GFLOP/s wall on "
+          f"{threads} threads (ideal {fmt(peak and peak * threads, '.0f')}); bfloat16 VDPBF16PS (avx512bf16) {fmt(bp, '.0f')} "
+          f"GFLOP per CPU-second, {fmt(bpw, '.0f')} GFLOP/s wall. The wall figures are the share of the cores this "
           f"process gets on the loaded machine, the reference for the wall-clock percentages.\n")
 
     def gfl(r):
@@ -278,55 +308,65 @@ def table(path):
             return r["flops"] / r["cpu"] / 1e9 if r.get("cpu") else None
         return r["metrics"].get("GFLOP/cpu-s")
 
-    def pct(x):
-        return "—" if x is None or not peak else f"{100 * x / peak:.0f} %"
+    def pct(x, dt="float32", wall=False):
+        p = peaks[dt][1 if wall else 0]
+        return "—" if x is None or not p else f"{100 * x / p:.0f} %"
+
 
     groups = {r["group"] for r in recs}  # a run of some groups prints only their tables
 
     if "gemm" in groups:
-        print(f"#### GEMM (prefill, float32): GFLOP per CPU-second (per core; % of the FMA peak) and GFLOP/s wall — {cpu}\n")
-        print("| shape M × K → N | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-
-        def pct_wall(x):
-            return "—" if x is None or not peak_wall else f"{100 * x / peak_wall:.0f} %"
-
+        print(f"#### GEMM (prefill): GFLOP per CPU-second (per core; % of the dtype's peak) and GFLOP/s wall — {cpu}\n")
+        print("bfloat16: x and W bfloat16; Go's y is float32 (VDPBF16PS), torch's bfloat16 (oneDNN).\n")
+        print("| shape M × K → N | dtype | Go /cpu-s | torch /cpu-s | Go/torch (cpu-s) | Go wall (% of peak wall) | torch wall (%) | Go/torch (wall) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         for m, k, n in GEMM:
-            key = f"linear/M={m}/K={k}/N={n}"
-            g = med([gfl_cpu(r) for r in runs("go", key)])
-            t = med([gfl_cpu(r) for r in runs("torch", key)])
-            gw, tw = med([gfl(r) for r in runs("go", key)]), med([gfl(r) for r in runs("torch", key)])
-            print(f"| {m} × {k} → {n} | {fmt(g, '.0f')} ({pct(g)}) | {fmt(t, '.0f')} ({pct(t)}) | "
-                  f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(gw, '.0f')} ({pct_wall(gw)}) | "
-                  f"{fmt(tw, '.0f')} ({pct_wall(tw)}) | {fmt(ratio_med(key, gfl), '.2f')}× |")
+            for dt in DTYPES:
+                key = f"linear{dkey(dt)}/M={m}/K={k}/N={n}"
+                g = med([gfl_cpu(r) for r in runs("go", key)])
+                t = med([gfl_cpu(r) for r in runs("torch", key)])
+                gw, tw = med([gfl(r) for r in runs("go", key)]), med([gfl(r) for r in runs("torch", key)])
+                print(f"| {m} × {k} → {n} | {dt} | {fmt(g, '.0f')} ({pct(g, dt)}) | {fmt(t, '.0f')} ({pct(t, dt)}) | "
+                      f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(gw, '.0f')} ({pct(gw, dt, True)}) | "
+                      f"{fmt(tw, '.0f')} ({pct(tw, dt, True)}) | {fmt(ratio_med(key, gfl), '.2f')}× |")
 
     if "stream" in groups and "decode" in groups:
         gs = med([r["metrics"]["GB/s"] for r in runs("go", "stream")])
+        gsc = med([(1 << 30) / (r["metrics"]["cpu-ns/op"] * 1e-9) / 1e9 for r in runs("go", "stream") if r["metrics"].get("cpu-ns/op")])
         ts = med([r["bytes"] / r["wall"] / 1e9 for r in runs("torch", "stream")])
         ref = max(x for x in (gs, ts, 0) if x is not None)
-        print(f"\nStreaming read, 1 GiB, wall: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s, "
-              f"torch x.sum() {fmt(ts, '.1f')} GB/s; decode is held against the larger, {fmt(ref, '.1f')} GB/s.\n")
-        print(f"#### Decode (7B MLP up, K = 3584 → N = 18944, 271 MB float32 weight): GB/s of weight read, wall — {cpu}\n")
-        print("Bound: min(streaming read, measured wall FMA peak / (M/2 flops per weight byte)): from M ≈ "
-              f"{fmt(peak_wall and 2 * peak_wall / ref, '.0f')} on, the float32 FMAs, not the memory, limit a row block.\n")
-        print("| M | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"\nStreaming read, 1 GiB: Go (bytes.IndexByte per goroutine) {fmt(gs, '.1f')} GB/s wall, {fmt(gsc, '.1f')} GB per "
+              f"CPU-second; torch x.sum() {fmt(ts, '.1f')} GB/s wall. Decode is held against the larger wall figure, "
+              f"{fmt(ref, '.1f')} GB/s, and, per CPU-second (robust to the load), against Go's {fmt(gsc, '.1f')} GB/cpu-s.\n")
+        print(f"#### Decode (7B MLP up, K = 3584 → N = 18944; weight 271 MB float32, 136 MB bfloat16): GB/s of weight read — {cpu}\n")
+        print("Bound: min(streaming read, measured wall peak / flops per weight byte (M/2 for float32, M for bfloat16)); "
+              "above it the multiplies, not the memory, limit a row block.\n")
+        print("| M | dtype | bound GB/s | Go GB/s | % of stream | % of bound | torch GB/s | % of stream | Go/torch | Go GB/cpu-s (% of stream /cpu-s) | Go GFLOP/cpu-s | torch GFLOP/cpu-s |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
         def wgb(r):
             return r["metrics"]["weight-GB/s"] if r["side"] == "go" else r["wbytes"] / r["wall"] / 1e9
 
+        def wgb_cpu(r):
+            c = r["metrics"].get("cpu-ns/op")
+            return r["metrics"]["weight-GB/s"] * r["wall"] / (c * 1e-9) if c else None
+
         for m, k, n in DECODE:
-            key = f"linear/M={m}/K={k}/N={n}"
-            g, t = med([wgb(r) for r in runs("go", key)]), med([wgb(r) for r in runs("torch", key)])
-            bound = min(ref, 2 * peak_wall / m) if peak_wall else ref
-            print(f"| {m} | {bound:.1f} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(g and 100 * g / bound, '.0f')} % | {fmt(t, '.1f')} | "
-                  f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
-                  f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
-            if m == 1 and runs("torch", key + "/mv"):
-                t = med([wgb(r) for r in runs("torch", key + "/mv")])
-                rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
-                print(f"| 1, torch.mv | | | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | "
-                      f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
+            for dt in DTYPES:
+                key = f"linear{dkey(dt)}/M={m}/K={k}/N={n}"
+                g, t = med([wgb(r) for r in runs("go", key)]), med([wgb(r) for r in runs("torch", key)])
+                gc = med([wgb_cpu(r) for r in runs("go", key)])
+                pw = peaks[dt][1]
+                bound = min(ref, pw / (m / 2 if dt == "float32" else m)) if pw else ref
+                print(f"| {m} | {dt} | {bound:.1f} | {fmt(g, '.1f')} | {fmt(g and 100 * g / ref, '.0f')} % | {fmt(g and 100 * g / bound, '.0f')} % | {fmt(t, '.1f')} | "
+                      f"{fmt(t and 100 * t / ref, '.0f')} % | {fmt(ratio_med(key, wgb), '.2f')}× | "
+                      f"{fmt(gc, '.1f')} ({fmt(gc and gsc and 100 * gc / gsc, '.0f')} %) | "
+                      f"{fmt(med([gfl_cpu(r) for r in runs('go', key)]), '.0f')} | {fmt(med([gfl_cpu(r) for r in runs('torch', key)]), '.0f')} |")
+                if m == 1 and dt == "float32" and runs("torch", key + "/mv"):
+                    t = med([wgb(r) for r in runs("torch", key + "/mv")])
+                    rs = med([a["metrics"]["weight-GB/s"] / wgb(b) for a, b in zip(runs("go", key), runs("torch", key + "/mv"))])
+                    print(f"| 1, torch.mv | float32 | | | | | {fmt(t, '.1f')} | {fmt(t and 100 * t / ref, '.0f')} % | {fmt(rs, '.2f')}× | | | "
+                          f"{fmt(med([gfl_cpu(r) for r in runs('torch', key + '/mv')]), '.0f')} |")
 
     mem = {r["key"]: r for r in recs if r["group"] == "mem"}
     if "attention" in groups:
@@ -355,9 +395,11 @@ def attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu):
 
 def lmhead_table(runs, ratio_med, mem, cpu):
     n, d, v = LMHEAD
-    print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}, float32: tokens/s wall and tokens per CPU-second; memory — {cpu}\n")
-    print("| pass | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go allocated per call | torch peak RSS Δ |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"\n#### Fused LM head, N = {n}, D = {d}, V = {v}: tokens/s wall and tokens per CPU-second; memory — {cpu}\n")
+    print("bfloat16: hidden states and head weight bfloat16 (Go: logits on VDPBF16PS, dhidden and dweight float32; "
+          "torch: bfloat16 matmuls, logits.float() before log_softmax).\n")
+    print("| pass | dtype | Go tokens/s | torch tokens/s | Go/torch (wall) | Go tokens/cpu-s | torch tokens/cpu-s | Go/torch (cpu-s) | Go/torch float32 (cpu-s) | Go allocated per call | torch peak RSS Δ |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def tok(r):
         return n / r["wall"]
@@ -365,14 +407,18 @@ def lmhead_table(runs, ratio_med, mem, cpu):
     def tok_cpu(r):
         return n / r["cpu"] if r.get("cpu") else None
 
-    for p in ("fwd", "fwd+bwd"):
-        key = f"lmhead/{p}/N={n}/D={d}/V={v}"
-        tm = mem.get(key)
-        print(f"| {p} | {fmt(med([tok(r) for r in runs('go', key)]), '.0f')} | {fmt(med([tok(r) for r in runs('torch', key)]), '.0f')} | "
-              f"{fmt(ratio_med(key, tok), '.2f')}× | {fmt(med([tok_cpu(r) for r in runs('go', key)]), '.0f')} | "
-              f"{fmt(med([tok_cpu(r) for r in runs('torch', key)]), '.0f')} | {fmt(ratio_med(key, tok_cpu), '.2f')}× | "
-              f"{fmt(div(med([r.get('alloc') for r in runs('go', key)]), 1e6), '.1f')} MB | "
-              f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
+    for dt in DTYPES:
+        for p in ("fwd", "fwd+bwd"):
+            key = f"lmhead/{p}{dkey(dt)}/N={n}/D={d}/V={v}"
+            tm = mem.get(key)
+            # against torch's float32 head, the issue's reference: the i-th runs of the round
+            f32 = med([tok_cpu(a) / tok_cpu(b) for a, b in zip(runs("go", key), runs("torch", f"lmhead/{p}/N={n}/D={d}/V={v}"))
+                       if tok_cpu(a) and tok_cpu(b)])
+            print(f"| {p} | {dt} | {fmt(med([tok(r) for r in runs('go', key)]), '.0f')} | {fmt(med([tok(r) for r in runs('torch', key)]), '.0f')} | "
+                  f"{fmt(ratio_med(key, tok), '.2f')}× | {fmt(med([tok_cpu(r) for r in runs('go', key)]), '.0f')} | "
+                  f"{fmt(med([tok_cpu(r) for r in runs('torch', key)]), '.0f')} | {fmt(ratio_med(key, tok_cpu), '.2f')}× | "
+                  f"{fmt(f32, '.2f')}× | {fmt(div(med([r.get('alloc') for r in runs('go', key)]), 1e6), '.1f')} MB | "
+                  f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
     print(f"\n[N, V] float32 logits are {4 * n * v / 1e6:.0f} MB; dW [V, D] is {4 * v * d / 1e6:.0f} MB "
           f"(torch allocates it per backward, Go writes a preallocated one).")
 
@@ -400,7 +446,7 @@ def main():
     elif a.cmd == "gobench":
         parse_go(a.group, a.threads)
     elif a.cmd == "mem":
-        for case in ("lmhead/fwd", "lmhead/fwd+bwd", "attention"):
+        for case in ("lmhead/fwd", "lmhead/fwd+bwd", "lmhead/fwd/bfloat16", "lmhead/fwd+bwd/bfloat16", "attention"):
             subprocess.run([sys.executable, __file__, "memchild", case, "--threads", str(a.threads)], check=True)
     elif a.cmd == "memchild":
         mem_child(a.case, a.threads)

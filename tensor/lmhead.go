@@ -30,8 +30,10 @@ type LMHeadKernel interface {
 // like Targets — without ever holding the [N, V] logits: the kernel computes them in tiles of
 // 256 rows by 256 vocabulary entries, in parallel over the vocabulary, reduces each tile to
 // per-row maxima and sums of exponentials and merges those per row (as Liger's fused linear
-// cross-entropy avoids the logits). Logits are summed in float32; the softmax sums are float64
-// across tiles. Besides its tiles it holds 24 bytes per row and 256 vocabulary entries.
+// cross-entropy avoids the logits). Logits are summed in float32 (with bfloat16 hidden states
+// and weight on a CPU with AVX512_BF16, on VDPBF16PS: exact products, half the weight bytes);
+// the softmax sums are float64 across tiles. Besides its tiles it holds 24 bytes per row and 256
+// vocabulary entries.
 func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	const op = "tensor.LMHeadLogProbs"
 	if err := checkLMHead(op, in, []*Tensor{logp, entropy}, []string{"logp", "entropy"}); err != nil {
@@ -42,7 +44,7 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 	}
 	n, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), in.Weight.w.Dim(0)
 	return OnHost(2, []*Tensor{logp, entropy, in.Hidden, in.Weight.w, in.Targets}, func(h []*Tensor) error {
-		nnref.LMHead(n, v, lmKernels(in.Weight, d, h[2], h[3], false, false), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
+		nnref.LMHead(n, v, lmKernels(in.Weight, d, h[2], h[3], nil), hostI32(h[4]), in.Temperature, hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
 }
@@ -51,8 +53,9 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 // layout and a vector implementation is selected, else the reference's. The logits run on the
 // bfloat16 kernels (VDPBF16PS) when hidden states and weight are both bfloat16 and the CPU has
 // AVX512_BF16. A backward also packs the hidden states' transpose for dweight (unless the head
-// is frozen) and gets Wᵀ one vocabulary chunk at a time (BeginChunk), never the whole [D, V].
-func lmKernels(w *PackedWeight, d int, hidden, weight *Tensor, backward, dweight bool) nnref.LMKernels[float32] {
+// is frozen) and gets Wᵀ one vocabulary chunk at a time (BeginChunk), never the whole [D, V];
+// with a bfloat16-rounded logits gradient and bfloat16 inputs, both in bfloat16 pairs.
+func lmKernels(w *PackedWeight, d int, hidden, weight *Tensor, bwd *lmBackward) nnref.LMKernels[float32] {
 	hp, ok := gemmOf(w)
 	if !ok {
 		return nnref.RefKernels[float32]{D: d, H: hostF32(hidden), W: hostF32(weight)}
@@ -65,15 +68,25 @@ func lmKernels(w *PackedWeight, d int, hidden, weight *Tensor, backward, dweight
 		g.h = hostF32(hidden)
 		g.fwd = hp.forward(weight)
 	}
-	if backward && dweight {
-		if b, err := hidden.BF16s(); err == nil {
-			g.hT = gemm.PackTInto(nil, rowsOf(hidden), d, b)
-		} else {
-			g.hT = gemm.PackTF32(rowsOf(hidden), d, hostF32(hidden))
-		}
+	if bwd == nil {
+		return g
+	}
+	g.gradB = bwd.gradBF16 && g.fwdB != nil
+	switch {
+	case !bwd.dweight:
+	case g.gradB:
+		g.hTb = gemm.PackTBF16(rowsOf(hidden), d, g.hb)
+	case g.hb != nil:
+		g.hT = gemm.PackTInto(nil, rowsOf(hidden), d, g.hb)
+	default:
+		g.hT = gemm.PackTF32(rowsOf(hidden), d, hostF32(hidden))
 	}
 	return g
 }
+
+// lmBackward is what a backward asks of lmKernels: dweight too (not a frozen head), and the
+// bfloat16 products of a bfloat16-rounded logits gradient.
+type lmBackward struct{ dweight, gradBF16 bool }
 
 // cpuLMKernels are the LM head's tile kernels on the CPU: the products on internal/gemm (logits
 // through W's panels, float32 or bfloat16 pairs; dh through the current vocabulary chunk of Wᵀ;
@@ -90,6 +103,39 @@ type cpuLMKernels struct {
 	wT      *gemm.Packed // Wᵀ of the vocabulary chunk BeginChunk named
 	wT0     int          // its first vocabulary row
 	scratch sync.Pool    // *[]float32: transposed gradients and partial panels
+
+	// With a bfloat16-rounded logits gradient (LMHeadGrad.GradBF16) and bfloat16 inputs, the
+	// backward's products run on VDPBF16PS: Wᵀ's chunk and the hidden states' transpose in
+	// bfloat16 pairs, the gradient's bits (exactly bfloat16 already) in scratch16.
+	gradB     bool
+	wTb, hTb  *gemm.PackedBF16
+	scratch16 sync.Pool // *[]uint16
+}
+
+// bits16 returns the upper halves of x's float32 bits (exact for bfloat16 values) in a
+// pooled buffer of len(x), transposed to [cols, rows] when rows > 0.
+func (g *cpuLMKernels) bits16(x []float32, rows, cols int) *[]uint16 {
+	b, _ := g.scratch16.Get().(*[]uint16)
+	if b == nil || cap(*b) < len(x) {
+		s := make([]uint16, len(x))
+		b = &s
+	}
+	*b = (*b)[:len(x)]
+	out := *b
+	if rows == 0 {
+		for i, v := range x {
+			out[i] = uint16(math.Float32bits(v) >> 16)
+		}
+		return b
+	}
+	parallel.For(cols, 64, func(j0, j1 int) {
+		for r := range rows {
+			for j, v := range x[r*cols+j0 : r*cols+j1] {
+				out[(j0+j)*rows+r] = uint16(math.Float32bits(v) >> 16)
+			}
+		}
+	})
+	return b
 }
 
 // buffer returns a scratch slice of n float32 from the pool; put it back with g.scratch.Put.
@@ -134,16 +180,27 @@ func (g *cpuLMKernels) Logits(lo, hi, c0, c1 int, z []float32) {
 // itself (float32, or bfloat16 widened): the backward never holds a [D, V] copy.
 func (g *cpuLMKernels) BeginChunk(c0, c1 int) {
 	d := g.d
+	g.wT0 = c0
+	if g.gradB {
+		b, _ := g.w.BF16s()
+		g.wTb = gemm.PackTBF16Into(g.wTb, c1-c0, d, b[c0*d:c1*d])
+		return
+	}
 	if v, err := g.w.Float32s(); err == nil {
 		g.wT = gemm.PackTInto(g.wT, c1-c0, d, v[c0*d:c1*d])
 	} else {
 		b, _ := g.w.BF16s()
 		g.wT = gemm.PackTInto(g.wT, c1-c0, d, b[c0*d:c1*d])
 	}
-	g.wT0 = c0
 }
 
 func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
+	if g.gradB {
+		b := g.bits16(dz[:(hi-lo)*(c1-c0)], 0, 0)
+		defer g.scratch16.Put(b)
+		gemm.MulRangeBF16(hi-lo, *b, c1-c0, g.wTb, 0, g.d, c0-g.wT0, c1-g.wT0, dh[lo*g.d:], g.d, true)
+		return
+	}
 	gemm.MulRange(hi-lo, dz, c1-c0, g.wT, 0, g.d, c0-g.wT0, c1-g.wT0, dh[lo*g.d:], g.d, true)
 }
 
@@ -151,6 +208,16 @@ func (g *cpuLMKernels) AddDHidden(lo, hi, c0, c1 int, dz, dh []float32) {
 // states' panels, in parallel over groups of panels of D.
 func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
 	rb, vc := hi-lo, c1-c0
+	np := (g.d + gemm.Panel - 1) / gemm.Panel
+	if g.gradB {
+		b := g.bits16(dz[:rb*vc], rb, vc)
+		defer g.scratch16.Put(b)
+		parallel.For(np, 1, func(q0, q1 int) {
+			n0, n1 := q0*gemm.Panel, min(q1*gemm.Panel, g.d)
+			gemm.MulRangeBF16(vc, *b, rb, g.hTb, n0, n1, lo, hi, dw[c0*g.d+n0:], g.d, true)
+		})
+		return
+	}
 	buf := g.buffer(vc * rb)
 	defer g.scratch.Put(buf)
 	dzT := *buf
@@ -161,7 +228,6 @@ func (g *cpuLMKernels) AddDWeight(lo, hi, c0, c1 int, dz, dw []float32) {
 			}
 		}
 	})
-	np := (g.d + gemm.Panel - 1) / gemm.Panel
 	parallel.For(np, 1, func(q0, q1 int) {
 		n0, n1 := q0*gemm.Panel, min(q1*gemm.Panel, g.d)
 		gemm.MulRange(vc, dzT, rb, g.hT, n0, n1, lo, hi, dw[c0*g.d+n0:], g.d, true)
@@ -226,6 +292,12 @@ type LMHeadGrad struct {
 	DLogProbs, DEntropy *Tensor
 	// Accumulate adds into dweight instead of overwriting it; dhidden is always overwritten.
 	Accumulate bool
+	// GradBF16 rounds the logits gradient to bfloat16 before its products with the weight and
+	// the hidden states, as torch's bfloat16 autograd does (a relative change of at most 2⁻⁹ per
+	// element); dhidden and dweight are still float32 sums. With bfloat16 hidden states and
+	// weight on a CPU with AVX512_BF16 both products then run on VDPBF16PS, the backward's two
+	// float32 GEMMs at twice the rate. Off, the gradient is float32 throughout.
+	GradBF16 bool
 }
 
 // LMHeadBackward writes dhidden (Hidden's shape, float32) and dweight ([V, D], float32): the
@@ -270,8 +342,9 @@ func LMHeadBackward(dhidden, dweight *Tensor, in LMHeadGrad) error {
 			dl = make([]float32, n)
 		}
 		g := nnref.LMHeadGrad[float32]{Targets: hostI32(h[4]), LogP: hostF32(h[5]), Ent: hostF32(h[6]),
-			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature}
-		nnref.LMHeadBackward(n, d, v, lmKernels(in.Weight, d, h[2], h[3], true, dweight != nil), g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+			DLogP: dl, DEnt: hostF32(h[8]), Temp: in.Temperature, BF16: in.GradBF16}
+		k := lmKernels(in.Weight, d, h[2], h[3], &lmBackward{dweight: dweight != nil, gradBF16: in.GradBF16})
+		nnref.LMHeadBackward(n, d, v, k, g, hostF32(h[0]), hostF32(h[1]), in.Accumulate)
 		return nil
 	})
 }

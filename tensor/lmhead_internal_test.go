@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -75,7 +76,7 @@ func TestLMHeadBackwardBitIdentical(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			g := lmKernels(pw, d, hidden, weight, true, true).(*cpuLMKernels)
+			g := lmKernels(pw, d, hidden, weight, &lmBackward{dweight: true}).(*cpuLMKernels)
 			wT := gemm.PackTF32(v, d, hostF32(weight))
 			grad := nnref.LMHeadGrad[float32]{Targets: ys, LogP: hostF32(lp), Ent: hostF32(ent), DLogP: hostF32(gl), DEnt: hostF32(ge), Temp: temp}
 			oldDH, oldDW := make([]float32, n*d), append([]float32(nil), hostF32(dw0)...)
@@ -137,4 +138,128 @@ func twoPassBackward(n, d, v int, g *cpuLMKernels, wT *gemm.Packed, gr nnref.LMH
 			gemm.MulRange(vc, zT, hi-lo, g.hT, 0, d, lo, hi, dw[c0*d:], d, true)
 		}
 	})
+}
+
+// TestLMHeadBackwardGradBF16 checks LMHeadGrad.GradBF16 against float64 products of the logits
+// gradient the same kernels compute, rounded to bfloat16: with bfloat16 hidden states and weight
+// (the VDPBF16PS products where the CPU has them) every product is exact in float32, so the
+// only error is the float32 additions — at most K terms plus one per K block (256) and per
+// vocabulary chunk (1024), plus one for the accumulated dweight — each within 2⁻²⁴ of the
+// running sum: |err| ≤ adds·2⁻²⁴·Σ|terms| (×1.01); with float32 inputs the products round too
+// (2·adds). A frozen head's dhidden is the same bits.
+func TestLMHeadBackwardGradBF16(t *testing.T) {
+	if !gemm.SIMD() {
+		t.Skip("SKIP: the CPU kernels need a vector GEMM")
+	}
+	r := rand.New(rand.NewPCG(43, 44))
+	const n, d, v, temp = 157, 80, 2100, 0.7
+	for _, bf16 := range []bool{false, true} {
+		t.Run(fmt.Sprint("bf16=", bf16), func(t *testing.T) {
+			randt := func(k int, s float64, shape ...int) *Tensor {
+				x := make([]float32, k)
+				for i := range x {
+					x[i] = float32(r.NormFloat64() * s)
+					if bf16 {
+						x[i] = BF16FromFloat32(x[i]).Float32()
+					}
+				}
+				if !bf16 {
+					return Must(FromFloat32(x, shape...))
+				}
+				b := make([]BF16, k)
+				for i, f := range x {
+					b[i] = BF16FromFloat32(f)
+				}
+				return Must(FromBF16(b, shape...))
+			}
+			hidden, weight := randt(n*d, 1, n, d), randt(v*d, 0.2, v, d)
+			ys := make([]int32, n)
+			for i := range ys {
+				ys[i] = int32(r.IntN(v))
+			}
+			f32 := func(k int, shape ...int) *Tensor {
+				x := make([]float32, k)
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+				return Must(FromFloat32(x, shape...))
+			}
+			gl, ge, dw0 := f32(n, n), f32(n, n), f32(v*d, v, d)
+			pw, err := PackWeight(weight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := LMHeadInputs{Hidden: hidden, Weight: pw, Targets: Must(FromInt32(ys, n)), Temperature: temp}
+			lp, ent := Must(New(CPU(), Float32, n)), Must(New(CPU(), Float32, n))
+			if err := LMHeadLogProbs(lp, ent, in); err != nil {
+				t.Fatal(err)
+			}
+			gin := LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: gl, DEntropy: ge, Accumulate: true, GradBF16: true}
+			dh, dw := Must(New(CPU(), Float32, n, d)), Must(FromFloat32(append([]float32(nil), hostF32(dw0)...), v, d))
+			if err := LMHeadBackward(dh, dw, gin); err != nil {
+				t.Fatal(err)
+			}
+			frozen := Must(New(CPU(), Float32, n, d))
+			if err := LMHeadBackward(frozen, nil, gin); err != nil {
+				t.Fatal(err)
+			}
+
+			// The logits gradient as the backward computes it, rounded to bfloat16.
+			g := lmKernels(pw, d, hidden, weight, &lmBackward{dweight: true}).(*cpuLMKernels)
+			lpv, entv, glv, gev := hostF32(lp), hostF32(ent), hostF32(gl), hostF32(ge)
+			dz := make([]float32, n*v)
+			var zy [1]float32
+			for i := range n {
+				g.Logits(i, i+1, int(ys[i]), int(ys[i])+1, zy[:])
+				lse := float64(zy[0]/temp) - float64(lpv[i])
+				z := dz[i*v : (i+1)*v]
+				for c0 := 0; c0 < v; c0 += nnref.LMVocabChunk {
+					c1 := min(v, c0+nnref.LMVocabChunk)
+					g.Logits(i, i+1, c0, c1, z[c0:c1])
+				}
+				for j := range z {
+					z[j] /= temp
+				}
+				g.GradRow(z, z, int(ys[i]), lse, float64(glv[i]), float64(gev[i]), float64(entv[i]), temp)
+			}
+			nnref.RoundBF16(dz)
+			h, w, dhv, dwv, dw0v := hostF32(hidden), hostF32(weight), hostF32(dh), hostF32(dw), hostF32(dw0)
+			factor := 1.0
+			if !bf16 {
+				factor = 2
+			}
+			check := func(name string, got float32, want, sum float64, k int) {
+				t.Helper()
+				adds := float64(k + (k+255)/256 + (k+1023)/1024 + 1)
+				if e := math.Abs(float64(got) - want); !(e <= 1.01*factor*adds*0x1p-24*sum) {
+					t.Fatalf("%s = %v, want %v (error %g, bound %g)", name, got, want, e, 1.01*factor*adds*0x1p-24*sum)
+				}
+			}
+			for i := range n {
+				for k := range d {
+					var want, sum float64
+					for j := range v {
+						x := float64(dz[i*v+j]) * float64(w[j*d+k])
+						want += x
+						sum += math.Abs(x)
+					}
+					check(fmt.Sprintf("dhidden[%d,%d]", i, k), dhv[i*d+k], want, sum, v)
+					if frozen := hostF32(frozen)[i*d+k]; frozen != dhv[i*d+k] {
+						t.Fatalf("frozen head: dhidden[%d,%d] = %v, with dweight %v", i, k, frozen, dhv[i*d+k])
+					}
+				}
+			}
+			for j := range v {
+				for k := range d {
+					want, sum := float64(dw0v[j*d+k]), math.Abs(float64(dw0v[j*d+k]))
+					for i := range n {
+						x := float64(dz[i*v+j]) * float64(h[i*d+k])
+						want += x
+						sum += math.Abs(x)
+					}
+					check(fmt.Sprintf("dweight[%d,%d]", j, k), dwv[j*d+k], want, sum, n+1)
+				}
+			}
+		})
+	}
 }

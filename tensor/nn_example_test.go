@@ -36,3 +36,33 @@ func ExampleAttention() {
 	fmt.Println(o) // equal scores: the mean of the visible values
 	// Output: [1 0 0.5 0.5 1 1]
 }
+
+// The fused LM head over a vocabulary of three for one token whose logits are all zero, then the
+// gradient of its log-probability into the hidden state with the head frozen (a nil dweight:
+// the head's gradient is not computed at all).
+func ExampleLMHeadBackward() {
+	w := tensor.Must(tensor.FromFloat32([]float32{1, 0, 0, 1, 1, 1}, 3, 2)) // V = 3, D = 2
+	pw, _ := tensor.PackWeight(w)
+	in := tensor.LMHeadInputs{
+		Hidden:      tensor.Must(tensor.FromFloat32([]float32{0, 0}, 1, 2)),
+		Weight:      pw,
+		Targets:     tensor.Must(tensor.FromInt32([]int32{0}, 1)),
+		Temperature: 1,
+	}
+	zeros := func(s ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...)) }
+	lp, ent, dh := zeros(1), zeros(1), zeros(1, 2)
+	if err := tensor.LMHeadLogProbs(lp, ent, in); err != nil {
+		fmt.Println(err)
+	}
+	dlogp := tensor.Must(tensor.FromFloat32([]float32{1}, 1))
+	err := tensor.LMHeadBackward(dh, nil, tensor.LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent, DLogProbs: dlogp})
+	if err != nil {
+		fmt.Println(err)
+	}
+	l, _ := lp.Float32s()
+	e, _ := ent.Float32s()
+	g, _ := dh.Float32s()
+	// d logp/d logits = onehot − p = (2/3, −1/3, −1/3); times W gives (1/3, −2/3).
+	fmt.Printf("logp %.4f entropy %.4f dhidden [%.4f %.4f]\n", l[0], e[0], g[0], g[1])
+	// Output: logp -1.0986 entropy 1.0986 dhidden [0.3333 -0.6667]
+}

@@ -16,21 +16,27 @@ import (
 // shapes, run with -bench 'BenchmarkOps'. Sizes are those of the issue: 0.5B (hidden 896, MLP
 // 4864, 14 query heads and 2 key/value heads of 64) and 7B (hidden 3584, MLP 18944).
 
-// BenchmarkOpsGEMM is Linear at prefill (2048 tokens): 0.5B's MLP up and down, 7B's MLP up.
+// BenchmarkOpsGEMM is Linear at prefill (2048 tokens): 0.5B's MLP up and down, 7B's MLP up,
+// float32 and bfloat16 (input and weight: VDPBF16PS where the CPU has AVX512_BF16).
 func BenchmarkOpsGEMM(b *testing.B) {
-	nntest.BenchLinear(b, tensor.CPU(), tensor.Float32,
-		nntest.LinearShape{M: 2048, K: 896, N: 4864}, nntest.LinearShape{M: 2048, K: 4864, N: 896},
-		nntest.LinearShape{M: 2048, K: 3584, N: 18944})
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		nntest.BenchLinear(b, tensor.CPU(), dt,
+			nntest.LinearShape{M: 2048, K: 896, N: 4864}, nntest.LinearShape{M: 2048, K: 4864, N: 896},
+			nntest.LinearShape{M: 2048, K: 3584, N: 18944})
+	}
 }
 
 // BenchmarkOpsDecode is Linear at decode (M = 1…32 rows) through 7B's MLP up projection, whose
-// 271 MB weight is far larger than the caches: the weight streams from memory once per call.
+// 271 MB float32 (136 MB bfloat16) weight is far larger than the caches: the weight streams
+// from memory once per call.
 func BenchmarkOpsDecode(b *testing.B) {
 	var shapes []nntest.LinearShape
 	for m := 1; m <= 32; m *= 2 {
 		shapes = append(shapes, nntest.LinearShape{M: m, K: 3584, N: 18944})
 	}
-	nntest.BenchLinear(b, tensor.CPU(), tensor.Float32, shapes...)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		nntest.BenchLinear(b, tensor.CPU(), dt, shapes...)
+	}
 }
 
 // BenchmarkOpsAttention is causal attention over one sequence of T = 512…4096 tokens, 0.5B's
@@ -47,10 +53,13 @@ func BenchmarkOpsAttention(b *testing.B) {
 }
 
 // BenchmarkOpsLMHead is the fused LM head at 0.5B's head (D = 896, V = 151936), 256 tokens,
-// forward and forward + backward; B/op shows it holds no [256, V] logits (156 MB).
+// forward and forward + backward, float32 and bfloat16 (hidden states and head weight); B/op
+// shows it holds no [256, V] logits (156 MB).
 func BenchmarkOpsLMHead(b *testing.B) {
-	for _, bwd := range []bool{false, true} {
-		nntest.BenchLMHead(b, tensor.CPU(), tensor.Float32, bwd, 256, 896, 151936)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		for _, bwd := range []bool{false, true} {
+			nntest.BenchLMHead(b, tensor.CPU(), dt, bwd, 256, 896, 151936)
+		}
 	}
 }
 

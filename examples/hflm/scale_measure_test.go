@@ -214,6 +214,10 @@ func TestMeasureScale(t *testing.T) {
 			for _, s := range modes { // interleaved: one of each per round
 				md, err := parseMode(s)
 				require.NoError(t, err)
+				// Switching the dtype repacks the weights: not part of the step. (The step's
+				// backward packs the transposed weights after a switch, as after every
+				// optimizer step's Repack in training.)
+				require.NoError(t, m.SetMixedPrecision(md.dt))
 				c0, _ := cputime.Process()
 				w0 := time.Now()
 				md.step(t, m, prompts, comps, dlp, true)

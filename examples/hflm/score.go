@@ -101,8 +101,9 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 		}
 		return s, nil
 	}
-	hidden := m.store(m.gatherRows(a.hidden, s.rows)) // bfloat16 in bf16 mode
-	a.hidden = nil                                    // the backward does not read it
+	// bfloat16 in bf16 mode; the backward does not read a.hidden.
+	hidden := m.store(m.gatherRows(a.hidden, s.rows))
+	a.hidden = nil
 	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
 	var lpv, entv []float32
 	s.lp, lpv = f32(mm)

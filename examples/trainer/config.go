@@ -298,6 +298,10 @@ type ModelConfig struct {
 	// EnableGradientCheckpointing recomputes each decoder layer's activations in the backward
 	// (the model_path model; the built-in model keeps its activations).
 	EnableGradientCheckpointing bool `yaml:"enable_gradient_checkpointing" json:"enable_gradient_checkpointing"`
+	// FreezeVisionTower keeps a Qwen2-VL model_path's vision tower fixed; false trains it in
+	// full (with LoRA too, whose adapters are on the language model alone). The built-in
+	// model trains whole.
+	FreezeVisionTower bool `yaml:"freeze_vision_tower" json:"freeze_vision_tower"`
 }
 
 // RolloutConfig is sampling.
@@ -421,7 +425,6 @@ var ignored = map[string]string{
 	"worker.actor.use_torch_compile":              "no PyTorch",
 	"worker.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
 	"worker.actor.model.trust_remote_code":        "no remote code",
-	"worker.actor.model.freeze_vision_tower":      "the whole model trains",
 	"worker.rollout.name":                         "sampling is the model's own KV-cached decoder (no vLLM)",
 	"worker.rollout.gpu_memory_utilization":       "no vLLM memory pool",
 	"worker.rollout.tensor_parallel_size":         "no tensor parallelism",

@@ -46,17 +46,21 @@ func (c *Config) resolveModelPath() {
 		if m.LoraRank > 0 {
 			c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.model.lora_rank=%d: no LoRA on the built-in model, which is trained in full (LoRA needs worker.actor.model.model_path)", m.LoraRank))
 		}
+		if m.FreezeVisionTower {
+			c.warnings = append(c.warnings, "config: worker.actor.model.freeze_vision_tower: accepted and ignored: the built-in model trains whole (the key applies to a Qwen2-VL model_path)")
+		}
 		c.warnScaleBuiltin()
 		return
 	}
 	unset := func(key string) bool { return c.set[key] == 0 }
+	vl := isVLModel(m.ModelPath) // the perception parts stay on: the images are perturbed
 	if unset("training.sft_steps") {
 		c.Training.SFTSteps = 0
 	}
-	if unset("optimization.enable_perception_filtering") {
+	if unset("optimization.enable_perception_filtering") && !vl {
 		c.Optimization.EnablePerceptionFiltering = false
 	}
-	if unset("optimization.enable_trajectory_reweighting") {
+	if unset("optimization.enable_trajectory_reweighting") && !vl {
 		c.Optimization.EnableTrajectoryReweighting = false
 	}
 	if unset("worker.reward.mdi_weight") {
@@ -92,6 +96,7 @@ func (c Config) validateModelPath() error {
 		}
 	}
 	const why = "with worker.actor.model.model_path"
+	vl := isVLModel(a.Model.ModelPath)
 	switch {
 	case a.Device == "cuda":
 		return keyErr("worker.actor.device", "is cuda %s: the Hugging Face model runs on the host only (device=cpu)", why)
@@ -101,10 +106,12 @@ func (c Config) validateModelPath() error {
 		return keyErr("training.sft_steps", "is %d %s: there is no warm start on this path (the checkpoint is the start); set 0", t.SFTSteps, why)
 	case t.SFTShortcut > 0 || t.SFTBlind:
 		return keyErr("training.sft_shortcut", "(and sft_blind) belong to the generated visual task, not %s", why)
-	case o.EnablePerceptionFiltering:
+	case o.EnablePerceptionFiltering && !vl:
 		return keyErr("optimization.enable_perception_filtering", "is true %s: a text model has no image to perturb, so no perception score", why)
-	case o.Shaping():
+	case o.Shaping() && !vl:
 		return keyErr("optimization.enable_trajectory_reweighting", "is true %s: trajectory shaping reads the perception score, and a text model has no image to perturb", why)
+	case c.Worker.Reward.MDIWeight > 0 && vl:
+		return keyErr("worker.reward.mdi_weight", "is %v %s: the MDI reward reads the attention to image tokens, which the Qwen2-VL model does not report; set 0", c.Worker.Reward.MDIWeight, why)
 	case c.Worker.Reward.MDIWeight > 0:
 		return keyErr("worker.reward.mdi_weight", "is %v %s: the MDI reward is the attention to image tokens, and a text model has none; set 0", c.Worker.Reward.MDIWeight, why)
 	case o.AdvantageEstimator == advantage.EstimatorGAE:
@@ -150,7 +157,7 @@ func loadTextRows(path string, d DatasetConfig, format *hfmodel.ChatTemplate) ([
 		}
 		for _, key := range []string{d.ImageKey, d.VideoKey} {
 			if v := bytes.TrimSpace(rec[key]); key != "" && len(v) > 0 && !bytes.Equal(v, []byte("null")) && !bytes.Equal(v, []byte("[]")) && !bytes.Equal(v, []byte(`""`)) {
-				return nil, fmt.Errorf("%s: column %q: the row has images or videos, and worker.actor.model.model_path trains a text model (the vision models are not supported yet)", loc, key)
+				return nil, fmt.Errorf("%s: column %q: the row has images or videos, and worker.actor.model.model_path is a text model (a Qwen2-VL or Qwen2.5-VL checkpoint reads images)", loc, key)
 			}
 		}
 		p, a := bytes.TrimSpace(rec[d.PromptKey]), bytes.TrimSpace(rec[d.AnswerKey])
@@ -588,6 +595,9 @@ func runModelPath(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*S
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if isVLModel(cfg.Worker.Actor.Model.ModelPath) {
+		return runHF(ctx, cfg, openHFVL, stdout, stderr) // hfvl.go
 	}
 	return runHF(ctx, cfg, openHF, stdout, stderr)
 }

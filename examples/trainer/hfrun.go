@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -52,6 +53,8 @@ type hfSession[P any] struct {
 	exported string
 	// describe is the start line's account of the model and the data.
 	describe string
+	// perturb is the image perturbation of the perturbed scoring pass (nil: a text model).
+	perturb perturb.Perturbation
 }
 
 // hfState is state.json of a model_path checkpoint: with the trained weights
@@ -85,7 +88,8 @@ type hfTrainer[P any] struct {
 	zero *loop.ShardedAdamW
 }
 
-// newHFTrainer builds the RL loop of one rank: no perturbation, the reference the frozen base.
+// newHFTrainer builds the RL loop of one rank: the session's perturbation (none for a text
+// model), the reference the frozen base.
 func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P], error) {
 	return newHFTrainerRank(cfg, s, steps, nil, nil)
 }
@@ -114,7 +118,8 @@ func newHFTrainerRank[P any](cfg Config, s *hfSession[P], steps int, comm collec
 	if parts.Optimizer, parts.Gradients, err = t.actorTraining(); err != nil {
 		return nil, err
 	}
-	lc := cfg.loopConfig(steps, adv, update) // no Perturb: a text model has no image
+	lc := cfg.loopConfig(steps, adv, update)
+	lc.Perturb = s.perturb
 	cfg.Worker.Actor.scaleLoop(&lc)
 	if t.loop, err = loop.New(lc, parts); err != nil {
 		return nil, fmt.Errorf("config: %w", err)

@@ -82,9 +82,21 @@ func PackBF16[T ~uint16](n, k int, w []T) *PackedBF16 {
 // PackTBF16 packs the transpose of x [rows, cols] (bfloat16): it multiplies as a [cols, rows]
 // weight, so MulBF16 computes a·x.
 func PackTBF16[T ~uint16](rows, cols int, x []T) *PackedBF16 {
+	return PackTBF16Into(nil, rows, cols, x)
+}
+
+// PackTBF16Into is PackTBF16 into dst's storage when it is large enough (dst may be nil), for
+// callers that pack one block of a large matrix at a time.
+func PackTBF16Into[T ~uint16](dst *PackedBF16, rows, cols int, x []T) *PackedBF16 {
 	kp := (rows + 1) / 2
 	np := (cols + Panel - 1) / Panel
-	p := &PackedBF16{N: cols, K: rows, panels: make([]uint16, np*kp*2*Panel)}
+	var p *PackedBF16
+	if dst != nil && cap(dst.panels) >= np*kp*2*Panel {
+		p = &PackedBF16{N: cols, K: rows, panels: dst.panels[:np*kp*2*Panel]}
+		clear(p.panels) // the padding (past cols, an odd last row) must be zero
+	} else {
+		p = &PackedBF16{N: cols, K: rows, panels: make([]uint16, np*kp*2*Panel)}
+	}
 	parallel.For(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			dst := p.panels[q*kp*2*Panel : (q+1)*kp*2*Panel]
@@ -136,8 +148,8 @@ func activeBF16() *kernelsBF16 {
 	return &goKernelsBF16
 }
 
-// panels is MulRangeBF16 on the calling goroutine. For a few rows (decode) it takes the panels
-// one at a time over all of K, so each goroutine streams one contiguous panel; otherwise it
+// panels is MulRangeBF16 on the calling goroutine. For at most DecodeRows rows it takes the
+// panels one at a time over all of K, so each goroutine streams one contiguous panel; otherwise it
 // walks M in blocks of MBlock and K in blocks of KBlockBF16 so that a panel block stays in L1.
 // Either way an element's K blocks are added in ascending order.
 func (k *kernelsBF16) panels(m int, a []uint16, lda int, p *PackedBF16, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
@@ -160,7 +172,7 @@ func (k *kernelsBF16) panels(m int, a []uint16, lda int, p *PackedBF16, n0, n1, 
 			k.rows(min(MR, i1-i), kb, a[i*lda+kk-k0:], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
 		}
 	}
-	if m <= MR {
+	if m <= DecodeRows {
 		for q := n0 / Panel; q*Panel < n1; q++ {
 			for kk := k0; kk < k1; kk += KBlockBF16 {
 				block(0, m, kk, q)

@@ -136,7 +136,8 @@ func TestMulRangeBF16(t *testing.T) {
 	}
 }
 
-// TestPackTBF16: PackTBF16(x) equals PackBF16 of x's transpose, for odd rows (a padded pair).
+// TestPackTBF16: PackTBF16Into(x) equals PackBF16 of x's transpose, for odd rows (a padded
+// pair) and a partial panel, also into a reused buffer.
 func TestPackTBF16(t *testing.T) {
 	rows, cols := 5, 130
 	x := make([]uint16, rows*cols)
@@ -149,7 +150,16 @@ func TestPackTBF16(t *testing.T) {
 			xt[c*rows+r] = x[r*cols+c]
 		}
 	}
-	got, want := PackTBF16(rows, cols, x), PackBF16(cols, rows, xt)
+	want := PackBF16(cols, rows, xt)
+	// into a reused buffer full of garbage: the padding must come out zero again
+	junk := &PackedBF16{panels: make([]uint16, len(want.panels)+7)}
+	for i := range junk.panels {
+		junk.panels[i] = 0xffff
+	}
+	got := PackTBF16Into(junk, rows, cols, x)
+	if &got.panels[0] != &junk.panels[0] {
+		t.Fatal("PackTBF16Into did not reuse a large enough buffer")
+	}
 	if got.N != want.N || got.K != want.K || len(got.panels) != len(want.panels) {
 		t.Fatalf("shape %d×%d (%d), want %d×%d (%d)", got.N, got.K, len(got.panels), want.N, want.K, len(want.panels))
 	}

@@ -10,5 +10,13 @@
 // AVX2 with FMA (four calls of 16 columns), with a pure-Go twin of the same loops where neither
 // is available. A row of C is summed over each K block in ascending order (FMAs in the vector
 // kernels) and the blocks are added in order, so results do not depend on GOMAXPROCS; they
-// differ from a plain float32 dot product in the last bits.
+// differ from a plain float32 dot product in the last bits. For at most DecodeRows rows of A
+// (decode) each goroutine walks its panels one at a time over all of K: one contiguous stream of
+// weight.
+//
+// MulBF16 is the same for bfloat16 A and W on CPUs with AVX512_BF16 (bf16.go): W packed as
+// bfloat16 pairs (half the bytes), VDPBF16PS micro-kernels (gemmbf16 family, emitted as EVEX
+// bytes: Go's assembler has no mnemonic for it) with exact products and float32 sums, a pure-Go
+// twin that adds in the same order, and BF16 to tell callers whether to use it or widen to
+// float32 and call Mul.
 package gemm

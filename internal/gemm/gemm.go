@@ -180,7 +180,9 @@ func active() *kernels {
 }
 
 // panels is MulRange on the calling goroutine, walking M in blocks of MBlock and K in blocks of
-// KBlock so that the panel block stays in L1 and the A block and C tile in L2.
+// KBlock so that the panel block stays in L1 and the A block and C tile in L2 (for at most
+// DecodeRows rows, panel by panel). Either way an element's K blocks are added in ascending
+// order.
 func (k *kernels) panels(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 int, c []float32, ldc int, acc bool) {
 	var scratch [MR * Panel]float32
 	if k1 == k0 && !acc {
@@ -188,21 +190,37 @@ func (k *kernels) panels(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 
 			clear(c[i*ldc : i*ldc+n1-n0])
 		}
 	}
+	block := func(i0, i1, kk, q int) {
+		kb := min(KBlock, k1-kk)
+		add := acc || kk > k0
+		panel := p.panels[(q*p.K+kk)*Panel:]
+		ncols := min(Panel, n1-q*Panel)
+		for i := i0; i < i1; i += MR {
+			k.rows(min(MR, i1-i), kb, &a[i*lda+kk-k0], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
+		}
+	}
+	if m <= DecodeRows { // panel-major: one contiguous stream of weight per goroutine
+		for q := n0 / Panel; q*Panel < n1; q++ {
+			for kk := k0; kk < k1; kk += KBlock {
+				block(0, m, kk, q)
+			}
+		}
+		return
+	}
 	for i0 := 0; i0 < m; i0 += MBlock {
 		i1 := min(i0+MBlock, m)
 		for kk := k0; kk < k1; kk += KBlock {
-			kb := min(KBlock, k1-kk)
-			add := acc || kk > k0
 			for q := n0 / Panel; q*Panel < n1; q++ {
-				panel := p.panels[(q*p.K+kk)*Panel:]
-				ncols := min(Panel, n1-q*Panel)
-				for i := i0; i < i1; i += MR {
-					k.rows(min(MR, i1-i), kb, &a[i*lda+kk-k0], lda, panel, c[i*ldc+q*Panel-n0:], ldc, ncols, add, scratch[:])
-				}
+				block(i0, i1, kk, q)
 			}
 		}
 	}
 }
+
+// DecodeRows is the most rows of A (decode: a few tokens) for which Mul walks one panel over all
+// of K before the next: the weight, read once per call, then streams from memory as one
+// contiguous run per goroutine, and the rows of A (at most 32×K) stay in L2.
+const DecodeRows = 32
 
 // rows multiplies mr rows of A (kb columns) by the first ncols columns of a panel block into c,
 // in calls of the kernels' width; a partial last call goes through scratch.

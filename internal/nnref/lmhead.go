@@ -177,6 +177,9 @@ type LMHeadGrad[F Float] struct {
 	LogP, Ent   []F
 	DLogP, DEnt []F
 	Temp        F
+	// BF16 rounds the logits gradient to bfloat16 (nearest, ties to even) before its products
+	// with w and h, as a bfloat16 autograd does; they then multiply exact bfloat16 values.
+	BF16 bool
 }
 
 // lmGradTile writes into z the gradient with respect to the logits of hidden rows [lo, hi) and
@@ -223,6 +226,9 @@ func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh
 		parallel.For(n, LMRowBlock, func(lo, hi int) {
 			zt := z[lo*vc : hi*vc]
 			lmGradTile(prod, lo, hi, c0, vc, g, lse, zt)
+			if g.BF16 {
+				RoundBF16(zt)
+			}
 			prod.AddDHidden(lo, hi, c0, c1, zt, dh)
 		})
 		if dw == nil {
@@ -232,5 +238,18 @@ func LMHeadBackward[F Float](n, d, v int, prod LMKernels[F], g LMHeadGrad[F], dh
 			clear(dw[c0*d : c1*d])
 		}
 		prod.AddDWeight(0, n, c0, c1, z[:n*vc], dw)
+	}
+}
+
+// RoundBF16 rounds every element of x to the nearest bfloat16 (ties to even; NaN stays NaN),
+// through float32.
+func RoundBF16[F Float](x []F) {
+	for i, v := range x {
+		b := math.Float32bits(float32(v))
+		if b&0x7fffffff > 0x7f800000 {
+			continue
+		}
+		b += 0x7fff + (b>>16)&1
+		x[i] = F(math.Float32frombits(b &^ 0xffff))
 	}
 }

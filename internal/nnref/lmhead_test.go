@@ -58,3 +58,16 @@ func TestLMHead(t *testing.T) {
 		fdStep(t, "dw", w[row*d:(row+1)*d], loss, dw[row*d:(row+1)*d], 1e-5)
 	}
 }
+
+// TestRoundBF16: nearest bfloat16 with ties to even (bfloat16 keeps 7 fraction bits), exact
+// values unchanged, NaN kept.
+func TestRoundBF16(t *testing.T) {
+	x := []float64{1, 1 + 0x1p-9, 1 + 0x1p-8, 1 + 3*0x1p-8, -2.5, 1 - 0x1p-10, math.NaN()}
+	want := []float64{1, 1, 1, 1 + 0x1p-6, -2.5, 1, math.NaN()}
+	RoundBF16(x)
+	for i := range x {
+		if x[i] != want[i] && !(math.IsNaN(x[i]) && math.IsNaN(want[i])) {
+			t.Errorf("RoundBF16 element %d = %v, want %v", i, x[i], want[i])
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 )
 
 // LMHead checks the fused LM head's log-probs, entropies and gradients (hidden states and head
-// weight, accumulated) against the float64 reference, with float32 and bfloat16 inputs.
+// weight, accumulated; hidden states alone for a frozen head, nil dweight) against the float64
+// reference, with float32 and bfloat16 inputs.
 func LMHead(t *testing.T, b tensor.Backend) {
 	for _, bf16 := range []bool{false, true} {
 		t.Run(fmt.Sprint("bf16=", bf16), func(t *testing.T) {
@@ -30,7 +31,10 @@ func LMHead(t *testing.T, b tensor.Backend) {
 				dh, dw := e.zeros(n, d), e.f32(append([]float32(nil), dw0...), v, d)
 				e.ok(tensor.LMHeadBackward(dh, dw, tensor.LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent,
 					DLogProbs: e.f32(glv, n), DEntropy: e.f32(gev, n), Accumulate: true}))
-				return [][]float32{e.host(lp), e.host(ent), e.host(dh), e.host(dw)}
+				frozen := e.zeros(n, d) // a nil dweight: the head's gradient is not computed
+				e.ok(tensor.LMHeadBackward(frozen, nil, tensor.LMHeadGrad{LMHeadInputs: in, LogProbs: lp, Entropy: ent,
+					DLogProbs: e.f32(glv, n), DEntropy: e.f32(gev, n)}))
+				return [][]float32{e.host(lp), e.host(ent), e.host(dh), e.host(dw), e.host(frozen)}
 			})
 			h, w := f64(hv), f64(wv)
 			lp, ent := make([]float64, n), make([]float64, n)
@@ -42,6 +46,7 @@ func LMHead(t *testing.T, b tensor.Backend) {
 			near(t, "entropy", got[1], ent, 1e-5, 1e-4)
 			near(t, "dhidden", got[2], dh, 1e-4, 1e-4)
 			near(t, "dweight", got[3], dw, 1e-4, 1e-5)
+			near(t, "dhidden (frozen head)", got[4], dh, 1e-4, 1e-4)
 		})
 	}
 }

@@ -175,7 +175,7 @@ func (m *Model) forwardDevice(images, tokens *tensor.Tensor) (*tensor.Tensor, *A
 	if err != nil {
 		return nil, nil, err
 	}
-	return logits, &Activations{m: m, dev: act}, nil
+	return logits, &Activations{m: m, rec: act}, nil
 }
 
 // ForwardOnBackend is Forward with the logits left on Backend() (the op set's after UseOps; the
@@ -205,33 +205,16 @@ func (m *Model) backwardOps(act *Activations, dlogits *tensor.Tensor) error {
 		defer dl.Release()
 	}
 	m.dev.hostStale = true
-	return m.dev.om.Backward(act.dev, dl)
-}
-
-// attentionProbs returns the attention probabilities [B, H, S, S] of one block.
-func (a *Activations) attentionProbs(layer int) []float32 {
-	if a.dev == nil {
-		return a.a.layers[layer].p
+	if act.rec.om != m.dev.om {
+		return tensor.Errorf(tensor.ErrParam, "vlm.Model.Backward", "act", "was recorded on another op set")
 	}
-	if p, ok := a.probs[layer]; ok {
-		return p
-	}
-	if a.probs == nil {
-		a.probs = map[int][]float32{}
-	}
-	h, err := tensor.To(tensor.CPU(), a.dev.layers[layer].p)
-	var p []float32
-	if err == nil {
-		p, _ = h.Float32s()
-	}
-	a.probs[layer] = p
-	return p
+	return m.dev.om.Backward(act.rec, dl)
 }
 
 // Release frees the device memory of a record made on an op set (UseOps); host records need
 // nothing (the garbage collector frees device memory too, later).
 func (a *Activations) Release() {
-	if a != nil && a.dev != nil {
-		a.dev.Release()
+	if a != nil {
+		a.rec.Release()
 	}
 }

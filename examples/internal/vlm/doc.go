@@ -1,5 +1,6 @@
-// Package vlm is the example trainer's policy: a small vision-language transformer written on
-// CPU float32 tensors, with its own forward, backward and KV-cached sampling.
+// Package vlm is the example trainer's policy: a small vision-language transformer on the SDK's
+// tensor ops (tensor.LinearBias, LayerNorm, Attention, Embedding, Activate and their backwards),
+// with its own forward, backward and KV-cached sampling, on the CPU or a CUDA device.
 //
 // # Architecture
 //
@@ -19,8 +20,10 @@
 // change the logits before the padding. A final LayerNorm and a linear head give logits
 // [B, L, V] for the text positions only; logits[b, t] predicts tokens[b, t+1].
 //
-// GELU is the sigmoid form x·σ(1.702x). LayerNorm uses ε = 1e-5. Linear weights are stored
-// [in, out] (y = x·W + b).
+// GELU is the sigmoid form x·σ(1.702x) (tensor.QuickGELU). LayerNorm uses ε = 1e-5. Linear
+// weights are stored [out, in] (y = x·Wᵀ + b, a Hugging Face nn.Linear's layout); New draws them
+// in [in, out] order and transposes them, so a seed gives the model it gave when they were
+// stored [in, out].
 //
 // # Place in a VPPO step
 //
@@ -32,21 +35,22 @@
 //
 // # Numerics
 //
-// The kernels are generic over float32 and float64: the model runs in float32 (exp with
-// hostops.Exp), and the tests check every gradient against central finite differences of the
-// same code in float64, and the float32 results against the float64 ones. On amd64 with AVX2
-// (not under the noasm tag) the model's float32 matrix products, attention, softmax and GELU use
-// assembly kernels with fused multiply-adds (AVX-512 GEMM blocks where available); HostOps keeps
-// the pure-Go reference kernels, which the CUDA op set reproduces bit for bit, and tests hold
-// the SIMD kernels to them. All parameter-gradient reductions run in a fixed order, so results
-// do not depend on GOMAXPROCS.
+// Every layer is an SDK op on float32 tensors (so the CPU's vector GEMM, the flash-style
+// attention and the CUDA backend's kernels serve the model as they serve any other). The
+// model's mask — image tokens see the image, text token t the image and text 0..t — is two
+// attention calls with cu_seqlens over the same keys (net.go); no attention-probability matrix
+// exists, and the attention statistics of ResponseAttention come from log-sum-exp differences.
+// The tests hold the float32 model to a float64 reference of the same model (ref_test.go: plain
+// loops, the probability matrix, a hand-written backward), whose gradients are checked against
+// central finite differences and against gorgonia's autodiff. Results do not depend on
+// GOMAXPROCS.
 //
 // # On a device
 //
 // UseOps moves a model onto an op set (CUDAOps, built with the cuda tag): weights and gradients
-// live on its backend from then on, Forward, Backward and Generate run there (KV-cached, with
-// the device sampler drawing the host's uniforms), and the host copy is synchronised only when
-// it is read (Params, HostParams) or written (Params). DeviceParams hands the device tensors to
-// an optimizer on the device; ForwardOnBackend leaves the logits there; Transfers counts the
-// whole-model copies.
+// live on its backend from then on, Forward, Backward and Generate run there (the same op
+// sequence on the cuda backend, KV-cached, with the device sampler drawing the host's uniforms),
+// and the host copy is synchronised only when it is read (Params, HostParams) or written
+// (Params). DeviceParams hands the device tensors to an optimizer on the device;
+// ForwardOnBackend leaves the logits there; Transfers counts the whole-model copies.
 package vlm

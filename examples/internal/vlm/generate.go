@@ -5,163 +5,210 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/mtrl-go/mtrl/internal/parallel"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// kvCache holds each row's keys and values per layer, for stride = NP + MaxLen rounded up to a
-// multiple of 8 positions: k[l] is [B, H, D/H, stride], each head's keys transposed so that a
-// query's scores are one axpy over positions (as in attention); v[l] is [B, stride, D].
-type kvCache[F Float] struct {
-	stride int
-	k, v   [][]F
+// sampler is an op set that samples on its backend (CUDAOps): the host sends each active row's
+// uniform, drawn from its random source exactly as the host sampler draws, and gets back the
+// token ids, so the logits never leave the device.
+type sampler interface {
+	SampleUniform(out, logits *tensor.Tensor, rows int, temperature, topP float64, topK int, uniforms *tensor.Tensor) error
 }
 
-// extend feeds new tokens through the model with the cache: row rows[i] gets the cnt[i]
-// embeddings in x (packed, [Σcnt, D]) at sequence positions pos[i]… (positions count image
-// tokens too). It returns the logits [len(rows), V] of each row's last new token.
-func extend[F Float](c Config, w *weights[F], kv *kvCache[F], rows, pos, cnt []int, x []F) []F {
-	d, np, m, v, nh := c.Dim, c.Patches(), c.MLPDim, c.Vocab, c.Heads
-	dh := d / nh
-	scale := F(1 / math.Sqrt(float64(dh)))
-	simd := modelSIMD
-	n := 0
-	start := make([]int, len(rows))
-	for i, k := range cnt {
-		start[i] = n
-		n += k
-	}
-	h := make([]F, n*d)
-	qkv := make([]F, n*3*d)
-	ao := make([]F, n*d)
-	u := make([]F, n*m)
-	for li := range c.Layers {
-		bw := &w.blocks[li]
-		layerNorm(n, d, x, bw.ln1G, bw.ln1B, nil, nil, h)
-		gemmBias(n, 3*d, d, h, bw.wqkv, bw.bqkv, qkv)
-		kc, vc := kv.k[li], kv.v[li]
-		parallel.For(len(rows), parallel.Grain(n/len(rows)*d*16, 1<<15), func(lo, hi int) {
-			sc := make([]F, kv.stride)
-			for i := lo; i < hi; i++ {
-				r := rows[i]
-				kt := kc[r*kv.stride*d:] // row r's [H, dh, stride] keys
-				cache := r * kv.stride * d
-				for j := range cnt[i] {
-					src := qkv[(start[i]+j)*3*d:]
-					for e, kv1 := range src[d : 2*d] {
-						kt[e*kv.stride+pos[i]+j] = kv1 // e = head·dh + its dimension
-					}
-					copy(vc[cache+(pos[i]+j)*d:][:d], src[2*d:3*d])
-				}
-				for j := range cnt[i] {
-					p := pos[i] + j
-					lim := keyLimit(p, np)
-					wd := lim
-					if simd {
-						wd = ceil8(lim)
-					}
-					row := start[i] + j
-					for hd := range nh {
-						clear(sc[:wd])
-						axpy(simd, dh, qkv[row*3*d+hd*dh:], kt[hd*dh*kv.stride:], kv.stride, sc, wd)
-						softmax(simd, sc, lim, scale)
-						o := ao[row*d+hd*dh:][:dh]
-						clear(o)
-						axpy(simd, lim, sc, vc[cache+hd*dh:], d, o, dh)
-					}
-				}
-			}
-		})
-		gemm(false, false, n, d, d, ao, bw.wo, 1, x)
-		addBias(n, d, x, bw.bo)
-		layerNorm(n, d, x, bw.ln2G, bw.ln2B, nil, nil, h)
-		gemmBias(n, m, d, h, bw.w1, bw.b1, u)
-		gelu(u, u, simd)
-		gemm(false, false, n, d, m, u, bw.w2, 1, x)
-		addBias(n, d, x, bw.b2)
-	}
-	last := make([]F, len(rows)*d)
-	for i := range rows {
-		copy(last[i*d:(i+1)*d], x[(start[i]+cnt[i]-1)*d:][:d])
-	}
-	hl := make([]F, len(rows)*d)
-	layerNorm(len(rows), d, last, w.lnfG, w.lnfB, nil, nil, hl)
-	logits := make([]F, len(rows)*v)
-	gemmBias(len(rows), v, d, hl, w.headW, w.headB, logits)
-	return logits
-}
-
-// generate is Generate on host values. record, when non-nil, sees each row's logits before
-// each sample (step k of row r predicts the k-th new token).
-func generate[F Float](c Config, w *weights[F], pv []F, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng func(r int) *rand.Rand, record func(r int, logits []F)) [][]int32 {
+// generate is Generate on the op set's backend. The prefill runs image and prompts through the
+// blocks (net.go's layout), the rows padded to the longest prompt, and writes every position's
+// keys and values into a cache [B·(NP+MaxLen), H, D/H] per block (tensor.KVCacheWrite): a
+// padding position's slot is overwritten by the row's next token before any query can see it.
+// Each decode step runs only the active rows: their new tokens' keys and values are copied into
+// their cache slots, and one tensor.Attention call with cu_seqlens reads, per active row, the
+// cache positions up to the new token (the rest of the cache belongs to sequences without
+// queries, so nothing else is read or copied). Buffers are allocated once, for all B rows, and
+// each step uses views of its first rows. record (may be nil) sees each row's logits before
+// each sample, on the host.
+func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temperature, topP float64, topK int, rng func(int) *rand.Rand, record func(int, []float32)) ([][]int32, error) {
+	c, w := om.Config, &om.w
 	b := len(prompts)
-	d, np := c.Dim, c.Patches()
-	kv := &kvCache[F]{stride: ceil8(np + c.MaxLen), k: make([][]F, c.Layers), v: make([][]F, c.Layers)}
+	d, np, v, h, mlp := c.Dim, c.Patches(), c.Vocab, c.Heads, c.MLPDim
+	dh := d / h
+	lmax := 0
+	for _, p := range prompts {
+		lmax = max(lmax, len(p))
+	}
+	s, smax := np+lmax, np+c.MaxLen
+	e := newExec(om.ops, tensor.NewScratch(om.ops.Backend()))
+	defer e.keep.Release()
+	defer e.tmp.Release()
+	pk := e.pack(c, w)
+	kc, vc := make([]*tensor.Tensor, c.Layers), make([]*tensor.Tensor, c.Layers)
 	for l := range c.Layers {
-		kv.k[l] = make([]F, b*kv.stride*d)
-		kv.v[l] = make([]F, b*kv.stride*d)
+		kc[l], vc[l] = e.f32(b*smax, h, dh), e.f32(b*smax, h, dh)
 	}
-	// prefill: image tokens then the prompt
-	rows, pos, cnt := make([]int, b), make([]int, b), make([]int, b)
-	tot := 0
-	for r := range b {
-		rows[r], cnt[r] = r, np+len(prompts[r])
-		tot += cnt[r]
-	}
-	x := make([]F, tot*d)
-	img := make([]F, b*np*d)
-	embedPatches(c, w, pv, b, np, img)
-	off := 0
+
+	// Prefill.
+	g := newGeometry(e, c, b, lmax)
+	ids := make([]int32, b*lmax)
 	for r, p := range prompts {
-		copy(x[off*d:], img[r*np*d:(r+1)*np*d])
-		for t, id := range p {
-			embedToken(c, w, id, t, x[(off+np+t)*d:])
-		}
-		off += cnt[r]
+		copy(ids[r*lmax:], p)
 	}
-	logits := extend(c, w, kv, rows, pos, cnt, x)
+	tok := e.ids(ids)
+	pvt := e.f32(b*np, c.patchLen())
+	if e.err == nil {
+		e.do(tensor.CopyInto(pvt, tensor.Must(tensor.FromFloat32(pv, b*np, c.patchLen()))))
+	}
+	x := e.scratch(b*s, d)
+	zero := e.ids(make([]int32, b))
+	if e.err != nil {
+		return nil, e.err
+	}
+	e.embed(c, w, &pk, g, x, pvt, tok)
+	for li := range c.Layers {
+		x = e.block(c, &w.blocks[li], &pk.blocks[li], g, x, nil, func(k, vv *tensor.Tensor) {
+			e.do(tensor.KVCacheWrite(e.view(kc[li], b, smax, h, dh), e.view(k, b, s, h, dh), zero))
+			e.do(tensor.KVCacheWrite(e.view(vc[li], b, smax, h, dh), e.view(vv, b, s, h, dh), zero))
+		})
+	}
+	xd, hd, y := e.f32(b, d), e.f32(b, d), e.f32(b, d)
+	q, kn, vn, o := e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh)
+	u, logits := e.f32(b, mlp), e.f32(b, v)
+	tokB := e.alloc(e.keep, tensor.Int32, b)
+	cuQ, cuK := e.alloc(e.keep, tensor.Int32, 2*b+1), e.alloc(e.keep, tensor.Int32, 2*b+1)
+	for r, p := range prompts {
+		e.copyRows(xd, r, x, b*np+r*lmax+len(p)-1, 1)
+	}
+	head := func(k int) {
+		e.do(tensor.LayerNorm(e.rows(hd, 0, k), e.rows(xd, 0, k), w.lnfG, w.lnfB, lnEps))
+		e.do(tensor.LinearBias(e.rows(logits, 0, k), e.rows(hd, 0, k), pk.head, w.headB))
+	}
+	head(b)
+	if e.err != nil {
+		return nil, e.err
+	}
+	e.tmp.Release() // the prefill's activations
+
 	out := make([][]int32, b)
 	textLen := make([]int, b)
+	active := make([]int, b)
 	for r := range b {
-		textLen[r] = len(prompts[r])
+		textLen[r], active[r] = len(prompts[r]), r
 	}
-	probs := make([]float64, c.Vocab)
-	order := make([]int, c.Vocab)
-	for len(rows) > 0 {
-		next := rows[:0:0]
-		for i, r := range rows {
-			lg := logits[i*c.Vocab : (i+1)*c.Vocab]
-			if record != nil {
-				record(r, lg)
+	upload := func(dst *tensor.Tensor, vals []int32) {
+		e.do(tensor.CopyInto(e.rows(dst, 0, len(vals)), tensor.Must(tensor.FromInt32(vals, len(vals)))))
+	}
+	smp, onDevice := om.ops.(sampler)
+	onDevice = onDevice && record == nil
+	var bits []int32
+	var picked, uni *tensor.Tensor
+	if onDevice {
+		bits = make([]int32, 2*b)
+		picked, uni = e.alloc(e.keep, tensor.Int32, b), e.alloc(e.keep, tensor.Int32, 2*b)
+	}
+	host := make([]float32, b*v)
+	probs := make([]float64, v)
+	order := make([]int, v)
+	got := make([]int32, b)
+	cq, ck := make([]int32, 2*b+1), make([]int32, 2*b+1)
+	tkBuf, tpBuf, isActive := make([]int32, b), make([]int32, b), make([]bool, b)
+	for len(active) > 0 {
+		k := len(active)
+		lg := e.rows(logits, 0, k)
+		if onDevice {
+			if temperature != 0 { // the host sampler's draws: one per active row, in row order
+				for i, r := range active {
+					f := math.Float64bits(rng(r).Float64())
+					bits[2*i], bits[2*i+1] = int32(uint32(f)), int32(uint32(f>>32))
+				}
+				upload(uni, bits[:2*k])
 			}
-			tok := sample(lg, temperature, topP, topK, rng(r), probs, order)
-			out[r] = append(out[r], tok)
+			e.do(smp.SampleUniform(picked, lg, k, temperature, topP, topK, uni))
+			if e.err == nil {
+				e.do(tensor.CopyInto(tensor.Must(tensor.FromInt32(got[:k], k)), e.rows(picked, 0, k)))
+			}
+		} else if e.err == nil {
+			e.do(tensor.CopyInto(tensor.Must(tensor.FromFloat32(host[:k*v], k, v)), lg))
+			for i, r := range active {
+				row := host[i*v : (i+1)*v]
+				if record != nil {
+					record(r, row)
+				}
+				got[i] = sample(row, temperature, topP, topK, rng(r), probs, order)
+			}
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		next := active[:0:0]
+		for i, r := range active {
+			out[r] = append(out[r], got[i])
 			textLen[r]++
-			if tok != EOS && len(out[r]) < maxNew && textLen[r] < c.MaxLen {
+			if got[i] != EOS && len(out[r]) < maxNew && textLen[r] < c.MaxLen {
 				next = append(next, r)
 			}
 		}
-		rows = next
-		if len(rows) == 0 {
+		active = next
+		if len(active) == 0 {
 			break
 		}
-		pos, cnt = pos[:len(rows)], cnt[:len(rows)]
-		x = x[:len(rows)*d]
-		for i, r := range rows {
+		k = len(active)
+		tk, tp := tkBuf[:k], tpBuf[:k]
+		clear(isActive)
+		for i, r := range active {
 			t := textLen[r] - 1 // text position of the token just sampled
-			pos[i], cnt[i] = np+t, 1
-			embedToken(c, w, out[r][len(out[r])-1], t, x[i*d:])
+			tk[i], tp[i] = out[r][len(out[r])-1], int32(t)
+			isActive[r] = true
 		}
-		logits = extend(c, w, kv, rows, pos, cnt, x)
+		// cu_seqlens: per row, the active row's query with its keys 0..NP+t (or no query and
+		// no key), then no query and the rest of the row's cache.
+		for r := range b {
+			q0, k0 := cq[2*r], int32(r*smax)
+			cq[2*r+1], ck[2*r+1] = q0, k0
+			if isActive[r] {
+				cq[2*r+1], ck[2*r+1] = q0+1, k0+int32(np+textLen[r])
+			}
+			cq[2*r+2], ck[2*r+2] = cq[2*r+1], int32((r+1)*smax)
+		}
+		upload(tokB, tk)
+		upload(cuQ, cq)
+		upload(cuK, ck)
+		rows := func(t *tensor.Tensor) *tensor.Tensor { return e.rows(t, 0, k) }
+		xk, hk, yk, uk := rows(xd), rows(hd), rows(y), rows(u)
+		qk, kk, vk, ok := rows(q), rows(kn), rows(vn), rows(o)
+		e.embedTrusted(xk, w.tokEmb, rows(tokB))
+		for i, t := range tp {
+			e.add(e.rows(xk, i, i+1), e.rows(w.tokPos, int(t), int(t)+1))
+		}
+		for li := range c.Layers {
+			bw, bp := &w.blocks[li], &pk.blocks[li]
+			e.do(tensor.LayerNorm(hk, xk, bw.ln1G, bw.ln1B, lnEps))
+			e.do(tensor.LinearBias(e.view(qk, k, d), hk, bp.q, bp.bq))
+			e.do(tensor.LinearBias(e.view(kk, k, d), hk, bp.k, bp.bk))
+			e.do(tensor.LinearBias(e.view(vk, k, d), hk, bp.v, bp.bv))
+			for i, r := range active {
+				p := r*smax + np + int(tp[i])
+				e.copyRows(kc[li], p, kk, i, 1)
+				e.copyRows(vc[li], p, vk, i, 1)
+			}
+			e.do(tensor.Attention(ok, tensor.AttentionInputs{Q: qk, K: kc[li], V: vc[li], CuSeqlensQ: cuQ, CuSeqlensK: cuK}, attnCfg(c, true)))
+			e.do(tensor.LinearBias(yk, e.view(ok, k, d), bp.o, bw.bo))
+			e.add(xk, yk)
+			e.do(tensor.LayerNorm(hk, xk, bw.ln2G, bw.ln2B, lnEps))
+			e.do(tensor.LinearBias(uk, hk, bp.w1, bw.b1))
+			e.do(tensor.Activate(uk, uk, tensor.QuickGELU))
+			e.do(tensor.LinearBias(yk, uk, bp.w2, bw.b2))
+			e.add(xk, yk)
+		}
+		head(k)
+		if e.err != nil {
+			return nil, e.err
+		}
 	}
-	return out
+	return out, nil
 }
 
 // sample draws a token from logits: greedy when temperature is 0, otherwise from
 // softmax(logits/temperature) restricted to the topK most likely tokens (when 0 < topK < vocab),
 // then to the smallest set of those whose probability reaches topP of theirs (vLLM's order;
 // ties broken by lower id).
-func sample[F Float](logits []F, temperature, topP float64, topK int, rng *rand.Rand, probs []float64, order []int) int32 {
+func sample(logits []float32, temperature, topP float64, topK int, rng *rand.Rand, probs []float64, order []int) int32 {
 	if temperature == 0 {
 		best := 0
 		for i, v := range logits {
@@ -296,16 +343,19 @@ func (m *Model) generate(images *tensor.Tensor, prompts [][]int32, maxNew int, t
 	if rng == nil && temperature != 0 {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "rng", "is nil")
 	}
-	px, err := m.checkImages(op, images, len(prompts))
+	px, err := checkImages(op, c, images, len(prompts))
 	if err != nil {
 		return nil, err
 	}
-	pv := patchVectors[float32](c, px, len(prompts))
+	pv := patchVectors(c, px, len(prompts))
 	if rng == nil { // greedy: sample draws nothing
 		rng = func(int) *rand.Rand { return nil }
 	}
-	if m.dev != nil { // on the op set's backend (UseOps): generate_ops.go
-		return m.generateOnOps(pv, prompts, maxNew, temperature, topP, topK, rng, record)
+	if m.dev != nil { // on the op set's backend (UseOps)
+		if err := m.deviceUse(); err != nil {
+			return nil, err
+		}
+		return m.dev.om.generate(pv, prompts, maxNew, temperature, topP, topK, rng, record)
 	}
-	return generate(c, &m.w, pv, prompts, maxNew, temperature, topP, topK, rng, record), nil
+	return m.host.generate(pv, prompts, maxNew, temperature, topP, topK, rng, record)
 }

@@ -27,7 +27,7 @@ func TestGradientsMatchGorgonia(t *testing.T) {
 	img, tok := randImages(rng, c, 1), randTokens(rng, c, 1, l)
 	px, _ := img.Uint8s()
 	ids, _ := tok.Int32s()
-	pv := patchVectors[float64](c, px, 1)
+	pv := patchVectors64(c, px, 1)
 	np, d, v, pl := c.Patches(), c.Dim, c.Vocab, c.patchLen()
 	s := np + l
 	r := make([]float64, l*v)
@@ -35,7 +35,7 @@ func TestGradientsMatchGorgonia(t *testing.T) {
 		r[i] = rng.NormFloat64()
 	}
 
-	// hand-written kernels in float64
+	// the float64 reference (ref_test.go)
 	w := weights64(m)
 	logits, a := forward(c, &w, pv, ids, 1, l)
 	want := 0.0
@@ -95,8 +95,8 @@ func TestGradientsMatchGorgonia(t *testing.T) {
 		xh := must(G.BroadcastHadamardDiv(xc, sd, nil, []byte{1}))
 		return must(G.BroadcastAdd(must(G.BroadcastHadamardProd(xh, gain, nil, []byte{0})), bias, nil, []byte{0}))
 	}
-	lin := func(x, wn, bn *G.Node) *G.Node {
-		return must(G.BroadcastAdd(must(G.Mul(x, wn)), bn, nil, []byte{0}))
+	lin := func(x, wn, bn *G.Node) *G.Node { // weights [out, in]
+		return must(G.BroadcastAdd(must(G.Mul(x, must(G.Transpose(wn)))), bn, nil, []byte{0}))
 	}
 	// embeddings
 	ximg := must(G.Add(lin(cmat(pv, np, pl), n(iPatchW), n(iPatchB)), n(iPatchPos)))

@@ -19,7 +19,7 @@ type Model struct {
 	Config Config
 
 	params []*Param
-	w, g   weights[float32] // views of the Param tensors' host slices
+	host   *OpsModel // the layers on the Param tensors themselves (HostOps)
 
 	dev *resident // the copy on an op set's backend, where Forward and Backward run (UseOps)
 }
@@ -46,8 +46,7 @@ func New(cfg Config, seed uint64) (*Model, error) {
 		}
 		m.params = append(m.params, &Param{Name: p.name, W: w, G: g})
 	}
-	m.w = bind(cfg, vals)
-	m.g = bind(cfg, grads)
+	m.host = newOpsModel(cfg, HostOps{Config: cfg}, m.params)
 	return m, nil
 }
 
@@ -72,39 +71,26 @@ func (m *Model) NumParams() int {
 
 // ZeroGrad sets every gradient to zero (on the op set's backend too, after UseOps).
 func (m *Model) ZeroGrad() {
-	for _, g := range m.g.slots() {
-		clear(*g)
-	}
+	_ = m.host.ZeroGrad() // host tensors: cannot fail
 	m.zeroDeviceGrad()
 }
 
-// Activations is the record of one Forward pass that Backward needs. It holds all
-// intermediate values of the batch (about 12·B·(NP+L)·Dim + Heads·B·(NP+L)² floats per block).
+// Activations is the record of one Forward pass that Backward needs: every block's inputs,
+// queries, keys, values, attention outputs and log-sum-exps (about 14·B·(NP+L)·Dim + 2·B·(NP+L)·MLPDim
+// floats per block; no attention probabilities).
 type Activations struct {
-	m *Model
-	a *acts[float32]
+	m   *Model
+	rec *OpsActivations // on the host or on the model's op set (UseOps)
 
-	dev   *OpsActivations   // the record on the model's op set (UseOps) instead of a
-	probs map[int][]float32 // attention probabilities of dev's layers, downloaded on demand
+	lse map[int][2][]float32 // per block: the text queries' log-sum-exps (all keys, image keys)
 }
 
 // Rows and Len are the batch size and text length of the recorded pass.
-func (a *Activations) Rows() int {
-	if a.dev != nil {
-		return a.dev.b
-	}
-	return a.a.b
-}
-func (a *Activations) Len() int {
-	if a.dev != nil {
-		return a.dev.l
-	}
-	return a.a.l
-}
+func (a *Activations) Rows() int { return a.rec.b }
+func (a *Activations) Len() int  { return a.rec.l }
 
 // checkImages validates images [B, H, W, C] uint8 and returns the host bytes.
-func (m *Model) checkImages(op string, images *tensor.Tensor, b int) ([]uint8, error) {
-	c := m.Config
+func checkImages(op string, c Config, images *tensor.Tensor, b int) ([]uint8, error) {
 	if images == nil {
 		return nil, tensor.Errorf(tensor.ErrShape, op, "images", "is nil")
 	}
@@ -151,33 +137,23 @@ func checkTokens(op string, c Config, tokens *tensor.Tensor) (b, l int, err erro
 func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activations, error) {
 	const op = "vlm.Model.Forward"
 	c := m.Config
-	b, l, err := checkTokens(op, c, tokens)
-	if err != nil {
+	if _, _, err := checkTokens(op, c, tokens); err != nil {
 		return nil, nil, err
 	}
 	if m.dev != nil {
 		return m.forwardOps(images, tokens)
 	}
-	ids, err := tokens.Int32s()
-	if err != nil {
-		return nil, nil, tensor.Errorf(tensor.ErrBackend, op, "tokens", "must be a host tensor: %v", err)
+	if !tokens.IsHost() {
+		return nil, nil, tensor.Errorf(tensor.ErrBackend, op, "tokens", "must be a host tensor (the model is on the CPU)")
 	}
-	for i, id := range ids {
-		if id < 0 || int(id) >= c.Vocab {
-			return nil, nil, tensor.Errorf(tensor.ErrParam, op, "tokens", "id %d at [%d, %d] is outside [0, %d)", id, i/l, i%l, c.Vocab)
-		}
+	if !images.IsHost() {
+		return nil, nil, tensor.Errorf(tensor.ErrBackend, op, "images", "must be a host tensor")
 	}
-	px, err := m.checkImages(op, images, b)
+	logits, rec, err := m.host.Forward(images, tokens)
 	if err != nil {
 		return nil, nil, err
 	}
-	pv := patchVectors[float32](c, px, b)
-	logits, a := forward(c, &m.w, pv, append([]int32(nil), ids...), b, l)
-	out, err := tensor.FromFloat32(logits, b, l, c.Vocab)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, &Activations{m: m, a: a}, nil
+	return logits, &Activations{m: m, rec: rec}, nil
 }
 
 // Backward accumulates into the parameters' G the gradients of sum(dlogits ⊙ logits) for the
@@ -185,7 +161,7 @@ func (m *Model) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Activat
 // called more than once per record; NaN and Inf propagate.
 func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 	const op = "vlm.Model.Backward"
-	if act == nil || (act.a == nil && act.dev == nil) {
+	if act == nil || act.rec == nil {
 		return tensor.Errorf(tensor.ErrParam, op, "act", "is nil")
 	}
 	if act.m != m {
@@ -200,15 +176,16 @@ func (m *Model) Backward(act *Activations, dlogits *tensor.Tensor) error {
 	if err := tensor.CheckShape(op, "dlogits", dlogits, act.Rows(), act.Len(), m.Config.Vocab); err != nil {
 		return err
 	}
-	if act.dev != nil {
+	if m.dev != nil {
 		return m.backwardOps(act, dlogits)
 	}
-	dl, err := dlogits.Float32s()
-	if err != nil {
-		return tensor.Errorf(tensor.ErrBackend, op, "dlogits", "must be a host tensor: %v", err)
+	if act.rec.om != m.host {
+		return tensor.Errorf(tensor.ErrParam, op, "act", "was recorded on another op set")
 	}
-	backward(m.Config, &m.w, &m.g, act.a, dl)
-	return nil
+	if !dlogits.IsHost() {
+		return tensor.Errorf(tensor.ErrBackend, op, "dlogits", "must be a host tensor")
+	}
+	return m.host.Backward(act.rec, dlogits)
 }
 
 // Layers is the number of decoder blocks recorded.
@@ -220,20 +197,60 @@ func (a *Activations) Layers() int { return a.m.Config.Layers }
 // sum to 1.
 func (a *Activations) Attention(layer, row, t int) (image, text float64, nImage, nText int) {
 	c := a.m.Config
-	np := c.Patches()
-	s := np + a.Len()
-	p := a.attentionProbs(layer)
-	q := np + t
-	for h := range c.Heads {
-		base := ((row*c.Heads+h)*s + q) * s
-		for k := range np {
-			image += float64(p[base+k])
-		}
-		for k := np; k <= q; k++ {
-			text += float64(p[base+k])
-		}
+	lse, err := a.textLSE(layer)
+	if err != nil || layer < 0 || layer >= c.Layers || row < 0 || row >= a.Rows() || t < 0 || t >= a.Len() {
+		return math.NaN(), math.NaN(), c.Patches(), t + 1
 	}
-	return image / float64(c.Heads), text / float64(c.Heads), np, t + 1
+	image, text = queryMass(c.Heads, lse, row*a.Len()+t)
+	return image, text, c.Patches(), t + 1
+}
+
+// queryMass is text query q's attention mass on the image keys and on the text keys, averaged
+// over heads, from lse's log-sum-exps over all its keys (lse[0]) and over the image keys
+// (lse[1]): the image mass of a head is exp(lse_image − lse_all), the text mass the rest.
+func queryMass(heads int, lse [2][]float32, q int) (image, text float64) {
+	for h := range heads {
+		d := float64(lse[1][q*heads+h]) - float64(lse[0][q*heads+h])
+		image += math.Exp(d)
+		text -= math.Expm1(d)
+	}
+	return image / float64(heads), text / float64(heads)
+}
+
+// textLSE returns block layer's log-sum-exps of the text queries on the host, computing the
+// image-only ones on the record's backend the first time.
+func (a *Activations) textLSE(layer int) ([2][]float32, error) {
+	if v, ok := a.lse[layer]; ok {
+		return v, nil
+	}
+	rec := a.rec
+	c := rec.om.Config
+	if layer < 0 || layer >= c.Layers {
+		return [2][]float32{}, tensor.Errorf(tensor.ErrParam, "vlm.Activations.Attention", "layer", "%d is outside [0, %d)", layer, c.Layers)
+	}
+	e := newExec(rec.om.ops, tensor.NewScratch(rec.om.ops.Backend()))
+	defer e.keep.Release()
+	defer e.tmp.Release()
+	ni, n := rec.b*c.Patches(), rec.b*rec.s
+	var out [2][]float32
+	for i, t := range []*tensor.Tensor{e.rows(rec.layers[layer].lse, ni, n), e.imageLSE(c, rec, layer)} {
+		if e.err != nil {
+			return out, e.err
+		}
+		h, err := tensor.New(tensor.CPU(), tensor.Float32, t.Shape()...)
+		if err == nil {
+			err = tensor.CopyInto(h, t)
+		}
+		if err != nil {
+			return out, err
+		}
+		out[i], _ = h.Float32s()
+	}
+	if a.lse == nil {
+		a.lse = map[int][2][]float32{}
+	}
+	a.lse[layer] = out
+	return out, nil
 }
 
 // AttentionSums is one row's response attention (Activations.ResponseAttention).
@@ -249,8 +266,10 @@ type AttentionSums struct {
 // (BOS included) and whose response has n[r], the attention of its response queries (text
 // positions plen[r]−1+j, j < n[r]): Attention's image and text masses divided by their numbers
 // of keys, added in block-then-query order, overall and per group of blocks (block l is in
-// group l·groups/Layers). On an op set (UseOps) the sums run there (Ops.AttentionMass) and only
-// the rows' 2+2·groups float64 sums come down, with the host's bits.
+// group l·groups/Layers). The masses come from log-sum-exps (queryMass): per block, one more
+// attention call on the record's backend scores the text queries against the image keys only.
+// On an op set with LSEMass (CUDAOps) the sums run there too and only the rows' 2+2·groups
+// float64 sums come down.
 func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionSums, error) {
 	const op = "vlm.Activations.ResponseAttention"
 	b, L := a.Rows(), a.Layers()
@@ -268,14 +287,19 @@ func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionS
 		span[2*r], span[2*r+1] = int32(plen[r]), int32(n[r])
 	}
 	w := 2 + 2*groups
-	s := a.m.Config.Patches() + a.Len()
 	acc := make([]float64, b*w)
-	if a.dev == nil {
-		for l := range L {
-			attentionMass(a.m.Config, b, s, l*groups/L, groups, a.a.layers[l].p, span, acc)
+	if mo, ok := a.rec.om.ops.(massOps); ok {
+		if err := a.responseAttentionOps(mo, groups, span, acc); err != nil {
+			return nil, err
 		}
-	} else if err := a.responseAttentionOps(b, s, groups, span, acc); err != nil {
-		return nil, err
+	} else {
+		for l := range L {
+			lse, err := a.textLSE(l)
+			if err != nil {
+				return nil, err
+			}
+			attentionMass(a.m.Config, a.Len(), l*groups/L, groups, lse, span, acc)
+		}
 	}
 	out := make([]AttentionSums, b)
 	for r := range out {
@@ -289,35 +313,58 @@ func (a *Activations) ResponseAttention(plen, n []int, groups int) ([]AttentionS
 	return out, nil
 }
 
-// responseAttentionOps runs ResponseAttention's sums on the record's op set: the spans and
-// zero sums go up, every block adds its share there, the sums come down into acc.
-func (a *Activations) responseAttentionOps(b, s, groups int, span []int32, acc []float64) error {
-	ops := a.dev.om.ops
-	be := ops.Backend()
-	sp, err := tensor.To(be, tensor.Must(tensor.FromInt32(span, len(span))))
-	if err != nil {
-		return err
-	}
-	defer sp.Release()
-	dacc, err := tensor.To(be, tensor.Must(tensor.FromInt32(make([]int32, 2*len(acc)), 2*len(acc))))
-	if err != nil {
-		return err
-	}
-	defer dacc.Release()
-	L := a.Layers()
-	for l := range L {
-		if err := ops.AttentionMass(dacc, b, s, l*groups/L, groups, a.dev.layers[l].p, sp); err != nil {
-			return err
+// attentionMass adds one block's response attention to acc [b, 2+2·groups], for the rows'
+// span [b, 2] = (plen, n) (prompt tokens, BOS included, and response tokens) and the block's
+// text log-sum-exps lse (textLSE; l text positions per row): for each response query
+// t = plen−1+j (j < n), the mass on the image keys and on the text keys 0..t (queryMass), each
+// divided by its number of keys (NP, t+1), is added to acc[r, 0] (text), acc[r, 1] (vision),
+// acc[r, 2+2·group] and acc[r, 3+2·group], in query order.
+func attentionMass(c Config, l, group, groups int, lse [2][]float32, span []int32, acc []float64) {
+	np := c.Patches()
+	w := 2 + 2*groups
+	for r := range len(span) / 2 {
+		plen, n := int(span[2*r]), int(span[2*r+1])
+		a := acc[r*w:][:w]
+		for j := range n {
+			im, tx := queryMass(c.Heads, lse, r*l+plen-1+j)
+			pt, pv := tx/float64(plen+j), im/float64(np)
+			a[0], a[1] = a[0]+pt, a[1]+pv
+			a[2+2*group], a[3+2*group] = a[2+2*group]+pt, a[3+2*group]+pv
 		}
+	}
+}
+
+// massOps is an op set that sums the response attention on its backend (CUDAOps.LSEMass).
+type massOps interface {
+	LSEMass(acc, lse, lseImg, span *tensor.Tensor, b, l, group, groups int) error
+}
+
+// responseAttentionOps is ResponseAttention's sums on the record's backend: the spans and zero
+// sums go up, every block adds its share there, the sums come down into acc.
+func (a *Activations) responseAttentionOps(mo massOps, groups int, span []int32, acc []float64) error {
+	rec := a.rec
+	c := rec.om.Config
+	e := newExec(rec.om.ops, tensor.NewScratch(rec.om.ops.Backend()))
+	defer e.keep.Release()
+	defer e.tmp.Release()
+	sp := e.ids(span)
+	dacc := e.ids(make([]int32, 2*len(acc)))
+	ni, n := rec.b*c.Patches(), rec.b*rec.s
+	for l := range c.Layers {
+		lseImg := e.imageLSE(c, rec, l)
+		if e.err != nil {
+			return e.err
+		}
+		e.do(mo.LSEMass(dacc, e.rows(rec.layers[l].lse, ni, n), lseImg, sp, rec.b, rec.l, l*groups/c.Layers, groups))
+	}
+	if e.err != nil {
+		return e.err
 	}
 	h, err := tensor.To(tensor.CPU(), dacc)
 	if err != nil {
 		return err
 	}
-	bits, err := h.Int32s()
-	if err != nil {
-		return err
-	}
+	bits, _ := h.Int32s()
 	for i := range acc {
 		acc[i] = math.Float64frombits(uint64(uint32(bits[2*i])) | uint64(uint32(bits[2*i+1]))<<32)
 	}

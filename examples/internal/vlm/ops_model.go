@@ -5,8 +5,8 @@ import (
 )
 
 // OpsModel is the model on the backend of an op set (HostOps on the CPU, CUDAOps on a GPU):
-// its parameters and their gradients live there, and Forward and Backward run the same layer
-// sequence as Model's, op by op. With HostOps it gives Model's bits.
+// its parameters and their gradients live there, and Forward and Backward run the SDK's ops on
+// them (layout and attention: net.go).
 type OpsModel struct {
 	Config Config
 
@@ -15,7 +15,8 @@ type OpsModel struct {
 	w, g   tweights
 }
 
-// tweights is weights[F] with the values held in tensors of the op set's backend.
+// tweights holds the trainable tensors (or their gradients) in specs order. Linear weights are
+// [out, in]; wqkv's rows are the query, key and value projections (qkv: their views).
 type tweights struct {
 	patchW, patchB, patchPos *tensor.Tensor
 	tokEmb, tokPos           *tensor.Tensor
@@ -37,28 +38,54 @@ func (w *tweights) slots() []**tensor.Tensor {
 	return append(s, &w.lnfG, &w.lnfB, &w.headW, &w.headB)
 }
 
-// NewOpsModel copies m's weights to the op set's backend, with zero gradients.
-func NewOpsModel(m *Model, ops Ops) (*OpsModel, error) {
-	c := m.Config
-	om := &OpsModel{Config: c, ops: ops}
+// qkv returns the query, key and value rows of a block's wqkv (or bqkv): views, so gradients
+// written through them land in the parameter.
+func qkv(t *tensor.Tensor, d int) (q, k, v *tensor.Tensor, err error) {
+	if q, err = t.Rows(0, d); err != nil {
+		return nil, nil, nil, err
+	}
+	if k, err = t.Rows(d, 2*d); err != nil {
+		return nil, nil, nil, err
+	}
+	v, err = t.Rows(2*d, 3*d)
+	return q, k, v, err
+}
+
+// newOpsModel wraps params (tensors on ops' backend, in specs order) without copying them.
+func newOpsModel(c Config, ops Ops, params []*Param) *OpsModel {
+	om := &OpsModel{Config: c, ops: ops, params: params}
 	om.w.blocks, om.g.blocks = make([]tblock, c.Layers), make([]tblock, c.Layers)
 	ws, gs := om.w.slots(), om.g.slots()
-	for i, p := range m.Params() {
+	for i, p := range params {
+		*ws[i], *gs[i] = p.W, p.G
+	}
+	return om
+}
+
+// NewOpsModel copies m's weights to the op set's backend, with zero gradients.
+func NewOpsModel(m *Model, ops Ops) (*OpsModel, error) {
+	var params []*Param
+	release := func() {
+		for _, p := range params {
+			_ = p.W.Release()
+			_ = p.G.Release()
+		}
+	}
+	for _, p := range m.Params() {
 		w, err := tensor.To(ops.Backend(), p.W)
 		if err != nil {
-			om.Release()
+			release()
 			return nil, err
 		}
 		g, err := tensor.New(ops.Backend(), tensor.Float32, p.W.Shape()...)
 		if err != nil {
 			_ = w.Release()
-			om.Release()
+			release()
 			return nil, err
 		}
-		*ws[i], *gs[i] = w, g
-		om.params = append(om.params, &Param{Name: p.Name, W: w, G: g})
+		params = append(params, &Param{Name: p.Name, W: w, G: g})
 	}
-	return om, nil
+	return newOpsModel(m.Config, ops, params), nil
 }
 
 // Params returns the parameters on the op set's backend, in Model.Params' order and names.
@@ -74,20 +101,16 @@ type zeroer interface {
 
 // ZeroGrad sets every gradient to zero.
 func (om *OpsModel) ZeroGrad() error {
-	if z, ok := om.ops.(zeroer); ok {
-		for _, p := range om.params {
-			if err := z.Zero(p.G, p.G.Len()); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	for _, p := range om.params {
-		z, err := tensor.New(tensor.CPU(), tensor.Float32, p.G.Shape()...)
-		if err != nil {
-			return err
+		if v, err := p.G.Float32s(); err == nil {
+			clear(v)
+			continue
 		}
-		if err := tensor.CopyInto(p.G, z); err != nil {
+		z, ok := om.ops.(zeroer)
+		if !ok {
+			return tensor.Errorf(tensor.ErrBackend, "vlm.OpsModel.ZeroGrad", "ops", "%s tensors need an op set that zeroes them", p.G.Backend().Name())
+		}
+		if err := z.Zero(p.G, p.G.Len()); err != nil {
 			return err
 		}
 	}
@@ -105,40 +128,38 @@ func (om *OpsModel) Release() {
 
 // OpsActivations is the record of one OpsModel.Forward, on the op set's backend.
 type OpsActivations struct {
-	om         *OpsModel
-	b, l, s    int
-	pv, tokens *tensor.Tensor
-	layers     []tlayer
-	xhatF      *tensor.Tensor
-	rstdF, hF  *tensor.Tensor
-	owned      []*tensor.Tensor
+	om      *OpsModel
+	b, l, s int
+	geo     *geometry
+	pk      packs
+	pv, tok *tensor.Tensor // patch vectors [B·NP, P²C], token ids [B·L]
+	layers  []tlayer
+	xF, hF  *tensor.Tensor // the final LayerNorm's input (the text rows) and output [B·L, D]
+	sc      *tensor.Scratch
 }
 
+// tlayer is what one block keeps for the backward pass; rows are in net.go's order.
 type tlayer struct {
-	xhat1, rstd1, h1, qkv, p, ao, xhat2, rstd2, h2, u, a *tensor.Tensor
+	x0, h1  *tensor.Tensor // block input [N, D] and LayerNorm 1's output
+	h1r     *tensor.Tensor // h1 in the keys' row order
+	q, k, v *tensor.Tensor // [N, H, D/H]: q in h1's order, k and v in h1r's
+	o, lse  *tensor.Tensor // attention output [N, H, D/H] (q's order) and log-sum-exp [N, H]
+	x1, h2  *tensor.Tensor // after the attention residual, and LayerNorm 2's output
+	u, a    *tensor.Tensor // MLP pre-activation and activation [N, M]
 }
 
-// Release frees the record's memory.
+// Release frees the record's device memory (host records need nothing).
 func (a *OpsActivations) Release() {
-	for _, t := range a.owned {
-		_ = t.Release()
+	if a != nil && a.sc != nil {
+		_ = a.sc.Release()
+		a.sc = nil
 	}
-	a.owned = nil
 }
 
-// alloc allocates n float32 values on the op set's backend, recording them in owned.
-func (om *OpsModel) alloc(owned *[]*tensor.Tensor, n int) (*tensor.Tensor, error) {
-	t, err := tensor.New(om.ops.Backend(), tensor.Float32, n)
-	if err != nil {
-		return nil, err
-	}
-	*owned = append(*owned, t)
-	return t, nil
-}
-
-// Forward runs the model on images [B, H, W, C] uint8 (host) and tokens [B, L] int32 (host, or
-// on the op set's backend, where the ids are trusted to be in [0, Vocab)). It returns logits
-// [B, L, V] on the op set's backend (the caller releases them) and the activation record.
+// Forward runs the model on images [B, H, W, C] uint8 (host) and tokens [B, L] int32 (host, where
+// the ids are checked against the vocabulary, or on the op set's backend, where they are trusted
+// to be in [0, Vocab)). It returns logits [B, L, V] on the op set's backend (the caller releases
+// them) and the activation record.
 func (om *OpsModel) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *OpsActivations, error) {
 	const op = "vlm.OpsModel.Forward"
 	c := om.Config
@@ -146,8 +167,20 @@ func (om *OpsModel) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Ops
 	if err != nil {
 		return nil, nil, err
 	}
-	a := &OpsActivations{om: om, b: b, l: l, s: c.Patches() + l, layers: make([]tlayer, c.Layers)}
-	logits, err := om.forward(op, a, images, tokens)
+	if tokens.IsHost() {
+		ids, _ := tokens.Int32s()
+		for i, id := range ids {
+			if id < 0 || int(id) >= c.Vocab {
+				return nil, nil, tensor.Errorf(tensor.ErrParam, op, "tokens", "id %d at [%d, %d] is outside [0, %d)", id, i/l, i%l, c.Vocab)
+			}
+		}
+	}
+	px, err := checkImages(op, c, images, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := &OpsActivations{om: om, b: b, l: l, s: c.Patches() + l, layers: make([]tlayer, c.Layers), sc: tensor.NewScratch(om.ops.Backend())}
+	logits, err := om.forward(a, patchVectors(c, px, b), tokens)
 	if err != nil {
 		a.Release()
 		return nil, nil, err
@@ -155,137 +188,11 @@ func (om *OpsModel) Forward(images, tokens *tensor.Tensor) (*tensor.Tensor, *Ops
 	return logits, a, nil
 }
 
-func (om *OpsModel) forward(op string, a *OpsActivations, images, tokens *tensor.Tensor) (*tensor.Tensor, error) {
-	c, o, w := om.Config, om.ops, &om.w
-	b, l, s := a.b, a.l, a.s
-	d, np, m, v, pl := c.Dim, c.Patches(), c.MLPDim, c.Vocab, c.patchLen()
-	n, nt := b*s, b*l
-	if tokens.IsHost() {
-		ids, _ := tokens.Int32s()
-		for i, id := range ids {
-			if id < 0 || int(id) >= c.Vocab {
-				return nil, tensor.Errorf(tensor.ErrParam, op, "tokens", "id %d at [%d, %d] is outside [0, %d)", id, i/l, i%l, c.Vocab)
-			}
-		}
-	}
-	tok, err := tensor.To(o.Backend(), tokens)
-	if err != nil {
-		return nil, err
-	}
-	if tok != tokens {
-		a.owned = append(a.owned, tok)
-	}
-	a.tokens = tok
-	px, err := (&Model{Config: c}).checkImages(op, images, b)
-	if err != nil {
-		return nil, err
-	}
-	pvh, err := tensor.FromFloat32(patchVectors[float32](c, px, b), b*np*pl)
-	if err != nil {
-		return nil, err
-	}
-	if a.pv, err = tensor.To(o.Backend(), pvh); err != nil {
-		return nil, err
-	}
-	a.owned = append(a.owned, a.pv)
-
-	var tmps []*tensor.Tensor
-	defer func() {
-		for _, t := range tmps {
-			_ = t.Release()
-		}
-	}()
-	get := func(n int) *tensor.Tensor {
-		t, e := om.alloc(&tmps, n)
-		if e != nil && err == nil {
-			err = e
-		}
-		return t
-	}
-	keep := func(n int) *tensor.Tensor {
-		t, e := om.alloc(&a.owned, n)
-		if e != nil && err == nil {
-			err = e
-		}
-		return t
-	}
-	x, e, tmp := get(n*d), get(b*np*d), get(n*d)
-	if err != nil {
-		return nil, err
-	}
-	steps := []func() error{
-		func() error { return o.Gemm(e, false, false, b*np, d, pl, a.pv, w.patchW, 0) },
-		func() error { return o.PatchEmbed(x, b, s, e, w.patchB, w.patchPos) },
-		func() error { return o.TokenEmbed(x, b, l, s, a.tokens, w.tokEmb, w.tokPos) },
-	}
-	if err := run(steps); err != nil {
-		return nil, err
-	}
-	for li := range c.Layers {
-		bw, la := &w.blocks[li], &a.layers[li]
-		la.xhat1, la.rstd1, la.h1, la.qkv = keep(n*d), keep(n), keep(n*d), keep(n*3*d)
-		la.p, la.ao, la.xhat2, la.rstd2, la.h2 = keep(b*c.Heads*s*s), keep(n*d), keep(n*d), keep(n), keep(n*d)
-		la.u, la.a = keep(n*m), keep(n*m)
-		if err != nil {
-			return nil, err
-		}
-		x0, x1 := x, tmp
-		steps := []func() error{
-			func() error { return o.LayerNorm(la.h1, la.xhat1, la.rstd1, n, d, x0, bw.ln1G, bw.ln1B) },
-			func() error { return o.Gemm(la.qkv, false, false, n, 3*d, d, la.h1, bw.wqkv, 0) },
-			func() error { return o.AddBias(la.qkv, n, 3*d, bw.bqkv) },
-			func() error { return o.Attention(la.ao, la.p, b, s, la.qkv) },
-			func() error { return tensor.CopyInto(x1, x0) },
-			func() error { return o.Gemm(x1, false, false, n, d, d, la.ao, bw.wo, 1) },
-			func() error { return o.AddBias(x1, n, d, bw.bo) },
-			func() error { return o.LayerNorm(la.h2, la.xhat2, la.rstd2, n, d, x1, bw.ln2G, bw.ln2B) },
-			func() error { return o.Gemm(la.u, false, false, n, m, d, la.h2, bw.w1, 0) },
-			func() error { return o.AddBias(la.u, n, m, bw.b1) },
-			func() error { return o.GELU(la.a, n*m, la.u) },
-			func() error { return o.Gemm(x1, false, false, n, d, m, la.a, bw.w2, 1) },
-			func() error { return o.AddBias(x1, n, d, bw.b2) },
-		}
-		if err := run(steps); err != nil {
-			return nil, err
-		}
-		x, tmp = x1, x0
-	}
-	xt := get(nt * d)
-	a.xhatF, a.rstdF, a.hF = keep(nt*d), keep(nt), keep(nt*d)
-	if err != nil {
-		return nil, err
-	}
-	logits, err := tensor.New(o.Backend(), tensor.Float32, b, l, v)
-	if err != nil {
-		return nil, err
-	}
-	steps = []func() error{
-		func() error { return o.TextRows(xt, b, l, s, x) },
-		func() error { return o.LayerNorm(a.hF, a.xhatF, a.rstdF, nt, d, xt, w.lnfG, w.lnfB) },
-		func() error { return o.Gemm(logits, false, false, nt, v, d, a.hF, w.headW, 0) },
-		func() error { return o.AddBias(logits, nt, v, w.headB) },
-	}
-	if err := run(steps); err != nil {
-		_ = logits.Release()
-		return nil, err
-	}
-	return logits, nil
-}
-
-func run(steps []func() error) error {
-	for _, f := range steps {
-		if err := f(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Backward accumulates into the parameters' G the gradients of sum(dlogits ⊙ logits) for the
 // pass recorded in act; dlogits [B, L, V] float32 is on the op set's backend.
 func (om *OpsModel) Backward(act *OpsActivations, dlogits *tensor.Tensor) error {
 	const op = "vlm.OpsModel.Backward"
-	if act == nil || act.om != om || act.owned == nil {
+	if act == nil || act.om != om || act.sc == nil {
 		return tensor.Errorf(tensor.ErrParam, op, "act", "is nil, released or of another model")
 	}
 	if dlogits == nil {
@@ -300,61 +207,5 @@ func (om *OpsModel) Backward(act *OpsActivations, dlogits *tensor.Tensor) error 
 	if dlogits.Backend() != om.ops.Backend() {
 		return tensor.Errorf(tensor.ErrBackend, op, "dlogits", "is on %s, the model on %s", dlogits.Backend().Name(), om.ops.Backend().Name())
 	}
-	c, o, w, g, a := om.Config, om.ops, &om.w, &om.g, act
-	d, np, m, v, pl := c.Dim, c.Patches(), c.MLPDim, c.Vocab, c.patchLen()
-	b, l, s := a.b, a.l, a.s
-	n, nt := b*s, b*l
-	var tmps []*tensor.Tensor
-	defer func() {
-		for _, t := range tmps {
-			_ = t.Release()
-		}
-	}()
-	var err error
-	get := func(n int) *tensor.Tensor {
-		t, e := om.alloc(&tmps, n)
-		if e != nil && err == nil {
-			err = e
-		}
-		return t
-	}
-	dh, dxt, dx, dbig, dsmall := get(nt*d), get(nt*d), get(n*d), get(n*max(m, 3*d)), get(n*d)
-	if err != nil {
-		return err
-	}
-	steps := []func() error{
-		func() error { return o.Gemm(g.headW, true, false, d, v, nt, a.hF, dlogits, 1) },
-		func() error { return o.ColSum(g.headB, nt, v, dlogits) },
-		func() error { return o.Gemm(dh, false, true, nt, d, v, dlogits, w.headW, 0) },
-		func() error { return o.LayerNormBack(dxt, g.lnfG, g.lnfB, nt, d, dh, a.xhatF, a.rstdF, w.lnfG) },
-		func() error { return o.TextRowsBack(dx, b, l, s, dxt) },
-	}
-	for li := c.Layers - 1; li >= 0; li-- {
-		bw, gw, la := &w.blocks[li], &g.blocks[li], &a.layers[li]
-		steps = append(steps,
-			func() error { return o.ColSum(gw.b2, n, d, dx) },
-			func() error { return o.Gemm(gw.w2, true, false, m, d, n, la.a, dx, 1) },
-			func() error { return o.Gemm(dbig, false, true, n, m, d, dx, bw.w2, 0) },
-			func() error { return o.GELUBack(dbig, n*m, la.u) },
-			func() error { return o.ColSum(gw.b1, n, m, dbig) },
-			func() error { return o.Gemm(gw.w1, true, false, d, m, n, la.h2, dbig, 1) },
-			func() error { return o.Gemm(dsmall, false, true, n, d, m, dbig, bw.w1, 0) },
-			func() error { return o.LayerNormBack(dx, gw.ln2G, gw.ln2B, n, d, dsmall, la.xhat2, la.rstd2, bw.ln2G) },
-			func() error { return o.ColSum(gw.bo, n, d, dx) },
-			func() error { return o.Gemm(gw.wo, true, false, d, d, n, la.ao, dx, 1) },
-			func() error { return o.Gemm(dsmall, false, true, n, d, d, dx, bw.wo, 0) },
-			func() error { return o.AttentionBack(dbig, b, s, la.qkv, la.p, dsmall) },
-			func() error { return o.ColSum(gw.bqkv, n, 3*d, dbig) },
-			func() error { return o.Gemm(gw.wqkv, true, false, d, 3*d, n, la.h1, dbig, 1) },
-			func() error { return o.Gemm(dsmall, false, true, n, d, 3*d, dbig, bw.wqkv, 0) },
-			func() error { return o.LayerNormBack(dx, gw.ln1G, gw.ln1B, n, d, dsmall, la.xhat1, la.rstd1, bw.ln1G) },
-		)
-	}
-	steps = append(steps,
-		func() error { return o.PatchEmbedBack(dsmall, g.patchPos, b, s, dx) },
-		func() error { return o.Gemm(g.patchW, true, false, pl, d, b*np, a.pv, dsmall, 1) },
-		func() error { return o.ColSum(g.patchB, b*np, d, dsmall) },
-		func() error { return o.TokenEmbedBack(g.tokEmb, g.tokPos, b, l, s, dx, a.tokens) },
-	)
-	return run(steps)
+	return om.backward(act, dlogits)
 }

@@ -32,7 +32,7 @@ func randTokens(rng *rand.Rand, c Config, b, l int) *tensor.Tensor {
 }
 
 // weights64 copies the model's weights to float64.
-func weights64(m *Model) weights[float64] {
+func weights64(m *Model) weights {
 	var vals [][]float64
 	for _, p := range m.Params() {
 		w, _ := p.W.Float32s()
@@ -45,7 +45,7 @@ func weights64(m *Model) weights[float64] {
 	return bind(m.Config, vals)
 }
 
-func zeros64(c Config) weights[float64] {
+func zeros64(c Config) weights {
 	var vals [][]float64
 	for _, p := range specs(c) {
 		n := 1
@@ -57,8 +57,8 @@ func zeros64(c Config) weights[float64] {
 	return bind(c, vals)
 }
 
-// TestGradientsFiniteDifferences checks every parameter's analytic gradient (float64 kernels)
-// against central differences of loss = Σ logits ⊙ R.
+// TestGradientsFiniteDifferences checks every parameter's analytic gradient in the float64
+// reference against central differences of loss = Σ logits ⊙ R.
 func TestGradientsFiniteDifferences(t *testing.T) {
 	c := tinyConfig()
 	m, err := New(c, 7)
@@ -69,7 +69,7 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 	tok := randTokens(rng, c, b, l)
 	px, _ := img.Uint8s()
 	ids, _ := tok.Int32s()
-	pv := patchVectors[float64](c, px, b)
+	pv := patchVectors64(c, px, b)
 	r := make([]float64, b*l*c.Vocab)
 	for i := range r {
 		r[i] = rng.NormFloat64()
@@ -94,8 +94,8 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 	}
 }
 
-// TestFloat32MatchesFloat64 checks Model.Forward/Backward (float32) against the float64 kernels.
-// The second size exercises the AVX2 matrix-product path (widths ≥ 16, ≥ 128 rows).
+// TestFloat32MatchesFloat64 checks Model.Forward/Backward (float32, the SDK's ops) against the
+// float64 reference. The second size has rows and widths past the CPU GEMM's vector blocks.
 func TestFloat32MatchesFloat64(t *testing.T) {
 	wide := Config{ImageSize: 8, PatchSize: 2, Channels: 3, Vocab: 37, Dim: 32, Layers: 2, Heads: 2, MLPDim: 64, MaxLen: 6}
 	for _, tc := range []struct {
@@ -128,7 +128,7 @@ func checkFloat32MatchesFloat64(t *testing.T, c Config, b int) {
 	px, _ := img.Uint8s()
 	ids, _ := tok.Int32s()
 	w := weights64(m)
-	lg64, a := forward(c, &w, patchVectors[float64](c, px, b), ids, b, l)
+	lg64, a := forward(c, &w, patchVectors64(c, px, b), ids, b, l)
 	lg32, _ := logits.Float32s()
 	for i := range lg64 {
 		require.InDelta(t, lg64[i], float64(lg32[i]), 1e-4*(1+math.Abs(lg64[i])))
@@ -201,30 +201,41 @@ func TestAttentionSplit(t *testing.T) {
 	}
 }
 
-// TestResponseAttention: ResponseAttention's sums are, bit for bit, Attention's masses divided
-// by their keys added in block-then-query order (how the MDI reward used to add them), overall
-// and per group of blocks; spans that do not fit the pass are refused.
+// TestResponseAttention: ResponseAttention's sums (from log-sum-exp differences) match the
+// float64 reference's, which sums its probability matrix's entries, overall and per group of
+// blocks; they are Attention's masses divided by their keys added in block-then-query order;
+// spans that do not fit the pass are refused.
 func TestResponseAttention(t *testing.T) {
 	c := tinyConfig()
 	c.Layers = 4
 	m, err := New(c, 3)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(2, 3))
-	img := randImages(rng, c, 3)
-	toks := randTokens(rng, c, 3, 6)
+	const b, l = 3, 6
+	img := randImages(rng, c, b)
+	toks := randTokens(rng, c, b, l)
 	_, act, err := m.Forward(img, toks)
 	require.NoError(t, err)
 	plen, n := []int{1, 3, 2}, []int{6, 2, 0}
 	const groups = 3
 	got, err := act.ResponseAttention(plen, n, groups)
 	require.NoError(t, err)
-	for r := range 3 {
+
+	px, _ := img.Uint8s()
+	ids, _ := toks.Int32s()
+	w := weights64(m)
+	_, a := forward(c, &w, patchVectors64(c, px, b), ids, b, l)
+	acc := make([]float64, b*(2+2*groups))
+	for li := range c.Layers {
+		attentionMassRef(c, b, c.Patches()+l, li*groups/c.Layers, groups, a.layers[li].p, plen, n, acc)
+	}
+	for r := range b {
 		var text, vis float64
 		gt, gv := make([]float64, groups), make([]float64, groups)
-		for l := range c.Layers {
-			g := l * groups / c.Layers
+		for li := range c.Layers {
+			g := li * groups / c.Layers
 			for j := range n[r] {
-				im, tx, ni, nt := act.Attention(l, r, plen[r]-1+j)
+				im, tx, ni, nt := act.Attention(li, r, plen[r]-1+j)
 				pt, pv := tx/float64(nt), im/float64(ni)
 				text, vis = text+pt, vis+pv
 				gt[g], gv[g] = gt[g]+pt, gv[g]+pv
@@ -232,6 +243,13 @@ func TestResponseAttention(t *testing.T) {
 		}
 		want := AttentionSums{Text: text, Vision: vis, GroupText: gt, GroupVision: gv}
 		require.Equal(t, want, got[r], "row %d", r) // float64 ==: the same bits
+		ref := acc[r*(2+2*groups):][:2+2*groups]
+		require.InDelta(t, ref[0], got[r].Text, 1e-5*(1+ref[0]), "row %d text", r)
+		require.InDelta(t, ref[1], got[r].Vision, 1e-5*(1+ref[1]), "row %d vision", r)
+		for g := range groups {
+			require.InDelta(t, ref[2+2*g], got[r].GroupText[g], 1e-5, "row %d group %d text", r, g)
+			require.InDelta(t, ref[3+2*g], got[r].GroupVision[g], 1e-5, "row %d group %d vision", r, g)
+		}
 		if n[r] > 0 {
 			require.Positive(t, got[r].Text)
 			require.Positive(t, got[r].Vision)

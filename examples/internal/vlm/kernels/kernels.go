@@ -1,5 +1,6 @@
-// Package kernels holds the CUDA C sources of the example model's kernels (one file per layer,
-// forward and backward together), the PTX nvcc generates from them (committed, compute_80,
+// Package kernels holds the CUDA C sources of the example model's own kernels — the rollout's
+// sampler and the trainer's optimizer steps, which have no SDK op (the model's layers run the
+// SDK's ops on the cuda backend) — the PTX nvcc generates from them (committed, compute_80,
 // embedded) and a manifest with the SHA-256 of every source and output. Package vlm loads
 // them on a cuda.Backend with LoadModule (its CUDA op set, built with the `cuda` tag).
 //
