@@ -105,6 +105,7 @@ func TestModelPathDataParallelBucketed(t *testing.T) {
 	diffs, _ := compareLines(a, b)
 	require.Empty(t, diffs)
 	require.Equal(t, modelWeights(t, one, 2), modelWeights(t, two, 2))
+	require.NotNil(t, b[0].Metrics["actor/perception_token_fraction"], "the perception score is computed")
 }
 
 // TestModelPathOffloadKeys: worker.actor.offload.* is accepted with a warning that says why it
@@ -193,4 +194,21 @@ func TestModelPathDataParallelBytes(t *testing.T) {
 				n, c.reduce, c.shard, params, 8/n/2, *lines[0].Metrics["perf/allreduce_bytes"], *lines[0].Metrics["perf/allreduce_bytes"]/float64(4*params), moments, float64(moments)/float64(8*params))
 		}
 	}
+}
+
+// TestModelPathVLDataParallel: a Qwen2.5-VL LoRA run (the perception score's perturbed pass
+// on) at 2 ranks with ZeRO-2 writes one rank's metrics and weights bit for bit.
+func TestModelPathVLDataParallel(t *testing.T) {
+	model := tinyVL(t, "qwen2.5-vl.json")
+	data := writeSeedData(t, t.TempDir(), 4)
+	common := []string{"training.steps=2", "training.save_freq=1", "dataset.train_files=" + data, "worker.actor.model.lora_rank=4",
+		"dataset.max_pixels=2000", "worker.actor.micro_batch_size_per_device_for_update=2",
+		"worker.actor.micro_batch_size_per_device_for_experience=2", "worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP"}
+	one, two := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
+	a := hfLines(t, vlOverrides(model, one, common...))
+	b := hfLines(t, vlOverrides(model, two, append(common, "training.n_gpus_per_node=2")...))
+	diffs, _ := compareLines(a, b)
+	require.Empty(t, diffs)
+	require.Equal(t, modelWeights(t, one, 2), modelWeights(t, two, 2))
+	require.NotNil(t, b[0].Metrics["actor/perception_token_fraction"], "the perception score is computed")
 }
