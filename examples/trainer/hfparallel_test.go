@@ -105,7 +105,6 @@ func TestModelPathDataParallelBucketed(t *testing.T) {
 	diffs, _ := compareLines(a, b)
 	require.Empty(t, diffs)
 	require.Equal(t, modelWeights(t, one, 2), modelWeights(t, two, 2))
-	require.NotNil(t, b[0].Metrics["actor/perception_token_fraction"], "the perception score is computed")
 }
 
 // TestModelPathOffloadKeys: worker.actor.offload.* is accepted with a warning that says why it
