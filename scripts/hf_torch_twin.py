@@ -9,6 +9,7 @@ header, raw little-endian data).
 
     /usr/bin/python3 scripts/hf_torch_twin.py golden   # writes examples/hflm/testdata/golden.json
     /usr/bin/python3 scripts/hf_torch_twin.py bench    # forward and decode tokens/s at Qwen2.5-0.5B shapes
+    /usr/bin/python3 scripts/hf_torch_twin.py compare ROW   # one row of scripts/hflm-vs-torch as JSON
 
 golden makes each case's checkpoint with `go run ./examples/hf init` (the same random weights the
 Go test makes), then records the twin's float32 logits, its inverse frequencies, and, in
@@ -117,7 +118,56 @@ class Twin:
 
     def lin(self, x, name):
         # nn.Linear (F.linear: one addmm, far faster than x @ W.T on torch 1.13's CPU paths)
-        return torch.nn.functional.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+        y = torch.nn.functional.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+        ad = getattr(self, "lora", None)
+        if ad and getattr(self, "lora_on", True) and name in ad:
+            # PEFT's lora.Linear: y + B(A(dropout(x))) * alpha / r
+            a, b, scale, p = ad[name]
+            y = y + torch.nn.functional.linear(torch.nn.functional.linear(
+                torch.nn.functional.dropout(x, p, torch.is_grad_enabled()), a), b) * scale
+        return y
+
+    def add_lora(self, r, alpha, dropout, g):
+        """PEFT LoRA on every projection (all-linear): A Kaiming-uniform (a = sqrt(5)), B zero;
+        the base frozen."""
+        self.lora = {}
+        for name in [k[: -len(".weight")] for k in self.w if k.endswith("_proj.weight")]:
+            out, inp = self.w[name + ".weight"].shape
+            bound = 1 / math.sqrt(inp)
+            a = ((torch.rand(r, inp, generator=g) * 2 - 1) * bound).requires_grad_(True)
+            b = torch.zeros(out, r, requires_grad=True)
+            self.lora[name] = (a, b, alpha / r, dropout)
+        return [t for a, b, _, _ in self.lora.values() for t in (a, b)]
+
+    def batch_hidden(self, toks, start, cache=None):
+        """The final hidden states [B, t, H] of toks [B, t] at positions start…, as transformers
+        runs a batch of equal-length rows (no padding); cache holds each layer's [B, Hkv, S, D]
+        keys and values."""
+        B, t = toks.shape
+        x = self.w["model.embed_tokens.weight"][toks]
+        cos, sin = self.rope(torch.arange(start, start + t))
+        for l in range(self.c["num_hidden_layers"]):
+            pfx = f"model.layers.{l}."
+            h = self.rmsnorm(x, pfx + "input_layernorm.weight")
+            q = self.lin(h, pfx + "self_attn.q_proj").view(B, t, self.hq, self.hd).transpose(1, 2)
+            k = self.lin(h, pfx + "self_attn.k_proj").view(B, t, self.hkv, self.hd).transpose(1, 2)
+            v = self.lin(h, pfx + "self_attn.v_proj").view(B, t, self.hkv, self.hd).transpose(1, 2)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            if cache is not None:
+                if l in cache:
+                    k, v = torch.cat((cache[l][0], k), dim=2), torch.cat((cache[l][1], v), dim=2)
+                cache[l] = (k, v)
+            rep = self.hq // self.hkv
+            kr = k[:, :, None].expand(B, self.hkv, rep, *k.shape[2:]).reshape(B, self.hq, *k.shape[2:])
+            vr = v[:, :, None].expand(B, self.hkv, rep, *v.shape[2:]).reshape(B, self.hq, *v.shape[2:])
+            tk = kr.shape[2]
+            scores = torch.matmul(q, kr.transpose(2, 3)) * (self.hd ** -0.5)
+            scores = scores + torch.full((t, tk), torch.finfo(self.dtype).min, dtype=self.dtype).triu(1 + tk - t)
+            o = torch.matmul(torch.softmax(scores, dim=-1, dtype=self.dtype), vr).transpose(1, 2).reshape(B, t, -1)
+            x = x + self.lin(o, pfx + "self_attn.o_proj")
+            h = self.rmsnorm(x, pfx + "post_attention_layernorm.weight")
+            x = x + self.lin(torch.nn.functional.silu(self.lin(h, pfx + "mlp.gate_proj")) * self.lin(h, pfx + "mlp.up_proj"), pfx + "mlp.down_proj")
+        return self.rmsnorm(x, "model.norm.weight")
 
     def rmsnorm(self, x, name):
         # Qwen2RMSNorm / LlamaRMSNorm: statistics in float32 (in the float64 twin, float64).
@@ -239,77 +289,219 @@ def golden():
     print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
 
 
-def bench():
-    """Forward tokens/s at T=256 and batched greedy decode tokens/s at Qwen2.5-0.5B's shapes."""
-    threads = int(os.environ.get("THREADS", "2"))
-    torch.set_num_threads(threads)
-    layers = int(os.environ.get("LAYERS", "24"))
+def bench_config():
     cfg = json.load(open(os.path.join(ROOT, "examples", "hfmodel", "testdata", "qwen2.5-0.5b-instruct-config.json")))
-    cfg["num_hidden_layers"] = layers
-    g = torch.Generator().manual_seed(0)
-    H, I, V, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["hidden_size"] // cfg["num_attention_heads"]
+    cfg["num_hidden_layers"] = int(os.environ.get("LAYERS", "24"))
+    return cfg
+
+
+def random_weights(cfg, g):
+    """Random weights of cfg's shapes (normal, std initializer_range; norms 1), float32."""
+    std = cfg.get("initializer_range", 0.02)
+    H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = H // cfg["num_attention_heads"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    w = {"model.embed_tokens.weight": torch.randn(V, H, generator=g) * 0.02, "model.norm.weight": torch.ones(H)}
-    for l in range(layers):
+    w = {"model.embed_tokens.weight": torch.randn(V, H, generator=g) * std, "model.norm.weight": torch.ones(H)}
+    for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         for n, o, i, bias in [("self_attn.q_proj", q, H, True), ("self_attn.k_proj", kv, H, True), ("self_attn.v_proj", kv, H, True),
                               ("self_attn.o_proj", H, q, False), ("mlp.gate_proj", I, H, False), ("mlp.up_proj", I, H, False),
                               ("mlp.down_proj", H, I, False)]:
-            w[p + n + ".weight"] = torch.randn(o, i, generator=g) * 0.02
+            w[p + n + ".weight"] = torch.randn(o, i, generator=g) * std
             if bias:
-                w[p + n + ".bias"] = torch.randn(o, generator=g) * 0.02
+                w[p + n + ".bias"] = torch.randn(o, generator=g) * std
         w[p + "input_layernorm.weight"] = torch.ones(H)
         w[p + "post_attention_layernorm.weight"] = torch.ones(H)
-    m = Twin(cfg, w)
-    T = int(os.environ.get("T", "256"))
-    ids = torch.randint(0, V, (T,), generator=g).tolist()
-    with torch.no_grad():
-        m.logits(ids[:16])
-        reps = int(os.environ.get("REPS", "2"))
-        t0 = time.perf_counter()
+    return w
+
+
+# The rows of scripts/hflm-vs-torch, as examples/hflm/bench_test.go measures them in Go.
+LORA = dict(r=16, alpha=32, dropout=0.05)  # benchLoRA
+RL = dict(prompts=2, n=4, prompt_len=64, new=64, micro=2)  # rlPrompts, rlN, rlPromptLen, rlNew, rlMicro
+
+
+def clocks():
+    return time.perf_counter(), time.process_time()
+
+
+def row_result(row, tokens, t0, c0, **extra):
+    t1, c1 = clocks()
+    return dict(side="torch", row=row, tokens_per_s=tokens / (t1 - t0), tokens_per_cpu_s=tokens / (c1 - c0), **extra)
+
+
+def vm_kb(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise ValueError(field)
+
+
+def compare_row(row, m=None):
+    """One row of the comparison at Qwen2.5-0.5B's shapes with random weights, as a JSON line:
+    forward (T = 256, logits included), lora (LoRA forward + backward of the sum of the
+    log-probs of tokens 1…255 of a 256-token sequence), decode (8 rows after 32-token prompts,
+    16 greedy steps with the cache), rlstep (one LoRA RL step; its peak resident memory)."""
+    threads = int(os.environ.get("THREADS", "2"))
+    torch.set_num_threads(threads)
+    reps = int(os.environ.get("REPS", "1"))
+    cfg = bench_config()
+    V = cfg["vocab_size"]
+    g = torch.Generator().manual_seed(0)
+    if m is None:
+        m = Twin(cfg, random_weights(cfg, g))
+        gc_collect()
+    ids = torch.randint(0, V, (256,), generator=g)
+    extra = dict(threads=threads, layers=cfg["num_hidden_layers"], torch=torch.__version__)
+    if row == "forward":
+        with torch.no_grad():
+            m.logits(ids[:16].tolist())
+            t0, c0 = clocks()
+            for _ in range(reps):
+                m.logits(ids.tolist())
+        return row_result(row, reps * 256, t0, c0, **extra), m
+    if row == "lora":
+        params = m.add_lora(g=g, **LORA) if not getattr(m, "lora", None) else [t for a, b, _, _ in m.lora.values() for t in (a, b)]
+
+        def once():
+            logits = torch.nn.functional.linear(m.batch_hidden(ids[None], 0)[0], m.head())
+            logp = torch.log_softmax(logits[:-1], dim=-1).gather(-1, ids[1:, None])
+            logp.sum().backward()
+
+        once()
+        t0, c0 = clocks()
         for _ in range(reps):
-            m.logits(ids)
-        fwd = reps * T / (time.perf_counter() - t0)
-        # batched decode as transformers' generate runs it: B rows of P-token prompts (equal
-        # lengths, so no padding), one [B, 1] step at a time over a [B, Hkv, S, D] cache
-        B, P, N = int(os.environ.get("B", "8")), 32, int(os.environ.get("NEW", "16"))
+            once()
+        assert params[1].grad is not None
+        return row_result(row, reps * 256, t0, c0, **extra), m
+    if row == "decode":
+        B, P, N = 8, 32, 16
         prompts = torch.randint(0, V, (B, P), generator=g)
+        with torch.no_grad():
+            t0 = c0 = 0
+            decoded = 0
+            for _ in range(reps):
+                cache = {}
+                last = torch.nn.functional.linear(m.batch_hidden(prompts, 0, cache)[:, -1], m.head())
+                ta, ca = clocks()
+                for s in range(N):
+                    last = torch.nn.functional.linear(m.batch_hidden(last.argmax(-1)[:, None], P + s, cache)[:, -1], m.head())
+                tb, cb = clocks()
+                t0, c0, decoded = t0 + tb - ta, c0 + cb - ca, decoded + B * N
+        return dict(side="torch", row=row, tokens_per_s=decoded / t0, tokens_per_cpu_s=decoded / c0, **extra), m
+    if row == "rlstep":
+        return rl_step(m, g, extra), m
+    raise SystemExit(f"unknown row {row}")
+
+
+def gc_collect():
+    import gc
+    gc.collect()
+
+
+def rl_step(m, g, extra):
+    """One LoRA RL step as transformers + PEFT + TRL's GRPO run it on the CPU: generate
+    (temperature 1, the cache), the reference's log-probs (adapters off, no grad), then the
+    policy's forward and backward in micro-batches (full logits, log_softmax, gather) and one
+    AdamW step. Reports the peak resident memory after the model is built (VmHWM reset) and over
+    the process."""
+    V = m.c["vocab_size"]
+    params = m.add_lora(g=g, **LORA)
+    opt = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.01)
+    gc_collect()
+    built = vm_kb("VmHWM")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0, c0 = clocks()
+    P, n, new = RL["prompt_len"], RL["prompts"] * RL["n"], RL["new"]
+    prompts = torch.randint(0, V, (RL["prompts"], P), generator=g).repeat_interleave(RL["n"], 0)
+    with torch.no_grad():
         cache = {}
+        logits = torch.nn.functional.linear(m.batch_hidden(prompts, 0, cache)[:, -1], m.head())
+        out = []
+        for s in range(new):
+            tok = torch.multinomial(torch.softmax(logits, -1), 1, generator=g)
+            out.append(tok)
+            if s + 1 < new:
+                logits = torch.nn.functional.linear(m.batch_hidden(tok, P + s, cache)[:, -1], m.head())
+        del cache
+        seqs = torch.cat([prompts] + out, dim=1)  # [n, P + new]
 
-        def step(toks, start):
-            t = toks.shape[1]
-            x = m.w["model.embed_tokens.weight"][toks]  # [B, t, H]
-            cos, sin = m.rope(torch.arange(start, start + t))
-            for l in range(layers):
-                pfx = f"model.layers.{l}."
-                h = m.rmsnorm(x, pfx + "input_layernorm.weight")
-                q = m.lin(h, pfx + "self_attn.q_proj").view(B, t, m.hq, m.hd).transpose(1, 2)
-                k = m.lin(h, pfx + "self_attn.k_proj").view(B, t, m.hkv, m.hd).transpose(1, 2)
-                v = m.lin(h, pfx + "self_attn.v_proj").view(B, t, m.hkv, m.hd).transpose(1, 2)
-                q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-                if l in cache:
-                    k, v = torch.cat((cache[l][0], k), dim=2), torch.cat((cache[l][1], v), dim=2)
-                cache[l] = (k, v)
-                rep = m.hq // m.hkv
-                kr = k[:, :, None].expand(B, m.hkv, rep, *k.shape[2:]).reshape(B, m.hq, *k.shape[2:])
-                vr = v[:, :, None].expand(B, m.hkv, rep, *v.shape[2:]).reshape(B, m.hq, *v.shape[2:])
-                tk = kr.shape[2]
-                scores = torch.matmul(q, kr.transpose(2, 3)) * (m.hd ** -0.5)
-                scores = scores + torch.full((t, tk), torch.finfo(torch.float32).min).triu(1 + tk - t)
-                o = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32), vr).transpose(1, 2).reshape(B, t, -1)
-                x = x + m.lin(o, pfx + "self_attn.o_proj")
-                h = m.rmsnorm(x, pfx + "post_attention_layernorm.weight")
-                x = x + m.lin(torch.nn.functional.silu(m.lin(h, pfx + "mlp.gate_proj")) * m.lin(h, pfx + "mlp.up_proj"), pfx + "mlp.down_proj")
-            return torch.nn.functional.linear(m.rmsnorm(x[:, -1], "model.norm.weight"), m.head())  # [B, V]
+        def logprobs(rows):
+            logits = torch.nn.functional.linear(m.batch_hidden(rows, 0)[:, P - 1 : -1], m.head())
+            return torch.log_softmax(logits, dim=-1).gather(-1, rows[:, P:, None])[..., 0]
 
-        last = step(prompts, 0)
-        t0 = time.perf_counter()
-        for s in range(N):
-            last = step(last.argmax(-1)[:, None], P + s)
-        dec = B * N / (time.perf_counter() - t0)
-    print(json.dumps({"torch": torch.__version__, "threads": threads, "layers": layers, "T": T,
-                      "forward_tokens_per_s": fwd, "decode_B": B, "decode_new": N, "decode_tokens_per_s": dec}))
+        m.lora_on = False
+        ref = torch.cat([logprobs(seqs[i : i + RL["micro"]]) for i in range(0, n, RL["micro"])])
+        m.lora_on = True
+    adv = torch.tensor([1.0 - 2 * (i % 2) for i in range(n)])
+    for i in range(0, n, RL["micro"]):
+        rows = slice(i, i + RL["micro"])
+        logp = logprobs(seqs[rows])
+        ratio = torch.exp(logp - logp.detach())
+        kl = torch.exp(ref[rows] - logp) - (ref[rows] - logp) - 1
+        loss = ((-adv[rows, None] * ratio + 0.04 * kl).sum()) / (n * new)
+        loss.backward()
+    opt.step()
+    opt.zero_grad()
+    t1, c1 = clocks()
+    return dict(side="torch", row="rlstep", rows=n, tokens=n * (P + new), step_peak_bytes=vm_kb("VmHWM") * 1024,
+                process_peak_bytes=max(built, vm_kb("VmHWM")) * 1024, step_s=t1 - t0, step_cpu_s=c1 - c0, **extra)
+
+
+def compare():
+    """compare ROW…: the rows in one process over one set of weights, in the order given (lora
+    adds adapters, so it goes last), one JSON line each."""
+    m = None
+    for row in sys.argv[2:]:
+        r, m = compare_row(row, m)
+        print(json.dumps(r), flush=True)
+
+
+def gobench():
+    """Reads `go test -bench` output of examples/hflm on stdin; prints its rows as JSON lines."""
+    names = {"BenchmarkForward05B": "forward", "BenchmarkLoRA05B": "lora", "BenchmarkDecode05B": "decode"}
+    for line in sys.stdin:
+        f = line.split()
+        if not f or f[0].split("-")[0] not in names:
+            continue
+        r = dict(side="go", row=names[f[0].split("-")[0]])
+        for v, unit in zip(f[2::2], f[3::2]):
+            if unit == "tokens/s":
+                r["tokens_per_s"] = float(v)
+            elif unit == "tokens/cpu-s":
+                r["tokens_per_cpu_s"] = float(v)
+        print(json.dumps(r), flush=True)
+
+
+def table():
+    """The medians of each row and side in a results file and go/torch ratios (higher is better
+    for Go: torch's peak over Go's for memory), as a Markdown table."""
+    rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")
+    out = ["| row | PyTorch | hflm | hflm / PyTorch | runs |", "|---|---:|---:|---:|---:|"]
+    for row, label in [("forward", "forward T=256, tokens/s"), ("lora", "LoRA forward+backward T=256, tokens/s"),
+                       ("decode", "batched decode (8 rows), tokens/s")]:
+        for key, unit in [("tokens_per_s", "wall"), ("tokens_per_cpu_s", "per CPU-second")]:
+            t = med([r[key] for r in rows if r["row"] == row and r["side"] == "torch" and key in r])
+            go = med([r[key] for r in rows if r["row"] == row and r["side"] == "go" and key in r])
+            n = sum(1 for r in rows if r["row"] == row and r["side"] == "go")
+            out.append(f"| {label} ({unit}) | {t:.1f} | {go:.1f} | {go / t:.2f}× | {n} |")
+    for key, label in [("step_peak_bytes", "peak RSS of one LoRA RL step, GB"), ("process_peak_bytes", "peak RSS of the process, GB")]:
+        t = med([r[key] for r in rows if r["row"] == "rlstep" and r["side"] == "torch"])
+        go = med([r[key] for r in rows if r["row"] == "rlstep" and r["side"] == "go"])
+        n = sum(1 for r in rows if r["row"] == "rlstep" and r["side"] == "go")
+        out.append(f"| {label} | {t / 1e9:.2f} | {go / 1e9:.2f} | {t / go:.2f}× | {n} |")
+    t = med([r["step_s"] for r in rows if r["row"] == "rlstep" and r["side"] == "torch"])
+    go = med([r["step_s"] for r in rows if r["row"] == "rlstep" and r["side"] == "go"])
+    out.append(f"| one LoRA RL step, s (wall) | {t:.1f} | {go:.1f} | {t / go:.2f}× | |")
+    print("\n".join(out))
+
+
+def bench():
+    """Forward and decode tokens/s (the compare rows forward and decode in one process)."""
+    f, m = compare_row("forward")
+    print(json.dumps([f, compare_row("decode", m)[0]]))
 
 
 if __name__ == "__main__":
-    {"golden": golden, "bench": bench}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
+    {"golden": golden, "bench": bench, "compare": compare, "gobench": gobench, "table": table}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()

@@ -11,6 +11,8 @@ embeddings, the Qwen2 decoder with apply_multimodal_rotary_pos_emb, and the LM h
 
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py         # writes examples/qwenvl/testdata/model_golden.json
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py bench   # the vision tower's throughput (BenchmarkVisionTower's twin)
+    /usr/bin/python3 scripts/qwen2vl_torch_twin.py forward # Qwen2.5-VL-3B's prefill (BenchmarkForward3B's twin;
+                                                           # scripts/qwenvl-vs-torch runs both sides)
 
 Each case's checkpoint comes from `go run ./examples/hf init` (the weights the Go test makes).
 The pixel values are a closed formula both sides compute exactly: ((7919 i + 13) mod 2001 − 1000)
@@ -20,6 +22,7 @@ weight of a loss of them.
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -202,7 +205,7 @@ class Twin:
         return p, int(p.max() + 1 - len(tokens))
 
     # ---- language model ----
-    def lm(self, x, positions):
+    def lm(self, x, positions, last=False):
         tc = self.text
         hq, hkv = tc["num_attention_heads"], tc["num_key_value_heads"]
         hd = tc["hidden_size"] // hq
@@ -232,6 +235,8 @@ class Twin:
             x = x + self.lin(o, p + "self_attn.o_proj")
             h = self.rms(x, p + "post_attention_layernorm", eps)
             x = x + self.lin(F.silu(self.lin(h, p + "mlp.gate_proj")) * self.lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if last:  # prefill: the head reads the last position only
+            x = x[-1:]
         x = self.rms(x, "model.norm", eps)
         tied = self.cfg.get("tie_word_embeddings", self.text.get("tie_word_embeddings", False))
         return F.linear(x, self.w["model.embed_tokens.weight" if tied else "lm_head.weight"])
@@ -315,6 +320,211 @@ def golden():
     print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
 
 
+def random_vision(cfg, g, dtype=torch.float32):
+    """Random weights (N(0, 0.02²); norm weights 1 + that) of cfg's vision tower."""
+    vc = cfg["vision_config"]
+    q25 = cfg["model_type"] == "qwen2_5_vl"
+    dim = vc["hidden_size"] if q25 else vc["embed_dim"]
+    mlp = vc["intermediate_size"] if q25 else dim * vc["mlp_ratio"]
+    outd = vc["out_hidden_size"] if q25 else vc["hidden_size"]
+    w = {}
+
+    def add(n, *shape, one=False):
+        w[n] = ((1 if one else 0) + torch.randn(*shape, generator=g) * 0.02).to(dtype)
+    add("visual.patch_embed.proj.weight", dim, 3, 2, 14, 14)
+    for i in range(vc["depth"]):
+        p = f"visual.blocks.{i}."
+        for nm in ("norm1", "norm2"):
+            add(p + nm + ".weight", dim, one=True)
+            if not q25:
+                add(p + nm + ".bias", dim)
+        add(p + "attn.qkv.weight", 3 * dim, dim); add(p + "attn.qkv.bias", 3 * dim)
+        add(p + "attn.proj.weight", dim, dim); add(p + "attn.proj.bias", dim)
+        if q25:
+            for nm in ("gate_proj", "up_proj"):
+                add(p + "mlp." + nm + ".weight", mlp, dim); add(p + "mlp." + nm + ".bias", mlp)
+            add(p + "mlp.down_proj.weight", dim, mlp); add(p + "mlp.down_proj.bias", dim)
+        else:
+            add(p + "mlp.fc1.weight", mlp, dim); add(p + "mlp.fc1.bias", mlp)
+            add(p + "mlp.fc2.weight", dim, mlp); add(p + "mlp.fc2.bias", dim)
+    add("visual.merger.ln_q.weight", dim, one=True)
+    if not q25:
+        add("visual.merger.ln_q.bias", dim)
+    add("visual.merger.mlp.0.weight", 4 * dim, 4 * dim); add("visual.merger.mlp.0.bias", 4 * dim)
+    add("visual.merger.mlp.2.weight", outd, 4 * dim); add("visual.merger.mlp.2.bias", outd)
+    return w
+
+
+def random_text(tc, g, dtype=torch.float32):
+    """Random weights of a Qwen2 decoder with tied embeddings (tc: the text config)."""
+    d, f, hq, hkv = tc["hidden_size"], tc["intermediate_size"], tc["num_attention_heads"], tc["num_key_value_heads"]
+    hd = d // hq
+    w = {}
+
+    def add(n, *shape, one=False):
+        w[n] = ((1 if one else 0) + torch.randn(*shape, generator=g) * 0.02).to(dtype)
+    add("model.embed_tokens.weight", tc["vocab_size"], d)
+    for l in range(tc["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        add(p + "input_layernorm.weight", d, one=True); add(p + "post_attention_layernorm.weight", d, one=True)
+        add(p + "self_attn.q_proj.weight", hq * hd, d); add(p + "self_attn.q_proj.bias", hq * hd)
+        for nm in ("k_proj", "v_proj"):
+            add(p + "self_attn." + nm + ".weight", hkv * hd, d); add(p + "self_attn." + nm + ".bias", hkv * hd)
+        add(p + "self_attn.o_proj.weight", d, hq * hd)
+        add(p + "mlp.gate_proj.weight", f, d); add(p + "mlp.up_proj.weight", f, d); add(p + "mlp.down_proj.weight", d, f)
+    add("model.norm.weight", d, one=True)
+    return w
+
+
+def config_3b(vision_depth, lm_layers):
+    """Qwen2.5-VL-3B-Instruct's config cut to vision_depth blocks and lm_layers layers, as
+    examples/qwenvl's bench3BConfig makes it from the 7B file."""
+    cfg = json.load(open(os.path.join(TESTDATA, "models", "qwen2.5-vl-7b-config-nested.json")))
+    for m in (cfg, cfg["text_config"]):
+        m.update(hidden_size=2048, intermediate_size=11008, num_attention_heads=16, num_key_value_heads=2,
+                 vocab_size=151936, num_hidden_layers=lm_layers, tie_word_embeddings=True)
+        m.pop("layer_types", None)
+    cfg["vision_config"].update(out_hidden_size=2048, depth=vision_depth, fullatt_block_indexes=[vision_depth - 1])
+    return cfg
+
+
+def prompt_3b(cfg):
+    """BenchmarkForward3B's prompt: 12 text tokens, one 448×448 image (256 tokens), 12 more."""
+    return ([100 + i for i in range(12)] + [cfg["vision_start_token_id"]] + [cfg["image_token_id"]] * 256
+            + [cfg["vision_end_token_id"]] + [150 + i for i in range(12)])
+
+
+def forward():
+    """BenchmarkForward3B's twin: Qwen2.5-VL-3B's widths with QWENVL_BENCH_VISION_DEPTH blocks
+    (default 4) and QWENVL_BENCH_LM_LAYERS layers (default 2), random weights; the tower on one
+    448×448 image (1024 patches), the prefill (tower, scatter, M-RoPE decoder, LM head on the
+    last position) and its language-model part alone (given the features), in DTYPE (float32 or bfloat16), REPS timed runs after one warm-up.
+    Prints one JSON line per part: the medians of the per-run rates per wall- and CPU-second."""
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    vd = int(os.environ.get("QWENVL_BENCH_VISION_DEPTH", "4"))
+    layers = int(os.environ.get("QWENVL_BENCH_LM_LAYERS", "2"))
+    reps = int(os.environ.get("REPS", "3"))
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[os.environ.get("DTYPE", "float32")]
+    cfg = config_3b(vd, layers)
+    g = torch.Generator().manual_seed(0)
+    w = random_vision(cfg, g, dtype)
+    w.update(random_text(cfg["text_config"], g, dtype))
+    m = Twin(cfg, cfg["text_config"], w, dtype)
+    del w
+    grids = [[1, 32, 32]]
+    px = pixels(1024, 1176)
+    ids = prompt_3b(cfg)
+    ids_t = torch.tensor(ids)
+
+    def tower():
+        m.vision(px, grids)
+
+    def prefill(f=None):
+        x = m.w["model.embed_tokens.weight"][ids_t]
+        if f is None:
+            f = m.vision(px, grids)
+        x = x.masked_scatter((ids_t == cfg["image_token_id"])[:, None].expand_as(x), f.to(x.dtype))
+        positions, _ = m.rope_index(ids, grids, [])
+        m.lm(x, positions, last=True).argmax(-1)
+
+    with torch.no_grad():
+        feats = m.vision(px, grids)
+    parts = (("tower", tower, 1024, "patches"), ("lm", lambda: prefill(feats), len(ids), "tokens"),
+             ("prefill", prefill, len(ids), "tokens"))
+    for part, run, n, unit in parts:
+        walls, cpus = [], []
+        with torch.no_grad():
+            run()
+            for _ in range(reps):
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+        print(json.dumps({"impl": "torch", "version": torch.__version__, "dtype": os.environ.get("DTYPE", "float32"),
+                          "threads": torch.get_num_threads(), "part": part, "vision_depth": vd, "lm_layers": layers,
+                          unit + "/s": n / statistics.median(walls), unit + "/cpu-s": n / statistics.median(cpus)}))
+        sys.stdout.flush()
+
+
+def gobench():
+    """Turns `go test -bench Forward3B` output (stdin) into forward's JSON lines."""
+    found = False
+    for line in sys.stdin:
+        f = line.split()
+        if f and f[0].startswith("BenchmarkForward3B/"):
+            dt, part = f[0].split("/")[1:3]
+            row = {"impl": "go", "dtype": dt, "part": part.rsplit("-", 1)[0]}
+            for v, unit in zip(f[2::2], f[3::2]):
+                row[unit] = float(v)
+            print(json.dumps(row))
+            found = True
+    if not found:
+        sys.exit("no BenchmarkForward3B line in the go test output")
+
+
+def macs_3b(vision_depth, lm_layers, full_blocks, patches=1024, tokens=282):
+    """Multiply-adds of the tower on `patches` patches (windows of 64; full_blocks of the
+    blocks attend over all) and of the prefill's decoder over `tokens` tokens (causal
+    attention) with the head on the last position, at Qwen2.5-VL-3B's widths."""
+    d, f, merged = 1280, 3420, patches // 4
+    block = patches * (3 * d * d + d * d + 3 * d * f)
+    tower = (patches * 1176 * d + vision_depth * block + (vision_depth - full_blocks) * 2 * patches * 64 * d
+             + full_blocks * 2 * patches * patches * d + merged * (4 * d * 4 * d + 4 * d * 2048))
+    D, F, kv = 2048, 11008, 256
+    layer = tokens * (2 * D * D + 2 * D * kv + 3 * D * F) + tokens * tokens * D
+    return tower, lm_layers * layer + D * 151936
+
+
+def table():
+    """Medians over the rounds of forward's and gobench's JSON lines (argv[2]), as Markdown."""
+    rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+    version = next(r["version"] for r in rows if r["impl"] == "torch")
+    cols = [("go", "float32"), ("go", "bf16"), ("torch", "float32"), ("torch", "bfloat16")]
+    head = ["Go float32", "Go bf16 (LM GEMMs)", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
+    vd = next(r["vision_depth"] for r in rows if r["impl"] == "torch")
+    layers = next(r["lm_layers"] for r in rows if r["impl"] == "torch")
+    tokens = next(len(prompt_3b(config_3b(vd, layers))) for _ in [0])
+
+    def med(impl, dt, part, unit):
+        v = [r[unit] for r in rows if r["impl"] == impl and r["dtype"] == dt and r.get("part") == part]
+        return statistics.median(v) if v else float("nan")
+    # CPU- and wall-seconds of each part.
+    secs = {}
+    for c in cols:
+        for kind in ("cpu-s", "s"):
+            secs[c, kind] = {"tower": 1024 / med(*c, "tower", "patches/" + kind),
+                             "lm": tokens / med(*c, "lm", "tokens/" + kind),
+                             "prefill": tokens / med(*c, "prefill", "tokens/" + kind)}
+    ct, cl = macs_3b(vd, layers, 1, tokens=tokens)
+    ft, fl = macs_3b(32, 36, 4, tokens=tokens)
+    print(f"| {vd} vision blocks, {layers} LM layers (measured, medians) | " + " | ".join(head)
+          + " | Go f32 / PT f32 | Go bf16 / PT f32 | Go bf16 / PT bf16 |")
+    print("|---" * (len(cols) + 4) + "|")
+
+    def line(label, vals, higher=True):
+        r = lambda a, b: (a / b if higher else b / a)  # noqa: E731
+        print(f"| {label} | " + " | ".join(f"{v:.1f}" for v in vals)
+              + f" | {r(vals[0], vals[2]):.2f}x | {r(vals[1], vals[2]):.2f}x | {r(vals[1], vals[3]):.2f}x |")
+    for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
+        line(f"tower, 1024 patches: patches per {per}", [1024 / secs[c, kind]["tower"] for c in cols])
+        line(f"LM part of the prefill, {tokens} tokens: tokens per {per}", [tokens / secs[c, kind]["lm"] for c in cols])
+        line(f"whole prefill, {tokens} tokens: tokens per {per}", [tokens / secs[c, kind]["prefill"] for c in cols])
+    # Full depth: each measured part scaled by its multiply-adds (the LM part includes the
+    # embedding, scatter and rope index, which do not grow with depth: slightly pessimistic).
+    print(f"| **extrapolated** to 32 blocks, 36 layers by multiply-adds ({ft / ct:.2f}x the tower's, {fl / cl:.2f}x the LM's) | | | | | | | |")
+    for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
+        full = [secs[c, kind]["tower"] * ft / ct + secs[c, kind]["lm"] * fl / cl for c in cols]
+        line(f"full-depth prefill, {tokens} tokens: tokens per {per} (extrapolated)", [tokens / t for t in full])
+    rss = {}
+    for r in rows:
+        if "rss_kb" in r:
+            rss.setdefault((r["impl"], r["dtype"]), []).append(r["rss_kb"])
+    if rss:
+        print()
+        print("Peak RSS of each benchmark process (/usr/bin/time -v; a memory measurement): "
+              + "; ".join(f"{k[0]} {k[1]}: {max(v) / 2**20:.2f} GiB" for k, v in sorted(rss.items())))
+
+
 def bench():
     """The vision tower's forward and forward + backward on one 224×224 image (256 patches) at
     the published configs' vision shapes with QWENVL_BENCH_DEPTH blocks (default 2), random
@@ -330,33 +540,7 @@ def bench():
         q25 = cfg["model_type"] == "qwen2_5_vl"
         if q25:
             vc["fullatt_block_indexes"] = [depth - 1]
-        dim = vc["hidden_size"] if q25 else vc["embed_dim"]
-        mlp = vc["intermediate_size"] if q25 else dim * vc["mlp_ratio"]
-        outd = vc["out_hidden_size"] if q25 else vc["hidden_size"]
-        g = torch.Generator().manual_seed(0)
-        w = {"visual.patch_embed.proj.weight": torch.randn(dim, 3, 2, 14, 14, generator=g) * 0.02}
-        def add(n, *shape, one=False):
-            w[n] = (1 if one else 0) + torch.randn(*shape, generator=g) * 0.02
-        for i in range(depth):
-            p = f"visual.blocks.{i}."
-            for nm in ("norm1", "norm2"):
-                add(p + nm + ".weight", dim, one=True)
-                if not q25:
-                    add(p + nm + ".bias", dim)
-            add(p + "attn.qkv.weight", 3 * dim, dim); add(p + "attn.qkv.bias", 3 * dim)
-            add(p + "attn.proj.weight", dim, dim); add(p + "attn.proj.bias", dim)
-            if q25:
-                for nm in ("gate_proj", "up_proj"):
-                    add(p + "mlp." + nm + ".weight", mlp, dim); add(p + "mlp." + nm + ".bias", mlp)
-                add(p + "mlp.down_proj.weight", dim, mlp); add(p + "mlp.down_proj.bias", dim)
-            else:
-                add(p + "mlp.fc1.weight", mlp, dim); add(p + "mlp.fc1.bias", mlp)
-                add(p + "mlp.fc2.weight", dim, mlp); add(p + "mlp.fc2.bias", dim)
-        add("visual.merger.ln_q.weight", dim, one=True)
-        if not q25:
-            add("visual.merger.ln_q.bias", dim)
-        add("visual.merger.mlp.0.weight", 4 * dim, 4 * dim); add("visual.merger.mlp.0.bias", 4 * dim)
-        add("visual.merger.mlp.2.weight", outd, 4 * dim); add("visual.merger.mlp.2.bias", outd)
+        w = random_vision(cfg, torch.Generator().manual_seed(0))
         grids = [[1, 16, 16]]
         px = pixels(256, 1176)
         for mode in ("forward", "train"):
@@ -378,4 +562,4 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"golden": golden, "bench": bench}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
+    {"golden": golden, "bench": bench, "forward": forward, "gobench": gobench, "table": table}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()

@@ -16,6 +16,10 @@ import (
 type PackedWeight struct {
 	w      *Tensor
 	packed any
+	// dropped: the values were released (DropValues); w is then a float32 view of the panels
+	// with the weight's shape, which the checks read for its shape and backend, never its values.
+	dropped bool
+	noKeepT bool // KeepTransposed(false)
 }
 
 // LinearKernel is implemented by backends with their own linear layer. PackWeight returns the
@@ -53,6 +57,9 @@ func (p *PackedWeight) Repack() error {
 		}
 		p.packed = packed
 		return nil
+	}
+	if p.dropped {
+		return Errorf(ErrParam, "tensor.PackedWeight.Repack", "p", "has dropped its values (DropValues)")
 	}
 	p.packed = nil
 	if p.w.IsHost() && gemm.SIMD() {
@@ -105,17 +112,144 @@ func (h *hostPacked) pairs(x *Tensor) *gemm.PackedBF16 {
 	return h.bf16
 }
 
-func (h *hostPacked) transposed(w *Tensor) *gemm.Packed {
+// transposed returns Wᵀ's panels: kept after the first call, or packed for this call alone when
+// p does not keep them (KeepTransposed(false)), into a pooled buffer that release returns;
+// from the forward panels when the values were dropped.
+func (p *PackedWeight) transposed() (t *gemm.Packed, release func()) {
+	h := p.packed.(*hostPacked)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.bwd == nil {
-		if v, err := w.Float32s(); err == nil {
-			h.bwd = gemm.PackTF32(w.Dim(0), w.Dim(1), v)
-		} else {
-			h.bwd = gemm.PackT(w.Dim(0), w.Dim(1), elemOf(w))
-		}
+	if h.bwd != nil {
+		return h.bwd, func() {}
 	}
-	return h.bwd
+	var buf *gemm.Packed
+	if p.noKeepT {
+		buf, _ = transposePool.Get().(*gemm.Packed)
+	}
+	switch v, err := p.w.Float32s(); {
+	case p.dropped:
+		t = gemm.TransposeInto(buf, h.fwd, 0, h.fwd.N)
+	case err == nil:
+		t = gemm.PackTInto(buf, p.w.Dim(0), p.w.Dim(1), v)
+	default:
+		t = gemm.PackT(p.w.Dim(0), p.w.Dim(1), elemOf(p.w))
+	}
+	if !p.noKeepT {
+		h.bwd = t
+		return t, func() {}
+	}
+	return t, func() { transposePool.Put(t) }
+}
+
+// transposePool holds the transposed panels that backward passes of weights that keep none
+// pack for themselves (a frozen base: every projection of every layer per pass), so they
+// reuse one buffer instead of leaving the collector a weight's worth of garbage each.
+var transposePool sync.Pool
+
+// KeepTransposed says whether the first backward's transposed layout (Wᵀ's panels, as large as
+// the weight) is kept for the next ones (the default) or packed by each backward for itself and
+// let go: the memory of a frozen weight, whose transposed panels a LoRA backward needs once per
+// pass, against a repack of O(N·K) per backward.
+func (p *PackedWeight) KeepTransposed(keep bool) {
+	if p == nil {
+		return
+	}
+	p.noKeepT = !keep
+	if h, ok := p.packed.(*hostPacked); ok && !keep {
+		h.mu.Lock()
+		h.bwd = nil
+		h.mu.Unlock()
+	}
+}
+
+// DropValues releases the weight's own values when its packed layout holds them all (a host
+// weight packed for the vector GEMM), so a frozen weight is held once: Linear, LinearBackward's
+// dx and the LM head read the panels alone. Afterwards Weight is nil (Dims gives the shape),
+// Row and Values read the values back from the panels, and Repack fails. The caller drops its
+// own references to the weight tensor for the memory to be freed. On Unix the panels move out
+// of the Go heap (gemm.Packed.MoveOffHeap), so weights held for the process's life do not raise
+// the collector's heap goal.
+func (p *PackedWeight) DropValues() error {
+	const op = "tensor.PackedWeight.DropValues"
+	if p == nil || p.w == nil {
+		return Errorf(ErrShape, op, "p", "is nil or has no weight (make it with PackWeight)")
+	}
+	if p.dropped {
+		return nil
+	}
+	h, ok := p.packed.(*hostPacked)
+	if !ok || h.fwd == nil {
+		return Errorf(ErrBackend, op, "p", "has no float32 host panels to keep its values (a device weight, no vector GEMM, or bfloat16 pairs)")
+	}
+	h.fwd.MoveOffHeap()
+	n, k := p.w.Dim(0), p.w.Dim(1)
+	view, err := FromFloat32(h.fwd.Values()[:n*k], n, k)
+	if err != nil {
+		return err
+	}
+	p.w, p.dropped = view, true
+	return nil
+}
+
+// Dims returns the weight's shape [N, K] (also after DropValues).
+func (p *PackedWeight) Dims() (n, k int) {
+	if p == nil || p.w == nil {
+		return 0, 0
+	}
+	return p.w.Dim(0), p.w.Dim(1)
+}
+
+// Row copies row i of the weight into dst[:K] as float32 (from the panels after DropValues).
+func (p *PackedWeight) Row(i int, dst []float32) error {
+	const op = "tensor.PackedWeight.Row"
+	n, k := p.Dims()
+	switch {
+	case p == nil || p.w == nil:
+		return Errorf(ErrShape, op, "p", "is nil or has no weight")
+	case i < 0 || i >= n:
+		return Errorf(ErrParam, op, "i", "is %d, want a row in [0, %d)", i, n)
+	case len(dst) < k:
+		return Errorf(ErrShape, op, "dst", "has %d elements, want >= %d", len(dst), k)
+	}
+	if p.dropped {
+		p.packed.(*hostPacked).fwd.Row(i, dst)
+		return nil
+	}
+	h, err := To(CPU(), p.w)
+	if err != nil {
+		return err
+	}
+	at := elemOf(h)
+	for j := range k {
+		dst[j] = at(i*k + j)
+	}
+	return nil
+}
+
+// Values returns the weight: the tensor itself, or after DropValues a new float32 host copy
+// unpacked from the panels (an export or a merge of a frozen weight).
+func (p *PackedWeight) Values() (*Tensor, error) {
+	if p == nil || p.w == nil {
+		return nil, Errorf(ErrShape, "tensor.PackedWeight.Values", "p", "is nil or has no weight")
+	}
+	if !p.dropped {
+		return p.w, nil
+	}
+	n, k := p.Dims()
+	v := make([]float32, n*k)
+	p.packed.(*hostPacked).fwd.Unpack(v)
+	return FromFloat32(v, n, k)
+}
+
+// hostValues returns the weight's float32 values on the host for the pure-Go reference
+// kernels: the held values, or a copy unpacked from the panels after DropValues.
+func (p *PackedWeight) hostValues(h *Tensor) []float32 {
+	if !p.dropped {
+		return hostF32(h)
+	}
+	v := make([]float32, h.Len())
+	p.packed.(*hostPacked).fwd.Unpack(v)
+	return v
 }
 
 // elemOf returns a function reading element i of a host float32 or bfloat16 tensor.
@@ -135,9 +269,9 @@ func gemmOf(w *PackedWeight) (*hostPacked, bool) {
 	return h, ok && gemm.SIMD()
 }
 
-// Weight returns the weight tensor [N, K] (nil for a nil PackedWeight).
+// Weight returns the weight tensor [N, K] (nil for a nil PackedWeight, and after DropValues).
 func (p *PackedWeight) Weight() *Tensor {
-	if p == nil {
+	if p == nil || p.dropped {
 		return nil
 	}
 	return p.w
@@ -230,7 +364,7 @@ func linear(op string, y, x *Tensor, w *PackedWeight, bias *Tensor) error {
 			}
 			return nil
 		}
-		nnref.Linear(m, n, k, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]))
+		nnref.Linear(m, n, k, hostF32(h[1]), w.hostValues(h[2]), hostF32(h[3]), hostF32(h[0]))
 		return nil
 	})
 }
@@ -291,11 +425,11 @@ func LinearBackward(out LinearGradOut, in LinearGrad) error {
 	}
 	return OnHost(3, ts, func(h []*Tensor) error {
 		m := rowsOf(h[4])
-		if hp, ok := gemmOf(in.Weight); ok {
-			linearBackwardGEMM(m, n, k, hp, in.Weight.w, hostF32(h[4]), hostF32(h[3]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+		if _, ok := gemmOf(in.Weight); ok {
+			linearBackwardGEMM(m, n, k, in.Weight, hostF32(h[4]), hostF32(h[3]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
 			return nil
 		}
-		nnref.LinearBackward(m, n, k, hostF32(h[4]), hostF32(h[5]), hostF32(h[3]),
+		nnref.LinearBackward(m, n, k, hostF32(h[4]), in.Weight.hostValues(h[5]), hostF32(h[3]),
 			hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
 		return nil
 	})
@@ -304,9 +438,11 @@ func LinearBackward(out LinearGradOut, in LinearGrad) error {
 // linearBackwardGEMM is LinearBackward through internal/gemm: dx = dy·W with Wᵀ's panels, and
 // dw = dyᵀ·x with dy transposed and x packed for this call (O(m·(n+k)) against the product's
 // O(m·n·k)). Nil outputs are skipped.
-func linearBackwardGEMM(m, n, k int, hp *hostPacked, w *Tensor, x, dy, dx, dw, db []float32, acc bool) {
+func linearBackwardGEMM(m, n, k int, w *PackedWeight, x, dy, dx, dw, db []float32, acc bool) {
 	if dx != nil {
-		gemm.Mul(m, dy, n, hp.transposed(w), dx, k, false)
+		wT, release := w.transposed()
+		gemm.Mul(m, dy, n, wT, dx, k, false)
+		release()
 	}
 	if dw != nil {
 		dyT := make([]float32, n*m)

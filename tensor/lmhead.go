@@ -58,9 +58,12 @@ func LMHeadLogProbs(logp, entropy *Tensor, in LMHeadInputs) error {
 func lmKernels(w *PackedWeight, d int, hidden, weight *Tensor, bwd *lmBackward) nnref.LMKernels[float32] {
 	hp, ok := gemmOf(w)
 	if !ok {
-		return nnref.RefKernels[float32]{D: d, H: hostF32(hidden), W: hostF32(weight)}
+		return nnref.RefKernels[float32]{D: d, H: hostF32(hidden), W: w.hostValues(weight)}
 	}
 	g := &cpuLMKernels{d: d, w: weight}
+	if w.dropped { // Wᵀ's chunks come from the panels
+		g.src = hp.fwd
+	}
 	if pb := hp.pairs(hidden); pb != nil {
 		g.hb, _ = hidden.BF16s()
 		g.fwdB = pb
@@ -102,6 +105,7 @@ type cpuLMKernels struct {
 	hT      *gemm.Packed // hidden states' transpose, for dw (nil for a frozen head)
 	wT      *gemm.Packed // Wᵀ of the vocabulary chunk BeginChunk named
 	wT0     int          // its first vocabulary row
+	src     *gemm.Packed // W's panels when the weight dropped its values (DropValues)
 	scratch sync.Pool    // *[]float32: transposed gradients and partial panels
 
 	// With a bfloat16-rounded logits gradient (LMHeadGrad.GradBF16) and bfloat16 inputs, the
@@ -186,7 +190,9 @@ func (g *cpuLMKernels) BeginChunk(c0, c1 int) {
 		g.wTb = gemm.PackTBF16Into(g.wTb, c1-c0, d, b[c0*d:c1*d])
 		return
 	}
-	if v, err := g.w.Float32s(); err == nil {
+	if g.src != nil {
+		g.wT = gemm.TransposeInto(g.wT, g.src, c0, c1)
+	} else if v, err := g.w.Float32s(); err == nil {
 		g.wT = gemm.PackTInto(g.wT, c1-c0, d, v[c0*d:c1*d])
 	} else {
 		b, _ := g.w.BF16s()

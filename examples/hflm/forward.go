@@ -97,6 +97,25 @@ type acts struct {
 	// ckpt (activation checkpointing) holds, per layer, the LoRA dropout's random state at the
 	// layer's start; the layers keep only xIn and are recomputed in the backward.
 	ckpt []dropState
+	bufs map[string]*tensor.Tensor // an inference pass's one layer of buffers (buf)
+}
+
+// buf returns the buffer named of a layer's forward: a new one when the pass keeps its
+// activations, else the pass's one buffer of that name, reused by every layer (each op
+// overwrites its output).
+func (a *acts) buf(name string, shape ...int) (*tensor.Tensor, []float32) {
+	if a.keep {
+		return f32(shape...)
+	}
+	if a.bufs == nil {
+		a.bufs = map[string]*tensor.Tensor{}
+	}
+	t := a.bufs[name]
+	if t == nil {
+		t, _ = f32(shape...)
+		a.bufs[name] = t
+	}
+	return t, host(t)
 }
 
 // forward runs the model over packed sequences and returns the final hidden states [N, D]
@@ -107,7 +126,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	c := m.Config
 	n, d := in.n, c.HiddenSize
 	x, xv := f32(n, d)
-	if err := tensor.Embedding(x, m.embed, in.ids); err != nil {
+	if err := m.embedInto(x, in.ids); err != nil {
 		return nil, err
 	}
 	if in.scatter != nil {
@@ -162,13 +181,13 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	var e errs
 	var s layerActs
 	s.xIn = x
-	s.h1, _ = f32(n, d)
+	s.h1, _ = a.buf("h1", n, d)
 	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
 	m.round(host(s.h1))
 	s.h1 = m.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
-	s.q, _ = f32(n, hq, hd)
-	s.k, _ = f32(n, hkv, hd)
-	s.v, _ = f32(n, hkv, hd)
+	s.q, _ = a.buf("q", n, hq, hd)
+	s.k, _ = a.buf("k", n, hkv, hd)
+	s.v, _ = a.buf("v", n, hkv, hd)
 	e.do(m.linearFwd(s.q, s.h1, ly.q, a))
 	e.do(m.linearFwd(s.k, s.h1, ly.k, a))
 	e.do(m.linearFwd(s.v, s.h1, ly.v, a))
@@ -182,7 +201,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	if onKV != nil && e.err == nil {
 		e.do(onKV(l, s.k, s.v))
 	}
-	s.attn, _ = f32(n, hq, hd)
+	s.attn, _ = a.buf("attn", n, hq, hd)
 	ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: in.cu, CuSeqlensK: in.cu}
 	if a.keep {
 		s.lse, _ = f32(n, hq)
@@ -192,27 +211,32 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	}
 	m.round(host(s.attn))
 	s.attn = m.store(s.attn)
-	o, ov := f32(n, d)
+	o, ov := a.buf("o", n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))
 	m.round(ov)
 	addTo(ov, host(x))
 	m.round(ov)
 	s.xMid = o
-	s.h2, _ = f32(n, d)
+	s.h2, _ = a.buf("h2", n, d)
 	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
 	m.round(host(s.h2))
 	s.h2 = m.store(s.h2)
-	s.gate, _ = f32(n, c.IntermediateSize)
-	s.up, _ = f32(n, c.IntermediateSize)
+	s.gate, _ = a.buf("gate", n, c.IntermediateSize)
+	s.up, _ = a.buf("up", n, c.IntermediateSize)
 	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
 	e.do(m.linearFwd(s.up, s.h2, ly.up, a))
 	m.round(host(s.gate))
 	m.round(host(s.up))
-	s.act, _ = f32(n, c.IntermediateSize)
+	s.act, _ = a.buf("act", n, c.IntermediateSize)
 	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
 	m.round(host(s.act))
 	s.act = m.store(s.act)
-	y, yv := f32(n, d)
+	// An inference pass writes the layer's output over its input, dead since the attention's
+	// residual was added.
+	y, yv := x, host(x)
+	if a.keep {
+		y, yv = f32(n, d)
+	}
 	e.do(m.linearFwd(y, s.act, ly.down, a))
 	m.round(yv)
 	addTo(yv, host(s.xMid))
@@ -235,11 +259,12 @@ func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
 }
 
 func linearInto(y, x *tensor.Tensor, l linear) error {
-	y2, err := y.Reshape(-1, l.w.Weight().Dim(0))
+	nOut, nIn := l.w.Dims()
+	y2, err := y.Reshape(-1, nOut)
 	if err != nil {
 		return err
 	}
-	x2, err := x.Reshape(-1, l.w.Weight().Dim(1))
+	x2, err := x.Reshape(-1, nIn)
 	if err != nil {
 		return err
 	}
@@ -315,6 +340,26 @@ func (m *Model) gradOf(name string) *tensor.Tensor {
 	return m.byName[name].grad
 }
 
+// reused returns the model's buffer named, of the shape (contents undefined): a layer
+// backward's gradient buffers, which every layer overwrites (a Model is not safe for concurrent
+// use).
+func (m *Model) reused(name string, shape ...int) (*tensor.Tensor, []float32) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if m.bufs == nil {
+		m.bufs = map[string][]float32{}
+	}
+	v := m.bufs[name]
+	if cap(v) < n {
+		v = make([]float32, n)
+		m.bufs[name] = v
+	}
+	v = v[:n]
+	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+}
+
 // layerBackward adds layer l's parameter gradients given s, what its forward kept (LoRA's in
 // la), and dx, the gradient of its output, which it replaces by the gradient of its input.
 func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) error {
@@ -324,32 +369,32 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	ly := &m.layers[l]
 	dxv := host(dx)
 	var e errs
-	tmp, tmpv := f32(n, d)
+	tmp, tmpv := m.reused("tmp", n, d)
 	// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
-	dact, _ := f32(n, c.IntermediateSize)
+	dact, _ := m.reused("dact", n, c.IntermediateSize)
 	e.do(m.linearBackward(dact, s.act, dx, ly.down, la))
-	dgate, _ := f32(n, c.IntermediateSize)
-	dup, _ := f32(n, c.IntermediateSize)
+	dgate, _ := m.reused("dgate", n, c.IntermediateSize)
+	dup, _ := m.reused("dup", n, c.IntermediateSize)
 	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: widen(s.gate), Up: widen(s.up), DY: dact}))
-	dh2, dh2v := f32(n, d)
+	dh2, dh2v := m.reused("dh2", n, d)
 	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
 	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
 	addTo(dh2v, tmpv)
 	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
 	addTo(dxv, tmpv)
 	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
-	dattn, _ := f32(n, hq, hd)
+	dattn, _ := m.reused("dattn", n, hq, hd)
 	e.do(m.linearBackward(dattn, s.attn, dx, ly.o, la))
-	dq, _ := f32(n, hq, hd)
-	dk, _ := f32(n, hkv, hd)
-	dv, _ := f32(n, hkv, hd)
+	dq, _ := m.reused("dq", n, hq, hd)
+	dk, _ := m.reused("dk", n, hkv, hd)
+	dv, _ := m.reused("dv", n, hkv, hd)
 	e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
 		AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
 		Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
 	}, m.attn))
 	e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: la.in.pos, Config: m.rope}))
 	e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: la.in.pos, Config: m.rope}))
-	dh1, dh1v := f32(n, d)
+	dh1, dh1v := m.reused("dh1", n, d)
 	e.do(m.linearBackward(dh1, s.h1, dq, ly.q, la))
 	e.do(m.linearBackward(tmp, s.h1, dk, ly.k, la))
 	addTo(dh1v, tmpv)
@@ -363,7 +408,7 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 // linearBackward writes dx and adds the weight (and bias) gradients of y = x·Wᵀ + b given dy
 // (the adapter's instead when the base is frozen).
 func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) error {
-	nOut, nIn := l.w.Weight().Dim(0), l.w.Weight().Dim(1)
+	nOut, nIn := l.w.Dims()
 	dx2, err := dx.Reshape(-1, nIn)
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package hflm
 
 import (
-	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -192,7 +191,7 @@ func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tenso
 	lensT := tensor.Must(tensor.FromInt32(total, b))
 	var e errs
 	x, xv := f32(b, d)
-	e.do(tensor.Embedding(x, m.embed, ids))
+	e.do(m.embedInto(x, ids))
 	h, _ := f32(b, d)
 	q, _ := f32(b, hq, hd)
 	k, _ := f32(b, hkv, hd)
@@ -232,64 +231,4 @@ func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tenso
 // reshape4 views x [B, H, D] as [B, 1, H, D] (one new token per row).
 func reshape4(x *tensor.Tensor, b, h, d int) *tensor.Tensor {
 	return tensor.Must(x.Reshape(b, 1, h, d))
-}
-
-// sampler draws tokens from logits, reusing its buffers across calls.
-type sampler struct {
-	order []int32
-	probs []float64
-}
-
-// sample returns the next token for one row's logits.
-func (sp *sampler) sample(logits []float32, s Sampling, rng *rand.Rand) int32 {
-	if s.Temperature == 0 {
-		best := 0
-		for i, z := range logits {
-			if z > logits[best] {
-				best = i
-			}
-		}
-		return int32(best)
-	}
-	v := len(logits)
-	sp.order = sp.order[:0]
-	for i := range v {
-		sp.order = append(sp.order, int32(i))
-	}
-	// Candidates in decreasing logit order (lower id first on ties); top-k keeps a prefix.
-	slices.SortFunc(sp.order, func(a, b int32) int {
-		if c := cmp.Compare(logits[b], logits[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
-	n := v
-	if s.TopK > 0 && s.TopK < v {
-		n = s.TopK
-	}
-	sp.probs = sp.probs[:0]
-	top := float64(logits[sp.order[0]]) / s.Temperature
-	sum := 0.0
-	for _, id := range sp.order[:n] {
-		p := math.Exp(float64(logits[id])/s.Temperature - top)
-		sp.probs = append(sp.probs, p)
-		sum += p
-	}
-	// Top-p keeps the smallest prefix whose probability reaches TopP (at least one token).
-	kept, acc := 0, 0.0
-	for kept < n {
-		acc += sp.probs[kept]
-		kept++
-		if acc >= s.TopP*sum {
-			break
-		}
-	}
-	u := rng.Float64() * acc
-	for i := range kept {
-		u -= sp.probs[i]
-		if u < 0 {
-			return sp.order[i]
-		}
-	}
-	return sp.order[kept-1]
 }

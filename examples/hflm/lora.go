@@ -42,10 +42,41 @@ type adapter struct {
 	module, peft string // e.g. model.layers.0.self_attn.q_proj and its PEFT prefix
 }
 
-// loraAct is what an adapter's backward reads: its (dropped-out) input and A·x.
+// loraAct is what an adapter's backward reads: its input, A·x and, with dropout, which input
+// elements were kept (the dropped-out input is rebuilt from them, not stored: adapters that
+// share an input, q, k and v, keep one copy of it).
 type loraAct struct {
 	x, t *tensor.Tensor
-	mask []float32 // dropout's scale per input element (nil: no dropout)
+	kept []uint64 // dropout's mask, a bit per input element (nil: no dropout)
+	keep float32  // the scale of a kept element, 1/(1-p)
+}
+
+// dropped writes the adapter's dropped-out input x·mask/(1-p) into a scratch tensor.
+func (m *Model) dropped(act loraAct) *tensor.Tensor {
+	n, in := act.x.Dim(0), act.x.Dim(1)
+	xd, xdv := m.scratchF32(0, n, in)
+	for i, v := range host(act.x) {
+		if act.kept[i/64]&(1<<(i%64)) != 0 {
+			xdv[i] = v * act.keep
+		} else {
+			xdv[i] = 0
+		}
+	}
+	return xd
+}
+
+// scratchF32 returns slot i of the model's reused buffers as a float32 tensor of the shape
+// (contents undefined): the adapters' temporaries, which would otherwise be garbage every call.
+func (m *Model) scratchF32(i int, shape ...int) (*tensor.Tensor, []float32) {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if cap(m.scratch[i]) < n {
+		m.scratch[i] = make([]float32, n)
+	}
+	v := m.scratch[i][:n]
+	return tensor.Must(tensor.FromFloat32(v, shape...)), v
 }
 
 // AddLoRA adds adapters to the targeted projections, initialised as PEFT does (A
@@ -93,7 +124,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 			if !targets[lin.short()] {
 				continue
 			}
-			out, in := lin.w.Weight().Dim(0), lin.w.Weight().Dim(1)
+			out, in := lin.w.Dims()
 			a, av := f32(cfg.Rank, in)
 			bound := 1 / math.Sqrt(float64(in))
 			for i := range av {
@@ -113,7 +144,7 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	m.lora = &c
 	m.dropSrc = rand.NewPCG(cfg.Seed, 0xd0)
 	m.dropRNG = rand.New(m.dropSrc)
-	return nil
+	return m.freeze()
 }
 
 // DropoutState is the state of the random source of the adapters' dropout masks (nil without
@@ -183,28 +214,26 @@ func (m *Model) loraForward(y, x *tensor.Tensor, ad *adapter, a *acts) error {
 	}
 	n := x2.Dim(0)
 	act := loraAct{x: x2}
+	xin := x2
 	if a != nil && a.keep && m.lora.Dropout > 0 {
-		xd, xdv := f32(n, in)
-		act.mask = make([]float32, n*in)
-		keep := float32(1 / (1 - m.lora.Dropout))
-		for i, v := range host(x2) {
+		act.kept = make([]uint64, (n*in+63)/64)
+		act.keep = float32(1 / (1 - m.lora.Dropout))
+		for i := range n * in {
 			if m.dropRNG.Float64() >= m.lora.Dropout {
-				act.mask[i] = keep
-				xdv[i] = v * keep
+				act.kept[i/64] |= 1 << (i % 64)
 			}
 		}
-		act.x = xd
+		xin = m.dropped(act)
 	}
-	var yv []float32
 	act.t, _ = f32(n, r)
 	var e errs
-	e.do(tensor.Linear(act.t, act.x, ad.pa))
-	u, uv := f32(n, out)
+	e.do(tensor.Linear(act.t, xin, ad.pa))
+	u, uv := m.scratchF32(1, n, out)
 	e.do(tensor.Linear(u, act.t, ad.pb))
 	if e.err != nil {
 		return e.err
 	}
-	yv = host(y)
+	yv := host(y)
 	for i, v := range uv {
 		yv[i] += ad.scale * v
 	}
@@ -223,22 +252,30 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 	r := ad.a.Dim(0)
 	in, out := ad.a.Dim(1), ad.b.Dim(0)
 	n := act.x.Dim(0)
-	dys, dysv := f32(n, out)
+	dys, dysv := m.scratchF32(1, n, out)
 	for i, v := range host(dy) {
 		dysv[i] = ad.scale * v
 	}
 	dt, _ := f32(n, r)
 	var e errs
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dt, DWeight: ad.gb}, tensor.LinearGrad{X: act.t, Weight: ad.pb, DY: dys, Accumulate: true}))
-	dxa, dxav := f32(n, in)
-	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dxa, DWeight: ad.ga}, tensor.LinearGrad{X: act.x, Weight: ad.pa, DY: dt, Accumulate: true}))
+	xin := act.x
+	if act.kept != nil {
+		xin = m.dropped(act)
+	}
+	dxa, dxav := m.scratchF32(2, n, in)
+	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dxa, DWeight: ad.ga}, tensor.LinearGrad{X: xin, Weight: ad.pa, DY: dt, Accumulate: true}))
 	if e.err != nil {
 		return e.err
 	}
 	dxv := host(dx)
 	for i, v := range dxav {
-		if act.mask != nil {
-			v *= act.mask[i]
+		if act.kept != nil {
+			if act.kept[i/64]&(1<<(i%64)) != 0 {
+				v *= act.keep
+			} else {
+				v = 0
+			}
 		}
 		dxv[i] += v
 	}
@@ -248,6 +285,9 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 // MergeLoRA folds the adapters into the base weights (W += scale·B·A, rounded to float32 once)
 // and removes them: the model a PEFT merge_and_unload gives, to export.
 func (m *Model) MergeLoRA() error {
+	if err := m.thaw(); err != nil {
+		return err
+	}
 	for _, ad := range m.adapters {
 		p := m.byName[ad.module+".weight"]
 		delta, err := ad.delta()
@@ -402,8 +442,7 @@ func (m *Model) LoadLoRA(dir string) error {
 func (m *Model) frozen() *frozenGrads {
 	if m.frozenEnv == nil {
 		norm, _ := f32(m.Config.HiddenSize)
-		head, _ := f32(m.head.Weight().Shape()...)
-		m.frozenEnv = &frozenGrads{norm: norm, head: head}
+		m.frozenEnv = &frozenGrads{norm: norm}
 	}
 	return m.frozenEnv
 }

@@ -42,6 +42,9 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 		if m.mp != nil {
 			return nil
 		}
+		if err := m.thaw(); err != nil { // the float32 masters
+			return err
+		}
 		mp := &mixed{vecs: map[string]*tensor.Tensor{}, mats: map[string]*tensor.PackedWeight{}}
 		err := m.bind(func(name string) *tensor.Tensor {
 			t, _ := f32(m.byName[name].value.Shape()...)

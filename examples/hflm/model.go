@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -35,15 +36,17 @@ type Model struct {
 	dropRNG   *rand.Rand
 	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
+	scratch   [3][]float32         // scratchF32's buffers
+	bufs      map[string][]float32 // reused's buffers
 
 	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
 	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write
-// (tensor.RMSNormBackward's dw, tensor.LMHeadBackward's dweight) but nobody reads.
+// (tensor.RMSNormBackward's dw) but nobody reads.
 type frozenGrads struct {
-	norm, head *tensor.Tensor
+	norm *tensor.Tensor
 }
 
 type param struct {
@@ -68,7 +71,9 @@ type layer struct {
 }
 
 // Load converts a checkpoint's weights to float32 (bfloat16 and float16 widen exactly) and
-// packs its linear layers. The model keeps no reference to ck, which may be closed.
+// packs its linear layers, holding each matrix once, as its packed panels: inference and LoRA
+// never need more; full training unpacks them (exactly) on first use. The model keeps no
+// reference to ck, which may be closed.
 func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 	const op = "hflm.Load"
 	if ck == nil || ck.Config == nil {
@@ -103,14 +108,20 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 		}
 		m.params[i] = param{name: s.Name, value: v}
 		m.byName[s.Name] = &m.params[i]
+		// Each matrix is packed as it is read and held only packed (its values dropped) until
+		// the model trains in full (thaw): the checkpoint's float32 copies never add up.
+		if strings.HasSuffix(s.Name, "_proj.weight") || s.Name == m.headName() {
+			if _, err := m.packWeight(s.Name); err != nil {
+				return nil, err
+			}
+			if err := m.params[i].freeze(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	m.embed = m.byName["model.embed_tokens.weight"].value
 	m.norm = m.byName["model.norm.weight"].value
-	headName := "lm_head.weight"
-	if c.TieWordEmbeddings {
-		headName = "model.embed_tokens.weight"
-	}
-	if m.head, err = m.packWeight(headName); err != nil {
+	if m.head, err = m.packWeight(m.headName()); err != nil {
 		return nil, err
 	}
 	m.layers = make([]layer, c.NumHiddenLayers)
@@ -163,7 +174,8 @@ func (m *Model) packWeight(name string) (*tensor.PackedWeight, error) {
 	return p.packed, nil
 }
 
-// Repack rebuilds the packed layouts after the weights changed (an optimizer step).
+// Repack rebuilds the packed layouts of the trained weights after they changed (an optimizer
+// step): with LoRA the adapters' alone (the frozen base never changes), else every matrix.
 func (m *Model) Repack() error {
 	for _, ad := range m.adapters {
 		if err := ad.pa.Repack(); err != nil {
@@ -173,11 +185,15 @@ func (m *Model) Repack() error {
 			return err
 		}
 	}
+	if m.lora != nil {
+		return nil
+	}
 	if m.mp != nil {
 		return m.mp.refresh(m)
 	}
 	for i := range m.params {
-		if p := m.params[i].packed; p != nil {
+		// a matrix held only packed has not changed (nothing could write into it)
+		if p := m.params[i].packed; p != nil && m.params[i].value != nil {
 			if err := p.Repack(); err != nil {
 				return err
 			}
@@ -190,18 +206,30 @@ func (m *Model) Repack() error {
 func (m *Model) NumParams() int {
 	n := 0
 	for _, p := range m.params {
-		n += p.value.Len()
+		k := 1
+		for _, d := range p.shape() {
+			k *= d
+		}
+		n += k
 	}
 	return n
 }
 
-// Weight returns the float32 weight named as Hugging Face names it, or nil. Writing into it
-// changes the model (call Repack after changing a matrix).
+// Weight returns the float32 weight named as Hugging Face names it, or nil (also for a matrix
+// of a LoRA model's frozen base, which is held only packed: Checkpoint exports it). Writing
+// into it changes the model (call Repack after changing a matrix). Without LoRA it gives the
+// matrices their float32 values back first (as training in full does).
 func (m *Model) Weight(name string) *tensor.Tensor {
-	if p := m.byName[name]; p != nil {
-		return p.value
+	p := m.byName[name]
+	if p == nil {
+		return nil
 	}
-	return nil
+	if p.value == nil && m.lora == nil {
+		if err := m.thaw(); err != nil {
+			return nil
+		}
+	}
+	return p.value
 }
 
 // Grad returns the gradient of the weight named, or nil before the first training pass.
@@ -217,6 +245,9 @@ func (m *Model) Grad(name string) *tensor.Tensor {
 func (m *Model) ensureGrads() error {
 	if m.lora != nil {
 		return nil
+	}
+	if err := m.thaw(); err != nil {
+		return err
 	}
 	for i := range m.params {
 		p := &m.params[i]
@@ -257,7 +288,11 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 	}
 	ts := make([]*hfmodel.Tensor, len(m.params))
 	for i, p := range m.params {
-		v := host(p.value)
+		val, err := p.values()
+		if err != nil {
+			return nil, err
+		}
+		v := host(val)
 		if ad := merged[p.name]; ad != nil {
 			delta, err := ad.delta()
 			if err != nil {
@@ -268,8 +303,7 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 			}
 			v = delta
 		}
-		var err error
-		if ts[i], err = hfmodel.NewTensor(p.name, p.value.Shape(), v, hfmodel.Float32); err != nil {
+		if ts[i], err = hfmodel.NewTensor(p.name, p.shape(), v, hfmodel.Float32); err != nil {
 			return nil, err
 		}
 	}

@@ -146,8 +146,8 @@ func TestMeasureScale(t *testing.T) {
 	if what == "" {
 		t.Skip("set HFLM_SCALE=kept, rss:MODE or time (docs/2026-11-memory.md)")
 	}
-	m, err := bench05B()
-	require.NoError(t, err)
+	m := bench05B(t)
+	var err error
 	layers := m.Config.NumHiddenLayers
 	rows := 4
 	if s := os.Getenv("HFLM_SCALE_ROWS"); s != "" {

@@ -186,10 +186,10 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 }
 
 // headGrad is the gradient of the LM head's weight: lm_head's, or the embeddings' when tied
-// (scratch when the base is frozen).
+// (nil when the base is frozen: not computed).
 func (m *Model) headGrad() *tensor.Tensor {
 	if m.lora != nil {
-		return m.frozen().head
+		return nil
 	}
 	if m.Config.TieWordEmbeddings {
 		return m.byName["model.embed_tokens.weight"].grad

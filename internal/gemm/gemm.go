@@ -39,8 +39,9 @@ func SIMD() bool { return impls.Active() != nil }
 
 // Packed is a weight W [N, K] in panel layout.
 type Packed struct {
-	N, K   int
-	panels []float32 // ceil(N/Panel) panels of K×Panel
+	N, K    int
+	panels  []float32 // ceil(N/Panel) panels of K×Panel
+	offHeap bool      // panels are anonymous memory (MoveOffHeap)
 }
 
 // Pack packs w [n, k] (row-major) into panels; at(i) returns element i of w, so float32 and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
@@ -116,4 +117,87 @@ func samePanels(t *testing.T, name string, got, want *Packed) {
 			t.Fatalf("%s: panel element %d = %v, want %v", name, i, got.panels[i], want.panels[i])
 		}
 	}
+}
+
+// TestUnpack reads W back from its panels (Row, Unpack) and transposes the panels (Transpose),
+// at shapes with partial panels, against the row-major values and PackT's panels.
+func TestUnpack(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range [][2]int{{1, 1}, {63, 5}, {64, 64}, {65, 130}, {200, 77}, {3, 0}} {
+		n, k := s[0], s[1]
+		w := make([]float32, n*k)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		p := PackF32(n, k, w)
+		got := make([]float32, n*k)
+		p.Unpack(got)
+		for i := range w {
+			if got[i] != w[i] {
+				t.Fatalf("%dx%d: Unpack[%d] = %v, want %v", n, k, i, got[i], w[i])
+			}
+		}
+		row := make([]float32, k)
+		p.Row(n-1, row)
+		for j := range row {
+			if row[j] != w[(n-1)*k+j] {
+				t.Fatalf("%dx%d: Row(%d)[%d] = %v, want %v", n, k, n-1, j, row[j], w[(n-1)*k+j])
+			}
+		}
+		if n > 5 { // a block of rows, into a reused buffer of another size
+			want := PackTF32(n-5, k, w[3*k:(n-2)*k])
+			got := TransposeInto(Transpose(p), p, 3, n-2)
+			if got.N != want.N || got.K != want.K {
+				t.Fatalf("%dx%d: TransposeInto is %dx%d, want %dx%d", n, k, got.N, got.K, want.N, want.K)
+			}
+			for i := range want.panels {
+				if got.panels[i] != want.panels[i] {
+					t.Fatalf("%dx%d: TransposeInto panels[%d] = %v, want %v", n, k, i, got.panels[i], want.panels[i])
+				}
+			}
+		}
+		tp, want := Transpose(p), PackTF32(n, k, w)
+		if tp.N != want.N || tp.K != want.K || len(tp.panels) != len(want.panels) {
+			t.Fatalf("%dx%d: Transpose is %dx%d (%d), want %dx%d (%d)", n, k, tp.N, tp.K, len(tp.panels), want.N, want.K, len(want.panels))
+		}
+		for i := range want.panels {
+			if tp.panels[i] != want.panels[i] {
+				t.Fatalf("%dx%d: Transpose panels[%d] = %v, want %v", n, k, i, tp.panels[i], want.panels[i])
+			}
+		}
+	}
+}
+
+// TestMoveOffHeap multiplies with panels moved out of the Go heap: the same products, and the
+// memory is unmapped without fault once the Packed is collected.
+func TestMoveOffHeap(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 9))
+	const m, n, k = 5, 70, 33
+	a, w := make([]float32, m*k), make([]float32, n*k)
+	for _, v := range [][]float32{a, w} {
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+	}
+	want, got := make([]float32, m*n), make([]float32, m*n)
+	Mul(m, a, k, PackF32(n, k, w), want, n, false)
+	p := PackF32(n, k, w)
+	moved := p.MoveOffHeap()
+	t.Logf("moved off the heap: %v", moved)
+	Mul(m, a, k, p, got, n, false)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("c[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	row := make([]float32, k)
+	p.Row(n-1, row)
+	for j := range row {
+		if row[j] != w[(n-1)*k+j] {
+			t.Fatalf("Row(%d)[%d] = %v, want %v", n-1, j, row[j], w[(n-1)*k+j])
+		}
+	}
+	p = nil
+	runtime.GC()
+	runtime.GC()
 }

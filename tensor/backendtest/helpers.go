@@ -104,6 +104,30 @@ func near(t *testing.T, name string, got, want []float32, rtol, atol float64) {
 	}
 }
 
+// nearTerms is near with a second relative tolerance, ttol, applied to scale[i]: the size of
+// the terms want[i] is computed from (which can cancel to far below them).
+func nearTerms(t *testing.T, name string, got, want []float32, scale []float64, rtol, ttol, atol float64) {
+	t.Helper()
+	if len(got) != len(want) || len(scale) != len(want) {
+		t.Errorf("%s: %d values and %d scales, want %d", name, len(got), len(scale), len(want))
+		return
+	}
+	bad := 0
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		ok := math.Abs(g-w) <= atol+rtol*math.Abs(w)+ttol*scale[i] || (math.IsNaN(g) && math.IsNaN(w)) || g == w
+		if !ok {
+			if bad < 3 {
+				t.Errorf("%s[%d] = %v, reference %v (terms %.3g)", name, i, got[i], want[i], scale[i])
+			}
+			bad++
+		}
+	}
+	if bad > 3 {
+		t.Errorf("%s: %d of %d differ", name, bad, len(want))
+	}
+}
+
 func same(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false
