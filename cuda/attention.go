@@ -28,7 +28,8 @@ func attnTiles(op string, d int) (suffix string, bq int, err error) {
 }
 
 // attnSeqs returns the sequences as the kernels read them, [q0, qn, k0, kn] per sequence, from
-// cu_seqlens (downloaded; the entry point validated them) or one sequence of all rows.
+// cu_seqlens (the entry point validated them; downloaded unless they are host tensors) or one
+// sequence of all rows.
 func (b *Backend) attnSeqs(op string, in tensor.AttentionInputs) ([]int32, error) {
 	tq, tk := in.Q.Dim(0), in.K.Dim(0)
 	if in.CuSeqlensQ == nil {
@@ -40,6 +41,10 @@ func (b *Backend) attnSeqs(op string, in tensor.AttentionInputs) ([]int32, error
 		t   *tensor.Tensor
 		dst []int32
 	}{{in.CuSeqlensQ, cq}, {in.CuSeqlensK, ck}} {
+		if h, err := c.t.Int32s(); err == nil { // held on the host: no read-back
+			copy(c.dst, h)
+			continue
+		}
 		p, err := b.ptrOf(op, []string{"CuSeqlensQ", "CuSeqlensK"}[i], c.t)
 		if err != nil {
 			return nil, err
@@ -137,7 +142,9 @@ func (b deviceKernels) AttentionDecode(out *tensor.Tensor, in tensor.DecodeInput
 	bn, tn, sMax := in.Q.Dim(0), in.Q.Dim(1), in.KCache.Dim(1)
 	return b.do(op, func() error {
 		lens := make([]int32, bn)
-		if bn > 0 {
+		if h, err := in.Lens.Int32s(); err == nil { // held on the host: no read-back
+			copy(lens, h)
+		} else if bn > 0 {
 			p, err := b.ptrOf(op, "Lens", in.Lens)
 			if err != nil {
 				return err

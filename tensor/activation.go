@@ -89,7 +89,8 @@ func checkActivation(op string, a Activation) error {
 	return nil
 }
 
-// Activate writes y = a(x) elementwise (float32, evaluated in float64). y may be x.
+// Activate writes y = a(x) elementwise in float32 (on the CPU, SiLU and QuickGELU with a float32
+// exp, GELU and GELUTanh evaluated in float64). y may be x.
 func Activate(y, x *Tensor, a Activation) error {
 	const op = "tensor.Activate"
 	if err := checkActivation(op, a); err != nil {
@@ -102,7 +103,7 @@ func Activate(y, x *Tensor, a Activation) error {
 		return k.Activate(y, x, a)
 	}
 	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
-		nnref.Activate(a.ref(), hostF32(h[1]), hostF32(h[0]))
+		activateCPU(a, hostF32(h[1]), hostF32(h[0]))
 		return nil
 	})
 }
@@ -127,7 +128,7 @@ func ActivateBackward(dx *Tensor, in ActivationGrad) error {
 		return k.ActivateBackward(dx, in)
 	}
 	return OnHost(1, []*Tensor{dx, in.X, in.DY}, func(h []*Tensor) error {
-		nnref.ActivateBackward(in.Activation.ref(), hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		activateBackwardCPU(in.Activation, hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
 		return nil
 	})
 }
@@ -143,7 +144,7 @@ func SwiGLU(y, gate, up *Tensor) error {
 		return k.SwiGLU(y, gate, up)
 	}
 	return OnHost(1, []*Tensor{y, gate, up}, func(h []*Tensor) error {
-		nnref.SwiGLU(hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		swiGLUCPU(hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
 		return nil
 	})
 }
@@ -163,7 +164,7 @@ func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
 		return k.SwiGLUBackward(dgate, dup, in)
 	}
 	return OnHost(2, []*Tensor{dgate, dup, in.Gate, in.Up, in.DY}, func(h []*Tensor) error {
-		nnref.SwiGLUBackward(hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		swiGLUBackwardCPU(hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
 		return nil
 	})
 }

@@ -32,7 +32,8 @@ type AttentionInputs struct {
 	// CuSeqlensQ and CuSeqlensK (int32 [B+1], both or neither) pack B variable-length sequences
 	// without padding: sequence b is query rows [CuSeqlensQ[b], CuSeqlensQ[b+1]) and key rows
 	// [CuSeqlensK[b], CuSeqlensK[b+1]); each starts at 0, never decreases and ends at Tq (Tk).
-	// Nil: one sequence of all rows.
+	// Nil: one sequence of all rows. They may be host tensors while Q, K and V are on a device:
+	// then nothing is copied back to validate or read them.
 	CuSeqlensQ, CuSeqlensK *Tensor
 }
 
@@ -86,6 +87,21 @@ func attnGeometry(op string, q, k, v *Tensor, cfg AttentionConfig) (nnref.AttnSh
 		return s, Errorf(ErrParam, op, "cfg.Scale", "is %v, want a finite value > 0 (DefaultAttentionConfig sets 1/sqrt(D))", cfg.Scale)
 	}
 	return s, nil
+}
+
+// checkIndexBackend checks that the index arrays idx (names; nil ones skipped) are on ref's
+// backend or in host memory. Host index arrays on a device are the caller saying it holds them
+// on the host: validating them, and a device kernel's reading them, then copy nothing back.
+func checkIndexBackend(op, refName string, ref *Tensor, names []string, idx ...*Tensor) error {
+	for i, t := range idx {
+		if t == nil || isHost(t) {
+			continue
+		}
+		if err := CheckSameBackend(op, []string{refName, names[i]}, ref, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // attnSeqs validates the cu_seqlens of in and returns its sequences.
@@ -156,12 +172,15 @@ func attention(op string, out, lse *Tensor, in AttentionInputs, cfg AttentionCon
 			return err
 		}
 	}
-	names := []string{"out", "lse", "Q", "CuSeqlensQ", "CuSeqlensK"}
-	ts := []*Tensor{out, lse, in.Q, in.CuSeqlensQ, in.CuSeqlensK}
+	names := []string{"out", "lse", "Q"}
+	ts := []*Tensor{out, lse, in.Q}
 	if err := checkF32(op, names[:2], out, lse); err != nil {
 		return err
 	}
 	if err := CheckSameBackend(op, names, ts...); err != nil {
+		return err
+	}
+	if err := checkIndexBackend(op, "out", out, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
 		return err
 	}
 	seqs, err := attnSeqs(op, in)
@@ -213,8 +232,11 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 	if err := CheckShape(op, "LSE", in.LSE, in.Q.Dim(0), s.Hq); err != nil {
 		return err
 	}
-	all := append(ts, in.Q, in.K, in.V, in.CuSeqlensQ, in.CuSeqlensK)
-	if err := CheckSameBackend(op, append(names, "Q", "K", "V", "CuSeqlensQ", "CuSeqlensK"), all...); err != nil {
+	all := append(ts, in.Q, in.K, in.V)
+	if err := CheckSameBackend(op, append(names, "Q", "K", "V"), all...); err != nil {
+		return err
+	}
+	if err := checkIndexBackend(op, "dq", dq, []string{"CuSeqlensQ", "CuSeqlensK"}, in.CuSeqlensQ, in.CuSeqlensK); err != nil {
 		return err
 	}
 	seqs, err := attnSeqs(op, in.AttentionInputs)
@@ -237,7 +259,7 @@ type DecodeInputs struct {
 	Q              *Tensor // [B, Tn, Hq, D], float32
 	KCache, VCache *Tensor // [B, S, Hkv, D], float32; KVCacheWrite fills them
 	// Lens (int32 [B]) is how many cache positions of each sequence are valid, the new tokens'
-	// included: Tn <= Lens[b] <= S.
+	// included: Tn <= Lens[b] <= S. It may be a host tensor while the rest are on a device.
 	Lens *Tensor
 }
 
@@ -272,7 +294,10 @@ func AttentionDecode(out *Tensor, in DecodeInputs, cfg AttentionConfig) error {
 	if err := CheckDType(op, "out", out, Float32); err != nil {
 		return err
 	}
-	if err := CheckSameBackend(op, []string{"out", "Q", "KCache", "VCache", "Lens"}, out, in.Q, in.KCache, in.VCache, in.Lens); err != nil {
+	if err := CheckSameBackend(op, []string{"out", "Q", "KCache", "VCache"}, out, in.Q, in.KCache, in.VCache); err != nil {
+		return err
+	}
+	if err := checkIndexBackend(op, "out", out, []string{"Lens"}, in.Lens); err != nil {
 		return err
 	}
 	var lens []int32

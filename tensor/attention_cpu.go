@@ -187,6 +187,15 @@ var attnWorkers = func() int { return runtime.GOMAXPROCS(0) }
 
 // attentionCPU is the forward on host slices: out [rows, Hq, D], lse [rows, Hq] or nil.
 func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+	if decodeCall(s, seqs) {
+		attentionDecodeCPU(s, seqs, q, k, v, out, lse)
+		return
+	}
+	attentionPackedCPU(s, seqs, q, k, v, out, lse)
+}
+
+// attentionPackedCPU is the tiled forward on packed key panels (see the comment at the top).
+func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
 	group, d := s.Hq/s.Hkv, s.D
 	ktBuf, off := kvPanels(s, seqs, k, float32(s.Scale))
 	defer putF32(ktBuf)
@@ -489,5 +498,118 @@ func (p *bwdPlan) tile(st, dpt []float32, u, jp, ib int, kv, dQ bool) {
 		for i := 0; i < d; i += gemm.MR {
 			gemm.Tile(min(gemm.MR, d-i), nk, kt[i*attnKeys:], attnKeys, dpt, attnBwdRows, dqt[i*attnBwdRows:], attnBwdRows, attnBwdRows, true)
 		}
+	}
+}
+
+// attnDecodeRows is the most query rows per key/value head and sequence (queries times the
+// GQA group) the unpacked decode path takes. Packing Kᵀ for the micro-kernels costs a strided
+// pass over every visible key, which a block of rows sharing the keys repays; one or two rows do
+// not (the toy VLM's decode: the packing was four times the cost of the scores it fed), while
+// the scalar dot products of the unpacked path lose to the packed tiles from about four rows
+// (a 7-head GQA group: 3× slower).
+const attnDecodeRows = 2
+
+// decodeCall reports whether the unpacked decode path takes the call.
+func decodeCall(s nnref.AttnShape, seqs []nnref.Seq) bool {
+	if s.Hkv == 0 {
+		return false
+	}
+	for _, q := range seqs {
+		if q.QN*(s.Hq/s.Hkv) > attnDecodeRows {
+			return false
+		}
+	}
+	return true
+}
+
+// attentionDecodeCPU is the forward for calls whose sequences have few queries: for each query
+// row the scores scale·q·K[j] are dot products with the cache's key rows read in place, one
+// softmaxRow step over all of them (the exact maximum, so no rescaling), and the output the sum
+// of p[j]·V[j] (axpy over the value rows in place). Nothing is packed.
+func attentionDecodeCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+	group, d, ld := s.Hq/s.Hkv, s.D, s.Hkv*s.D
+	type job struct{ seq, t, h int }
+	var jobs []job
+	for b, sq := range seqs {
+		for t := range sq.QN {
+			for h := range s.Hq {
+				jobs = append(jobs, job{b, t, h})
+			}
+		}
+	}
+	scale := float32(s.Scale)
+	parallel.For(len(jobs), 8, func(lo, hi int) {
+		var buf *[]float32
+		defer func() {
+			if buf != nil {
+				putF32(buf)
+			}
+		}()
+		for _, jb := range jobs[lo:hi] {
+			sq := seqs[jb.seq]
+			row := (sq.Q0+jb.t)*s.Hq + jb.h
+			dst := out[row*d : (row+1)*d]
+			lim := keyLimit(s, sq, jb.t)
+			if lim == 0 {
+				clear(dst)
+				if lse != nil {
+					lse[row] = float32(math.Inf(-1))
+				}
+				continue
+			}
+			n := (lim + 15) &^ 15
+			if buf == nil || cap(*buf) < n {
+				if buf != nil {
+					putF32(buf)
+				}
+				buf = getF32(n)
+			}
+			sc := (*buf)[:n]
+			qr := q[row*d : (row+1)*d]
+			kv0 := (sq.K0*s.Hkv + jb.h/group) * d
+			for j := range lim {
+				sc[j] = scale * dotF32(qr, k[kv0+j*ld:][:d])
+			}
+			for j := lim; j < n; j++ {
+				sc[j] = float32(math.Inf(-1))
+			}
+			m, sum := softmaxRow(sc, float32(math.Inf(-1)))
+			clear(dst)
+			for j := range lim {
+				axpyF32(sc[j], v[kv0+j*ld:][:d], dst)
+			}
+			inv := 1 / sum
+			for i := range dst {
+				dst[i] *= inv
+			}
+			if lse != nil {
+				lse[row] = m + float32(math.Log(float64(sum)))
+			}
+		}
+	})
+}
+
+// dotF32 is Σ x[i]·y[i] over len(x) elements, in four interleaved partial sums.
+func dotF32(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * y[i]
+		s1 += x[i+1] * y[i+1]
+		s2 += x[i+2] * y[i+2]
+		s3 += x[i+3] * y[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpyF32 is y += a·x.
+func axpyF32(a float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += a * v
 	}
 }

@@ -87,6 +87,8 @@ func attnCases() []attnCase {
 		{"bidirectional-d24", nnref.AttnShape{Hq: 4, Hkv: 4, D: 24}, []nnref.Seq{seq(0, 33, 0, 140)}, 33, 140},
 		// decode: one query token of 7 heads over a cache (the unpacked path), and 3 draft tokens
 		{"decode-gqa7", nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true}, []nnref.Seq{seq(0, 1, 0, 130), seq(1, 3, 130, 67)}, 4, 197},
+		// decode with a head dimension that is not a multiple of 4, and queries that see no key
+		{"decode-d18-empty", nnref.AttnShape{Hq: 3, Hkv: 1, D: 18, Causal: true}, []nnref.Seq{seq(0, 4, 0, 2), seq(4, 2, 2, 300)}, 6, 302},
 		// a cached prefix (fewer queries than keys), more queries than keys, an empty sequence
 		{"varlen-causal", nnref.AttnShape{Hq: 6, Hkv: 2, D: 32, Causal: true},
 			[]nnref.Seq{seq(0, 5, 0, 130), seq(5, 90, 130, 20), seq(95, 0, 150, 7), seq(95, 65, 157, 65)}, 160, 222},
@@ -154,6 +156,41 @@ func TestAttentionCPUVsReference(t *testing.T) {
 	}
 }
 
+// TestAttentionDecodeVsPacked checks the unpacked decode path against the packed tiles on the
+// decode-shaped calls (a few queries per sequence), GQA included: both are float32 with different
+// summation orders, so they agree to float32 rounding, not bits.
+func TestAttentionDecodeVsPacked(t *testing.T) {
+	for _, c := range attnCases() {
+		if !slices.ContainsFunc(c.seqs, func(q nnref.Seq) bool { return q.QN > 0 && q.QN <= 4 }) {
+			continue
+		}
+		for _, name := range attnImpls.Names() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				defer attnImpls.Use(name)()
+				s := c.s
+				s.Scale = 1 / math.Sqrt(float64(s.D))
+				q, k, v, _ := c.inputs(4)
+				out, lse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+				wout, wlse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+				attentionDecodeCPU(s, c.seqs, q, k, v, out, lse)
+				attentionPackedCPU(s, c.seqs, q, k, v, wout, wlse)
+				for i, w := range [][]float32{wout, wlse} {
+					got := [][]float32{out, lse}[i]
+					for j := range w {
+						g, w := float64(got[j]), float64(w[j])
+						if math.IsInf(w, -1) && math.IsInf(g, -1) {
+							continue
+						}
+						if !(math.Abs(g-w) <= 1e-5+1e-5*math.Abs(w)) {
+							t.Fatalf("%s[%d] = %.7g, packed %.7g", []string{"out", "lse"}[i], j, g, w)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestAttentionBackwardSchedules checks that the two backward schedules (one pass per sequence
 // and key/value head; split dK/dV and dQ passes) give the same bits, so the result does not
 // depend on GOMAXPROCS, and that dK and dV rows of keys no query sees are overwritten.
@@ -191,21 +228,40 @@ func TestAttentionBackwardSchedules(t *testing.T) {
 }
 
 // BenchmarkAttentionDecode is one decode step (one new token) over a cache of L positions,
-// 0.5B's heads: what a generation step pays per layer.
+// 0.5B's heads (and the toy VLM's batch of 64 sequences of 40 positions, four heads of 16):
+// what a generation step pays per layer, on the unpacked decode path that
+// attentionCPU takes and on the packed tiles it replaced.
 func BenchmarkAttentionDecode(b *testing.B) {
+	toy := attnCase{name: "vlm-rows=64-L=40", s: nnref.AttnShape{Hq: 4, Hkv: 4, D: 16, Causal: true, Scale: 0.25}, tq: 64, tk: 64 * 40}
+	for i := range 64 {
+		toy.seqs = append(toy.seqs, nnref.Seq{Q0: i, QN: 1, K0: i * 40, KN: 40})
+	}
+	cases := []attnCase{toy}
 	for _, l := range []int{128, 1024} {
-		b.Run(fmt.Sprintf("L=%d", l), func(b *testing.B) {
-			s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
-			c := attnCase{s: s, seqs: []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, tq: 1, tk: 2048}
+		s := nnref.AttnShape{Hq: 14, Hkv: 2, D: 64, Causal: true, Scale: 0.125}
+		cases = append(cases, attnCase{fmt.Sprintf("L=%d", l), s, []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: l}}, 1, 2048})
+	}
+	mha := nnref.AttnShape{Hq: 14, Hkv: 14, D: 64, Causal: true, Scale: 0.125}
+	cases = append(cases, attnCase{"mha-L=1024", mha, []nnref.Seq{{Q0: 0, QN: 1, K0: 0, KN: 1024}}, 1, 1024})
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			s := c.s
 			q, k, v, _ := c.inputs(3)
 			out := make([]float32, len(q))
-			b.ReportAllocs()
-			cpu0, _ := cputime.Process()
-			for b.Loop() {
-				attentionCPU(s, c.seqs, q, k, v, out, nil)
-			}
-			if cpu1, ok := cputime.Process(); ok {
-				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			for _, path := range []struct {
+				name string
+				f    func(nnref.AttnShape, []nnref.Seq, []float32, []float32, []float32, []float32, []float32)
+			}{{"decode", attentionDecodeCPU}, {"packed", attentionPackedCPU}} {
+				b.Run(path.name, func(b *testing.B) {
+					b.ReportAllocs()
+					cpu0, _ := cputime.Process()
+					for b.Loop() {
+						path.f(s, c.seqs, q, k, v, out, nil)
+					}
+					if cpu1, ok := cputime.Process(); ok {
+						b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+					}
+				})
 			}
 		})
 	}

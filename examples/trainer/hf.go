@@ -100,8 +100,8 @@ func (c Config) validateModelPath() error {
 	switch {
 	case a.Device == "cuda":
 		return keyErr("worker.actor.device", "is cuda %s: the Hugging Face model runs on the host only (device=cpu)", why)
-	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
-		return keyErr("training.n_gpus_per_node", "and nnodes give %d ranks %s: data-parallel ranks are not wired for the Hugging Face model (one rank)", max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
+	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
+		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:
 		return keyErr("training.sft_steps", "is %d %s: there is no warm start on this path (the checkpoint is the start); set 0", t.SFTSteps, why)
 	case t.SFTShortcut > 0 || t.SFTBlind:

@@ -144,7 +144,7 @@ func TestModelPathRefusals(t *testing.T) {
 	model := tinyHF(t)
 	for _, c := range []struct{ set, key string }{
 		{"worker.actor.device=cuda", "worker.actor.device"},
-		{"training.n_gpus_per_node=2", "training.n_gpus_per_node"},
+		{"training.n_gpus_per_node=2 worker.actor.model.lora_rank=4 worker.actor.model.lora_dropout=0.1", "worker.actor.model.lora_dropout"},
 		{"worker.reward.mdi_weight=1", "worker.reward.mdi_weight"},
 		{"optimization.enable_perception_filtering=true", "optimization.enable_perception_filtering"},
 		{"optimization.enable_trajectory_reweighting=true", "optimization.enable_trajectory_reweighting"},
@@ -155,7 +155,7 @@ func TestModelPathRefusals(t *testing.T) {
 		{"worker.actor.checkpoint.max_shard_size=5XB", "worker.actor.checkpoint.max_shard_size"},
 		{"worker.actor.model.lora_rank=-1", "worker.actor.model.lora_rank"},
 	} {
-		cfg, err := LoadConfig("", []string{"worker.actor.model.model_path=" + model, c.set})
+		cfg, err := LoadConfig("", append([]string{"worker.actor.model.model_path=" + model}, strings.Fields(c.set)...))
 		if err == nil {
 			_, err = Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{})
 		}
@@ -285,6 +285,9 @@ func TestModelPathResume(t *testing.T) {
 	}{
 		{"lora-dropout", []string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_dropout=0.3"}, false},
 		{"full", nil, true},
+		// 2 ranks, ZeRO-2: an interrupt seen by rank 0 stops both at the same step.
+		{"ranks-zero2", []string{"training.n_gpus_per_node=2", "worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP",
+			"worker.actor.micro_batch_size_per_device_for_update=2", "worker.actor.micro_batch_size_per_device_for_experience=2"}, true},
 		{"lora-bf16-checkpointing", []string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_dropout=0.2",
 			"worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.model.enable_gradient_checkpointing=true"}, false},
 	} {
@@ -343,7 +346,7 @@ func TestModelPathResume(t *testing.T) {
 				}
 				assert.True(t, bytes.Equal(fa, fb), "%s differs", f)
 			}
-			if c.extra != nil {
+			if strings.Contains(strings.Join(c.extra, " "), "lora_rank") {
 				var st hfState
 				data, err := os.ReadFile(filepath.Join(a, "checkpoints/global_step_4", ckptState))
 				require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mtrl-go/mtrl/perturb"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -78,13 +79,24 @@ type hfTrainer[P any] struct {
 	s     *hfSession[P]
 	loop  *loop.Loop[P]
 	data  *loop.Epochs[P]
-	adam  *loop.AdamW
+	adam  *loop.AdamW // the whole moments (nil with zero)
 	steps int
+	// comm and rctx make the trainer one data-parallel rank (comm nil: the only one); zero,
+	// with fsdp.sharding_strategy SHARD_GRAD_OP, holds this rank's moments (hfparallel.go).
+	comm collective.Comm
+	rctx context.Context
+	zero *loop.ShardedAdamW
 }
 
-// newHFTrainer builds the RL loop: the session's perturbation (none for a text model), the
-// reference the frozen base.
+// newHFTrainer builds the RL loop of one rank: the session's perturbation (none for a text
+// model), the reference the frozen base.
 func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P], error) {
+	return newHFTrainerRank(cfg, s, steps, nil, nil)
+}
+
+// newHFTrainerRank builds the RL loop of rank comm (nil: the only one) with the gradient
+// reduction and optimizer of worker.actor.grad_reduce and fsdp.sharding_strategy.
+func newHFTrainerRank[P any](cfg Config, s *hfSession[P], steps int, comm collective.Comm, rctx context.Context) (*hfTrainer[P], error) {
 	update, err := cfg.Update()
 	if err != nil {
 		return nil, err
@@ -93,18 +105,19 @@ func newHFTrainer[P any](cfg Config, s *hfSession[P], steps int) (*hfTrainer[P],
 	if err != nil {
 		return nil, err
 	}
-	t := &hfTrainer[P]{cfg: cfg, s: s, steps: steps, data: loop.NewEpochs(s.train, cfg.Dataset.Shuffle, cfg.Dataset.Seed)}
-	parts := loop.Parts[P]{Policy: s.policy, Rewards: s.rewards, Data: t.data}
+	t := &hfTrainer[P]{cfg: cfg, s: s, steps: steps, data: loop.NewEpochs(s.train, cfg.Dataset.Shuffle, cfg.Dataset.Seed), comm: comm, rctx: rctx}
+	if t.rctx == nil {
+		t.rctx = context.Background()
+	}
+	parts := loop.Parts[P]{Policy: s.policy, Rewards: s.rewards, Data: t.data, Comm: comm}
 	if !cfg.Optimization.DisableDivergence {
 		if parts.Reference, err = s.reference(); err != nil {
 			return nil, err
 		}
 	}
-	if parts.Optimizer, t.adam, parts.Gradients, err = s.training(cfg.Worker.Actor.Optim.WeightDecay); err != nil {
+	if parts.Optimizer, parts.Gradients, err = t.actorTraining(); err != nil {
 		return nil, err
 	}
-	o := cfg.Worker.Actor.Optim
-	t.adam.Beta1, t.adam.Beta2, t.adam.Eps = o.Betas[0], o.Betas[1], o.Eps
 	lc := cfg.loopConfig(steps, adv, update)
 	lc.Perturb = s.perturb
 	cfg.Worker.Actor.scaleLoop(&lc)
@@ -120,6 +133,10 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	m, v, adamT, err := t.wholeMoments(ps)
+	if err != nil {
+		return nil, err
+	}
 	var ws, moments []NamedTensor
 	for i, p := range ps {
 		w, err := p.Value.Float32s()
@@ -128,8 +145,8 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 		}
 		shape := []int(p.Value.Shape())
 		ws = append(ws, NamedTensor{Name: p.Name, Shape: shape, Data: w})
-		moments = append(moments, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.adam.M[i]},
-			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.adam.V[i]})
+		moments = append(moments, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: m[i]},
+			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: v[i]})
 	}
 	files := map[string][]byte{ckptConfig: t.cfg.YAML()}
 	meta := map[string]string{"format": "mtrl-hf", "model_path": t.cfg.Worker.Actor.Model.ModelPath}
@@ -141,7 +158,7 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 	}
 	ls := t.loop.State()
 	epoch, pos := t.data.Position()
-	st := hfState{Step: ls.Step, Epoch: epoch, Pos: pos, AdamT: t.adam.T, Skipped: ls.Skipped, Coef: ls.RewardKLCoef,
+	st := hfState{Step: ls.Step, Epoch: epoch, Pos: pos, AdamT: adamT, Skipped: ls.Skipped, Coef: ls.RewardKLCoef,
 		ModelPath: t.cfg.Worker.Actor.Model.ModelPath, LoraRank: t.cfg.Worker.Actor.Model.LoraRank,
 		Time: time.Now().UTC().Format(time.RFC3339)}
 	rng, err := t.s.model.DropoutState()
@@ -248,11 +265,9 @@ func (t *hfTrainer[P]) load(dir string) error {
 	if err := t.data.Seek(st.Epoch, st.Pos); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	for i := range ps {
-		copy(t.adam.M[i], ms[0][i])
-		copy(t.adam.V[i], ms[1][i])
+	if err := t.setMoments(ms[0], ms[1], st.AdamT); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	t.adam.T = st.AdamT
 	return t.setWeights(ps, ws[0])
 }
 
@@ -330,9 +345,23 @@ func (t *hfTrainer[P]) validate() (Metrics, error) {
 // runHF is Run with a model_path session: RL steps with one metrics.jsonl line each,
 // validation, checkpoints (every save_freq steps, at the end and on an interrupt) that resume
 // exactly with find_last_checkpoint, and the export in the run directory.
-func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession[P], error), stdout, stderr io.Writer) (_ *Summary, err error) {
+//
+// With training.n_gpus_per_node = N > 1 it runs N data-parallel ranks in this process, and
+// with training.nnodes = M > 1 (-tags mpi, mpirun -np M) M processes of N ranks each
+// (hfparallel.go): every rank opens its own replica, rank 0 writes and prints.
+func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession[P], error), stdout, stderr io.Writer) (*Summary, error) {
+	return runHFRanks(ctx, cfg, open, stdout, stderr)
+}
+
+// runHFRank is one rank of runHF (comm nil: the only one). ctx is the run's (an interrupt),
+// rctx the rank's (cancelled when another rank fails).
+func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession[P], error), comm collective.Comm, rctx context.Context, stdout, stderr io.Writer) (_ *Summary, err error) {
 	wall := time.Now()
 	c := cfg.Training
+	lead := comm == nil || comm.Rank() == 0
+	if rctx == nil {
+		rctx = context.Background()
+	}
 	dir := c.RunDir
 	var loadDir string
 	if c.LoadCheckpointPath != "" {
@@ -347,12 +376,21 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 	if dir == "" {
 		dir = defaultRunDir(c)
 	}
-	done, err := cleanStale(dir)
-	for _, d := range done {
-		fmt.Fprintln(stderr, "after an interrupted run:", d)
+	if lead { // before any rank looks for checkpoints (the name gather is the barrier)
+		done, err := cleanStale(dir)
+		for _, d := range done {
+			fmt.Fprintln(stderr, "after an interrupted run:", d)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
+	if comm != nil { // rank 0's name (the clock may differ between processes)
+		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
+		if err != nil {
+			return nil, err
+		}
+		dir = string(names[0])
 	}
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()
@@ -380,7 +418,12 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 			return nil, fmt.Errorf("training.run_dir %s holds metrics.jsonl with RL steps but no complete checkpoint: choose another run_dir, or remove that directory", dir)
 		}
 	}
-	if created := firstMissing(dir); created != "" {
+	if comm != nil { // every rank must have chosen the same checkpoint (a shared filesystem)
+		if err := sameChoice(rctx, comm, dir, fmt.Sprint(ckDir != "", ckStep)); err != nil {
+			return nil, err
+		}
+	}
+	if created := firstMissing(dir); created != "" && lead {
 		defer func() {
 			if err != nil {
 				removeEmptyUpTo(dir, created)
@@ -395,7 +438,7 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 	if steps == 0 {
 		steps = c.TotalEpochs * max(1, len(s.train)/cfg.Dataset.RolloutBatchSize)
 	}
-	t, err := newHFTrainer(cfg, s, steps)
+	t, err := newHFTrainerRank(cfg, s, steps, comm, rctx)
 	if err != nil {
 		return nil, err
 	}
@@ -414,14 +457,27 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, err
 	}
-	if len(damaged) > 0 {
+	if comm != nil { // every rank has loaded: now rank 0 may move and write
+		if err := sameChoice(rctx, comm, dir, "loaded"); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d); rank 0 writes the outputs\n",
+			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
+	}
+	if len(damaged) > 0 && lead {
 		if err := moveAside(damaged); err != nil {
 			return nil, err
 		}
 	}
 	cfg.Training.RunDir = dir
 	if c.ValOnly {
+		if !lead {
+			return nil, nil
+		}
 		return nil, t.validateOnly(dir, stdout)
+	}
+	if !lead {
+		return nil, t.follow(ctx, resumed)
 	}
 	if len(s.val) == 0 && (c.ValBeforeTrain || c.ValFreq > 0) {
 		fmt.Fprintln(stderr, "no validation: no validation prompts (dataset.val_files, or dataset.val_size for the generated task)")
@@ -493,12 +549,16 @@ func runHF[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession
 	bar := NewProgress(stderr, "RL", steps, c.Progress)
 	interrupted := false
 	for t.loop.State().Step < steps {
-		if ctx.Err() != nil {
+		stop, err := t.agree(ctx.Err() != nil)
+		if err != nil {
+			return nil, err
+		}
+		if stop {
 			interrupted = true
 			break
 		}
 		// A step is not interruptible: finishing it loses nothing.
-		res, err := t.loop.Step(ctx)
+		res, err := t.loop.Step(rctx)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", t.loop.State().Step+1, err)
 		}

@@ -71,7 +71,6 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 	q, kn, vn, o := e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh), e.f32(b, h, dh)
 	u, logits := e.f32(b, mlp), e.f32(b, v)
 	tokB := e.alloc(e.keep, tensor.Int32, b)
-	cuQ, cuK := e.alloc(e.keep, tensor.Int32, 2*b+1), e.alloc(e.keep, tensor.Int32, 2*b+1)
 	for r, p := range prompts {
 		e.copyRows(xd, r, x, b*np+r*lmax+len(p)-1, 1)
 	}
@@ -107,6 +106,9 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 	order := make([]int, v)
 	got := make([]int32, b)
 	cq, ck := make([]int32, 2*b+1), make([]int32, 2*b+1)
+	// cu_seqlens stay host tensors over cq and ck on every backend: the attention validates and
+	// reads them without a device-to-host copy per layer and step
+	cuQ, cuK := tensor.Must(tensor.FromInt32(cq, 2*b+1)), tensor.Must(tensor.FromInt32(ck, 2*b+1))
 	tkBuf, tpBuf, isActive := make([]int32, b), make([]int32, b), make([]bool, b)
 	for len(active) > 0 {
 		k := len(active)
@@ -167,8 +169,6 @@ func (om *OpsModel) generate(pv []float32, prompts [][]int32, maxNew int, temper
 			cq[2*r+2], ck[2*r+2] = cq[2*r+1], int32((r+1)*smax)
 		}
 		upload(tokB, tk)
-		upload(cuQ, cq)
-		upload(cuK, ck)
 		rows := func(t *tensor.Tensor) *tensor.Tensor { return e.rows(t, 0, k) }
 		xk, hk, yk, uk := rows(xd), rows(hd), rows(y), rows(u)
 		qk, kk, vk, ok := rows(q), rows(kn), rows(vn), rows(o)

@@ -46,8 +46,10 @@ func newGeometry(e *exec, c Config, b, l int) *geometry {
 		massQ[2*r+1], massQ[2*r+2] = int32((r+1)*l), int32((r+1)*l)
 		txtQ[r+1], txtK[r+1] = int32((r+1)*l), int32((r+1)*s)
 	}
-	g.imgQ, g.imgK, g.massQ = e.ids(imgQ), e.ids(imgK), e.ids(massQ)
-	g.txtQ, g.txtK = e.ids(txtQ), e.ids(txtK)
+	// host tensors on every backend: the attention reads them without a device-to-host copy
+	host := func(v []int32) *tensor.Tensor { return tensor.Must(tensor.FromInt32(v, len(v))) }
+	g.imgQ, g.imgK, g.massQ = host(imgQ), host(imgK), host(massQ)
+	g.txtQ, g.txtK = host(txtQ), host(txtK)
 	return g
 }
 
