@@ -362,35 +362,9 @@ func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSes
 	if rctx == nil {
 		rctx = context.Background()
 	}
-	dir := c.RunDir
-	var loadDir string
-	if c.LoadCheckpointPath != "" {
-		var runOf string
-		if loadDir, runOf, err = resolveCheckpoint(c.LoadCheckpointPath, c.FindLastCheckpoint); err != nil {
-			return nil, err
-		}
-		if runOf != "" && dir == "" {
-			dir = runOf
-		}
-	}
-	if dir == "" {
-		dir = defaultRunDir(c)
-	}
-	if lead { // before any rank looks for checkpoints (the name gather is the barrier)
-		done, err := cleanStale(dir)
-		for _, d := range done {
-			fmt.Fprintln(stderr, "after an interrupted run:", d)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
-		}
-	}
-	if comm != nil { // rank 0's name (the clock may differ between processes)
-		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
-		if err != nil {
-			return nil, err
-		}
-		dir = string(names[0])
+	dir, loadDir, err := rankRunDir(rctx, c, comm, lead, stderr)
+	if err != nil {
+		return nil, err
 	}
 	ck := &Checkpoints{Root: filepath.Join(dir, "checkpoints")}
 	ckDir, ckStep, err := ck.Last()

@@ -91,37 +91,9 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 	wall := time.Now()
 	c := cfg.Training
 	lead := comm == nil || comm.Rank() == 0
-	dir := c.RunDir
-	// load_checkpoint_path may name a run (experiment) directory: with find_last_checkpoint
-	// and no run_dir of its own, the run resumes there.
-	var loadDir string
-	if c.LoadCheckpointPath != "" {
-		var runOf string
-		if loadDir, runOf, err = resolveCheckpoint(c.LoadCheckpointPath, c.FindLastCheckpoint); err != nil {
-			return nil, err
-		}
-		if runOf != "" && dir == "" {
-			dir = runOf
-		}
-	}
-	if dir == "" {
-		dir = defaultRunDir(c)
-	}
-	if lead { // before any rank looks for checkpoints (the name gather is the barrier)
-		done, err := cleanStale(dir)
-		for _, d := range done {
-			fmt.Fprintln(stderr, "after an interrupted run:", d)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
-		}
-	}
-	if comm != nil { // rank 0's name (the clock may differ between processes)
-		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
-		if err != nil {
-			return nil, err
-		}
-		dir = string(names[0])
+	dir, loadDir, err := rankRunDir(rctx, c, comm, lead, stderr)
+	if err != nil {
+		return nil, err
 	}
 	if lead {
 		// A start that fails before writing anything leaves no empty directories behind.
@@ -724,4 +696,42 @@ func writeSummary(dir string, sum Summary) error {
 		return err
 	}
 	return WriteFileAtomic(filepath.Join(dir, "summary.json"), append(js, '\n'))
+}
+
+// rankRunDir resolves a rank's run directory and the checkpoint to load: run_dir, or the run
+// that load_checkpoint_path names (with find_last_checkpoint and no run_dir of its own the run
+// resumes there), or a new default one. The lead rank cleans up after an interrupted run
+// before any rank looks for checkpoints; every rank then takes rank 0's name (the gather is the
+// barrier; the clock may differ between processes).
+func rankRunDir(rctx context.Context, c TrainingConfig, comm collective.Comm, lead bool, stderr io.Writer) (dir, loadDir string, err error) {
+	dir = c.RunDir
+	if c.LoadCheckpointPath != "" {
+		var runOf string
+		if loadDir, runOf, err = resolveCheckpoint(c.LoadCheckpointPath, c.FindLastCheckpoint); err != nil {
+			return "", "", err
+		}
+		if runOf != "" && dir == "" {
+			dir = runOf
+		}
+	}
+	if dir == "" {
+		dir = defaultRunDir(c)
+	}
+	if lead {
+		done, err := cleanStale(dir)
+		for _, d := range done {
+			fmt.Fprintln(stderr, "after an interrupted run:", d)
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("training.run_dir %s: cleaning up after an interrupted run: %w", dir, err)
+		}
+	}
+	if comm != nil {
+		names, err := collective.AllGatherBytes(rctx, comm, []byte(dir))
+		if err != nil {
+			return "", "", err
+		}
+		dir = string(names[0])
+	}
+	return dir, loadDir, nil
 }
