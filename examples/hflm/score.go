@@ -14,8 +14,8 @@ type Scores struct {
 
 	m       *Model
 	a       *acts
-	cols    []int // positions scored per row when padded (nil: its completion's length)
-	rows    []int // packed row of each scored position (the hidden state that predicts it)
+	cols    []int          // positions scored per row when padded (nil: its completion's length)
+	rows    []int          // packed row of each scored position (the hidden state that predicts it)
 	rowIDs  *tensor.Tensor // rows as int32 on the model's backend
 	lmIn    tensor.LMHeadInputs
 	lp, ent *tensor.Tensor // [M]
