@@ -3,6 +3,7 @@
 package hflm
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -194,9 +195,57 @@ func TestCUDAGenerate(t *testing.T) {
 }
 
 // TestCUDATrainAndExport: three AdamW steps of LoRA on the device (DeviceTraining) follow the
-// CPU's (Training) within 1e-4 of the adapters' scale; SaveLoRA and Checkpoint download the
+// CPU's (Training) within 1e-4 of the adapters' scale (the adapters' gradients are far from
+// zero, unlike a full model's embedding rows: see TestCUDAFullTraining); SaveLoRA and Checkpoint download the
 // device's adapters and merged weights, which a CPU load of the saved adapter reproduces; bf16
 // mixed precision is refused on the device by name.
+// TestCUDAFullTraining: three full fine-tuning steps (tied embeddings): the device's log-probs
+// and every weight's gradient are the CPU's within 1e-5 of their scale at each step, and
+// DeviceAdamW (tensor.ClipGradNorm and tensor.AdamWStep on the device) given the CPU's
+// gradients takes the host AdamW's step within 1e-6.
+func TestCUDAFullTraining(t *testing.T) {
+	b := device(t)
+	cpu, dev := loadPair(t, b, "qwen2-tied.json", 13)
+	hostOpt, _, err := cpu.Training(0.01)
+	require.NoError(t, err)
+	devOpt, _, err := dev.DeviceTraining(0.01)
+	require.NoError(t, err)
+	prompts := [][]int32{{1, 5, 9}, {4, 90, 2, 33}}
+	comps := [][]int32{{3, 4, 5, 6}, {8, 9}}
+	dl := [][]float32{{0.1, -0.2, 0.3, 0.05}, {-0.4, 0.2}}
+	for step := range 3 {
+		var lps [2][]float32
+		for k, m := range []*Model{cpu, dev} {
+			s, err := m.Score(prompts, comps, 1, true)
+			require.NoError(t, err)
+			lps[k] = append(s.LogProbs[0], s.LogProbs[1]...)
+			require.NoError(t, s.Backward(dl, nil))
+		}
+		closeTo(t, fmt.Sprint("logprobs at step ", step), lps[1], lps[0], 1e-5)
+		hps, _ := cpu.Params()
+		dps, _ := dev.Params()
+		for i := range hps {
+			closeTo(t, fmt.Sprint("grad ", hps[i].Name, " at step ", step), downloaded(t, dps[i].Grad), host(hps[i].Grad), 1e-5)
+		}
+		// The optimizers from the same gradients: AdamW divides by √v + eps, so a gradient
+		// within float32 rounding of zero (a sum that cancels) moves its weight by up to lr
+		// either way; the step itself is checked on the host's gradients.
+		for i := range hps {
+			require.NoError(t, tensor.CopyInto(dps[i].Grad, hps[i].Grad))
+		}
+		nh, err := hostOpt.Step(1e-2, 1)
+		require.NoError(t, err)
+		nd, err := devOpt.Step(1e-2, 1)
+		require.NoError(t, err)
+		require.InDelta(t, nh, nd, 1e-6*(1+nh))
+		for i := range hps {
+			closeTo(t, fmt.Sprint(hps[i].Name, " after step ", step), downloaded(t, dps[i].Value), host(hps[i].Value), 1e-6)
+			require.NoError(t, tensor.CopyInto(dps[i].Value, hps[i].Value)) // the same start for the next step
+		}
+		require.NoError(t, dev.Repack())
+	}
+}
+
 func TestCUDATrainAndExport(t *testing.T) {
 	b := device(t)
 	cpu, dev := loadPair(t, b, "qwen2-untied.json", 13)
