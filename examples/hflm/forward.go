@@ -523,8 +523,8 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 	return nil
 }
 
-// Logits returns the next-token logits [len(tokens), V] of one sequence, in float32: row t
-// predicts token t+1. It is the full forward (no cache).
+// Logits returns the next-token logits [len(tokens), V] of one sequence, in float32 on the
+// model's backend: row t predicts token t+1. It is the full forward (no cache).
 func (m *Model) Logits(tokens []int32) (*tensor.Tensor, error) {
 	return m.LogitsInput(Input{Seqs: [][]int32{tokens}})
 }
