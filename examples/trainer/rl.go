@@ -98,6 +98,9 @@ func (t *Trainer) actorTraining() (loop.Gradients, loop.Optimizer, error) {
 	t.wholeMoments()
 	t.zero = nil
 	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
+	if t.onDevice(t.model) && a.offloadOptimizer() {
+		return t.offloadTraining(stage, rc)
+	}
 	if t.onDevice(t.model) || (stage == 0 && a.GradReduce == "ordered") {
 		g, o, err := t.trainingOf(t.model, t.opt)
 		if dg, ok := g.(*deviceGradients); ok && !rc.Ordered && t.world() > 1 {
