@@ -5,7 +5,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/cuda"
@@ -68,11 +70,17 @@ func TestDeviceOffloadSharded(t *testing.T) {
 
 // TestDeviceOffloadMemory: the offloaded optimizer holds 8 bytes per parameter (AdamW's two
 // float32 moments) less on the device after an RL step, and its step's peak is as much lower.
-// The numbers are logged (docs/2026-11-memory.md).
+// The model is the default one (dim 64, 2 layers); MTRL_OFFLOAD_MODEL=dim=256,layers=4,…
+// sets other worker.actor.model keys. The numbers are logged (docs/2026-11-memory.md).
 func TestDeviceOffloadMemory(t *testing.T) {
+	model := []string{"worker.actor.model.dim=64", "worker.actor.model.layers=2", "worker.actor.model.heads=4", "worker.actor.model.mlp_dim=128"}
+	if s := os.Getenv("MTRL_OFFLOAD_MODEL"); s != "" {
+		for _, kv := range strings.Split(s, ",") {
+			model = append(model, "worker.actor.model."+kv)
+		}
+	}
 	measure := func(extra ...string) (params int, resident, peak int64) {
-		cfg := tinyConfig(t, t.TempDir(), append([]string{"worker.actor.device=cuda", "worker.actor.use_kl_loss=true",
-			"worker.actor.model.dim=64", "worker.actor.model.mlp_dim=128"}, extra...)...)
+		cfg := tinyConfig(t, t.TempDir(), append(append([]string{"worker.actor.device=cuda", "worker.actor.use_kl_loss=true"}, model...), extra...)...)
 		tr, err := NewTrainer(cfg)
 		require.NoError(t, err)
 		defer tr.Close()
