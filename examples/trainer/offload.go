@@ -43,7 +43,7 @@ func (c *Config) warnOffload() {
 	}{{"worker.actor.fsdp.cpu_offload", a.FSDP.CPUOffload}, {"worker.actor.offload.offload_optimizer", a.Offload.OffloadOptimizer},
 		{"worker.actor.offload.offload_params", a.Offload.OffloadParams}} {
 		if k.on {
-			c.warnings = append(c.warnings, fmt.Sprintf("config: %s: accepted and ignored: on the CPU (device=cpu) the weights and the optimizer are in host memory already", k.key))
+			c.warnings = append(c.warnings, fmt.Sprintf("config: %s=true: accepted and ignored: on the CPU (device=cpu) the weights and the optimizer are in host memory already", k.key))
 		}
 	}
 }

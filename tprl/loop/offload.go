@@ -23,6 +23,9 @@ type Offload struct {
 	// Zero, when set, zeroes a device gradient (the backend's memset kernel); when nil, zeros
 	// are uploaded from host memory.
 	Zero func(g *tensor.Tensor) error
+	// Uploaded, when set, runs after each upload of the optimizer's step: a model that derives
+	// copies from its weights (packed or bfloat16 matrices) rebuilds them there.
+	Uploaded func() error
 
 	dev, host []Param
 	bf16      []tensor.BF16 // staging for bfloat16 device weights
@@ -220,7 +223,13 @@ func (p *offloadOptimizer) after(norm float64, err error) error {
 	if err != nil || math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return err // a skipped step changed no weight
 	}
-	return p.o.Upload()
+	if err := p.o.Upload(); err != nil {
+		return err
+	}
+	if p.o.Uploaded != nil {
+		return p.o.Uploaded()
+	}
+	return nil
 }
 
 type offloadGroupOptimizer struct {

@@ -101,11 +101,16 @@ func runOffloaded(t *testing.T, size, n int, md mode) run {
 			return err
 		}
 		p.Gradients, p.Optimizer = off.Gradients(g), off.Optimizer(opt)
+		uploads := 0
+		off.Uploaded = func() error { uploads++; return nil }
 		l, err := loop.New(s.cfg, p)
 		if err != nil {
 			return err
 		}
 		out.metrics[c.Rank()] = steps(t, l, n)
+		if uploads != n*s.cfg.Prompts/s.cfg.MiniBatchPrompts*s.cfg.PPOEpochs {
+			return fmt.Errorf("rank %d: %d uploads in %d steps", c.Rank(), uploads, n)
+		}
 		out.weights[c.Rank()] = weights(&tiny{w: tensor.Must(tensor.To(tensor.CPU(), d.dw))})
 		host := weights(&tiny{w: tensor.Must(tensor.FromFloat32(flat(off.Params()), 4*respLen, vocab))})
 		if !assert.Equal(t, host, out.weights[c.Rank()], "masters and device weights") {
