@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -48,14 +49,15 @@ func (c *Config) warnOffload() {
 	}
 }
 
-// offloadTraining is actorTraining's gradient sum and optimizer with the optimizer offloaded
-// (device=cuda): loop.Offload over the actor's device parameters, AdamW's state (t.opt, or its
-// ZeRO shard) and the masters on the host. On one rank, and with NCCL (bucketed, several
+// offloadTraining is the gradient sum and optimizer of the actor m with AdamW state o (the RL
+// run's t.opt, or the warm start's) and the optimizer offloaded (device=cuda): loop.Offload
+// over m's device parameters, AdamW's state (o, or t.opt's ZeRO shard) and the masters on the
+// host. On one rank, and with NCCL (bucketed, several
 // ranks), the micro-batches are summed on the device as without offload and the sum comes down
 // once per mini-batch; with the ordered reduction on several ranks, and with sharding, each
 // micro-batch's gradient comes down for the host's reduction.
-func (t *Trainer) offloadTraining(stage loop.Sharding, rc loop.ReduceConfig) (loop.Gradients, loop.Optimizer, error) {
-	dps, err := t.model.DeviceParams()
+func (t *Trainer) offloadTraining(m *vlm.Model, o *loop.AdamW, stage loop.Sharding, rc loop.ReduceConfig) (loop.Gradients, loop.Optimizer, error) {
+	dps, err := m.DeviceParams()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +70,7 @@ func (t *Trainer) offloadTraining(stage loop.Sharding, rc loop.ReduceConfig) (lo
 		return nil, nil, err
 	}
 	off.Zero = t.dev.zero
-	host, o := off.Params(), t.opt
+	host := off.Params()
 	if stage != 0 {
 		zero, g, err := loop.NewShardedAdamW(host, stage, rc, t.rank(), t.world(), o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
 		if err != nil {
@@ -78,12 +80,12 @@ func (t *Trainer) offloadTraining(stage loop.Sharding, rc loop.ReduceConfig) (lo
 			return nil, nil, err
 		}
 		zero.T = o.T
-		t.zero, o.M, o.V = zero, nil, nil
+		t.zero, o.M, o.V = zero, nil, nil // the moments live sharded now (o is t.opt)
 		return off.Gradients(g), off.Optimizer(zero), nil
 	}
 	opt := off.Optimizer(&loop.HostAdamW{AdamW: o, Params: host})
 	if t.world() == 1 || !rc.Ordered {
-		dg := &deviceGradients{t: t, m: t.model}
+		dg := &deviceGradients{t: t, m: m}
 		if t.world() > 1 {
 			dg.nccl, dg.bucket = true, max(1, rc.BucketBytes/4)
 		}
