@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/gemm"
@@ -25,6 +26,14 @@ import (
 // (a decode step packs the cache's valid positions, not its capacity). For each block and key
 // panel: S = Q·Kᵀ (rows of Q gathered into the block), the online-softmax row step, O += P·V with
 // V read in place. The running maximum is rescaled lazily (attnTau).
+//
+// bfloat16. The kernels are generic over the element type of Q, K, V and the outputs (attnElem)
+// and compute in float32 throughout: the forward widens Q as it gathers its rows and K as it
+// packs its panels (no extra pass), widens the value rows the queries see into a float32 buffer
+// (the tiles read V in place), and rounds each output row once as it stores it; the backward,
+// whose tiles read Q, K, V and dO in place and sum dK and dV in place, widens them all into float32
+// buffers and rounds dQ, dK and dV at the end (O(T·H·D) conversions against O(T²·H·D) products);
+// the decode path reads the bfloat16 cache rows directly.
 //
 // Backward. Per block of attnBwdRows queries of one head and panel of attnKeys keys, the tiles
 // are transposed (keys are rows): Sᵀ = K·(scale·Q)ᵀ and dPᵀ = V·(scale·dO)ᵀ with K and V read in
@@ -141,11 +150,21 @@ func visibleKeys(s nnref.AttnShape, q nnref.Seq) int {
 }
 
 // packKT writes keys [j0, j0+nk) of head g (rows of k, stride ld) into the panel dst
-// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d], zero past nk.
-func packKT(dst, k []float32, ld, d, nk int, mult float32) {
+// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d] (widened first), zero past nk.
+func packKT[E attnElem](dst []float32, k []E, ld, d, nk int, mult float32) {
 	clear(dst[:d*attnKeys])
+	if kb, ok := bf16View(k); ok {
+		for j := range nk {
+			row := kb[j*ld:][:d]
+			for i, x := range row {
+				dst[i*attnKeys+j] = mult * x.Float32()
+			}
+		}
+		return
+	}
+	kf := f32View(k)
 	for j := range nk {
-		row := k[j*ld:][:d]
+		row := kf[j*ld:][:d]
 		for i, x := range row {
 			dst[i*attnKeys+j] = mult * x
 		}
@@ -154,7 +173,7 @@ func packKT(dst, k []float32, ld, d, nk int, mult float32) {
 
 // kvPanels packs the keys every (sequence, key/value head) reads into panels of attnKeys, in
 // parallel; off[u] is where unit u = seq·Hkv + g starts (in panels).
-func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (buf *[]float32, off []int) {
+func kvPanels[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, k []E, mult float32) (buf *[]float32, off []int) {
 	off = make([]int, len(seqs)*s.Hkv+1)
 	for b, q := range seqs {
 		np := (visibleKeys(s, q) + attnKeys - 1) / attnKeys
@@ -186,7 +205,7 @@ func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (b
 var attnWorkers = func() int { return runtime.GOMAXPROCS(0) }
 
 // attentionCPU is the forward on host slices: out [rows, Hq, D], lse [rows, Hq] or nil.
-func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	if decodeCall(s, seqs) {
 		attentionDecodeCPU(s, seqs, q, k, v, out, lse)
 		return
@@ -195,11 +214,15 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 }
 
 // attentionPackedCPU is the tiled forward on packed key panels (see the comment at the top).
-func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionPackedCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	group, d := s.Hq/s.Hkv, s.D
 	ktBuf, off := kvPanels(s, seqs, k, float32(s.Scale))
 	defer putF32(ktBuf)
 	kt := *ktBuf
+	vf, vBuf := visibleValues(s, seqs, v)
+	if vBuf != nil {
+		defer putF32(vBuf)
+	}
 	type job struct{ seq, g, r0, r1 int }
 	var jobs []job
 	for b, sq := range seqs {
@@ -223,7 +246,7 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 			n := jb.r1 - jb.r0
 			for r := range n {
 				t, h := (jb.r0+r)/group, jb.g*group+(jb.r0+r)%group
-				copy(qb[r*d:(r+1)*d], q[((sq.Q0+t)*s.Hq+h)*d:])
+				loadRow(qb[r*d:(r+1)*d], q[((sq.Q0+t)*s.Hq+h)*d:])
 				lims[r] = keyLimit(s, sq, t)
 				ms[r], ls[r] = float32(math.Inf(-1)), 0
 			}
@@ -266,7 +289,7 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 					ms[r] = m1
 				}
 				for r := r0; r < n; r += gemm.MR {
-					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, v[kv0+j0*ld:], ld, o[r*d:], d, d, true)
+					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, vf[kv0+j0*ld:], ld, o[r*d:], d, d, true)
 				}
 			}
 			for r := range n {
@@ -280,10 +303,7 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 					}
 					continue
 				}
-				inv := 1 / ls[r]
-				for i, x := range o[r*d : (r+1)*d] {
-					dst[i] = x * inv
-				}
+				storeRow(dst, o[r*d:(r+1)*d], 1/ls[r])
 				if lse != nil {
 					lse[row] = ms[r] + float32(math.Log(float64(ls[r])))
 				}
@@ -308,8 +328,36 @@ type bwdPlan struct {
 	group, panel, nUnit int
 }
 
-// attentionBackwardCPU writes dq, dk and dv for the forward's q, k, v, out, lse and dout.
-func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse, dout, dq, dk, dv []float32) {
+// attentionBackwardCPU writes dq, dk and dv for the forward's q, k, v, out, lse and dout. For
+// bfloat16 it runs the float32 backward on widened copies and rounds the gradients.
+func attentionBackwardCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32, dout, dq, dk, dv []E) {
+	if _, ok := bf16View(q); !ok {
+		attentionBackwardF32(s, seqs, f32View(q), f32View(k), f32View(v), f32View(out), lse, f32View(dout), f32View(dq), f32View(dk), f32View(dv))
+		return
+	}
+	var bufs []*[]float32
+	wide := func(x []E) []float32 {
+		b := widenAll(x)
+		bufs = append(bufs, b)
+		return *b
+	}
+	scratch := func(n int) []float32 {
+		b := getF32(n)
+		bufs = append(bufs, b)
+		return *b
+	}
+	dq32, dk32, dv32 := scratch(len(dq)), scratch(len(dk)), scratch(len(dv))
+	attentionBackwardF32(s, seqs, wide(q), wide(k), wide(v), wide(out), lse, wide(dout), dq32, dk32, dv32)
+	roundAll(dq, dq32)
+	roundAll(dk, dk32)
+	roundAll(dv, dv32)
+	for _, b := range bufs {
+		putF32(b)
+	}
+}
+
+// attentionBackwardF32 is the float32 backward (see the comment at the top).
+func attentionBackwardF32(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse, dout, dq, dk, dv []float32) {
 	p := &bwdPlan{s: s, seqs: seqs, q: q, k: k, v: v, dout: dout, dq: dq, dk: dk, dv: dv,
 		group: s.Hq / s.Hkv, panel: s.D * attnBwdRows, nUnit: len(seqs) * s.Hkv}
 	ktBuf, kOff := kvPanels(s, seqs, k, 1)
@@ -526,7 +574,7 @@ func decodeCall(s nnref.AttnShape, seqs []nnref.Seq) bool {
 // row the scores scale·q·K[j] are dot products with the cache's key rows read in place, one
 // softmaxRow step over all of them (the exact maximum, so no rescaling), and the output the sum
 // of p[j]·V[j] (axpy over the value rows in place). Nothing is packed.
-func attentionDecodeCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionDecodeCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	group, d, ld := s.Hq/s.Hkv, s.D, s.Hkv*s.D
 	type job struct{ seq, t, h int }
 	var jobs []job
@@ -558,30 +606,33 @@ func attentionDecodeCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 				continue
 			}
 			n := (lim + 15) &^ 15
-			if buf == nil || cap(*buf) < n {
+			if buf == nil || cap(*buf) < n+2*d {
 				if buf != nil {
 					putF32(buf)
 				}
-				buf = getF32(n)
+				buf = getF32(n + 2*d)
 			}
 			sc := (*buf)[:n]
-			qr := q[row*d : (row+1)*d]
 			kv0 := (sq.K0*s.Hkv + jb.h/group) * d
+			// float32 reads q and sums into out in place; bfloat16 widens q and sums in float32
+			qr, acc := (*buf)[n:n+d], (*buf)[n+d:n+2*d]
+			if of, ok := f32Row(out[row*d : (row+1)*d]); ok {
+				qr, acc = f32View(q[row*d:(row+1)*d]), of
+			} else {
+				loadRow(qr, q[row*d:(row+1)*d])
+			}
 			for j := range lim {
-				sc[j] = scale * dotF32(qr, k[kv0+j*ld:][:d])
+				sc[j] = scale * dotRow(qr, k[kv0+j*ld:][:d])
 			}
 			for j := lim; j < n; j++ {
 				sc[j] = float32(math.Inf(-1))
 			}
 			m, sum := softmaxRow(sc, float32(math.Inf(-1)))
-			clear(dst)
+			clear(acc)
 			for j := range lim {
-				axpyF32(sc[j], v[kv0+j*ld:][:d], dst)
+				axpyRow(sc[j], v[kv0+j*ld:][:d], acc)
 			}
-			inv := 1 / sum
-			for i := range dst {
-				dst[i] *= inv
-			}
+			storeRow(dst, acc, 1/sum)
 			if lse != nil {
 				lse[row] = m + float32(math.Log(float64(sum)))
 			}
@@ -612,4 +663,126 @@ func axpyF32(a float32, x, y []float32) {
 	for i, v := range x {
 		y[i] += a * v
 	}
+}
+
+// attnElem is the element type of the CPU attention's operands and outputs: float32, or
+// bfloat16 computed in float32.
+type attnElem interface{ float32 | BF16 }
+
+// bf16View returns x as bfloat16 elements, ok when E is BF16.
+func bf16View[E attnElem](x []E) (b []BF16, ok bool) {
+	var z E
+	if unsafe.Sizeof(z) != 2 {
+		return nil, false
+	}
+	return unsafe.Slice((*BF16)(unsafe.Pointer(unsafe.SliceData(x))), len(x)), true
+}
+
+// f32Row returns x as float32 elements, ok when E is float32.
+func f32Row[E attnElem](x []E) (f []float32, ok bool) {
+	var z E
+	if unsafe.Sizeof(z) != 4 {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(x))), len(x)), true
+}
+
+// f32View is f32Row for callers that know E is float32.
+func f32View[E attnElem](x []E) []float32 {
+	f, _ := f32Row(x)
+	return f
+}
+
+// loadRow writes the first len(dst) elements of src into dst, widened.
+func loadRow[E attnElem](dst []float32, src []E) {
+	if b, ok := bf16View(src); ok {
+		for i, h := range b[:len(dst)] {
+			dst[i] = h.Float32()
+		}
+		return
+	}
+	copy(dst, f32View(src))
+}
+
+// storeRow writes dst[i] = src[i]·mul, rounded once to bfloat16 when E is BF16 (dst may be
+// src when E is float32).
+func storeRow[E attnElem](dst []E, src []float32, mul float32) {
+	if b, ok := bf16View(dst); ok {
+		for i, x := range src[:len(b)] {
+			b[i] = BF16FromFloat32(x * mul)
+		}
+		return
+	}
+	f := f32View(dst)
+	for i, x := range src[:len(f)] {
+		f[i] = x * mul
+	}
+}
+
+// dotRow is Σ x[i]·y[i] over len(x) elements, y widened, in dotF32's order.
+func dotRow[E attnElem](x []float32, y []E) float32 {
+	b, ok := bf16View(y)
+	if !ok {
+		return dotF32(x, f32View(y))
+	}
+	b = b[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * b[i].Float32()
+		s1 += x[i+1] * b[i+1].Float32()
+		s2 += x[i+2] * b[i+2].Float32()
+		s3 += x[i+3] * b[i+3].Float32()
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * b[i].Float32()
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpyRow is y += a·x over len(y) elements, x widened.
+func axpyRow[E attnElem](a float32, x []E, y []float32) {
+	b, ok := bf16View(x)
+	if !ok {
+		axpyF32(a, f32View(x)[:len(y)], y)
+		return
+	}
+	for i, h := range b[:len(y)] {
+		y[i] += a * h.Float32()
+	}
+}
+
+// attnConvGrain is how many elements one goroutine widens or rounds at a time.
+const attnConvGrain = 1 << 14
+
+// widenAll returns a pooled float32 copy of x (put it back with putF32).
+func widenAll[E attnElem](x []E) *[]float32 {
+	buf := getF32(len(x))
+	dst := *buf
+	parallel.For(len(x), attnConvGrain, func(lo, hi int) { loadRow(dst[lo:hi], x[lo:hi]) })
+	return buf
+}
+
+// roundAll writes src into dst, rounded to dst's element type.
+func roundAll[E attnElem](dst []E, src []float32) {
+	parallel.For(len(dst), attnConvGrain, func(lo, hi int) { storeRow(dst[lo:hi], src[lo:hi], 1) })
+}
+
+// visibleValues returns v as float32 for the forward's P·V tiles, which read it in place: v
+// itself when E is float32, else a pooled buffer (buf, for putF32) holding the widened value rows
+// the queries see (a decode step's cache capacity past its lengths is neither read nor widened).
+func visibleValues[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, v []E) (vf []float32, buf *[]float32) {
+	if f, ok := f32Row(v); ok {
+		return f, nil
+	}
+	buf = getF32(len(v))
+	vf = *buf
+	row := s.Hkv * s.D
+	parallel.For(len(seqs), 1, func(lo, hi int) {
+		for _, q := range seqs[lo:hi] {
+			a, b := q.K0*row, (q.K0+visibleKeys(s, q))*row
+			loadRow(vf[a:b], v[a:b])
+		}
+	})
+	return vf, buf
 }

@@ -156,6 +156,85 @@ func TestAttentionCPUVsReference(t *testing.T) {
 	}
 }
 
+// TestAttentionBF16IsRoundedF32 checks the bfloat16 kernels (forward on both paths, backward)
+// against their definition: the float32 kernels on the widened inputs, each output rounded to
+// nearest even once. The float32 kernels run in the same order on the same values, so the two
+// agree bit for bit; the conformance suite (tensor/nntest) holds both to the float64 reference.
+func TestAttentionBF16IsRoundedF32(t *testing.T) {
+	round := func(x []float32) []BF16 {
+		out := make([]BF16, len(x))
+		for i, v := range x {
+			out[i] = BF16FromFloat32(v)
+		}
+		return out
+	}
+	widen := func(x []BF16) []float32 {
+		out := make([]float32, len(x))
+		for i, v := range x {
+			out[i] = v.Float32()
+		}
+		return out
+	}
+	for _, c := range attnCases() {
+		for _, name := range attnImpls.Names() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				defer attnImpls.Use(name)()
+				s := c.s
+				s.Scale = 1 / math.Sqrt(float64(s.D))
+				q32, k32, v32, do32 := c.inputs(5)
+				q, k, v, dout := round(q32), round(k32), round(v32), round(do32)
+				q32, k32, v32, do32 = widen(q), widen(k), widen(v), widen(dout)
+				check := func(what string, got []BF16, want []float32) {
+					t.Helper()
+					for i, w := range round(want) {
+						if got[i] != w {
+							t.Fatalf("%s[%d] = %#04x (%v), want %#04x (%v)", what, i, got[i], got[i].Float32(), w, w.Float32())
+						}
+					}
+				}
+				checkF := func(what string, got, want []float32) {
+					t.Helper()
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+						}
+					}
+				}
+				for _, path := range []string{"auto", "packed", "decode"} {
+					if path == "decode" && !slices.ContainsFunc(c.seqs, func(q nnref.Seq) bool { return q.QN > 0 && q.QN <= 4 }) {
+						continue
+					}
+					out, lse := make([]BF16, len(q)), make([]float32, c.tq*s.Hq)
+					wout, wlse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+					switch path {
+					case "auto":
+						attentionCPU(s, c.seqs, q, k, v, out, lse)
+						attentionCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					case "packed":
+						attentionPackedCPU(s, c.seqs, q, k, v, out, lse)
+						attentionPackedCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					case "decode":
+						attentionDecodeCPU(s, c.seqs, q, k, v, out, lse)
+						attentionDecodeCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					}
+					check(path+" out", out, wout)
+					checkF(path+" lse", lse, wlse)
+					if path != "auto" {
+						continue
+					}
+					dq, dk, dv := make([]BF16, len(q)), make([]BF16, len(k)), make([]BF16, len(v))
+					attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+					wdq, wdk, wdv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+					attentionBackwardCPU(s, c.seqs, q32, k32, v32, widen(out), lse, do32, wdq, wdk, wdv)
+					check("dq", dq, wdq)
+					check("dk", dk, wdk)
+					check("dv", dv, wdv)
+				}
+			})
+		}
+	}
+}
+
 // TestAttentionDecodeVsPacked checks the unpacked decode path against the packed tiles on the
 // decode-shaped calls (a few queries per sequence), GQA included: both are float32 with different
 // summation orders, so they agree to float32 rounding, not bits.
@@ -251,7 +330,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			for _, path := range []struct {
 				name string
 				f    func(nnref.AttnShape, []nnref.Seq, []float32, []float32, []float32, []float32, []float32)
-			}{{"decode", attentionDecodeCPU}, {"packed", attentionPackedCPU}} {
+			}{{"decode", attentionDecodeCPU[float32]}, {"packed", attentionPackedCPU[float32]}} {
 				b.Run(path.name, func(b *testing.B) {
 					b.ReportAllocs()
 					cpu0, _ := cputime.Process()
