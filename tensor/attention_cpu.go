@@ -57,6 +57,8 @@ const (
 type attnSIMD struct {
 	softmax func(x []float32, m, tau float32) (mx, sum float32)
 	bwd     func(p, dp, lse, dlt []float32)
+	widen   func(dst []float32, src []uint16) // the first len(dst) &^ (lanes−1) elements
+	lanes   int
 }
 
 var attnImpls = dispatch.New(attnSIMDImpls()...)
@@ -150,14 +152,16 @@ func visibleKeys(s nnref.AttnShape, q nnref.Seq) int {
 }
 
 // packKT writes keys [j0, j0+nk) of head g (rows of k, stride ld) into the panel dst
-// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d] (widened first), zero past nk.
-func packKT[E attnElem](dst []float32, k []E, ld, d, nk int, mult float32) {
+// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d], zero past nk; bfloat16 rows are widened
+// into row (D elements) first.
+func packKT[E attnElem](dst []float32, k []E, ld, d, nk int, mult float32, row []float32) {
 	clear(dst[:d*attnKeys])
-	if kb, ok := bf16View(k); ok {
+	if _, ok := bf16View(k); ok {
+		row = row[:d]
 		for j := range nk {
-			row := kb[j*ld:][:d]
+			loadRow(row, k[j*ld:])
 			for i, x := range row {
-				dst[i*attnKeys+j] = mult * x.Float32()
+				dst[i*attnKeys+j] = mult * x
 			}
 		}
 		return
@@ -187,6 +191,10 @@ func kvPanels[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, k []E, mult float
 	kt := *buf
 	units := len(off) - 1
 	parallel.For(off[units], 4, func(lo, hi int) {
+		var row []float32
+		if _, ok := bf16View(k); ok {
+			row = make([]float32, s.D)
+		}
 		u := 0
 		for p := lo; p < hi; p++ {
 			for off[u+1] <= p {
@@ -195,7 +203,7 @@ func kvPanels[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, k []E, mult float
 			q, g := seqs[u/s.Hkv], u%s.Hkv
 			j0 := (p - off[u]) * attnKeys
 			nk := min(attnKeys, visibleKeys(s, q)-j0)
-			packKT(kt[p*panel:], k[((q.K0+j0)*s.Hkv+g)*s.D:], s.Hkv*s.D, s.D, nk, mult)
+			packKT(kt[p*panel:], k[((q.K0+j0)*s.Hkv+g)*s.D:], s.Hkv*s.D, s.D, nk, mult, row)
 		}
 	})
 	return buf, off
@@ -606,23 +614,31 @@ func attentionDecodeCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v
 				continue
 			}
 			n := (lim + 15) &^ 15
-			if buf == nil || cap(*buf) < n+2*d {
+			if buf == nil || cap(*buf) < n+3*d {
 				if buf != nil {
 					putF32(buf)
 				}
-				buf = getF32(n + 2*d)
+				buf = getF32(n + 3*d)
 			}
 			sc := (*buf)[:n]
 			kv0 := (sq.K0*s.Hkv + jb.h/group) * d
-			// float32 reads q and sums into out in place; bfloat16 widens q and sums in float32
-			qr, acc := (*buf)[n:n+d], (*buf)[n+d:n+2*d]
-			if of, ok := f32Row(out[row*d : (row+1)*d]); ok {
+			// float32 reads q, K and V in place and sums into out; bfloat16 widens q and each
+			// K and V row into w and sums in acc
+			qr, acc, w := (*buf)[n:n+d], (*buf)[n+d:n+2*d], (*buf)[n+2*d:n+3*d]
+			of, f32 := f32Row(out[row*d : (row+1)*d])
+			if f32 {
 				qr, acc = f32View(q[row*d:(row+1)*d]), of
 			} else {
 				loadRow(qr, q[row*d:(row+1)*d])
 			}
 			for j := range lim {
-				sc[j] = scale * dotRow(qr, k[kv0+j*ld:][:d])
+				kr := k[kv0+j*ld:][:d]
+				if f32 {
+					sc[j] = scale * dotF32(qr, f32View(kr))
+				} else {
+					loadRow(w, kr)
+					sc[j] = scale * dotF32(qr, w)
+				}
 			}
 			for j := lim; j < n; j++ {
 				sc[j] = float32(math.Inf(-1))
@@ -630,7 +646,13 @@ func attentionDecodeCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v
 			m, sum := softmaxRow(sc, float32(math.Inf(-1)))
 			clear(acc)
 			for j := range lim {
-				axpyRow(sc[j], v[kv0+j*ld:][:d], acc)
+				vr := v[kv0+j*ld:][:d]
+				if f32 {
+					axpyF32(sc[j], f32View(vr), acc)
+				} else {
+					loadRow(w, vr)
+					axpyF32(sc[j], w, acc)
+				}
 			}
 			storeRow(dst, acc, 1/sum)
 			if lse != nil {
@@ -693,11 +715,20 @@ func f32View[E attnElem](x []E) []float32 {
 	return f
 }
 
-// loadRow writes the first len(dst) elements of src into dst, widened.
+// loadRow writes the first len(dst) elements of src into dst, widened (by the vector kernel
+// where there is one).
 func loadRow[E attnElem](dst []float32, src []E) {
 	if b, ok := bf16View(src); ok {
-		for i, h := range b[:len(dst)] {
-			dst[i] = h.Float32()
+		b = b[:len(dst)]
+		i := 0
+		if k := attnImpls.Active(); k != nil {
+			i = len(dst) &^ (k.lanes - 1)
+			if i > 0 {
+				k.widen(dst[:i], unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), i))
+			}
+		}
+		for ; i < len(dst); i++ {
+			dst[i] = b[i].Float32()
 		}
 		return
 	}
@@ -716,39 +747,6 @@ func storeRow[E attnElem](dst []E, src []float32, mul float32) {
 	f := f32View(dst)
 	for i, x := range src[:len(f)] {
 		f[i] = x * mul
-	}
-}
-
-// dotRow is Σ x[i]·y[i] over len(x) elements, y widened, in dotF32's order.
-func dotRow[E attnElem](x []float32, y []E) float32 {
-	b, ok := bf16View(y)
-	if !ok {
-		return dotF32(x, f32View(y))
-	}
-	b = b[:len(x)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		s0 += x[i] * b[i].Float32()
-		s1 += x[i+1] * b[i+1].Float32()
-		s2 += x[i+2] * b[i+2].Float32()
-		s3 += x[i+3] * b[i+3].Float32()
-	}
-	for ; i < len(x); i++ {
-		s0 += x[i] * b[i].Float32()
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// axpyRow is y += a·x over len(y) elements, x widened.
-func axpyRow[E attnElem](a float32, x []E, y []float32) {
-	b, ok := bf16View(x)
-	if !ok {
-		axpyF32(a, f32View(x)[:len(y)], y)
-		return
-	}
-	for i, h := range b[:len(y)] {
-		y[i] += a * h.Float32()
 	}
 }
 
@@ -778,11 +776,20 @@ func visibleValues[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, v []E) (vf [
 	buf = getF32(len(v))
 	vf = *buf
 	row := s.Hkv * s.D
-	parallel.For(len(seqs), 1, func(lo, hi int) {
+	widen := func(lo, hi int) {
 		for _, q := range seqs[lo:hi] {
 			a, b := q.K0*row, (q.K0+visibleKeys(s, q))*row
 			loadRow(vf[a:b], v[a:b])
 		}
-	})
+	}
+	n := 0
+	for _, q := range seqs {
+		n += visibleKeys(s, q) * row
+	}
+	if n < attnConvGrain { // a few decode rows: not worth a goroutine
+		widen(0, len(seqs))
+	} else {
+		parallel.For(len(seqs), 1, widen)
+	}
 	return vf, buf
 }

@@ -68,6 +68,40 @@ func TestAttentionRowKernelsVsGo(t *testing.T) {
 	}
 }
 
+// TestAttentionWidenBF16 checks the vector bfloat16 widening against the exact scalar one on
+// every bit pattern (NaNs, infinities, subnormals, signed zeros), at lengths with and without a
+// tail, and that it writes nothing past the whole vectors it covers.
+func TestAttentionWidenBF16(t *testing.T) {
+	impls := attnImpls.SIMD()
+	if len(impls) == 0 {
+		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
+	}
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	for _, im := range impls {
+		for _, n := range []int{0, 7, 8, 16, 63, 64, 100, len(src)} {
+			dst := make([]float32, n+1)
+			for i := range dst {
+				dst[i] = -1
+			}
+			im.Kernels.widen(dst[:n], src)
+			whole := n &^ (im.Kernels.lanes - 1)
+			for i := range whole {
+				if w := BF16(src[i]).Float32(); math.Float32bits(dst[i]) != math.Float32bits(w) {
+					t.Fatalf("%s n=%d: dst[%d] = %#x, want %#x", im.Name, n, i, math.Float32bits(dst[i]), math.Float32bits(w))
+				}
+			}
+			for i := whole; i <= n; i++ {
+				if dst[i] != -1 {
+					t.Fatalf("%s n=%d: dst[%d] written (%v) past the %d elements of whole vectors", im.Name, n, i, dst[i], whole)
+				}
+			}
+		}
+	}
+}
+
 // attnCase is one attention call on host slices and its float64 reference.
 type attnCase struct {
 	name string
@@ -309,7 +343,7 @@ func TestAttentionBackwardSchedules(t *testing.T) {
 // BenchmarkAttentionDecode is one decode step (one new token) over a cache of L positions,
 // 0.5B's heads (and the toy VLM's batch of 64 sequences of 40 positions, four heads of 16):
 // what a generation step pays per layer, on the unpacked decode path that
-// attentionCPU takes and on the packed tiles it replaced.
+// attentionCPU takes and on the packed tiles it replaced, float32 and bfloat16 (-bf16).
 func BenchmarkAttentionDecode(b *testing.B) {
 	toy := attnCase{name: "vlm-rows=64-L=40", s: nnref.AttnShape{Hq: 4, Hkv: 4, D: 16, Causal: true, Scale: 0.25}, tq: 64, tk: 64 * 40}
 	for i := range 64 {
@@ -327,10 +361,22 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			s := c.s
 			q, k, v, _ := c.inputs(3)
 			out := make([]float32, len(q))
+			bf := func(x []float32) []BF16 {
+				out := make([]BF16, len(x))
+				for i, v := range x {
+					out[i] = BF16FromFloat32(v)
+				}
+				return out
+			}
+			q16, k16, v16, out16 := bf(q), bf(k), bf(v), bf(out)
 			for _, path := range []struct {
 				name string
 				f    func(nnref.AttnShape, []nnref.Seq, []float32, []float32, []float32, []float32, []float32)
-			}{{"decode", attentionDecodeCPU[float32]}, {"packed", attentionPackedCPU[float32]}} {
+			}{{"decode", attentionDecodeCPU[float32]}, {"decode-bf16", func(s nnref.AttnShape, seqs []nnref.Seq, _, _, _, _, lse []float32) {
+				attentionDecodeCPU(s, seqs, q16, k16, v16, out16, lse)
+			}}, {"packed", attentionPackedCPU[float32]}, {"packed-bf16", func(s nnref.AttnShape, seqs []nnref.Seq, _, _, _, _, lse []float32) {
+				attentionPackedCPU(s, seqs, q16, k16, v16, out16, lse)
+			}}} {
 				b.Run(path.name, func(b *testing.B) {
 					b.ReportAllocs()
 					cpu0, _ := cputime.Process()
