@@ -44,7 +44,8 @@ type AttentionInputs struct {
 }
 
 // AttentionKernel is implemented by backends with their own attention. Attention's lse may be
-// nil (inference).
+// nil (inference). The entry points have validated the call, dtypes included: the operands and
+// outputs are all float32 or all bfloat16 (see AttentionInputs), lse float32.
 type AttentionKernel interface {
 	Attention(out, lse *Tensor, in AttentionInputs, cfg AttentionConfig) error
 	AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig) error
