@@ -227,7 +227,7 @@ func attentionPackedCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v
 	ktBuf, off := kvPanels(s, seqs, k, float32(s.Scale))
 	defer putF32(ktBuf)
 	kt := *ktBuf
-	vf, vBuf := visibleValues(s, seqs, v)
+	vf, vBase, vBuf := visibleValues(s, seqs, v)
 	if vBuf != nil {
 		defer putF32(vBuf)
 	}
@@ -261,8 +261,8 @@ func attentionPackedCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v
 			clear(o[:n*d])
 			maxLim := lims[n-1]
 			panels := kt[off[jb.seq*s.Hkv+jb.g]*d*attnKeys:]
-			// head g's first key (value) row, and the rows' stride; only read where keys are seen
-			kv0, ld := (sq.K0*s.Hkv+jb.g)*d, s.Hkv*d
+			// head g's first value row in vf, and the rows' stride; only read where keys are seen
+			kv0, ld := vBase[jb.seq]+jb.g*d, s.Hkv*d
 			r0 := 0 // rows before r0 see none of the current panel's keys
 			for j0 := 0; j0 < maxLim; j0 += attnKeys {
 				for r0 < n && lims[r0] <= j0 {
@@ -766,30 +766,35 @@ func roundAll[E attnElem](dst []E, src []float32) {
 	parallel.For(len(dst), attnConvGrain, func(lo, hi int) { storeRow(dst[lo:hi], src[lo:hi], 1) })
 }
 
-// visibleValues returns v as float32 for the forward's P·V tiles, which read it in place: v
-// itself when E is float32, else a pooled buffer (buf, for putF32) holding the widened value rows
-// the queries see (a decode step's cache capacity past its lengths is neither read nor widened).
-func visibleValues[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, v []E) (vf []float32, buf *[]float32) {
-	if f, ok := f32Row(v); ok {
-		return f, nil
-	}
-	buf = getF32(len(v))
-	vf = *buf
+// visibleValues returns v as float32 for the forward's P·V tiles, which read it in place, and
+// where each sequence's first value row starts in it (base[b]; the rows keep their stride): v
+// itself when E is float32, else a pooled buffer (buf, for putF32) holding only the widened value
+// rows the queries see, sequence after sequence (a decode step's cache capacity past its lengths
+// is neither widened nor given memory).
+func visibleValues[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, v []E) (vf []float32, base []int, buf *[]float32) {
 	row := s.Hkv * s.D
-	widen := func(lo, hi int) {
-		for _, q := range seqs[lo:hi] {
-			a, b := q.K0*row, (q.K0+visibleKeys(s, q))*row
-			loadRow(vf[a:b], v[a:b])
+	base = make([]int, len(seqs)+1)
+	if f, ok := f32Row(v); ok {
+		for b, q := range seqs {
+			base[b] = q.K0 * row
 		}
+		return f, base, nil
 	}
-	n := 0
-	for _, q := range seqs {
-		n += visibleKeys(s, q) * row
+	for b, q := range seqs {
+		base[b+1] = base[b] + visibleKeys(s, q)*row
+	}
+	n := base[len(seqs)]
+	buf = getF32(n)
+	vf = *buf
+	widen := func(lo, hi int) {
+		for b, q := range seqs[lo:hi] {
+			loadRow(vf[base[lo+b]:base[lo+b+1]], v[q.K0*row:])
+		}
 	}
 	if n < attnConvGrain { // a few decode rows: not worth a goroutine
 		widen(0, len(seqs))
 	} else {
 		parallel.For(len(seqs), 1, widen)
 	}
-	return vf, buf
+	return vf, base, buf
 }
