@@ -28,12 +28,14 @@ import (
 // V read in place. The running maximum is rescaled lazily (attnTau).
 //
 // bfloat16. The kernels are generic over the element type of Q, K, V and the outputs (attnElem)
-// and compute in float32 throughout: the forward widens Q as it gathers its rows and K as it
-// packs its panels (no extra pass), widens the value rows the queries see into a float32 buffer
+// and compute in float32 throughout, so a bfloat16 result is the float32 kernels' result on the
+// widened inputs, rounded: the forward widens Q as it gathers its rows and K as it packs its
+// panels (no extra pass), widens the value rows the queries see into a compact float32 buffer
 // (the tiles read V in place), and rounds each output row once as it stores it; the backward,
-// whose tiles read Q, K, V and dO in place and sum dK and dV in place, widens them all into float32
-// buffers and rounds dQ, dK and dV at the end (O(T·H·D) conversions against O(T²·H·D) products);
-// the decode path reads the bfloat16 cache rows directly.
+// whose tiles read Q, K, V and dO in place and sum dK and dV in place, widens them all into
+// float32 buffers and rounds dQ, dK and dV at the end (O(T·H·D) conversions against O(T²·H·D)
+// products); the decode path widens each cache row before its dot product or axpy. Rows are
+// widened by the vector kernel of attention_amd64.s (attnWidenBF16*).
 //
 // Backward. Per block of attnBwdRows queries of one head and panel of attnKeys keys, the tiles
 // are transposed (keys are rows): Sᵀ = K·(scale·Q)ᵀ and dPᵀ = V·(scale·dO)ᵀ with K and V read in
