@@ -169,3 +169,29 @@ func TestOffloadBF16(t *testing.T) {
 	require.NoError(t, o.Download())
 	assert.Equal(t, []float32{1, 1 + 4.0/256, -2.5, tensor.BF16FromFloat32(1e-3).Float32()}, m)
 }
+
+// ExampleOffload: a parameter on a device (here a test backend whose memory is not the host's),
+// its optimizer in host memory. The gradient the backward left on the device comes down at
+// Collect, AdamW steps on the host masters, and the new weights go up.
+func ExampleOffload() {
+	dev := hostile.Device()
+	w := tensor.Must(tensor.To(dev, tensor.Must(tensor.FromFloat32([]float32{1, 2}, 2))))
+	g := tensor.Must(tensor.To(dev, tensor.Must(tensor.FromFloat32([]float32{0.5, -0.5}, 2)))) // a backward's result
+	off, err := loop.NewOffload([]loop.Param{{Name: "w", Value: w, Grad: g}})
+	if err != nil {
+		panic(err)
+	}
+	hostGrads, _ := loop.NewHostGradients(off.Params())
+	adam, _ := loop.NewHostAdamW(off.Params(), 0.9, 0.999, 1e-8, 0)
+	grads, opt := off.Gradients(hostGrads), off.Optimizer(adam)
+
+	_ = grads.Collect() // after each micro-batch's backward
+	_, _ = grads.Reduce(context.Background(), nil, 1)
+	norm, _ := opt.Step(0.1, 0)
+
+	onDevice, _ := tensor.Must(tensor.To(tensor.CPU(), w)).Float32s()
+	left, _ := tensor.Must(tensor.To(tensor.CPU(), g)).Float32s()
+	down, up := off.Bytes()
+	fmt.Printf("norm %.4f, weights %.1f, device gradient %v, %d bytes down, %d up\n", norm, onDevice, left, down, up)
+	// Output: norm 0.7071, weights [0.9 2.1], device gradient [0 0], 16 bytes down, 16 up
+}
