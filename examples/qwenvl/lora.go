@@ -243,13 +243,23 @@ func (m *Model) AddLoRA(cfg hflm.LoRAConfig) error {
 	if err := m.LM.AddLoRAWhere(cfg, func(n string) bool { return on[n] }); err != nil {
 		return err
 	}
-	t := m.Vision
 	p, rng := m.LM.LoRADropout()
-	t.lora = &towerLoRA{dropout: p, rng: rng}
+	if err := m.Vision.addLoRA(cfg, func(i int) bool { return sel[len(lmNames)+i] }, p, rng); err != nil {
+		return err
+	}
+	c := cfg
+	m.lora = &c
+	return nil
+}
+
+// addLoRA adds adapters to the projections (in linears' order) that on selects, freezing the
+// base; their dropout draws from rng.
+func (t *Vision) addLoRA(cfg hflm.LoRAConfig, on func(i int) bool, dropout float64, rng *rand.Rand) error {
+	t.lora = &towerLoRA{dropout: dropout, rng: rng}
 	init := rand.New(rand.NewPCG(cfg.Seed, 0x715))
 	scale := float32(cfg.Alpha / float64(cfg.Rank))
-	for i, l := range tower {
-		if !sel[len(lmNames)+i] {
+	for i, l := range t.linears() {
+		if !on(i) {
 			continue
 		}
 		out, in := l.w.Dims()
@@ -272,8 +282,6 @@ func (m *Model) AddLoRA(cfg hflm.LoRAConfig) error {
 		l.lora = ad
 		t.lora.adapters = append(t.lora.adapters, ad)
 	}
-	c := cfg
-	m.lora = &c
 	return nil
 }
 
