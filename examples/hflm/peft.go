@@ -78,6 +78,9 @@ func (c LoRAConfig) Resolve(mods []LoRAModule) ([]bool, error) {
 	if len(c.TargetModules) == 0 {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "TargetModules", "is empty")
 	}
+	if len(mods) == 0 {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "mods", "the model has no module that takes an adapter")
+	}
 	allLinear := false
 	var rest []string
 	for _, t := range c.TargetModules {
