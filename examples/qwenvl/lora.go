@@ -88,7 +88,7 @@ func (t *Vision) adapt(y, x *tensor.Tensor, l linear, a *VisionActs) error {
 		return nil
 	}
 	r, in, out := ad.a.Dim(0), ad.a.Dim(1), ad.b.Dim(0)
-	x2, err := x.Reshape(-1, in)
+	x2, err := asF32(x).Reshape(-1, in)
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,23 @@ func (t *Vision) adapt(y, x *tensor.Tensor, l linear, a *VisionActs) error {
 		a.lora[ad] = act
 	}
 	return nil
+}
+
+// asF32 returns x in float32: itself, or a widened copy of a bfloat16 activation (the
+// adapters compute and keep their inputs in float32).
+func asF32(x *tensor.Tensor) *tensor.Tensor {
+	if x.DType() == tensor.Float32 {
+		return x
+	}
+	b, err := x.BF16s()
+	if err != nil {
+		return x // Linear reports the dtype
+	}
+	v := make([]float32, len(b))
+	for i, h := range b {
+		v[i] = h.Float32()
+	}
+	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
 }
 
 // dropped is the adapter's dropped-out input x·mask/(1-p).
