@@ -338,7 +338,7 @@ func TestAsF32(t *testing.T) {
 	x := tensor.Must(tensor.FromBF16(b, 2, 2))
 	got := asF32(x)
 	require.Equal(t, tensor.Float32, got.DType())
-	require.Equal(t, []int{2, 2}, got.Shape())
+	require.Equal(t, []int{2, 2}, []int(got.Shape()))
 	for i, v := range host(got) {
 		require.Equal(t, b[i].Float32(), v)
 	}
