@@ -50,9 +50,13 @@ func checkParams(op string, act DType, names []string, ts ...*Tensor) error {
 		if err := CheckTensor(op, names[i], t); err != nil {
 			return err
 		}
-		if t.dtype != Float32 && t.dtype != act {
-			return Errorf(ErrDType, op, names[i], "is %v, want float32 or the activations' %v", t.dtype, act)
+		if t.dtype == Float32 || t.dtype == act {
+			continue
 		}
+		if act == Float32 {
+			return Errorf(ErrDType, op, names[i], "is %v, want float32 with float32 activations (a bfloat16 parameter goes with bfloat16 activations)", t.dtype)
+		}
+		return Errorf(ErrDType, op, names[i], "is %v, want float32 or the activations' %v", t.dtype, act)
 	}
 	return nil
 }
