@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
@@ -110,9 +111,27 @@ func (v f32View) store(lo int, buf []float32) {
 	}
 }
 
+// bf16Conv is a vector implementation of widenBF16 and roundBF16 over whole vectors of lanes
+// elements (bf16conv_amd64.s).
+type bf16Conv struct {
+	lanes int
+	widen func(dst []float32, src []uint16)
+	round func(dst []uint16, src []float32)
+}
+
+// convImpls lists the conversions this build and CPU can run, the Go loops last.
+var convImpls = dispatch.New(convSIMD()...)
+
 // widenBF16 writes src widened to float32 (exact) into dst.
 func widenBF16(dst []float32, src []BF16) {
 	dst = dst[:len(src)]
+	if k := convImpls.Active(); k != nil {
+		n := len(src) / k.lanes * k.lanes
+		if n > 0 {
+			k.widen(dst[:n], bf16Bits(src[:n]))
+		}
+		dst, src = dst[n:], src[n:]
+	}
 	for i, h := range src {
 		dst[i] = math.Float32frombits(uint32(h) << 16)
 	}
@@ -121,6 +140,13 @@ func widenBF16(dst []float32, src []BF16) {
 // roundBF16 writes src rounded to bfloat16 (nearest even, as BF16FromFloat32) into dst.
 func roundBF16(dst []BF16, src []float32) {
 	src = src[:len(dst)]
+	if k := convImpls.Active(); k != nil {
+		n := len(src) / k.lanes * k.lanes
+		if n > 0 {
+			k.round(bf16Bits(dst[:n]), src[:n])
+		}
+		dst, src = dst[n:], src[n:]
+	}
 	for i, f := range src {
 		dst[i] = BF16FromFloat32(f)
 	}
@@ -143,6 +169,12 @@ func (a *arena) take(n int) []float32 {
 	a.off += n
 	return s
 }
+
+// blockElems is the size of the host ops' blocks, in elements (or one row when a row is
+// longer): small enough that a block's scratch (up to five buffers) stays in the 32 KiB L1
+// data cache or close to it, and at most the nnref kernels' parallel chunk (1<<14 elements),
+// so that a kernel called on one block runs inline.
+const blockElems = 1 << 12
 
 // blocks runs fn over [0, n) in parallel blocks of grain items, each with its own scratch.
 func blocks(n, grain int, fn func(lo, hi int, s *arena)) {

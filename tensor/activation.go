@@ -102,14 +102,14 @@ func checkActElementwise(op string, names []string, ts ...*Tensor) error {
 }
 
 // elementwiseHost runs kernel on float32 views of host tensors of one length, outs first, in
-// blocks of 1<<14 elements (bfloat16 ones widened into scratch and the outputs rounded once).
+// blocks of blockElems elements (bfloat16 ones widened into scratch and the outputs rounded once).
 // kernel's own parallel loops take blocks of that size, so each block runs inline.
 func elementwiseHost(nOut int, ts []*Tensor, kernel func(v [][]float32)) {
 	views := make([]f32View, len(ts))
 	for i, t := range ts {
 		views[i] = viewOf(t)
 	}
-	blocks(ts[0].Len(), 1<<14, func(lo, hi int, s *arena) {
+	blocks(ts[0].Len(), blockElems, func(lo, hi int, s *arena) {
 		v := make([][]float32, len(ts))
 		for i, tv := range views {
 			if i < nOut {

@@ -147,7 +147,7 @@ func LayerNormBackward(dx, dw, db *Tensor, in NormGrad) error {
 func normForwardHost(y, x, w, b *Tensor, eps float64) {
 	rows, d := rowsOf(x), x.Dim(-1)
 	yv, xv, wv, bv := viewOf(y), viewOf(x), hostF32(w), hostF32(b)
-	blocks(rows, parallel.Grain(d, 1<<14), func(lo, hi int, s *arena) {
+	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
 		n := (hi - lo) * d
 		xs := xv.load(lo*d, hi*d, s.take(n))
 		ys := yv.out(lo*d, hi*d, s.take(n))
@@ -171,7 +171,7 @@ func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
 		mean = make([]float32, rows)
 	}
 	rstd := make([]float32, rows)
-	blocks(rows, parallel.Grain(d, 1<<14), func(lo, hi int, s *arena) {
+	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
 		n := (hi - lo) * d
 		xs := xv.load(lo*d, hi*d, s.take(n))
 		dys := dyv.load(lo*d, hi*d, s.take(n))

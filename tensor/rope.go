@@ -118,7 +118,7 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 		yv, xv := viewOf(h[0]), viewOf(h[1])
 		// Blocks of tokens, bfloat16 ones widened into scratch; each is one of RoPEFrequencies's
 		// parallel chunks, so it runs inline.
-		blocks(t, parallel.Grain(hd, 1<<14), func(lo, hi int, s *arena) {
+		blocks(t, parallel.Grain(hd, blockElems), func(lo, hi int, s *arena) {
 			rows := make([][]int32, max(1, len(cfg.Sections)))
 			for s := range rows {
 				rows[s] = p[s*t+lo : s*t+hi]
