@@ -62,30 +62,30 @@ func checkParams(op string, act DType, names []string, ts ...*Tensor) error {
 	return nil
 }
 
-// f32View reads and writes a host tensor of float32 or bfloat16 as float32, a range of elements
+// actView reads and writes a host tensor of float32 or bfloat16 as float32, a range of elements
 // at a time: a float32 tensor's own slice, or scratch that a bfloat16 tensor's elements are
 // widened into (load) or rounded from (store).
-type f32View struct {
+type actView struct {
 	f   []float32
 	b   []BF16
 	b16 bool
 }
 
-func viewOf(t *Tensor) f32View {
+func viewOf(t *Tensor) actView {
 	if t == nil {
-		return f32View{}
+		return actView{}
 	}
 	if t.dtype == BFloat16 {
 		b, _ := t.BF16s()
-		return f32View{b: b, b16: true}
+		return actView{b: b, b16: true}
 	}
 	f, _ := t.Float32s()
-	return f32View{f: f}
+	return actView{f: f}
 }
 
 // load returns elements [lo, hi) as float32: the tensor's slice, or widened into buf (length at
 // least hi−lo).
-func (v f32View) load(lo, hi int, buf []float32) []float32 {
+func (v actView) load(lo, hi int, buf []float32) []float32 {
 	if !v.b16 {
 		return v.f[lo:hi]
 	}
@@ -96,7 +96,7 @@ func (v f32View) load(lo, hi int, buf []float32) []float32 {
 
 // out returns where a kernel writes elements [lo, hi): the tensor's slice, or buf, which store
 // then rounds into the tensor.
-func (v f32View) out(lo, hi int, buf []float32) []float32 {
+func (v actView) out(lo, hi int, buf []float32) []float32 {
 	if !v.b16 {
 		return v.f[lo:hi]
 	}
@@ -105,7 +105,7 @@ func (v f32View) out(lo, hi int, buf []float32) []float32 {
 
 // store rounds what a kernel wrote into out's buf into elements [lo, lo+len(buf)) of a bfloat16
 // tensor (nothing for float32, written in place).
-func (v f32View) store(lo int, buf []float32) {
+func (v actView) store(lo int, buf []float32) {
 	if v.b16 {
 		roundBF16(v.b[lo:lo+len(buf)], buf)
 	}

@@ -105,7 +105,7 @@ func checkActElementwise(op string, names []string, ts ...*Tensor) error {
 // blocks of blockElems elements (bfloat16 ones widened into scratch and the outputs rounded once).
 // kernel's own parallel loops take blocks of that size, so each block runs inline.
 func elementwiseHost(nOut int, ts []*Tensor, kernel func(v [][]float32)) {
-	views := make([]f32View, len(ts))
+	views := make([]actView, len(ts))
 	for i, t := range ts {
 		views[i] = viewOf(t)
 	}
