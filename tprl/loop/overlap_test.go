@@ -1,6 +1,8 @@
 package loop_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -85,5 +88,57 @@ func TestOverlapBitIdentical(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// failing fails its backward on rank 1 before reporting anything and on rank 2 after
+// reporting its last parameter final; the other ranks report it and return.
+type failing struct {
+	*reporting
+	rank int
+}
+
+func (m *failing) Logits(b *loop.Batch[prompt], lo, hi int, in loop.Input, train bool) (loop.Logits, error) {
+	out, err := m.reporting.Logits(b, lo, hi, in, train)
+	if err != nil || !train {
+		return out, err
+	}
+	out.Backward = func(*tensor.Tensor) error {
+		if m.rank == 1 { // before the others' first bucket: they wait in its reduction
+			return errors.New("injected failure")
+		}
+		if m.hook != nil {
+			m.hook(m.ps[len(m.ps)-1].Grad)
+		}
+		if m.rank == 2 { // after starting it
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+	return out, nil
+}
+
+// TestOverlapRankFailure: a rank whose backward fails after a bucket's reduction started stops
+// every rank (the others are released from their reductions) with its error.
+func TestOverlapRankFailure(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		err := collective.Run(context.Background(), size, func(ctx context.Context, c collective.Comm) error {
+			s := newSetup()
+			p := s.parts(c)
+			ps := splitParams(s.model)
+			p.Policy = loop.FromLogits[prompt](&failing{&reporting{tiny: s.model, ps: ps}, c.Rank()})
+			var err error
+			if p.Gradients, p.Optimizer, err = bucketed(loop.ReduceConfig{BucketBytes: smallBuckets})(ps, c.Rank(), size); err != nil {
+				return err
+			}
+			l, err := loop.New(s.cfg, p)
+			if err != nil {
+				return err
+			}
+			_, err = l.Step(ctx)
+			return err
+		})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "injected failure", "%d ranks", size)
 	}
 }
