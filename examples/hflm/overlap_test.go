@@ -11,6 +11,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/ppo"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl"
 	"github.com/mtrl-go/mtrl/tprl/loop"
@@ -148,5 +149,71 @@ func TestOverlapBitIdentical(t *testing.T) {
 				require.Equal(t, gotW[0], gotW[size-1], "replicas")
 			})
 		}
+	}
+}
+
+// TestReportFinal: the backward reports every parameter's gradient (or, with LoRA, every
+// adapter's) exactly once, each holding at the end the values it held when reported, and the
+// gradients are those of a backward without the hook: tied and untied, with checkpointing,
+// with LoRA; on a second micro-batch, which accumulates.
+func TestReportFinal(t *testing.T) {
+	for _, tc := range []struct {
+		cfg        string
+		ckpt, lora bool
+	}{{"qwen2-untied.json", false, false}, {"qwen2-tied.json", true, false}, {"llama-linear.json", false, false}, {"qwen2-untied.json", false, true}} {
+		t.Run(fmt.Sprintf("%s/ckpt=%v/lora=%v", tc.cfg, tc.ckpt, tc.lora), func(t *testing.T) {
+			cfgFile := filepath.Join("testdata", tc.cfg)
+			var m *Model
+			if tc.lora {
+				m = loraModel(t, tc.cfg, "all-linear")
+			} else {
+				m = loadCheckpoint(t, cfgFile, 21, "float32", 1)
+			}
+			m.SetCheckpointing(tc.ckpt)
+			prompts, comps := [][]int32{{1, 5, 9, 4}, {1, 7}}, [][]int32{{3, 8, 2}, {6, 6}}
+			dlp := [][]float32{{0.5, -1, 0.25}, {2, -0.75}}
+			backward := func() {
+				s, err := m.Score(prompts, comps, 1, true)
+				require.NoError(t, err)
+				require.NoError(t, s.Backward(dlp, dlp))
+			}
+			ps, err := m.Params()
+			require.NoError(t, err)
+			grads := func() [][]float32 {
+				var out [][]float32
+				for _, p := range ps {
+					g, err := p.Grad.Float32s()
+					require.NoError(t, err)
+					out = append(out, append([]float32(nil), g...))
+				}
+				return out
+			}
+			m.ZeroGrads()
+			backward()
+			backward()
+			want := grads()
+			m.ZeroGrads()
+			backward()
+			seen := map[*tensor.Tensor][]float32{}
+			policy := &Policy[testPrompt]{Model: m}
+			require.True(t, policy.ReportFinal(func(gs ...*tensor.Tensor) {
+				for _, g := range gs {
+					v, err := g.Float32s()
+					require.NoError(t, err)
+					_, dup := seen[g]
+					require.False(t, dup, "reported twice")
+					seen[g] = append([]float32(nil), v...)
+				}
+			}))
+			backward()
+			policy.ReportFinal(nil)
+			assert.Equal(t, want, grads())
+			require.Len(t, seen, len(ps))
+			for i, p := range ps {
+				v, ok := seen[p.Grad]
+				require.True(t, ok, "%s not reported", p.Name)
+				require.Equal(t, want[i], v, "%s changed after it was reported", p.Name)
+			}
+		})
 	}
 }
