@@ -155,13 +155,14 @@ func TestOverlapBitIdentical(t *testing.T) {
 // TestReportFinal: the backward reports every parameter's gradient (or, with LoRA, every
 // adapter's) exactly once, each holding at the end the values it held when reported, and the
 // gradients are those of a backward without the hook: tied and untied, with checkpointing,
-// with LoRA; on a second micro-batch, which accumulates.
+// bf16 mixed precision and LoRA; on a second micro-batch, which accumulates.
 func TestReportFinal(t *testing.T) {
 	for _, tc := range []struct {
-		cfg        string
-		ckpt, lora bool
-	}{{"qwen2-untied.json", false, false}, {"qwen2-tied.json", true, false}, {"llama-linear.json", false, false}, {"qwen2-untied.json", false, true}} {
-		t.Run(fmt.Sprintf("%s/ckpt=%v/lora=%v", tc.cfg, tc.ckpt, tc.lora), func(t *testing.T) {
+		cfg              string
+		ckpt, lora, bf16 bool
+	}{{"qwen2-untied.json", false, false, false}, {"qwen2-tied.json", true, false, false}, {"qwen2-tied.json", true, false, true},
+		{"llama-linear.json", false, false, false}, {"qwen2-untied.json", false, true, false}} {
+		t.Run(fmt.Sprintf("%s/ckpt=%v/lora=%v/bf16=%v", tc.cfg, tc.ckpt, tc.lora, tc.bf16), func(t *testing.T) {
 			cfgFile := filepath.Join("testdata", tc.cfg)
 			var m *Model
 			if tc.lora {
@@ -170,6 +171,9 @@ func TestReportFinal(t *testing.T) {
 				m = loadCheckpoint(t, cfgFile, 21, "float32", 1)
 			}
 			m.SetCheckpointing(tc.ckpt)
+			if tc.bf16 {
+				require.NoError(t, m.SetMixedPrecision(tensor.BFloat16))
+			}
 			prompts, comps := [][]int32{{1, 5, 9, 4}, {1, 7}}, [][]int32{{3, 8, 2}, {6, 6}}
 			dlp := [][]float32{{0.5, -1, 0.25}, {2, -0.75}}
 			backward := func() {
