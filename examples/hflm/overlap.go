@@ -2,13 +2,18 @@ package hflm
 
 import "github.com/mtrl-go/mtrl/tensor"
 
-// ReportFinal implements loop.FinalGradients: while hook is set, the backward reports each
-// parameter gradient as soon as the rest of the backward leaves it unchanged (an untied
-// lm_head and the final norm first, then each decoder layer from the last, the embeddings
-// last), so the loop reduces the buckets of the last layers while the first are still being
-// backpropagated.
+// ReportFinal implements loop.FinalGradients through the model's ReportFinal.
 func (p *Policy[P]) ReportFinal(hook func(grads ...*tensor.Tensor)) bool {
-	p.Model.final = hook
+	return p.Model.ReportFinal(hook)
+}
+
+// ReportFinal sets the hook (nil: none) to which, while it is set, Scores.Backward reports
+// each parameter gradient (Params' Grad tensors) as soon as the rest of the backward leaves it
+// unchanged: an untied lm_head and the final norm first, then each decoder layer from the
+// last, the embeddings last; with LoRA each layer's adapters. tprl/loop reduces the buckets
+// of the last layers while the first are still being backpropagated. It returns true.
+func (m *Model) ReportFinal(hook func(grads ...*tensor.Tensor)) bool {
+	m.final = hook
 	return true
 }
 
