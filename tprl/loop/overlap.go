@@ -41,12 +41,12 @@ type OverlapGradients interface {
 // overlap is one reduction running next to a backward.
 type overlap struct {
 	r     *round
-	ctx   context.Context
 	queue chan int // bucket indices, in the order they became final
 	done  chan struct{}
 
 	mu       sync.Mutex
 	index    map[*tensor.Tensor]int // a gradient tensor's parameter
+	offs     []int                  // per parameter: its flattened offset
 	reported []bool                 // per parameter
 	left     []int                  // per bucket: values not yet final
 	queued   []bool                 // per bucket
@@ -74,11 +74,14 @@ func (g *BucketedGradients) Overlap(ctx context.Context, comm collective.Comm, s
 	}
 	l := g.layout
 	bs := l.buckets()
-	o := &overlap{r: r, ctx: ctx, queue: make(chan int, len(bs)), done: make(chan struct{}),
+	o := &overlap{r: r, queue: make(chan int, len(bs)), done: make(chan struct{}),
 		index: map[*tensor.Tensor]int{}, reported: make([]bool, len(l.params)), left: make([]int, len(bs)),
 		queued: make([]bool, len(bs))}
+	off := 0
 	for i, p := range l.params {
 		o.index[p.Grad] = i
+		o.offs = append(o.offs, off)
+		off += l.sizes[i]
 	}
 	for i, b := range bs {
 		o.left[i] = b[1] - b[0]
@@ -114,11 +117,7 @@ func (o *overlap) final(grads ...*tensor.Tensor) {
 			continue
 		}
 		o.reported[i] = true
-		off := 0
-		for _, s := range l.sizes[:i] {
-			off += s
-		}
-		lo, hi := off, off+l.sizes[i]
+		lo, hi := o.offs[i], o.offs[i]+l.sizes[i]
 		for b := lo / l.bucket; b*l.bucket < hi; b++ {
 			o.left[b] -= min(hi, (b+1)*l.bucket) - max(lo, b*l.bucket)
 			if o.left[b] == 0 && !o.queued[b] {
