@@ -52,6 +52,7 @@ type linear struct {
 	w    *tensor.PackedWeight
 	b    *tensor.Tensor
 	name string
+	lora *towerAdapter // nil: none (lora.go)
 }
 
 // norm is a LayerNorm (b set, Qwen2-VL) or an RMSNorm (Qwen2.5-VL), eps 1e-6.
@@ -88,8 +89,12 @@ type Vision struct {
 	mlp2   linear
 	rope   tensor.RoPEConfig
 	attn   tensor.AttentionConfig
-	// Frozen vision towers run no backward (freeze_vision_tower).
+	// Frozen vision towers run no backward (freeze_vision_tower), adapters included.
 	Frozen bool
+	// LoRA (lora.go): with it the base is frozen; loraOff disables the adapters (Model.Base).
+	lora    *towerLoRA
+	loraOff bool
+	bwd     *VisionActs // the activations of the Backward under way (its adapters read them)
 }
 
 // visionSpecs lists the tower's weights, named as Hugging Face's state_dict (visual.*).
@@ -325,6 +330,7 @@ type VisionActs struct {
 	lnOut  *tensor.Tensor // [n/unit, unit·Dim]
 	pre    *tensor.Tensor // mlp.0's output (GELU's input)
 	gelu   *tensor.Tensor
+	lora   map[*towerAdapter]loraAct
 }
 
 // Forward runs the tower over pixel_values [rows, PatchDim] of the images or videos with these
@@ -345,14 +351,19 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	unit := v.MergeSize * v.MergeSize
 	var e errs
 	px := tensor.Must(tensor.FromFloat32(pixels, n, pd))
+	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
+	var ka *VisionActs // the adapters keep their activations in a training pass
+	if keep {
+		ka = a
+	}
 	x, xv := f32(n, d)
 	e.do(tensor.Linear(x, px, t.patch.w))
+	e.do(t.adapt(x, px, t.patch, ka))
 	if l.window != nil {
 		perm := make([]float32, len(xv))
 		permuteUnits(perm, xv, l.window, unit*d, false)
 		copy(xv, perm)
 	}
-	a := &VisionActs{l: l, pixels: px}
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -368,6 +379,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		e.do(t.normFwd(s.h1, x, blk.norm1))
 		qkv, qkvv := f32(n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
+		e.do(t.adapt(qkv, s.h1, blk.qkv, ka))
 		var qv, kv, vv []float32
 		s.q, qv = f32(n, v.Heads, hd)
 		s.k, kv = f32(n, v.Heads, hd)
@@ -390,6 +402,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		}
 		o, ov := f32(n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
+		e.do(t.adapt(o, s.attn, blk.proj, ka))
 		addTo(ov, host(x))
 		s.xMid = o
 		s.h2, _ = f32(n, d)
@@ -399,7 +412,9 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			s.a, _ = f32(n, v.MLPDim)
 			s.b, _ = f32(n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
+			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
+			e.do(t.adapt(s.b, s.h2, blk.up, ka))
 			var actv []float32
 			s.act, actv = f32(n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
@@ -409,12 +424,15 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 				pv[j] = actv[j] * u
 			}
 			e.do(linearInto(y, s.prod, blk.down))
+			e.do(t.adapt(y, s.prod, blk.down, ka))
 		} else {
 			s.a, _ = f32(n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
+			e.do(t.adapt(s.a, s.h2, blk.fc1, ka))
 			s.act, _ = f32(n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
 			e.do(linearInto(y, s.act, blk.fc2))
+			e.do(t.adapt(y, s.act, blk.fc2, ka))
 		}
 		addTo(yv, host(s.xMid))
 		x = y
@@ -432,10 +450,12 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	a.lnOut = tensor.Must(ln.Reshape(nm, unit*d))
 	a.pre, _ = f32(nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
+	e.do(t.adapt(a.pre, a.lnOut, t.mlp0, ka))
 	a.gelu, _ = f32(nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
 	out, outv := f32(nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
+	e.do(t.adapt(out, a.gelu, t.mlp2, ka))
 	if e.err != nil {
 		return nil, nil, e.err
 	}
