@@ -480,7 +480,7 @@ def table():
     rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
     version = next(r["version"] for r in rows if r["impl"] == "torch")
     cols = [("go", "float32"), ("go", "bf16"), ("torch", "float32"), ("torch", "bfloat16")]
-    head = ["Go float32", "Go bf16 (LM GEMMs)", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
+    head = ["Go float32", "Go bf16", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
     vd = next(r["vision_depth"] for r in rows if r["impl"] == "torch")
     layers = next(r["lm_layers"] for r in rows if r["impl"] == "torch")
     tokens = next(len(prompt_3b(config_3b(vd, layers))) for _ in [0])

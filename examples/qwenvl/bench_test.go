@@ -212,9 +212,9 @@ func benchPrompt(c *Config) Sample {
 // bench3BConfig), random weights: the tower alone on one 448×448 image (1024 patches), and
 // the whole prefill of benchPrompt (tower, features scattered into the embeddings, M-RoPE
 // decoder, the LM head on the last token: Generate of one greedy token), and the language
-// model's part alone (the prefill given the tower's features), in float32 and in
-// hflm's bf16 mixed precision (the language model's GEMMs on bfloat16; the tower stays
-// float32). scripts/qwen2vl_torch_twin.py forward is its PyTorch twin; scripts/qwenvl-vs-torch
+// model's part alone (the prefill given the tower's features), in float32 and in bf16 mixed
+// precision (Model.SetMixedPrecision: the tower's and the language model's GEMMs on bfloat16).
+// scripts/qwen2vl_torch_twin.py forward is its PyTorch twin; scripts/qwenvl-vs-torch
 // runs both.
 func BenchmarkForward3B(b *testing.B) {
 	c := bench3BConfig(b)
@@ -222,7 +222,7 @@ func BenchmarkForward3B(b *testing.B) {
 	s := benchPrompt(c)
 	runtime.GC()
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
-		if err := m.LM.SetMixedPrecision(dt); err != nil {
+		if err := m.SetMixedPrecision(dt); err != nil {
 			b.Fatal(err)
 		}
 		name := map[tensor.DType]string{tensor.Float32: "float32", tensor.BFloat16: "bf16"}[dt]

@@ -88,6 +88,7 @@ type Vision struct {
 	mlp2   linear
 	rope   tensor.RoPEConfig
 	attn   tensor.AttentionConfig
+	mp     *visionMixed // bf16 mixed precision (vision_mixed.go); nil: float32
 	// Frozen vision towers run no backward (freeze_vision_tower).
 	Frozen bool
 }
@@ -344,9 +345,10 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	n, d, hd := l.n, v.Dim, v.HeadDim()
 	unit := v.MergeSize * v.MergeSize
 	var e errs
-	px := tensor.Must(tensor.FromFloat32(pixels, n, pd))
+	px := t.store(tensor.Must(tensor.FromFloat32(pixels, n, pd))) // bf16 mode: rounded
 	x, xv := f32(n, d)
 	e.do(tensor.Linear(x, px, t.patch.w))
+	t.round(xv)
 	if l.window != nil {
 		perm := make([]float32, len(xv))
 		permuteUnits(perm, xv, l.window, unit*d, false)
@@ -366,8 +368,11 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		s.xIn = x
 		s.h1, _ = f32(n, d)
 		e.do(t.normFwd(s.h1, x, blk.norm1))
+		t.round(host(s.h1))
+		s.h1 = t.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 		qkv, qkvv := f32(n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
+		t.round(qkvv)
 		var qv, kv, vv []float32
 		s.q, qv = f32(n, v.Heads, hd)
 		s.k, kv = f32(n, v.Heads, hd)
@@ -380,6 +385,8 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		}
 		e.do(tensor.RoPE(s.q, s.q, l.pos, t.rope))
 		e.do(tensor.RoPE(s.k, s.k, l.pos, t.rope))
+		t.round(qv)
+		t.round(kv)
 		s.attn, _ = f32(n, v.Heads, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu}
 		if keep {
@@ -388,54 +395,78 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		} else {
 			e.do(tensor.Attention(s.attn, ai, t.attn))
 		}
+		t.round(host(s.attn))
+		s.attn = t.store(s.attn)
 		o, ov := f32(n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
-		addTo(ov, host(x))
+		t.round(ov)
+		t.addRound(ov, host(x))
 		s.xMid = o
 		s.h2, _ = f32(n, d)
 		e.do(t.normFwd(s.h2, s.xMid, blk.norm2))
+		t.round(host(s.h2))
+		s.h2 = t.store(s.h2)
 		y, yv := f32(n, d)
 		if t.gated {
 			s.a, _ = f32(n, v.MLPDim)
 			s.b, _ = f32(n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
 			e.do(linearInto(s.b, s.h2, blk.up))
+			t.round(host(s.a))
+			t.round(host(s.b))
 			var actv []float32
 			s.act, actv = f32(n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
+			t.round(actv)
 			var pv []float32
 			s.prod, pv = f32(n, v.MLPDim)
 			for j, u := range host(s.b) {
 				pv[j] = actv[j] * u
 			}
+			t.round(pv)
+			s.prod = t.store(s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
 		} else {
 			s.a, _ = f32(n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
+			t.round(host(s.a))
 			s.act, _ = f32(n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
+			t.round(host(s.act))
+			s.act = t.store(s.act)
 			e.do(linearInto(y, s.act, blk.fc2))
 		}
-		addTo(yv, host(s.xMid))
+		t.round(yv)
+		t.addRound(yv, host(s.xMid))
 		x = y
 		if e.err != nil {
 			return nil, nil, e.err
 		}
 		if keep {
-			a.blocks[i] = s
+			a.blocks[i] = t.storeBlock(s)
 		}
 	}
-	a.xLast = x
+	if keep {
+		a.xLast = t.store(x)
+	}
 	ln, _ := f32(n, d)
 	e.do(t.normFwd(ln, x, t.lnQ))
+	t.round(host(ln))
 	nm := n / unit
-	a.lnOut = tensor.Must(ln.Reshape(nm, unit*d))
+	a.lnOut = t.store(tensor.Must(ln.Reshape(nm, unit*d)))
 	a.pre, _ = f32(nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
+	t.round(host(a.pre))
 	a.gelu, _ = f32(nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
+	t.round(host(a.gelu))
+	a.gelu = t.store(a.gelu)
+	if keep {
+		a.pre = t.store(a.pre)
+	}
 	out, outv := f32(nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
+	t.round(outv)
 	if e.err != nil {
 		return nil, nil, e.err
 	}

@@ -1,0 +1,157 @@
+package qwenvl
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// towerRoundings is how many bfloat16 roundings bf16 mode makes on a patch's path through the
+// tower, weights included: the pixels, the patch embedding's weight and output; per block the
+// first norm, the qkv weight and output, q and k after the rotary embedding, the attention, the
+// output projection's weight and output, the residual, the second norm, the MLP's first weights
+// and outputs (gate and up), the activation, (Qwen2.5-VL) the gated product, the last weight
+// and output, the residual; the merger's norm, first weight and output, GELU, last weight and
+// output.
+func towerRoundings(gated bool, depth int) int {
+	perBlock := 15
+	if gated {
+		perBlock = 16
+	}
+	return 3 + perBlock*depth + 6
+}
+
+// lmRoundings is the same count for the language model's layers after the features are
+// scattered in: the embedding, per layer hflm's 15 activations and the q, k, v, o, gate, up and
+// down weights, the final norm and the LM head's weight.
+func lmRoundings(layers int) int { return 1 + 22*layers + 2 }
+
+// relNorm returns ‖got − want‖ / ‖want‖ and max |got − want| / max |want|.
+func relNorm(want, got []float32) (norm, maxAbs float64) {
+	var dn, wn, dm, wm float64
+	for i, w := range want {
+		d := float64(got[i]) - float64(w)
+		dn, wn = dn+d*d, wn+float64(w)*float64(w)
+		dm, wm = max(dm, math.Abs(d)), max(wm, math.Abs(float64(w)))
+	}
+	return math.Sqrt(dn / wn), dm / wm
+}
+
+// TestVisionMixedPrecision checks the tower's bf16 mode against its float32 path on the golden
+// models: the tower's features and the model's logits (language model in bf16 mode too), and
+// the gradient of every weight of a trained tower and of the language model, each within the
+// error of R independent bfloat16 roundings (relative error at most u = 2⁻⁸ each) accumulating
+// as √R: ‖Δf‖ ≤ √R·u·‖f‖ for the features, max |Δ logit| ≤ √R·u·max |logit|, and
+// ‖Δg‖ ≤ 2√R·u·‖g‖ per parameter (the backward reads each rounded activation and weight again).
+// This is the random-walk model of hflm's TestMixedPrecisionBF16, not a worst-case bound. The
+// errors must also be larger than u/64 relative: bf16 mode has to round. And it checks what
+// bf16 mode computes with: the weights are the masters rounded, after an optimizer step too,
+// and a training forward keeps bfloat16 activations.
+func TestVisionMixedPrecision(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	g := readModelGolden(t)
+	for _, c := range g.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var feats, logits [][]float32
+			var grads []map[string][]float32
+			var bf *Model
+			for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+				m := loadCase(t, filepath.Join("testdata", c.Config), c.Seed, c.DType, c.Layout)
+				require.NoError(t, m.SetMixedPrecision(dt))
+				require.Equal(t, dt, m.Vision.MixedPrecision())
+				require.Equal(t, dt, m.LM.MixedPrecision())
+				s := goldenSample(g, m, c.IDs)
+				f, a, err := m.Vision.Forward(s.Images.Values, s.Images.Grids, true)
+				require.NoError(t, err)
+				require.Equal(t, dt, a.blocks[0].h1.DType(), "kept activations")
+				require.Equal(t, dt, a.blocks[0].xMid.DType(), "kept activations")
+				require.Equal(t, dt, a.gelu.DType(), "kept activations")
+				feats = append(feats, host(f))
+				lg, err := m.Logits(s)
+				require.NoError(t, err)
+				logits = append(logits, host(lg))
+				sc, err := m.Score([]Sample{s}, []int{g.Completion}, 1, true)
+				require.NoError(t, err)
+				d := make([]float32, g.Completion)
+				for i := range d {
+					d[i] = float32(math.Cos(0.7 * float64(i)))
+				}
+				require.NoError(t, sc.Backward([][]float32{d}, nil))
+				gr := map[string][]float32{}
+				for _, name := range paramNames(m) {
+					gr[name] = append([]float32(nil), host(m.Grad(name))...)
+				}
+				grads = append(grads, gr)
+				bf = m
+			}
+			rt := towerRoundings(bf.Vision.gated, bf.Config.Vision.Depth)
+			rel, _ := relNorm(feats[0], feats[1])
+			require.Greater(t, rel, u/64, "bf16 mode rounds")
+			require.LessOrEqual(t, rel, math.Sqrt(float64(rt))*u)
+			t.Logf("features: ‖Δf‖/‖f‖ = %.3g = %.2f·u (bound √R = %.2f, R = %d)", rel, rel/u, math.Sqrt(float64(rt)), rt)
+			rm := rt + lmRoundings(bf.Config.Text.NumHiddenLayers)
+			sqrtR := math.Sqrt(float64(rm))
+			_, lmax := relNorm(logits[0], logits[1])
+			require.Greater(t, lmax, u/64, "bf16 mode rounds")
+			require.LessOrEqual(t, lmax, sqrtR*u)
+			t.Logf("logits: max |Δ| / max |logit| = %.3g = %.2f·u (bound √R = %.2f, R = %d)", lmax, lmax/u, sqrtR, rm)
+			worst, worstName := 0.0, ""
+			for _, name := range paramNames(bf) {
+				gn, _ := relNorm(grads[0][name], grads[1][name])
+				require.LessOrEqual(t, gn, 2*sqrtR*u, name)
+				if gn > worst {
+					worst, worstName = gn, name
+				}
+			}
+			t.Logf("gradients: largest ‖Δg‖/‖g‖ = %.3g = %.2f·u (%s; bound 2√R = %.2f)", worst, worst/u, worstName, 2*sqrtR)
+
+			// Back to float32 and to bf16 again: each path's features exactly.
+			v := bf.Vision
+			s := goldenSample(g, bf, c.IDs)
+			for i, dt := range []tensor.DType{tensor.Float32, tensor.Float32, tensor.BFloat16, tensor.BFloat16} {
+				require.NoError(t, v.SetMixedPrecision(dt))
+				f, _, err := v.Forward(s.Images.Values, s.Images.Grids, false)
+				require.NoError(t, err)
+				require.Equal(t, feats[i/2], host(f), "%v", dt)
+			}
+			require.Error(t, v.SetMixedPrecision(tensor.Int32))
+
+			// The weights computed with are the masters rounded; a step below bfloat16's
+			// resolution moves the float32 masters, and the copies follow their rounding.
+			requireRounded := func() {
+				require.NotEmpty(t, v.mp.mats)
+				for name, w := range v.mp.mats {
+					got, _ := w.Weight().BF16s()
+					for i, x := range host(v.byName[name].value) {
+						require.Equal(t, tensor.BF16FromFloat32(x), got[i], name)
+					}
+				}
+				for name, w := range v.mp.vecs {
+					for i, x := range host(v.byName[name].value) {
+						require.Equal(t, tensor.BF16FromFloat32(x).Float32(), host(w)[i], name)
+					}
+				}
+			}
+			requireRounded()
+			opt, _, err := bf.Training(0)
+			require.NoError(t, err)
+			p := v.byName["visual.blocks.0.attn.qkv.weight"]
+			before := append([]float32(nil), host(p.value)...)
+			_, err = opt.Step(1e-5, 0)
+			require.NoError(t, err)
+			moved := 0
+			for i, x := range host(p.value) {
+				if x != before[i] {
+					moved++
+				}
+			}
+			require.Greater(t, moved, len(before)/2, "the float32 masters take the update")
+			requireRounded()
+
+		})
+	}
+}
