@@ -261,3 +261,39 @@ func BenchmarkForward3B(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTower3B times BenchmarkForward3B's tower alone (Qwen2.5-VL-3B's, depth cut, random
+// weights, one 448×448 image: 1024 patches) without the language model's memory: the forward
+// and forward + backward (a trained tower), in float32 and in bf16 mode.
+func BenchmarkTower3B(b *testing.B) {
+	c := bench3BConfig(b)
+	t, err := newVision(c.Variant, c.Vision, randomWeights(visionSpecs(c.Variant, c.Vision), c.Text.InitializerRange, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := testPatches([][3]int{{1, 32, 32}}, c.Vision.PatchDim())
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		if err := t.SetMixedPrecision(dt); err != nil {
+			b.Fatal(err)
+		}
+		name := map[tensor.DType]string{tensor.Float32: "float32", tensor.BFloat16: "bf16"}[dt]
+		b.Run(name+"/forward", func(b *testing.B) {
+			benchPatches(b, p.Rows, func() {
+				if _, _, err := t.Forward(p.Values, p.Grids, false); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(name+"/train", func(b *testing.B) {
+			benchPatches(b, p.Rows, func() {
+				out, a, err := t.Forward(p.Values, p.Grids, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := t.Backward(a, out); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}

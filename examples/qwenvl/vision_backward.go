@@ -61,14 +61,18 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		if t.gated {
 			dprod, dpv := f32(n, v.MLPDim)
 			e.do(t.linearBackward(dprod, s.prod, dx, blk.down))
-			dact, dav := f32(n, v.MLPDim)
-			db, dbv := f32(n, v.MLPDim)
-			actv, bv := host(widen(s.act)), host(widen(s.b))
-			for j, g := range dpv {
-				dav[j], dbv[j] = g*bv[j], g*actv[j]
-			}
 			da, _ := f32(n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+			db, dbv := f32(n, v.MLPDim)
+			if s.act == nil { // the forward's SwiGLU
+				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: widen(s.a), Up: widen(s.b), DY: dprod}))
+			} else {
+				dact, dav := f32(n, v.MLPDim)
+				actv, bv := host(widen(s.act)), host(widen(s.b))
+				for j, g := range dpv {
+					dav[j], dbv[j] = g*bv[j], g*actv[j]
+				}
+				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+			}
 			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
 			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
 			addTo(dh2v, tmpv)

@@ -140,17 +140,6 @@ func (t *Vision) round(v []float32) {
 	}
 }
 
-// addRound adds src into dst (a residual connection) and, in bf16 mode, rounds the sum.
-func (t *Vision) addRound(dst, src []float32) {
-	if t.mp == nil {
-		addTo(dst, src)
-		return
-	}
-	for i, v := range src {
-		dst[i] = tensor.BF16FromFloat32(dst[i] + v).Float32()
-	}
-}
-
 // store returns what a forward keeps of an activation, and what a projection reads: in bf16
 // mode a bfloat16 copy (its values are bfloat16 already: exact), else t.
 func (t *Vision) store(x *tensor.Tensor) *tensor.Tensor {
@@ -193,4 +182,89 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 		return err
 	}
 	return m.Vision.SetMixedPrecision(dt)
+}
+
+// splitQKV copies the rows [q | k | v] of qkv into q, k and v (rounded in bf16 mode).
+func (t *Vision) splitQKV(q, k, v, qkv []float32, d int) {
+	for r := range len(q) / d {
+		row := qkv[r*3*d : (r+1)*3*d]
+		dst := [3][]float32{q[r*d : (r+1)*d], k[r*d : (r+1)*d], v[r*d : (r+1)*d]}
+		for j, part := range dst {
+			src := row[j*d : (j+1)*d]
+			if t.mp == nil {
+				copy(part, src)
+				continue
+			}
+			for c, x := range src {
+				part[c] = tensor.BF16FromFloat32(x).Float32()
+			}
+		}
+	}
+}
+
+// residual adds src, the residual stream, to dst, a projection's output: in bf16 mode both the
+// output and the sum are rounded (torch's bfloat16 linear, then its bfloat16 add).
+func (t *Vision) residual(dst, src []float32) {
+	if t.mp == nil {
+		addTo(dst, src)
+		return
+	}
+	for i, v := range src {
+		dst[i] = tensor.BF16FromFloat32(tensor.BF16FromFloat32(dst[i]).Float32() + v).Float32()
+	}
+}
+
+// fwdBufs are a forward's buffers: a training forward allocates each (it keeps them), an
+// inference forward reuses them by name from block to block.
+type fwdBufs struct {
+	t    *Vision
+	keep bool
+	f    map[string][]float32
+	b    map[string][]tensor.BF16
+}
+
+// f32 returns a float32 tensor of the shape (contents undefined when reused) and its values.
+func (fb *fwdBufs) f32(name string, shape ...int) (*tensor.Tensor, []float32) {
+	if fb.keep {
+		return f32(shape...)
+	}
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if fb.f == nil {
+		fb.f = map[string][]float32{}
+	}
+	v := fb.f[name]
+	if cap(v) < n {
+		v = make([]float32, n)
+		fb.f[name] = v
+	}
+	v = v[:n]
+	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+}
+
+// gemmIn returns x as a projection reads it: in bf16 mode x rounded to a bfloat16 tensor
+// (a reused one in inference), else x.
+func (fb *fwdBufs) gemmIn(name string, x *tensor.Tensor) *tensor.Tensor {
+	if fb.t.mp == nil {
+		return x
+	}
+	if fb.keep {
+		return fb.t.store(x)
+	}
+	v := host(x)
+	if fb.b == nil {
+		fb.b = map[string][]tensor.BF16{}
+	}
+	b := fb.b[name]
+	if cap(b) < len(v) {
+		b = make([]tensor.BF16, len(v))
+		fb.b[name] = b
+	}
+	b = b[:len(v)]
+	for i, f := range v {
+		b[i] = tensor.BF16FromFloat32(f)
+	}
+	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
