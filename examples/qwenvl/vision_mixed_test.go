@@ -1,7 +1,9 @@
 package qwenvl
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -145,6 +147,98 @@ func TestVisionMixedPrecision(t *testing.T) {
 			require.Greater(t, moved, len(before)/2, "the float32 masters take the update")
 			requireRounded()
 
+		})
+	}
+}
+
+// torchRoundings counts the bfloat16 roundings of the PyTorch twin in bfloat16 on a patch's
+// path through the tower (more than bf16 mode's: the norms round their normalised input before
+// the weight, the attention rounds its scores and probabilities, SwiGLU its SiLU, the rotary
+// embedding's inputs are the qkv output's) and, for the logits, through the language model:
+// the embedding, per layer the norms' two, q, k, v and their weights, the rotary embedding's
+// three products and sum, the scores, the probabilities, the attention, o and its weight, the
+// residual, gate, up, their weights, SiLU, the product, down and its weight, the residual; the
+// final norm's two and the head's weight.
+func torchRoundings(depth int) int    { return 3 + 20*depth + 7 }
+func torchLMRoundings(layers int) int { return 1 + 27*layers + 3 }
+
+// flat returns the twin's rows as float32 values.
+func flat(rows [][]float64) (out []float32) {
+	for _, r := range rows {
+		for _, v := range r {
+			out = append(out, float32(v))
+		}
+	}
+	return out
+}
+
+// TestVisionMixedPrecisionTwin compares bf16 mode with the PyTorch twin in bfloat16
+// (testdata/model_golden_bf16.json; weights and activations bfloat16 with Hugging Face's
+// float32 norms and vision rotary embedding): the tower's features and the last positions'
+// logits. Both are the float32 computation plus independent roundings, so by the triangle
+// inequality under the random-walk model their difference is at most (√R + √R′)·u times the
+// float32 values' size (R the Go count, R′ the twin's): ‖Δf‖ ≤ (√R + √R′)·u·‖f‖ and
+// max |Δ logit| ≤ (√R + √R′)·u·max |logit|.
+func TestVisionMixedPrecisionTwin(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	data, err := os.ReadFile(filepath.Join("testdata", "model_golden_bf16.json"))
+	require.NoError(t, err)
+	var tg struct {
+		Completion int `json:"completion"`
+		Cases      []struct {
+			Name          string      `json:"name"`
+			ImageFeatures [][]float64 `json:"image_features"`
+			VideoFeatures [][]float64 `json:"video_features"`
+			Logits        [][]float64 `json:"logits"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(data, &tg))
+	g := readModelGolden(t)
+	require.Len(t, tg.Cases, len(g.Cases))
+	for k, c := range g.Cases {
+		tc := tg.Cases[k]
+		require.Equal(t, c.Name, tc.Name)
+		t.Run(c.Name, func(t *testing.T) {
+			m := loadCase(t, filepath.Join("testdata", c.Config), c.Seed, c.DType, c.Layout)
+			require.NoError(t, m.SetMixedPrecision(tensor.BFloat16))
+			s := goldenSample(g, m, c.IDs)
+			depth, layers := m.Config.Vision.Depth, m.Config.Text.NumHiddenLayers
+			bt := (math.Sqrt(float64(towerRoundings(depth))) + math.Sqrt(float64(torchRoundings(depth)))) * u
+			for _, f := range []struct {
+				name  string
+				p     Patches
+				twin  [][]float64
+				float [][]float64
+			}{{"image", s.Images, tc.ImageFeatures, c.ImageFeatures}, {"video", s.Videos, tc.VideoFeatures, c.VideoFeatures}} {
+				got, _, err := m.Vision.Forward(f.p.Values, f.p.Grids, false)
+				require.NoError(t, err)
+				want, ref := flat(f.twin), flat(f.float)
+				require.Len(t, want, len(ref))
+				var dn, rn float64
+				for i, w := range want {
+					d := float64(host(got)[i]) - float64(w)
+					dn, rn = dn+d*d, rn+float64(ref[i])*float64(ref[i])
+				}
+				rel := math.Sqrt(dn / rn)
+				require.LessOrEqual(t, rel, bt, f.name)
+				tf, _ := relNorm(ref, want)
+				t.Logf("%s features: ‖Go bf16 − torch bf16‖/‖f‖ = %.3g = %.2f·u (bound %.2f·u; torch bf16 against float32: %.2f·u)", f.name, rel, rel/u, bt/u, tf/u)
+			}
+			lg, err := m.Logits(s)
+			require.NoError(t, err)
+			v := m.Config.Text.VocabSize
+			got := host(lg)[len(host(lg))-tg.Completion*v:]
+			want := flat(tc.Logits)
+			ref := flat(c.Logits[len(c.Logits)-tg.Completion:])
+			require.Len(t, want, len(got))
+			worst, size := 0.0, 0.0
+			for i, w := range want {
+				worst = max(worst, math.Abs(float64(got[i])-float64(w)))
+				size = max(size, math.Abs(float64(ref[i])))
+			}
+			bl := (math.Sqrt(float64(towerRoundings(depth)+lmRoundings(layers))) + math.Sqrt(float64(torchRoundings(depth)+torchLMRoundings(layers)))) * u
+			require.LessOrEqual(t, worst/size, bl)
+			t.Logf("logits: max |Go bf16 − torch bf16| / max |logit| = %.3g = %.2f·u (bound %.2f·u)", worst/size, worst/(size*u), bl/u)
 		})
 	}
 }
