@@ -559,6 +559,11 @@ def table():
     for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
         full = [secs[c, kind]["tower"] * ft / ct + secs[c, kind]["lm"] * fl / cl for c in cols]
         line(f"full-depth prefill, {tokens} tokens: tokens per {per} (extrapolated)", [tokens / t for t in full])
+    print()
+    for part, unit in (("tower", "patches/cpu-s"), ("lm", "tokens/cpu-s"), ("prefill", "tokens/cpu-s")):
+        print(f"Each round's {part} ({unit}): " + "; ".join(
+            f"{h} " + ", ".join(f"{r[unit]:.1f}" for r in rows if (r["impl"], r["dtype"]) == c and r.get("part") == part)
+            for c, h in zip(cols, head)))
     rss = {}
     for r in rows:
         if "rss_kb" in r:
