@@ -13,6 +13,7 @@ func TestTransformerOpErrors(t *testing.T) {
 	f := func(s ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...)) }
 	i32 := func(v ...int32) *tensor.Tensor { return tensor.Must(tensor.FromInt32(v)) }
 	bf := tensor.Must(tensor.New(tensor.CPU(), tensor.BFloat16, 4, 3))
+	b16 := func(s ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.BFloat16, s...)) }
 	w, _ := tensor.PackWeight(f(5, 3))
 	lmIn := tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 4), Temperature: 1}
 	for _, c := range []struct {
@@ -41,6 +42,16 @@ func TestTransformerOpErrors(t *testing.T) {
 			CuSeqlensQ: i32(0, 3, 2, 4), CuSeqlensK: i32(0, 1, 2, 4)}, tensor.DefaultAttentionConfig(8, false)), tensor.ErrParam},
 		{"Attention one cu_seqlens", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: f(4, 1, 8), V: f(4, 1, 8),
 			CuSeqlensQ: i32(0, 4)}, tensor.DefaultAttentionConfig(8, false)), tensor.ErrShape},
+		{"Attention bf16 K, f32 Q", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: f(4, 2, 8), K: b16(4, 1, 8), V: f(4, 1, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"Attention f32 out, bf16 QKV", tensor.Attention(f(4, 2, 8), tensor.AttentionInputs{Q: b16(4, 2, 8), K: b16(4, 1, 8), V: b16(4, 1, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"AttentionLSE bf16 lse", tensor.AttentionLSE(b16(4, 2, 8), b16(4, 2), tensor.AttentionInputs{Q: b16(4, 2, 8), K: b16(4, 1, 8), V: b16(4, 1, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"Attention int32 Q", tensor.Attention(f(2, 1, 2), tensor.AttentionInputs{Q: tensor.Must(tensor.FromInt32(make([]int32, 4), 2, 1, 2)), K: f(2, 1, 2), V: f(2, 1, 2)}, tensor.DefaultAttentionConfig(2, true)), tensor.ErrDType},
+		{"AttentionBackward f32 dk, bf16 QKV", tensor.AttentionBackward(b16(4, 2, 8), f(4, 1, 8), b16(4, 1, 8), tensor.AttentionGrad{
+			AttentionInputs: tensor.AttentionInputs{Q: b16(4, 2, 8), K: b16(4, 1, 8), V: b16(4, 1, 8)}, Out: b16(4, 2, 8), LSE: f(4, 2), DOut: b16(4, 2, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"AttentionBackward bf16 LSE", tensor.AttentionBackward(b16(4, 2, 8), b16(4, 1, 8), b16(4, 1, 8), tensor.AttentionGrad{
+			AttentionInputs: tensor.AttentionInputs{Q: b16(4, 2, 8), K: b16(4, 1, 8), V: b16(4, 1, 8)}, Out: b16(4, 2, 8), LSE: b16(4, 2), DOut: b16(4, 2, 8)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"AttentionDecode bf16 cache, f32 Q", tensor.AttentionDecode(f(1, 1, 2, 8), tensor.DecodeInputs{Q: f(1, 1, 2, 8), KCache: b16(1, 6, 1, 8), VCache: b16(1, 6, 1, 8), Lens: i32(1)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrDType},
+		{"KVCacheWrite f32 into bf16 cache", tensor.KVCacheWrite(b16(1, 6, 1, 8), f(1, 2, 1, 8), i32(0)), tensor.ErrDType},
 		{"AttentionDecode lens", tensor.AttentionDecode(f(1, 2, 2, 8), tensor.DecodeInputs{Q: f(1, 2, 2, 8), KCache: f(1, 6, 1, 8), VCache: f(1, 6, 1, 8), Lens: i32(1)}, tensor.DefaultAttentionConfig(8, true)), tensor.ErrParam},
 		{"KVCacheWrite start", tensor.KVCacheWrite(f(1, 6, 1, 8), f(1, 2, 1, 8), i32(5)), tensor.ErrParam},
 		{"Activate kind", tensor.Activate(f(3), f(3), tensor.Activation(0)), tensor.ErrParam},

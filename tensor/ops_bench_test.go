@@ -41,14 +41,16 @@ func BenchmarkOpsDecode(b *testing.B) {
 
 // BenchmarkOpsAttention is causal attention over one sequence of T = 512…4096 tokens, 0.5B's
 // heads (14 query heads sharing 2 key/value heads, dimension 64): forward, then forward +
-// backward.
+// backward, float32 then bfloat16.
 func BenchmarkOpsAttention(b *testing.B) {
 	var shapes []nntest.AttentionShape
 	for t := 512; t <= 4096; t *= 2 {
 		shapes = append(shapes, nntest.AttentionShape{T: t, Hq: 14, Hkv: 2, D: 64})
 	}
-	for _, bwd := range []bool{false, true} {
-		nntest.BenchAttention(b, tensor.CPU(), bwd, shapes...)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		for _, bwd := range []bool{false, true} {
+			nntest.BenchAttentionDType(b, tensor.CPU(), dt, bwd, shapes...)
+		}
 	}
 }
 

@@ -109,17 +109,27 @@ func BenchmarkVisionTower(b *testing.B) {
 				}
 			})
 		})
-		b.Run(name+"/train", func(b *testing.B) {
-			benchPatches(b, p.Rows, func() {
-				out, a, err := t.Forward(p.Values, p.Grids, true)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Backward(a, out); err != nil {
-					b.Fatal(err)
-				}
-			})
-		})
+		train := func(t *Vision) func(b *testing.B) {
+			return func(b *testing.B) {
+				benchPatches(b, p.Rows, func() {
+					out, a, err := t.Forward(p.Values, p.Grids, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := t.Backward(a, out); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+		b.Run(name+"/train", train(t))
+		// LoRA rank 16 on every linear layer (all-linear) of a fresh tower: the frozen base
+		// gets no weight gradients, the adapters theirs.
+		lt, _ := benchTower(b, cfg)
+		if err := lt.addLoRA(hflm.LoRAConfig{Rank: 16, Alpha: 32}, func(i int) bool { return i > 0 }, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name+"/train-lora", train(lt))
 	}
 }
 

@@ -52,6 +52,7 @@ type linear struct {
 	w    *tensor.PackedWeight
 	b    *tensor.Tensor
 	name string
+	lora *towerAdapter // nil: none (lora.go)
 }
 
 // norm is a LayerNorm (b set, Qwen2-VL) or an RMSNorm (Qwen2.5-VL), eps 1e-6.
@@ -89,8 +90,12 @@ type Vision struct {
 	rope   tensor.RoPEConfig
 	attn   tensor.AttentionConfig
 	mp     *visionMixed // bf16 mixed precision (vision_mixed.go); nil: float32
-	// Frozen vision towers run no backward (freeze_vision_tower).
+	// Frozen vision towers run no backward (freeze_vision_tower), adapters included.
 	Frozen bool
+	// LoRA (lora.go): with it the base is frozen; loraOff disables the adapters (Model.Base).
+	lora    *towerLoRA
+	loraOff bool
+	bwd     *VisionActs // the activations of the Backward under way (its adapters read them)
 }
 
 // visionSpecs lists the tower's weights, named as Hugging Face's state_dict (visual.*).
@@ -326,6 +331,7 @@ type VisionActs struct {
 	lnOut  *tensor.Tensor // [n/unit, unit·Dim]
 	pre    *tensor.Tensor // mlp.0's output (GELU's input)
 	gelu   *tensor.Tensor
+	lora   map[*towerAdapter]loraAct
 }
 
 // Forward runs the tower over pixel_values [rows, PatchDim] of the images or videos with these
@@ -347,15 +353,20 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	var e errs
 	fb := &fwdBufs{t: t, keep: keep}
 	px := t.store(tensor.Must(tensor.FromFloat32(pixels, n, pd))) // bf16 mode: rounded
+	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
+	var ka *VisionActs // the adapters keep their activations in a training pass
+	if keep {
+		ka = a
+	}
 	x, xv := f32(n, d)
 	e.do(tensor.Linear(x, px, t.patch.w))
+	e.do(t.adapt(x, px, t.patch, ka))
 	if l.window != nil {
 		perm, pv := f32(n, d)
 		permuteUnits(pv, xv, l.window, unit*d, false)
 		x, xv = perm, pv
 	}
 	t.round(xv)
-	a := &VisionActs{l: l, pixels: px}
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -372,6 +383,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		s.h1 = fb.gemmIn("h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 		qkv, qkvv := fb.f32("qkv", n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
+		e.do(t.adapt(qkv, s.h1, blk.qkv, ka))
 		var qv, kv, vv []float32
 		s.q, qv = fb.f32("q", n, v.Heads, hd)
 		s.k, kv = fb.f32("k", n, v.Heads, hd)
@@ -392,6 +404,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		s.attn = fb.gemmIn("attn", s.attn)
 		o, ov := fb.f32("o", n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
+		e.do(t.adapt(o, s.attn, blk.proj, ka))
 		t.residual(ov, host(x))
 		s.xMid = o
 		s.h2, _ = fb.f32("h2", n, d)
@@ -408,18 +421,23 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			s.a, _ = fb.f32("a", n, v.MLPDim)
 			s.b, _ = fb.f32("b", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
+			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
+			e.do(t.adapt(s.b, s.h2, blk.up, ka))
 			t.round(host(s.a))
 			t.round(host(s.b))
 			s.prod, _ = fb.f32("prod", n, v.MLPDim)
 			e.do(tensor.SwiGLU(s.prod, s.a, s.b))
 			s.prod = fb.gemmIn("prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
+			e.do(t.adapt(y, s.prod, blk.down, ka))
 		case t.gated:
 			s.a, _ = fb.f32("a", n, v.MLPDim)
 			s.b, _ = fb.f32("b", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
+			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
+			e.do(t.adapt(s.b, s.h2, blk.up, ka))
 			t.round(host(s.a))
 			t.round(host(s.b))
 			var actv []float32
@@ -433,14 +451,17 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			}
 			s.prod = fb.gemmIn("prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
+			e.do(t.adapt(y, s.prod, blk.down, ka))
 		default:
 			s.a, _ = fb.f32("a", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
+			e.do(t.adapt(s.a, s.h2, blk.fc1, ka))
 			t.round(host(s.a))
 			s.act, _ = fb.f32("act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
 			s.act = fb.gemmIn("act", s.act)
 			e.do(linearInto(y, s.act, blk.fc2))
+			e.do(t.adapt(y, s.act, blk.fc2, ka))
 		}
 		t.residual(yv, host(s.xMid))
 		x = y
@@ -460,6 +481,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	a.lnOut = fb.gemmIn("h1", tensor.Must(ln.Reshape(nm, unit*d)))
 	a.pre, _ = f32(nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
+	e.do(t.adapt(a.pre, a.lnOut, t.mlp0, ka))
 	t.round(host(a.pre))
 	a.gelu, _ = fb.f32("gelu", nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
@@ -469,6 +491,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	}
 	out, outv := f32(nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
+	e.do(t.adapt(out, a.gelu, t.mlp2, ka))
 	t.round(outv)
 	if e.err != nil {
 		return nil, nil, e.err

@@ -6,6 +6,9 @@ import (
 
 // ensureGrads allocates the tower's zero gradients on first use.
 func (t *Vision) ensureGrads() {
+	if t.lora != nil { // the base is frozen: the adapters have theirs
+		return
+	}
 	for _, p := range t.params {
 		if p.grad == nil {
 			p.grad, _ = f32(p.value.Shape()...)
@@ -15,6 +18,12 @@ func (t *Vision) ensureGrads() {
 
 // ZeroGrads sets the tower's gradients to zero.
 func (t *Vision) ZeroGrads() {
+	if t.lora != nil {
+		for _, ad := range t.lora.adapters {
+			clear(host(ad.ga))
+			clear(host(ad.gb))
+		}
+	}
 	for _, p := range t.params {
 		if p.grad != nil {
 			clear(host(p.grad))
@@ -38,6 +47,8 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		return err
 	}
 	t.ensureGrads()
+	t.bwd = a
+	defer func() { t.bwd = nil }()
 	var e errs
 	dy := dOut
 	if l.window != nil { // into the window order of the merger's rows
@@ -121,8 +132,13 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		permuteUnits(pv, dxv, l.window, unit*d, true)
 		dx = p
 	}
-	return tensor.LinearBackward(tensor.LinearGradOut{DWeight: t.byName[t.patch.name+".weight"].grad},
-		tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true})
+	if g := t.byName[t.patch.name+".weight"].grad; g != nil {
+		if err := tensor.LinearBackward(tensor.LinearGradOut{DWeight: g},
+			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true}); err != nil {
+			return err
+		}
+	}
+	return t.adaptBackward(nil, dx, t.patch, a)
 }
 
 func (t *Vision) fullBlock(i int) bool {
@@ -149,25 +165,47 @@ func (t *Vision) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
 	if err != nil {
 		return err
 	}
-	out := tensor.LinearGradOut{DX: dx2, DWeight: t.byName[l.name+".weight"].grad}
+	out := tensor.LinearGradOut{DX: dx2, DWeight: t.byName[l.name+".weight"].grad} // nil under LoRA: frozen
 	if l.b != nil {
 		out.DBias = t.byName[l.name+".bias"].grad
 	}
-	return tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true})
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+		return err
+	}
+	return t.adaptBackward(dx2, dy2, l, t.bwd)
 }
 
 // normBackward writes dx and adds the norm's weight (and bias) gradients.
 func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
 	in := tensor.NormGrad{X: x, Weight: n.w, DY: dy, Eps: visionEps, Accumulate: true}
+	dw, db := t.byName[n.name+".weight"].grad, (*tensor.Tensor)(nil)
 	if n.b != nil {
-		return tensor.LayerNormBackward(dx, t.byName[n.name+".weight"].grad, t.byName[n.name+".bias"].grad, in)
+		db = t.byName[n.name+".bias"].grad
 	}
-	return tensor.RMSNormBackward(dx, t.byName[n.name+".weight"].grad, in)
+	if dw == nil { // a frozen base (LoRA): the ops' weight gradients go to scratch
+		dw, _ = f32(n.w.Shape()...)
+		db, _ = f32(n.w.Shape()...)
+	}
+	if n.b != nil {
+		return tensor.LayerNormBackward(dx, dw, db, in)
+	}
+	return tensor.RMSNormBackward(dx, dw, in)
 }
 
 // Repack rebuilds the packed matrices after the weights changed (an optimizer step): in bf16
 // mode the bfloat16 copies from the masters.
 func (t *Vision) Repack() error {
+	if t.lora != nil { // the frozen base never changes
+		for _, ad := range t.lora.adapters {
+			if err := ad.pa.Repack(); err != nil {
+				return err
+			}
+			if err := ad.pb.Repack(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, p := range t.params {
 		if p.packed != nil {
 			if err := p.packed.Repack(); err != nil {

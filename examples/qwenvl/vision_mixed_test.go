@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -239,6 +240,57 @@ func TestVisionMixedPrecisionTwin(t *testing.T) {
 			bl := (math.Sqrt(float64(towerRoundings(depth)+lmRoundings(layers))) + math.Sqrt(float64(torchRoundings(depth)+torchLMRoundings(layers)))) * u
 			require.LessOrEqual(t, worst/size, bl)
 			t.Logf("logits: max |Go bf16 − torch bf16| / max |logit| = %.3g = %.2f·u (bound %.2f·u)", worst/size, worst/(size*u), bl/u)
+		})
+	}
+}
+
+// TestVisionMixedPrecisionLoRA: bf16 mode with LoRA on the tower (the adapters computing in
+// float32 on the bfloat16 activations): every adapter's gradient against float32's within
+// TestVisionMixedPrecision's bound, and MergeLoRA rounds the merged masters into the copies.
+func TestVisionMixedPrecisionLoRA(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	g := readModelGolden(t)
+	for _, c := range g.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			grads := []map[string][]float32{{}, {}}
+			var bf *Model
+			for k, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+				m := loadCase(t, filepath.Join("testdata", c.Config), c.Seed, c.DType, c.Layout)
+				require.NoError(t, m.SetMixedPrecision(dt))
+				require.NoError(t, m.AddLoRA(hflm.LoRAConfig{Rank: 3, Alpha: 6, TargetModules: []string{`(model\.)?visual\..*`}, Seed: 5}))
+				randomizeB(t, m, 1)
+				s := goldenSample(g, m, c.IDs)
+				sc, err := m.Score([]Sample{s}, []int{g.Completion}, 1, true)
+				require.NoError(t, err)
+				d := make([]float32, g.Completion)
+				for i := range d {
+					d[i] = float32(math.Cos(0.7 * float64(i)))
+				}
+				require.NoError(t, sc.Backward([][]float32{d}, nil))
+				ps, err := m.Params()
+				require.NoError(t, err)
+				require.NotEmpty(t, ps)
+				for _, p := range ps {
+					grads[k][p.Name] = append([]float32(nil), host(p.Grad)...)
+				}
+				bf = m
+			}
+			sqrtR := math.Sqrt(float64(towerRoundings(bf.Config.Vision.Depth) + lmRoundings(bf.Config.Text.NumHiddenLayers)))
+			worst := 0.0
+			for name, want := range grads[0] {
+				gn, _ := relNorm(want, grads[1][name])
+				require.LessOrEqual(t, gn, 2*sqrtR*u, name)
+				worst = max(worst, gn)
+			}
+			t.Logf("adapter gradients: largest ‖Δg‖/‖g‖ = %.2f·u (bound %.2f·u)", worst/u, 2*sqrtR)
+			require.NoError(t, bf.MergeLoRA())
+			v := bf.Vision
+			for name, w := range v.mp.mats {
+				got, _ := w.Weight().BF16s()
+				for i, x := range host(v.byName[name].value) {
+					require.Equal(t, tensor.BF16FromFloat32(x), got[i], name)
+				}
+			}
 		})
 	}
 }

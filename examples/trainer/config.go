@@ -290,17 +290,21 @@ type ModelConfig struct {
 	TokenizerPath string `yaml:"tokenizer_path" json:"tokenizer_path"`
 	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
 	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
-	// TargetModules (q_proj … down_proj, or all-linear).
-	LoraRank      int        `yaml:"lora_rank" json:"lora_rank"`
-	LoraAlpha     float64    `yaml:"lora_alpha" json:"lora_alpha"`
-	LoraDropout   float64    `yaml:"lora_dropout" json:"lora_dropout"`
-	TargetModules StringList `yaml:"target_modules" json:"target_modules"`
+	// the modules TargetModules selects and ExcludeModules (verl's exclude_modules) does not,
+	// as PEFT selects them: module names matching a name or its end (q_proj, attn.qkv), one
+	// regular expression over whole names, or all-linear (every linear layer but lm_head; on a
+	// Qwen2-VL model_path the vision tower's and its merger's too).
+	LoraRank       int        `yaml:"lora_rank" json:"lora_rank"`
+	LoraAlpha      float64    `yaml:"lora_alpha" json:"lora_alpha"`
+	LoraDropout    float64    `yaml:"lora_dropout" json:"lora_dropout"`
+	TargetModules  StringList `yaml:"target_modules" json:"target_modules"`
+	ExcludeModules StringList `yaml:"exclude_modules" json:"exclude_modules"`
 	// EnableGradientCheckpointing recomputes each decoder layer's activations in the backward
 	// (the model_path model; the built-in model keeps its activations).
 	EnableGradientCheckpointing bool `yaml:"enable_gradient_checkpointing" json:"enable_gradient_checkpointing"`
-	// FreezeVisionTower keeps a Qwen2-VL model_path's vision tower fixed; false trains it in
-	// full (with LoRA too, whose adapters are on the language model alone). The built-in
-	// model trains whole.
+	// FreezeVisionTower keeps a Qwen2-VL model_path's vision tower fixed, its LoRA adapters
+	// too (verl freezes model.visual after adding them); false trains it in full, or under
+	// LoRA through its adapters alone. The built-in model trains whole.
 	FreezeVisionTower bool `yaml:"freeze_vision_tower" json:"freeze_vision_tower"`
 }
 
