@@ -60,6 +60,21 @@ func TestTransformerOpErrors(t *testing.T) {
 		{"AdamW step", tensor.AdamWStep(tensor.AdamWParams{Param: f(3), Grad: f(3), ExpAvg: f(3), ExpAvgSq: f(3)}, 0, tensor.DefaultAdamWConfig(1e-3)), tensor.ErrParam},
 		{"AdamW beta", tensor.AdamWStep(tensor.AdamWParams{Param: f(3), Grad: f(3), ExpAvg: f(3), ExpAvgSq: f(3)}, 1, tensor.AdamWConfig{LR: 1, Beta1: 1, Beta2: 0.9}), tensor.ErrParam},
 		{"ClipGradNorm max", func() error { _, err := tensor.ClipGradNorm([]*tensor.Tensor{f(3)}, 0); return err }(), tensor.ErrParam},
+		// The non-GEMM ops: activations of one dtype, parameters float32 or that dtype,
+		// parameter gradients float32.
+		{"RMSNorm bf16 y, f32 x", tensor.RMSNorm(b16(2, 4), f(2, 4), f(4), 1e-6), tensor.ErrDType},
+		{"RMSNorm f32 x, bf16 w", tensor.RMSNorm(f(2, 4), f(2, 4), b16(4), 1e-6), tensor.ErrDType},
+		{"RMSNorm int32 x", tensor.RMSNorm(i32(0, 1), i32(0, 1), f(2), 1e-6), tensor.ErrDType},
+		{"LayerNorm bf16, f32 y", tensor.LayerNorm(f(2, 4), b16(2, 4), b16(4), b16(4), 1e-5), tensor.ErrDType},
+		{"RMSNormBackward bf16 dw", tensor.RMSNormBackward(b16(2, 4), b16(4), tensor.NormGrad{X: b16(2, 4), Weight: b16(4), DY: b16(2, 4)}), tensor.ErrDType},
+		{"LayerNormBackward f32 DY", tensor.LayerNormBackward(b16(2, 4), f(4), f(4), tensor.NormGrad{X: b16(2, 4), Weight: f(4), DY: f(2, 4)}), tensor.ErrDType},
+		{"RoPE bf16 y, f32 x", tensor.RoPE(b16(2, 1, 4), f(2, 1, 4), i32(0, 1), tensor.RoPEConfig{Theta: 1e4}), tensor.ErrDType},
+		{"Activate f32 y, bf16 x", tensor.Activate(f(3), b16(3), tensor.GELU), tensor.ErrDType},
+		{"ActivateBackward bf16 DY", tensor.ActivateBackward(f(3), tensor.ActivationGrad{X: f(3), DY: b16(3), Activation: tensor.SiLU}), tensor.ErrDType},
+		{"SwiGLU bf16 up", tensor.SwiGLU(f(3), f(3), b16(3)), tensor.ErrDType},
+		{"SwiGLUBackward bf16 dgate", tensor.SwiGLUBackward(b16(3), f(3), tensor.SwiGLUGrad{Gate: f(3), Up: f(3), DY: f(3)}), tensor.ErrDType},
+		{"Embedding f32 y, bf16 table", tensor.Embedding(f(2, 3), b16(5, 3), i32(1, 2)), tensor.ErrDType},
+		{"EmbeddingBackward bf16 dtable", tensor.EmbeddingBackward(b16(5, 3), tensor.EmbeddingGrad{IDs: i32(1, 2), DY: b16(2, 3)}), tensor.ErrDType},
 		{"LMHead target", tensor.LMHeadLogProbs(f(2), f(2), tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 5), Temperature: 1}), tensor.ErrParam},
 		{"LMHead entropy", tensor.LMHeadLogProbs(f(2), nil, lmIn), tensor.ErrShape},
 		{"LMHead temperature", tensor.LMHeadLogProbs(f(2), f(2), tensor.LMHeadInputs{Hidden: f(2, 3), Weight: w, Targets: i32(0, 4)}), tensor.ErrParam},
@@ -68,6 +83,8 @@ func TestTransformerOpErrors(t *testing.T) {
 		var te *tensor.Error
 		if !errors.Is(c.err, c.want) || !errors.As(c.err, &te) {
 			t.Errorf("%s: got %v, want an *tensor.Error wrapping %v", c.name, c.err, c.want)
+		} else if testing.Verbose() && errors.Is(c.err, tensor.ErrDType) {
+			t.Logf("%s: %v", c.name, c.err)
 		}
 	}
 }
