@@ -206,6 +206,9 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 			LMHeadInputs: s.lmIn, LogProbs: s.lp, Entropy: s.ent,
 			DLogProbs: dlp, DEntropy: dent, Accumulate: true,
 		}))
+		if e.err == nil && !s.m.Config.TieWordEmbeddings {
+			s.m.reportFinal("lm_head.weight")
+		}
 		// Each scored row's gradient into its packed row (the rows are distinct: a copy).
 		e.do(tensor.EmbeddingBackward(dHidden, tensor.EmbeddingGrad{IDs: s.rowIDs, DY: dh, Accumulate: true}))
 		if e.err != nil {

@@ -338,12 +338,17 @@ func (m *Model) MergeLoRA() error {
 		}
 		p := t.byName[l.name+".weight"]
 		addTo(host(p.value), delta)
-		if err := p.packed.Repack(); err != nil {
-			return err
+		if p.packed != nil { // (in bf16 mode the copies are rounded again below)
+			if err := p.packed.Repack(); err != nil {
+				return err
+			}
 		}
 		l.lora = nil
 	}
 	t.lora, m.lora = nil, nil
+	if t.mp != nil {
+		return t.mp.refresh(t)
+	}
 	return nil
 }
 

@@ -59,11 +59,11 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	dgelu, _ := f32(nm, unit*d)
 	e.do(t.linearBackward(dgelu, a.gelu, dy, t.mlp2))
 	dpre, _ := f32(nm, unit*d)
-	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: a.pre, DY: dgelu, Activation: tensor.GELU}))
+	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: widen(a.pre), DY: dgelu, Activation: tensor.GELU}))
 	dln, _ := f32(nm, unit*d)
 	e.do(t.linearBackward(dln, a.lnOut, dpre, t.mlp0))
 	dx, dxv := f32(n, d)
-	e.do(t.normBackward(dx, a.xLast, tensor.Must(dln.Reshape(n, d)), t.lnQ))
+	e.do(t.normBackward(dx, widen(a.xLast), tensor.Must(dln.Reshape(n, d)), t.lnQ))
 	tmp, tmpv := f32(n, d)
 	for i := len(t.blocks) - 1; i >= 0; i-- {
 		blk, s := &t.blocks[i], &a.blocks[i]
@@ -72,14 +72,18 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		if t.gated {
 			dprod, dpv := f32(n, v.MLPDim)
 			e.do(t.linearBackward(dprod, s.prod, dx, blk.down))
-			dact, dav := f32(n, v.MLPDim)
-			db, dbv := f32(n, v.MLPDim)
-			actv, bv := host(s.act), host(s.b)
-			for j, g := range dpv {
-				dav[j], dbv[j] = g*bv[j], g*actv[j]
-			}
 			da, _ := f32(n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			db, dbv := f32(n, v.MLPDim)
+			if s.act == nil { // the forward's SwiGLU
+				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: widen(s.a), Up: widen(s.b), DY: dprod}))
+			} else {
+				dact, dav := f32(n, v.MLPDim)
+				actv, bv := host(widen(s.act)), host(widen(s.b))
+				for j, g := range dpv {
+					dav[j], dbv[j] = g*bv[j], g*actv[j]
+				}
+				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+			}
 			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
 			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
 			addTo(dh2v, tmpv)
@@ -87,10 +91,10 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			dact, _ := f32(n, v.MLPDim)
 			e.do(t.linearBackward(dact, s.act, dx, blk.fc2))
 			da, _ := f32(n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
 			e.do(t.linearBackward(dh2, s.h2, da, blk.fc1))
 		}
-		e.do(t.normBackward(tmp, s.xMid, dh2, blk.norm2))
+		e.do(t.normBackward(tmp, widen(s.xMid), dh2, blk.norm2))
 		addTo(dxv, tmpv)
 		// Attention: xMid = xIn + proj(attn(rope(q), rope(k), v)), q, k, v = qkv(norm1(xIn)).
 		dattn, _ := f32(n, v.Heads, v.HeadDim())
@@ -103,8 +107,8 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			cu = l.cuWindow
 		}
 		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-			AttentionInputs: tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu},
-			Out:             s.attn, LSE: s.lse, DOut: dattn,
+			AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: cu, CuSeqlensK: cu},
+			Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
 		}, t.attn))
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: l.pos, Config: t.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: l.pos, Config: t.rope}))
@@ -117,7 +121,7 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		}
 		dh1, _ := f32(n, d)
 		e.do(t.linearBackward(dh1, s.h1, dqkv, blk.qkv))
-		e.do(t.normBackward(tmp, s.xIn, dh1, blk.norm1))
+		e.do(t.normBackward(tmp, widen(s.xIn), dh1, blk.norm1))
 		addTo(dxv, tmpv)
 		if e.err != nil {
 			return e.err
@@ -188,7 +192,8 @@ func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
 	return tensor.RMSNormBackward(dx, dw, in)
 }
 
-// Repack rebuilds the packed matrices after the weights changed (an optimizer step).
+// Repack rebuilds the packed matrices after the weights changed (an optimizer step): in bf16
+// mode the bfloat16 copies from the masters.
 func (t *Vision) Repack() error {
 	if t.lora != nil { // the frozen base never changes
 		for _, ad := range t.lora.adapters {
@@ -207,6 +212,9 @@ func (t *Vision) Repack() error {
 				return err
 			}
 		}
+	}
+	if t.mp != nil {
+		return t.mp.refresh(t)
 	}
 	return nil
 }

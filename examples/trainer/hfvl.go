@@ -446,6 +446,9 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 	if err := cfg.Worker.Actor.applyScale(model.LM); err != nil {
 		return nil, err
 	}
+	if err := model.Vision.SetMixedPrecision(model.LM.MixedPrecision()); err != nil { // the tower too
+		return nil, err
+	}
 	model.Vision.Frozen = mc.FreezeVisionTower
 	gen, err := hfmodel.LoadGenerationConfig(mc.ModelPath)
 	if err != nil {
@@ -521,6 +524,9 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 			return nil, key(err)
 		}
 		if err := cfg.Worker.Actor.applyScale(base.LM); err != nil {
+			return nil, err
+		}
+		if err := base.Vision.SetMixedPrecision(base.LM.MixedPrecision()); err != nil {
 			return nil, err
 		}
 		base.Vision.Frozen = true

@@ -397,3 +397,22 @@ func TestModelPathVLRefusals(t *testing.T) {
 		assert.NoDirExists(t, run, c.extra)
 	}
 }
+
+// TestVLMixedPrecision: mixed_precision_dtype=bf16 switches the tower along with the language
+// model, in the trained model and in the reference's second load (the tower trained).
+func TestVLMixedPrecision(t *testing.T) {
+	model := tinyVL(t, "qwen2.5-vl.json")
+	data := writeSeedData(t, t.TempDir(), 4)
+	cfg := mustConfig(t, hfOverrides(model, filepath.Join(t.TempDir(), "run"), "dataset.train_files="+data,
+		"dataset.rollout_batch_size=4", "worker.actor.global_batch_size=4", "worker.actor.fsdp.mixed_precision_dtype=bf16"))
+	s, err := openHFVL(cfg)
+	require.NoError(t, err)
+	m := s.model.(*vlModel)
+	assert.Equal(t, tensor.BFloat16, m.LM.MixedPrecision())
+	assert.Equal(t, tensor.BFloat16, m.Vision.MixedPrecision())
+	ref, err := s.reference()
+	require.NoError(t, err)
+	rm := ref.(*qwenvl.Policy[vlPrompt]).Model
+	require.NotSame(t, m.Vision, rm.Vision)
+	assert.Equal(t, tensor.BFloat16, rm.Vision.MixedPrecision())
+}
