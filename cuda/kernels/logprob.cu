@@ -185,6 +185,129 @@ __device__ void lp_backward(O* __restrict__ dlogits, long long* flag, const T* _
     }
 }
 
+// The fused LM head (tensor.LMHeadLogProbs and its backward), on the logits of one vocabulary
+// chunk at a time: z [rows, vc] = hidden·W[c0:c0+vc]ᵀ, which cuBLAS writes into scratch.
+//   lmhead_fold_fwd_f32: block per row; folds the chunk's z/temperature into the block's
+//     (m, s, t) as lp_stats does, then merges it into the row's running state (m, s, t in
+//     double, as the host's cross-tile sums) and picks up the target's logit when the chunk
+//     holds it. state is [rows, 4] doubles: m, s, t, z_y.
+//   lmhead_finish_fwd_f32: thread per row, logp = z_y - m - log s (clamped at -FLT_MAX) and
+//     entropy = log s - t/s, as lp_finish.
+//   lmhead_target_bwd_<h>[_<w>]: block per row, lse = z_y - logp with z_y = h·w_y/temperature
+//     (a fixed tree over D, in double).
+//   lmhead_grad_bwd_f32: the chunk's logits gradient in place (and, when dzb is not null, its
+//     bfloat16 copy), with the formula of lp_backward.
+
+// lm_merge combines the state (m, s, t) of b into a, in double (a NaN m poisons the row).
+__device__ __forceinline__ void lm_merge(double* a, double bm, double bs, double bt) {
+    if (a[0] != a[0] || bm != bm) {
+        a[0] = a[1] = a[2] = __longlong_as_double(0x7ff8000000000000LL);
+        return;
+    }
+    double m = a[0] > bm ? a[0] : bm;
+    double s = 0, t = 0;
+    if (m != -INFINITY) {
+        if (a[1] != 0 || a[1] != a[1]) {
+            double d = a[0] - m, c = exp(d);
+            s += c * a[1];
+            t += c * (a[2] + a[1] * d);
+        }
+        if (bs != 0 || bs != bs) {
+            double d = bm - m, c = exp(d);
+            s += c * bs;
+            t += c * (bt + bs * d);
+        }
+    }
+    a[0] = m;
+    a[1] = s;
+    a[2] = t;
+}
+
+__device__ void lm_fold(double* __restrict__ state, const float* __restrict__ z,
+                        const int* __restrict__ targets, int64_t c0, int64_t vc, float temperature,
+                        int first) {
+    __shared__ float sm[MTRL_BLOCK], ss[MTRL_BLOCK], st[MTRL_BLOCK];
+    int64_t row = blockIdx.x;
+    const float* x = z + row * vc;
+    lpstate a = {-INFINITY, 0.f, 0.f};
+    bool nan = false;
+    for (int64_t i = threadIdx.x; i < vc; i += MTRL_BLOCK) {
+        float zi = x[i] / temperature;
+        nan |= zi != zi;
+        lp_push(a, zi);
+    }
+    if (nan) a.m = __int_as_float(0x7fffffff);
+    sm[threadIdx.x] = a.m;
+    ss[threadIdx.x] = a.s;
+    st[threadIdx.x] = a.t;
+    __syncthreads();
+    for (int w = MTRL_BLOCK / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            lpstate p = {sm[threadIdx.x], ss[threadIdx.x], st[threadIdx.x]};
+            lpstate q = {sm[threadIdx.x + w], ss[threadIdx.x + w], st[threadIdx.x + w]};
+            lpstate r = lp_merge(p, q);
+            sm[threadIdx.x] = r.m;
+            ss[threadIdx.x] = r.s;
+            st[threadIdx.x] = r.t;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    double* o = state + row * 4;
+    if (first) {
+        o[0] = sm[0];
+        o[1] = ss[0];
+        o[2] = st[0];
+        o[3] = 0;
+    } else {
+        lm_merge(o, sm[0], ss[0], st[0]);
+    }
+    int64_t y = (int64_t)targets[row] - c0;
+    if (y >= 0 && y < vc) o[3] = x[y] / temperature;
+}
+
+template <typename H, typename W>
+__device__ void lm_target(float* __restrict__ lse, const H* __restrict__ hidden,
+                          const W* __restrict__ weight, const int* __restrict__ targets,
+                          const float* __restrict__ logp, int64_t d, float temperature) {
+    __shared__ double red[MTRL_WARPS];
+    int64_t row = blockIdx.x;
+    const H* h = hidden + row * d;
+    const W* w = weight + (int64_t)targets[row] * d;
+    double acc = 0;
+    for (int64_t k = threadIdx.x; k < d; k += MTRL_BLOCK) {
+        acc += (double)load_f32<H>(h, k) * (double)load_f32<W>(w, k);
+    }
+    double zy = block_sum_f64(acc, red);
+    if (threadIdx.x == 0) lse[row] = (float)zy / temperature - logp[row];
+}
+
+__device__ void lm_grad(float* __restrict__ dz, bf16_t* __restrict__ dzb, const float* __restrict__ lse,
+                        const int* __restrict__ targets, const float* __restrict__ entropy,
+                        const float* __restrict__ dlogp, const float* __restrict__ dentropy,
+                        int64_t c0, int64_t vc, float temperature, int rnd) {
+    int64_t row = blockIdx.x;
+    float gl = dlogp != nullptr ? dlogp[row] : 0.f;
+    float ge = 0.f, h = 0.f;
+    if (dentropy != nullptr) {
+        ge = dentropy[row];
+        h = entropy[row];
+    }
+    float logZ = lse[row], invT = 1.f / temperature;
+    int64_t y = (int64_t)targets[row] - c0;
+    float* x = dz + row * vc;
+    for (int64_t i = (int64_t)blockIdx.y * MTRL_BLOCK + threadIdx.x; i < vc; i += (int64_t)gridDim.y * MTRL_BLOCK) {
+        float u = x[i] / temperature - logZ;
+        if (u < -87.f) u = -87.f;  // as lp_backward
+        float p = expf(u);
+        float g = (-gl * p - ge * p * (u + h)) * invT;
+        if (i == y) g += gl * invT;
+        if (rnd) g = bf16_to_f32(f32_to_bf16(g));
+        x[i] = g;
+        if (dzb != nullptr) dzb[row * vc + i] = f32_to_bf16(g);
+    }
+}
+
 extern "C" {
 
 __global__ void __launch_bounds__(MTRL_BLOCK) logprob_stats_fwd_f32(float* stats, const float* logits, int64_t v, int64_t chunk, float temperature) {
@@ -210,6 +333,33 @@ __global__ void __launch_bounds__(MTRL_BLOCK) logprob_entropy_bwd_bf16_f32(float
 }
 __global__ void __launch_bounds__(MTRL_BLOCK) logprob_entropy_bwd_f32_bf16(bf16_t* dlogits, long long* flag, const float* logits, const int* targets, const float* logp, const float* entropy, const float* dlogp, const float* dentropy, int64_t v, int64_t chunk, float temperature) {
     lp_backward<float, bf16_t>(dlogits, flag, logits, targets, logp, entropy, dlogp, dentropy, v, chunk, temperature);
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) lmhead_fold_fwd_f32(double* state, const float* z, const int* targets, int64_t c0, int64_t vc, float temperature, int first) {
+    lm_fold(state, z, targets, c0, vc, temperature, first);
+}
+__global__ void lmhead_finish_fwd_f32(float* logp, float* entropy, const double* state, int64_t rows) {
+    int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const double* a = state + row * 4;
+    double s = a[1];
+    if (isinf(a[0])) s = __longlong_as_double(0x7ff8000000000000LL);  // all -Inf, or a +Inf logit
+    double logS = log(s);
+    double lv = (a[3] - a[0]) - logS;
+    logp[row] = (float)(lv > -FLT_MAX ? lv : (lv != lv ? lv : -FLT_MAX));
+    entropy[row] = (float)(logS - a[2] / s);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) lmhead_target_bwd_f32(float* lse, const float* hidden, const float* weight, const int* targets, const float* logp, int64_t d, float temperature) {
+    lm_target<float, float>(lse, hidden, weight, targets, logp, d, temperature);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) lmhead_target_bwd_bf16(float* lse, const bf16_t* hidden, const bf16_t* weight, const int* targets, const float* logp, int64_t d, float temperature) {
+    lm_target<bf16_t, bf16_t>(lse, hidden, weight, targets, logp, d, temperature);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) lmhead_target_bwd_f32_bf16(float* lse, const float* hidden, const bf16_t* weight, const int* targets, const float* logp, int64_t d, float temperature) {
+    lm_target<float, bf16_t>(lse, hidden, weight, targets, logp, d, temperature);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) lmhead_grad_bwd_f32(float* dz, bf16_t* dzb, const float* lse, const int* targets, const float* entropy, const float* dlogp, const float* dentropy, int64_t c0, int64_t vc, float temperature, int rnd) {
+    lm_grad(dz, dzb, lse, targets, entropy, dlogp, dentropy, c0, vc, temperature, rnd);
 }
 
 }  // extern "C"
