@@ -61,11 +61,12 @@
 //     float32 compute; bound in cublas.go), RMSNorm, LayerNorm, RoPE (mrope sections),
 //     activations, SwiGLU, embedding gather and scatter-add, AdamW and the gradient-norm
 //     reductions (kernels/nn.cu), flash-style attention forward, decode and backward
-//     (kernels/attention.cu).
+//     (kernels/attention.cu), and the fused LM head (tensor.LMHeadLogProbs and its backward:
+//     cuBLAS logits one vocabulary chunk at a time, folded per row by kernels in
+//     kernels/logprob.cu; never [N, V]; scratch [N, 8192] float32 per call).
 //
-// Not on the device yet (host staging through tensor.OnHost): the fused LM head
-// (tensor.LMHeadLogProbs and its backward), ResponseMask (package tensor declares no kernel
-// interface for it), the single-image perturbations and the other
+// Not on the device yet (host staging through tensor.OnHost): ResponseMask (package tensor
+// declares no kernel interface for it), the single-image perturbations and the other
 // perturbation kinds (noise, masking, blur).
 //
 // The loss and advantage kernels use ports of internal/hostops' float32 exp (hostexp.cuh) and
