@@ -20,8 +20,7 @@ import (
 // against the same model on the CPU. The device's GEMMs (cuBLAS) and attention sum in other
 // orders than the host's kernels, so results agree to float32 rounding, not bit for bit: the
 // tolerances below are a few hundred ulp of the values compared, far below any real defect
-// (a wrong weight, mask or position moves them by 1e-2 or more). The LM head is staged
-// through the host on the device (cuda has no kernel for it yet).
+// (a wrong weight, mask or position moves them by 1e-2 or more).
 
 // device opens CUDA device 0, or skips (fails under MTRL_REQUIRE_CUDA=1).
 func device(t testing.TB) *cuda.Backend {
