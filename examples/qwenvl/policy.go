@@ -161,6 +161,13 @@ func (p *Policy[P]) Forward(b *loop.Batch[P], lo, hi int, logp, ent *tensor.Tens
 	return hflm.NewPass(s.LogProbs, b.T, s.Backward), nil
 }
 
+// ReportFinal implements loop.FinalGradients: the language model reports its layers'
+// gradients as its backward finishes them (hflm.Model.ReportFinal); the tower's backward runs
+// after it, and the tower's gradients are reduced after the whole backward.
+func (p *Policy[P]) ReportFinal(hook func(grads ...*tensor.Tensor)) bool {
+	return p.Model.LM.ReportFinal(hook)
+}
+
 // Params are the language model's parameters (hflm.Model.Params: with LoRA its adapters
 // alone) followed, when the tower trains, by the tower's: its adapters under LoRA (PEFT's
 // names, base_model.model.visual.….lora_A.weight, as [r, in] and [out, r] matrices), else its
