@@ -39,6 +39,9 @@ func sigmoidPair32(x float32) (s, oms float32) {
 	return s, e * s
 }
 
+// The float32 conversions of products that are then added keep them rounded (no FMA under
+// GOAMD64=v3), as the vector kernels compute.
+
 // actKernels is a vector implementation of the loops below over whole vectors of lanes
 // elements (activation_amd64.s), bit-identical to them: each returns nonzero when an exp
 // argument exceeded expVecMax, and the caller redoes those elements with the Go loop.
@@ -99,7 +102,7 @@ func activateBackwardCPU(a Activation, x, dy, dx []float32) {
 	}
 	one := func(v, d float32) float32 {
 		s, oms := sigmoidPair32(beta * v)
-		return d * (s + beta*v*s*oms)
+		return d * (s + float32(beta*v*s*oms))
 	}
 	parallel.For(len(x), 1<<14, func(lo, hi int) {
 		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
@@ -141,7 +144,7 @@ func swiGLUBackwardCPU(gate, up, dy, dgate, dup []float32) {
 	one := func(i int, g float32) {
 		s, oms := sigmoidPair32(g)
 		d := dy[i]
-		dgate[i] = d * up[i] * (s + g*s*oms)
+		dgate[i] = d * up[i] * (s + float32(g*s*oms))
 		dup[i] = d * (g * s)
 	}
 	parallel.For(len(gate), 1<<14, func(lo, hi int) {
