@@ -16,7 +16,7 @@ import (
 // They reproduce the Go loops of tensor/activation_cpu.go bit for bit: the exp is
 // hostops.Exp32's own arithmetic (x·log2e + 1/2 floored, the two-part ln2 reduction, the
 // degree-7 Taylor polynomial in Horner form, times 2^k built from its exponent bits) with
-// separate multiplies and adds (no FMA: the Go compiler does not fuse at GOAMD64 < v3), and
+// separate multiplies and adds (no FMA: the Go code rounds each product explicitly), and
 // the quotients are VDIVPS, correctly rounded like DIVSS. Exp32 takes math.Exp above 88; the
 // kernels cannot, so each returns whether a lane's exp argument exceeded 88 and the caller
 // redoes those elements in Go (only inputs below −88/β, where σ underflows).
