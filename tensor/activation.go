@@ -215,3 +215,43 @@ func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
 		return nil
 	})
 }
+
+// ArithKernel is implemented by backends with their own elementwise arithmetic (Axpby, Mul):
+// the residual connections, scaled sums and masks of a model's forward and backward.
+type ArithKernel interface {
+	Axpby(y, x *Tensor, alpha, beta float32) error
+	Mul(y, a, b *Tensor) error
+}
+
+// Axpby writes y = alpha·x + beta·y elementwise in float32 (BLAS's axpby): beta 1 is an
+// accumulation (a residual connection, y += alpha·x, one rounding of alpha·x and one of the
+// sum), beta 0 an overwrite. As in BLAS, beta 0 does not read y and alpha 0 does not read x, so
+// Axpby(y, y, 0, 0) zeroes y whatever it held (NaN included). y may be x.
+func Axpby(y, x *Tensor, alpha, beta float32) error {
+	const op = "tensor.Axpby"
+	if err := checkElementwise(op, []string{"y", "x"}, y, x); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ArithKernel](y.Backend()); ok {
+		return k.Axpby(y, x, alpha, beta)
+	}
+	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
+		axpbyCPU(hostF32(h[0]), hostF32(h[1]), alpha, beta)
+		return nil
+	})
+}
+
+// Mul writes y = a ⊙ b elementwise in float32 (a dropout mask's multiply). y may be a or b.
+func Mul(y, a, b *Tensor) error {
+	const op = "tensor.Mul"
+	if err := checkElementwise(op, []string{"y", "a", "b"}, y, a, b); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ArithKernel](y.Backend()); ok {
+		return k.Mul(y, a, b)
+	}
+	return OnHost(1, []*Tensor{y, a, b}, func(h []*Tensor) error {
+		mulCPU(hostF32(h[0]), hostF32(h[1]), hostF32(h[2]))
+		return nil
+	})
+}

@@ -161,3 +161,40 @@ func swiGLUBackwardCPU(gate, up, dy, dgate, dup []float32) {
 		}
 	})
 }
+
+// axpbyCPU writes y = alpha·x + beta·y (beta 0: y not read; alpha 0: x not read).
+func axpbyCPU(y, x []float32, alpha, beta float32) {
+	x = x[:len(y)]
+	switch {
+	case alpha == 0 && beta == 0:
+		clear(y)
+	case alpha == 0:
+		for i := range y {
+			y[i] *= beta
+		}
+	case beta == 0:
+		for i, v := range x {
+			y[i] = alpha * v
+		}
+	case beta == 1 && alpha == 1:
+		for i, v := range x {
+			y[i] += v
+		}
+	case beta == 1:
+		for i, v := range x {
+			y[i] += alpha * v
+		}
+	default:
+		for i, v := range x {
+			y[i] = alpha*v + beta*y[i]
+		}
+	}
+}
+
+// mulCPU writes y = a ⊙ b.
+func mulCPU(y, a, b []float32) {
+	a, b = a[:len(y)], b[:len(y)]
+	for i := range y {
+		y[i] = a[i] * b[i]
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -173,6 +174,11 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 	}
 	adam.Beta1, adam.Beta2, adam.Eps = o.Betas[0], o.Betas[1], o.Eps
 	t.adam = adam
+	if dev, ok := opt.(*hflm.DeviceAdamW); ok {
+		// The model on a device (one rank): its gradients are summed there, in place.
+		t.devOpt = dev
+		return opt, g, nil
+	}
 	if !rc.Ordered {
 		ps, err := t.s.model.Params()
 		if err != nil {
@@ -215,6 +221,11 @@ func (o repackedZeRO) StepGroup(ctx context.Context, comm collective.Comm, lr, m
 // count. With ZeRO it all-gathers the ranks' shards, so every rank must call it together.
 func (t *hfTrainer[P]) wholeMoments(ps []loop.Param) (m, v [][]float32, steps int, err error) {
 	if t.zero == nil {
+		if t.devOpt != nil {
+			if err := t.devOpt.SaveMoments(); err != nil {
+				return nil, nil, 0, err
+			}
+		}
 		return t.adam.M, t.adam.V, t.adam.T, nil
 	}
 	shards, err := collective.AllGatherValues(t.rctx, t.comm, t.zero.Moments())
@@ -253,6 +264,9 @@ func (t *hfTrainer[P]) setMoments(m, v [][]float32, steps int) error {
 			copy(t.adam.V[i], v[i])
 		}
 		t.adam.T = steps
+		if t.devOpt != nil {
+			return t.devOpt.LoadMoments()
+		}
 		return nil
 	}
 	var flat loop.MomentShard
