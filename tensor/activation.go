@@ -133,7 +133,8 @@ func checkActivation(op string, a Activation) error {
 }
 
 // Activate writes y = a(x) elementwise in float32 (on the CPU, SiLU and QuickGELU with a float32
-// exp, GELU and GELUTanh evaluated in float64). y and x are float32 or both bfloat16 (y rounded
+// exp, as AVX-512/AVX2 kernels equal to the Go loops bit for bit; GELU and GELUTanh evaluated
+// in float64). y and x are float32 or both bfloat16 (y rounded
 // once from the float32 result on the widened x). y may be x.
 func Activate(y, x *Tensor, a Activation) error {
 	const op = "tensor.Activate"
