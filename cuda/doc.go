@@ -63,7 +63,8 @@
 //     reductions (kernels/nn.cu), flash-style attention forward, decode and backward
 //     (kernels/attention.cu), and the fused LM head (tensor.LMHeadLogProbs and its backward:
 //     cuBLAS logits one vocabulary chunk at a time, folded per row by kernels in
-//     kernels/logprob.cu; never [N, V]; scratch [N, 8192] float32 per call).
+//     kernels/logprob.cu; never [N, V]; scratch [N, chunk] float32 per call, chunk 8192,
+//     narrower above 8192 rows so that it stays within 256 MiB).
 //
 // Not on the device yet (host staging through tensor.OnHost): ResponseMask (package tensor
 // declares no kernel interface for it), the single-image perturbations and the other

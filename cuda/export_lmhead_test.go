@@ -8,3 +8,6 @@ func SetLMHeadChunk(n int) (restore func()) {
 	lmHeadChunk = n
 	return func() { lmHeadChunk = old }
 }
+
+// LMChunk is lmChunk.
+func LMChunk(rows, v int) int { return lmChunk(rows, v) }

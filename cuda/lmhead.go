@@ -18,6 +18,20 @@ var _ tensor.LMHeadKernel = deviceKernels{}
 // make several chunks of a small vocabulary.
 var lmHeadChunk = 8192
 
+// lmHeadLogitBytes caps the chunk's logits for many rows: above 8192 rows the chunk narrows
+// (to no less than 1024 vocabulary rows, a multiple of 256) so that they stay within 256 MiB;
+// the GEMMs stay large along the rows.
+const lmHeadLogitBytes = 256 << 20
+
+// lmChunk returns the vocabulary rows per chunk for rows hidden states and vocabulary v.
+func lmChunk(rows, v int) int {
+	c := lmHeadChunk
+	if rows > 0 && int64(rows)*int64(c)*4 > lmHeadLogitBytes {
+		c = min(c, max(1024, lmHeadLogitBytes/(4*rows)&^255))
+	}
+	return max(1, min(v, c))
+}
+
 // lmScratch lays out the scratch of one LM head call: the logits chunk z at 0, then (256-byte
 // aligned) the per-row state, the bfloat16 copy of a chunk's gradient, the hidden states
 // widened to float32 and one chunk of the weight widened to float32, each when needed.
@@ -107,7 +121,7 @@ func (b deviceKernels) LMHeadLogProbs(logp, entropy *tensor.Tensor, in tensor.LM
 	if rows == 0 {
 		return nil
 	}
-	chunk := min(v, lmHeadChunk)
+	chunk := lmChunk(rows, v)
 	same := in.Hidden.DType() == w.DType()
 	return b.do(op, func() error {
 		p, err := b.ptrs(op, []string{"logp", "entropy", "Hidden", "Weight", "Targets"}, logp, entropy, in.Hidden, w, in.Targets)
@@ -151,7 +165,7 @@ func (b deviceKernels) LMHeadBackward(dhidden, dweight *tensor.Tensor, in tensor
 	const op = "tensor.LMHeadBackward"
 	w := in.Weight.Weight()
 	rows, d, v := rowsOf(in.Hidden), in.Hidden.Dim(-1), w.Dim(0)
-	chunk := min(v, lmHeadChunk)
+	chunk := lmChunk(rows, v)
 	hdt, wdt := in.Hidden.DType(), w.DType()
 	bf16 := in.GradBF16 && hdt == tensor.BFloat16 && wdt == tensor.BFloat16
 	return b.do(op, func() error {

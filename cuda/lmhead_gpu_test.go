@@ -184,3 +184,19 @@ func closeTo(t *testing.T, name string, got []float32, want []float64, rtol, ato
 		}
 	}
 }
+
+// TestLMHeadChunkWidth checks the chunk's width: 8192 vocabulary rows up to 8192 hidden states,
+// then narrower so that the logits stay within 256 MiB, never below 1024 (nor past V).
+func TestLMHeadChunkWidth(t *testing.T) {
+	for _, c := range []struct{ rows, v, want int }{
+		{1, 151936, 8192}, {8192, 151936, 8192}, {8193, 151936, 7936}, {16384, 151936, 4096},
+		{65536, 151936, 1024}, {1 << 20, 151936, 1024}, {100, 3001, 3001}, {100000, 500, 500},
+	} {
+		if got := cuda.LMChunk(c.rows, c.v); got != c.want {
+			t.Errorf("lmChunk(%d, %d) = %d, want %d", c.rows, c.v, got, c.want)
+		}
+		if got := cuda.LMChunk(c.rows, c.v); c.rows*got*4 > 256<<20 && got > 1024 {
+			t.Errorf("lmChunk(%d, %d) = %d: %d bytes of logits", c.rows, c.v, got, c.rows*got*4)
+		}
+	}
+}
