@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -119,15 +120,40 @@ func TestModelPathOffloadKeys(t *testing.T) {
 	require.True(t, found, "warnings: %q", cfg.Warnings())
 }
 
-// optimizerMoments reads a checkpoint's optimizer.safetensors.
-func optimizerMoments(t *testing.T, dir string, step int) map[string]NamedTensor {
+// optimizerMoments reads a checkpoint's AdamW moments by "exp_avg.<name>" and
+// "exp_avg_sq.<name>", from optimizer.safetensors or from the per-rank shards (all of them,
+// verified): the same map whatever wrote them.
+func optimizerMoments(t *testing.T, dir string, step int) map[string][]float32 {
 	t.Helper()
-	p := filepath.Join(dir, "checkpoints", stepDirName(step), ckptOptimizer)
-	data, err := os.ReadFile(p)
+	ck := filepath.Join(dir, "checkpoints", stepDirName(step))
+	out := map[string][]float32{}
+	if _, err := os.Stat(filepath.Join(ck, ckptShardIndex)); err != nil {
+		files, err := readCheckpoint(ck, ckptOptimizer)
+		require.NoError(t, err)
+		ts, err := DecodeSafetensors(files[ckptOptimizer], ckptOptimizer)
+		require.NoError(t, err)
+		for k, v := range ts {
+			out[k] = v.Data
+		}
+		return out
+	}
+	var idx shardIndex
+	data, err := os.ReadFile(filepath.Join(ck, ckptShardIndex))
 	require.NoError(t, err)
-	ts, err := DecodeSafetensors(data, p)
+	require.NoError(t, json.Unmarshal(data, &idx))
+	all := [][2]int{{0, idx.Values}}
+	names, err := shardFilesFor(ck, idx.Params, all)
 	require.NoError(t, err)
-	return ts
+	files, err := readCheckpoint(ck, names...)
+	require.NoError(t, err)
+	shards, err := momentShards(ck, files, idx.Params, all)
+	require.NoError(t, err)
+	m, v, err := wholeFromShards(shards, idx.Params)
+	require.NoError(t, err)
+	for i, p := range idx.Params {
+		out["exp_avg."+p.Name], out["exp_avg_sq."+p.Name] = m[i], v[i]
+	}
+	return out
 }
 
 // metricDiffs are the relative differences |x−y|/max(|x|,|y|,1e-3) of every metric of a and b
