@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -154,4 +158,87 @@ func TestShardIndexRefusals(t *testing.T) {
 	require.NoError(t, err)
 	_, err = momentShards(dir, files, params, all)
 	require.ErrorContains(t, err, shardFileName(0, 2))
+}
+
+// zeroOverrides is hfDPOverrides with 4 prompts × 2 samples per step (whole prompt groups on
+// 1, 2 and 4 ranks) and ZeRO-2.
+func zeroOverrides(model, run string, ranks int, extra ...string) []string {
+	return hfDPOverrides(model, run, ranks, append([]string{"dataset.rollout_batch_size=4", "worker.actor.global_batch_size=4",
+		"worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP"}, extra...)...)
+}
+
+// sameState requires the checkpoints of step in runs a and b to hold the same weights and
+// moments bit for bit.
+func sameState(t *testing.T, a, b string, step int, msg string) {
+	t.Helper()
+	require.Equal(t, modelWeights(t, a, step), modelWeights(t, b, step), "%s: weights at step %d", msg, step)
+	require.Equal(t, optimizerMoments(t, a, step), optimizerMoments(t, b, step), "%s: moments at step %d", msg, step)
+}
+
+// TestModelPathShardedCheckpoint: a ZeRO-2 model_path run writes each rank's moments to its own
+// file (no optimizer.safetensors), and a run that changes its number of ranks at every step,
+// 1 → 2 → 4 → 2 → 1 (the last without sharding), resuming each time from the shards written
+// at the previous number, writes the metrics, weights and moments of an uninterrupted 2-rank
+// run bit for bit (the ordered reduction makes the run N-independent, so any difference is
+// the re-split's). A save that fails on one rank leaves no checkpoint of that step: the run
+// resumes from the previous one and ends as the uninterrupted run; a checkpoint that later
+// loses a shard is refused by name, and training.fallback_checkpoint takes the previous one.
+func TestModelPathShardedCheckpoint(t *testing.T) {
+	model := tinyHF(t)
+	ref := filepath.Join(t.TempDir(), "ref")
+	want := hfLines(t, zeroOverrides(model, ref, 2, "training.steps=5"))
+	ck := filepath.Join(ref, "checkpoints", stepDirName(5))
+	require.NoFileExists(t, filepath.Join(ck, ckptOptimizer))
+	for _, f := range []string{ckptShardIndex, shardFileName(0, 2), shardFileName(1, 2)} {
+		require.FileExists(t, filepath.Join(ck, f))
+	}
+
+	chain := filepath.Join(t.TempDir(), "chain")
+	for i, c := range []struct {
+		ranks    int
+		strategy string
+	}{{1, "SHARD_GRAD_OP"}, {2, "SHARD_GRAD_OP"}, {4, "SHARD_GRAD_OP"}, {2, "SHARD_GRAD_OP"}, {1, "NO_SHARD"}} {
+		step := i + 1
+		o := zeroOverrides(model, chain, c.ranks, fmt.Sprintf("training.steps=%d", step), "worker.actor.fsdp.sharding_strategy="+c.strategy,
+			fmt.Sprintf("training.find_last_checkpoint=%v", step > 1))
+		runHFTest(t, context.Background(), o)
+		sameState(t, ref, chain, step, fmt.Sprintf("%d ranks, %s", c.ranks, c.strategy))
+	}
+	got, err := ReadMetrics(filepath.Join(chain, "metrics.jsonl"))
+	require.NoError(t, err)
+	diffs, _ := compareLines(want, got)
+	require.Empty(t, diffs)
+
+	// Rank 1 fails to write its shard of step 2: the run stops, step 2 has no checkpoint.
+	crash := filepath.Join(t.TempDir(), "crash")
+	var calls atomic.Int32
+	testShardWrite = func(rank int) error {
+		if rank == 1 && calls.Add(1) == 2 {
+			return errors.New("injected shard failure")
+		}
+		return nil
+	}
+	cfg, err := LoadConfig("", zeroOverrides(model, crash, 2))
+	require.NoError(t, err)
+	_, err = Run(context.Background(), cfg, io.Discard, io.Discard)
+	testShardWrite = nil
+	require.ErrorContains(t, err, "optimizer shard of rank 1: injected shard failure")
+	require.NoDirExists(t, filepath.Join(crash, "checkpoints", stepDirName(2)))
+	runHFTest(t, context.Background(), zeroOverrides(model, crash, 2, "training.find_last_checkpoint=true"))
+	sameState(t, ref, crash, 3, "resumed after the failed save")
+
+	// Step 3's checkpoint loses rank 1's shard: refused by name, or the fallback to step 2.
+	lost := filepath.Join(crash, "checkpoints", stepDirName(3), shardFileName(1, 2))
+	require.NoError(t, os.Remove(lost))
+	cfg, err = LoadConfig("", zeroOverrides(model, crash, 2, "training.steps=4", "training.find_last_checkpoint=true"))
+	require.NoError(t, err)
+	_, err = Run(context.Background(), cfg, io.Discard, io.Discard)
+	require.ErrorContains(t, err, lost)
+	require.ErrorContains(t, err, "training.fallback_checkpoint=true")
+	runHFTest(t, context.Background(), zeroOverrides(model, crash, 2, "training.steps=4", "training.find_last_checkpoint=true", "training.fallback_checkpoint=true"))
+	sameState(t, ref, crash, 4, "resumed from step 2 after the lost shard")
+	got, err = ReadMetrics(filepath.Join(crash, "metrics.jsonl"))
+	require.NoError(t, err)
+	diffs, _ = compareLines(want[:4], got)
+	require.Empty(t, diffs)
 }
