@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/mtrl-go/mtrl/examples/internal/atomicfile"
+	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -303,7 +303,25 @@ func wholeFromShards(shards []loop.MomentShard, params []shardParam) (m, v [][]f
 	return m, v, nil
 }
 
-// isShardFile reports whether name is a shard file of some world size (for listings).
-func isShardFile(name string) bool {
-	return strings.HasPrefix(name, shardFilePrefix) && strings.HasSuffix(name, ".safetensors")
+// vlmShardParams is the flattening order of the built-in model's parameters ps.
+func vlmShardParams(ps []*vlm.Param) []shardParam {
+	out := make([]shardParam, len(ps))
+	for i, p := range ps {
+		out[i] = shardParam{p.Name, p.W.Len()}
+	}
+	return out
+}
+
+// wholeShardFiles returns the index and every shard file of checkpoint dir when its moments
+// are per-rank shards, nil when they are optimizer.safetensors (an unsharded reader).
+func wholeShardFiles(dir string, ps []*vlm.Param) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(dir, ckptShardIndex)); err != nil {
+		return nil, nil
+	}
+	params := vlmShardParams(ps)
+	all := [][2]int{{0, 0}}
+	for _, p := range params {
+		all[0][1] += p.Len
+	}
+	return shardFilesFor(dir, params, all)
 }
