@@ -20,8 +20,8 @@ import (
 // mini-batch into whole prompt groups per rank. The gradients are summed by
 // worker.actor.grad_reduce (ordered: loop.HostGradients, one device's bits at any N; bucketed:
 // loop.BucketedGradients) and the optimizer is fsdp.sharding_strategy's (NO_SHARD: the
-// model's AdamW, whole on every rank; SHARD_GRAD_OP and the FSDP names: loop.ShardedAdamW,
-// ZeRO-2). Rank 0 alone validates, logs and writes, but with ZeRO each rank writes its own
+// model's AdamW, whole on every rank; optim, SHARD_GRAD_OP and the other FSDP names:
+// loop.ShardedAdamW, ZeRO-1 or ZeRO-2). Rank 0 alone validates, logs and writes, but with ZeRO each rank writes its own
 // shard of the AdamW moments into the checkpoint (zeroshards.go), which resumes at any number
 // of ranks, sharded or not.
 
