@@ -20,7 +20,7 @@ import (
 // it owns (loop.MomentShard: ranges of the flattened parameters) to its own file,
 // optimizer_world_size_W_rank_R.safetensors, and rank 0 writes optimizer_shards.json, which
 // says how the flattened parameter space was split: the parameters in flattening order and
-// each file's ranges. No rank ever holds the whole moments. A rank resuming at any other number
+// each file's ranges. No sharded rank ever holds the whole moments: a rank resuming at any number
 // of ranks reads only the files that overlap the ranges it owns now and cuts its moments out
 // of them; the values are copied, never recomputed, so the moments after a resume are the
 // saved ones bit for bit whatever the two numbers of ranks.
