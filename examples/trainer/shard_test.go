@@ -2,9 +2,12 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // TestShardedOptimizerSameRun: with worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP (ZeRO-2,
@@ -70,4 +73,31 @@ func TestBucketedReduceRun(t *testing.T) {
 			require.Equal(t, modelWeights(t, dir, 3), modelWeights(t, z1, 3), "ZeRO-1 against NO_SHARD, bucketed")
 		}
 	}
+}
+
+// TestShardingStrategies: FSDP's and Megatron-FSDP's names map to replicated, ZeRO-1 and
+// ZeRO-2 (docs/data-parallel.md#sharding-strategies); the ones that would shard more than
+// this trainer does warn and say what; other values are refused naming the choices.
+func TestShardingStrategies(t *testing.T) {
+	for v, want := range map[string]struct {
+		stage loop.Sharding
+		warns bool
+	}{
+		"NO_SHARD": {0, false}, "no_shard": {0, false}, "optim": {loop.ShardOptimizer, false},
+		"SHARD_GRAD_OP": {loop.ShardGradients, false}, "optim_grads": {loop.ShardGradients, false},
+		"FULL_SHARD": {loop.ShardGradients, true}, "optim_grads_params": {loop.ShardGradients, true},
+		"HYBRID_SHARD": {loop.ShardGradients, true}, "_HYBRID_SHARD_ZERO2": {loop.ShardGradients, true},
+	} {
+		cfg, err := LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=" + v})
+		require.NoError(t, err, v)
+		stage, err := cfg.Worker.Actor.FSDP.Sharding()
+		require.NoError(t, err, v)
+		require.Equal(t, want.stage, stage, v)
+		warned := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "sharding_strategy="+v+" runs as SHARD_GRAD_OP")
+		require.Equal(t, want.warns, warned, "%s: %q", v, cfg.Warnings())
+	}
+	_, err := LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=ZERO1"})
+	require.ErrorContains(t, err, "optim (ZeRO-1)")
+	_, err = LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=optim", "worker.actor.device=cuda"})
+	require.ErrorContains(t, err, "worker.actor.device")
 }
