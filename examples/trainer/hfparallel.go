@@ -21,9 +21,9 @@ import (
 // worker.actor.grad_reduce (ordered: loop.HostGradients, one device's bits at any N; bucketed:
 // loop.BucketedGradients) and the optimizer is fsdp.sharding_strategy's (NO_SHARD: the
 // model's AdamW, whole on every rank; optim, SHARD_GRAD_OP and the other FSDP names:
-// loop.ShardedAdamW, ZeRO-1 or ZeRO-2). Rank 0 alone validates, logs and writes, but with ZeRO each rank writes its own
-// shard of the AdamW moments into the checkpoint (zeroshards.go), which resumes at any number
-// of ranks, sharded or not.
+// loop.ShardedAdamW, ZeRO-1 or ZeRO-2). Rank 0 alone validates, logs and writes, but with
+// ZeRO each rank writes its own shard of the AdamW moments into the checkpoint (zeroshards.go),
+// which resumes at any number of ranks, sharded or not.
 
 // runHFRanks starts the ranks of runHF (one: runHFRank directly).
 func runHFRanks[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession[P], error), stdout, stderr io.Writer) (*Summary, error) {
