@@ -239,10 +239,7 @@ func (t *hfTrainer[P]) readMoments(dir string, ps []loop.Param, names ...string)
 		return files, nil, err
 	}
 	params := shardParamsOf(ps)
-	want := [][2]int{{0, 0}}
-	for _, p := range params {
-		want[0][1] += p.Len
-	}
+	want := allValues(params)
 	if t.zero != nil {
 		want = want[:0]
 		for _, s := range t.zero.Moments() {

@@ -229,11 +229,7 @@ func decodeModelAndMoments(dir string, files map[string][]byte, ps []*vlm.Param)
 	}
 	if _, ok := files[ckptShardIndex]; ok { // per-rank shards
 		params := vlmShardParams(ps)
-		all := [][2]int{{0, 0}}
-		for _, p := range params {
-			all[0][1] += p.Len
-		}
-		shards, err := momentShards(dir, files, params, all)
+		shards, err := momentShards(dir, files, params, allValues(params))
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -319,9 +319,14 @@ func wholeShardFiles(dir string, ps []*vlm.Param) ([]string, error) {
 		return nil, nil
 	}
 	params := vlmShardParams(ps)
-	all := [][2]int{{0, 0}}
+	return shardFilesFor(dir, params, allValues(params))
+}
+
+// allValues is the whole flattened range of params.
+func allValues(params []shardParam) [][2]int {
+	n := 0
 	for _, p := range params {
-		all[0][1] += p.Len
+		n += p.Len
 	}
-	return shardFilesFor(dir, params, all)
+	return [][2]int{{0, n}}
 }
