@@ -179,7 +179,7 @@ func sameState(t *testing.T, a, b string, step int, msg string) {
 
 // TestModelPathShardedCheckpoint: a ZeRO-2 model_path run writes each rank's moments to its own
 // file (no optimizer.safetensors), and a run that changes its number of ranks at every step,
-// 1 → 2 → 4 → 2, resuming each time from the shards written at the previous number, writes the
+// 1 → 2 (ZeRO-1) → 4 → 2, resuming each time from the shards written at the previous number, writes the
 // metrics, weights and moments of an uninterrupted 2-rank run bit for bit (the ordered
 // reduction makes the run N-independent, so any difference is the re-split's). At 4 ranks
 // rank 1 first fails to write its shard: the run stops with no checkpoint of that step and the
@@ -197,9 +197,13 @@ func TestModelPathShardedCheckpoint(t *testing.T) {
 	}
 
 	chain := filepath.Join(t.TempDir(), "chain")
-	for i, ranks := range []int{1, 2, 4, 2} {
-		step := i + 1
-		o := zeroOverrides(model, chain, ranks, fmt.Sprintf("training.steps=%d", step), fmt.Sprintf("training.find_last_checkpoint=%v", step > 1))
+	for i, c := range []struct {
+		ranks    int
+		strategy string
+	}{{1, "SHARD_GRAD_OP"}, {2, "optim"}, {4, "SHARD_GRAD_OP"}, {2, "SHARD_GRAD_OP"}} {
+		step, ranks := i+1, c.ranks
+		o := zeroOverrides(model, chain, ranks, fmt.Sprintf("training.steps=%d", step), fmt.Sprintf("training.find_last_checkpoint=%v", step > 1),
+			"worker.actor.fsdp.sharding_strategy="+c.strategy)
 		if ranks == 4 { // rank 1 fails to write its shard: the run stops, the step has no checkpoint
 			testShardWrite = func(rank int) error {
 				if rank == 1 {
@@ -215,7 +219,7 @@ func TestModelPathShardedCheckpoint(t *testing.T) {
 			require.NoDirExists(t, filepath.Join(chain, "checkpoints", stepDirName(step)))
 		}
 		runHFTest(t, context.Background(), o)
-		sameState(t, ref, chain, step, fmt.Sprintf("%d ranks", ranks))
+		sameState(t, ref, chain, step, fmt.Sprintf("%d ranks, %s", ranks, c.strategy))
 	}
 
 	// Step 4's checkpoint loses rank 1's shard: refused by name, or the fallback to step 3.
