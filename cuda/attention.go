@@ -15,16 +15,25 @@ var _ tensor.AttentionKernel = deviceKernels{}
 // attnThreads is ATT_THREADS of the kernels.
 const attnThreads = 128
 
-// attnTiles returns the kernels' suffix and query tile size for head dimension d (the
-// forward's key tiles are twice as long, the backward's as long).
-func attnTiles(op string, d int) (suffix string, bq int, err error) {
+// attnTiles returns the kernels' suffix and query tile size for head dimension d and element
+// type dt (float32 or bfloat16: the entry point checked it; the forward's key tiles are twice as
+// long, the backward's as long).
+func attnTiles(op string, d int, dt tensor.DType) (suffix string, bq int, err error) {
 	switch {
 	case d <= 128:
-		return "d128_f32", 16, nil
+		return "d128_" + attnDType(dt), 16, nil
 	case d <= 256:
-		return "d256_f32", 8, nil
+		return "d256_" + attnDType(dt), 8, nil
 	}
 	return "", 0, tensor.Errorf(tensor.ErrParam, op, "Q", "has head dimension %d: the CUDA attention kernels take at most 256", d)
+}
+
+// attnDType is the kernels' suffix of element type dt.
+func attnDType(dt tensor.DType) string {
+	if dt == tensor.BFloat16 {
+		return "bf16"
+	}
+	return "f32"
 }
 
 // attnSeqs returns the sequences as the kernels read them, [q0, qn, k0, kn] per sequence, from
@@ -118,7 +127,7 @@ func (b deviceKernels) Attention(out, lse *tensor.Tensor, in tensor.AttentionInp
 
 func (b *Backend) attnForward(op string, out, lse, q, k, v *tensor.Tensor, seqs []int32, cfg tensor.AttentionConfig) error {
 	hq, hkv, d := q.Dim(-2), k.Dim(-2), q.Dim(-1)
-	sfx, bq, err := attnTiles(op, d)
+	sfx, bq, err := attnTiles(op, d, q.DType())
 	if err != nil {
 		return err
 	}
@@ -165,7 +174,7 @@ func (b deviceKernels) AttentionDecode(out *tensor.Tensor, in tensor.DecodeInput
 func (b deviceKernels) KVCacheWrite(cache, kv, starts *tensor.Tensor) error {
 	bn, sMax, tn := cache.Dim(0), cache.Dim(1), kv.Dim(1)
 	row := cache.Dim(2) * cache.Dim(3)
-	return b.elementwiseOp("tensor.KVCacheWrite", "attention_kvwrite_fwd_f32", []*tensor.Tensor{cache, kv, starts}, bn*tn*row,
+	return b.elementwiseOp("tensor.KVCacheWrite", "attention_kvwrite_fwd_"+attnDType(cache.DType()), []*tensor.Tensor{cache, kv, starts}, bn*tn*row,
 		intArg(bn), intArg(sMax), intArg(tn), intArg(row))
 }
 
@@ -175,7 +184,8 @@ func (b deviceKernels) KVCacheWrite(cache, kv, starts *tensor.Tensor) error {
 func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.AttentionGrad, cfg tensor.AttentionConfig) error {
 	const op = "tensor.AttentionBackward"
 	hq, hkv, d := in.Q.Dim(-2), in.K.Dim(-2), in.Q.Dim(-1)
-	sfx, bq, err := attnTiles(op, d)
+	dt := in.Q.DType()
+	sfx, bq, err := attnTiles(op, d, dt)
 	if err != nil {
 		return err
 	}
@@ -201,7 +211,7 @@ func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.At
 			n int
 		}{{p[1], dk.Len()}, {p[2], dv.Len()}} {
 			if t.n > 0 {
-				if err := cu.MemsetD8Async(t.p, 0, int64(t.n)*4, b.stream); err != nil {
+				if err := cu.MemsetD8Async(t.p, 0, int64(t.n*dt.Size()), b.stream); err != nil {
 					return devErr(op, "cuMemsetD8Async", "", err)
 				}
 			}
@@ -209,7 +219,7 @@ func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.At
 		if rows == 0 {
 			return nil
 		}
-		if err := b.launch(op, "attention_delta_bwd_f32", ceilDiv(rows, blockSize), 1, blockSize, 0,
+		if err := b.launch(op, "attention_delta_bwd_"+attnDType(dt), ceilDiv(rows, blockSize), 1, blockSize, 0,
 			ptrArg(delta), ptrArg(p[6]), ptrArg(p[8]), intArg(rows), intArg(d)); err != nil {
 			return err
 		}

@@ -28,6 +28,7 @@ type Backend struct {
 	exited chan struct{}
 
 	liveBytes, liveCount atomic.Int64 // storages allocated and not yet released (Allocated)
+	peakBytes            atomic.Int64 // liveBytes' largest value since ResetPeak (Peak)
 	traffic              trafficCounters
 
 	// Owned by the backend's goroutine (touched only inside b.do closures).
@@ -266,7 +267,9 @@ func (b *Backend) Alloc(bytes int) (tensor.Storage, error) {
 			return devErr(op, "cuMemsetD8Async", "", err)
 		}
 		s.ptr = p
-		b.liveBytes.Add(int64(bytes))
+		live := b.liveBytes.Add(int64(bytes))
+		for peak := b.peakBytes.Load(); live > peak && !b.peakBytes.CompareAndSwap(peak, live); peak = b.peakBytes.Load() {
+		}
 		b.liveCount.Add(1)
 		return nil
 	})
@@ -283,6 +286,13 @@ func (b *Backend) Alloc(bytes int) (tensor.Storage, error) {
 func (b *Backend) Allocated() (bytes int64, storages int) {
 	return b.liveBytes.Load(), int(b.liveCount.Load())
 }
+
+// Peak returns the largest Allocated bytes since the backend was opened or ResetPeak was
+// called (torch.cuda.max_memory_allocated); ResetPeak starts it again from the bytes held now.
+func (b *Backend) Peak() int64 { return b.peakBytes.Load() }
+
+// ResetPeak sets Peak to the bytes allocated now.
+func (b *Backend) ResetPeak() { b.peakBytes.Store(b.liveBytes.Load()) }
 
 // owner checks that st is storage of b and that [off, off+n) lies inside it; it may run on
 // any goroutine.

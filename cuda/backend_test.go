@@ -159,3 +159,24 @@ func TestTraffic(t *testing.T) {
 		t.Errorf("after ResetTraffic: %+v, %+v", u, d)
 	}
 }
+
+// TestPeak: Peak is the most bytes Allocated held at once since ResetPeak.
+func TestPeak(t *testing.T) {
+	b := device(t)
+	b.ResetPeak()
+	base, _ := b.Allocated()
+	x := tensor.Must(tensor.New(b, tensor.Float32, 1000)) // +4000
+	y := tensor.Must(tensor.New(b, tensor.Float32, 500))  // +2000
+	if err := y.Release(); err != nil {
+		t.Fatal(err)
+	}
+	z := tensor.Must(tensor.New(b, tensor.Float32, 100)) // +400, below the peak
+	if p := b.Peak(); p != base+6000 {
+		t.Errorf("Peak %d, want %d + 6000", p, base)
+	}
+	b.ResetPeak()
+	if p, now := b.Peak(), base+4400; p != now {
+		t.Errorf("after ResetPeak: Peak %d, want the %d bytes held", p, now)
+	}
+	_, _ = x.Release(), z.Release()
+}

@@ -188,14 +188,49 @@ func rowsOf(t *tensor.Tensor) int {
 	return 0
 }
 
+// normParams returns the device addresses of a norm's parameters (names; nil ones 0) as
+// float32: a float32 tensor's own, or a bfloat16 one widened into scratch from byte offset off
+// on (the norm kernels read float32 weights; the parameters are [D], so the copies are small).
+// The scratch is sized once for all of them, so that none is freed by a later growth.
+func (b *Backend) normParams(op string, off int64, names []string, ps ...*tensor.Tensor) ([]cu.DevicePtr, error) {
+	out, err := b.ptrs(op, names, ps...)
+	if err != nil {
+		return nil, err
+	}
+	end := off
+	for _, t := range ps {
+		if t != nil && t.DType() == tensor.BFloat16 {
+			end += int64(t.Len()) * 4
+		}
+	}
+	if end == off {
+		return out, nil
+	}
+	s, err := b.scratchPtr(op, end)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range ps {
+		if t == nil || t.DType() != tensor.BFloat16 {
+			continue
+		}
+		dst := s + cu.DevicePtr(off)
+		if err := b.elementwise(op, "linear_widen_fwd_bf16", t.Len(), ptrArg(dst), ptrArg(out[i]), intArg(t.Len())); err != nil {
+			return nil, err
+		}
+		out[i], off = dst, off+int64(t.Len())*4
+	}
+	return out, nil
+}
+
 // RMSNorm is one block per row (the sum of squares in float64, a fixed tree).
 func (b deviceKernels) RMSNorm(y, x, w *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_f32", y, x, w, nil, eps)
+	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, x, w, nil, eps)
 }
 
 // LayerNorm is one block per row (mean and variance in float64).
 func (b deviceKernels) LayerNorm(y, x, w, bias *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_f32", y, x, w, bias, eps)
+	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, x, w, bias, eps)
 }
 
 func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor, eps float64) error {
@@ -204,13 +239,17 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 		return nil
 	}
 	return b.do(op, func() error {
-		p, err := b.ptrs(op, []string{"y", "x", "w", "b"}, y, x, w, bias)
+		p, err := b.ptrs(op, []string{"y", "x"}, y, x)
 		if err != nil {
 			return err
 		}
-		args := []arg{ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2])}
+		wb, err := b.normParams(op, 0, []string{"w", "b"}, w, bias)
+		if err != nil {
+			return err
+		}
+		args := []arg{ptrArg(p[0]), ptrArg(p[1]), ptrArg(wb[0])}
 		if bias != nil {
-			args = append(args, ptrArg(p[3]))
+			args = append(args, ptrArg(wb[1]))
 		}
 		return b.launch(op, name, rows, 1, blockSize, 0, append(args, intArg(d), f64Arg(eps))...)
 	})
@@ -219,36 +258,42 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 // RMSNormBackward: dx one block per row (keeping each row's scale), then dw one thread per
 // column over the rows in order.
 func (b deviceKernels) RMSNormBackward(dx, dw *tensor.Tensor, in tensor.NormGrad) error {
-	return b.normBackward("tensor.RMSNormBackward", "norm_rms_bwd_f32", dx, dw, nil, in)
+	return b.normBackward("tensor.RMSNormBackward", "norm_rms_bwd_"+dtypeSuffix(in.X.DType()), dx, dw, nil, in)
 }
 
 // LayerNormBackward is RMSNormBackward's scheme with the mean, and db.
 func (b deviceKernels) LayerNormBackward(dx, dw, db *tensor.Tensor, in tensor.NormGrad) error {
-	return b.normBackward("tensor.LayerNormBackward", "norm_layer_bwd_f32", dx, dw, db, in)
+	return b.normBackward("tensor.LayerNormBackward", "norm_layer_bwd_"+dtypeSuffix(in.X.DType()), dx, dw, db, in)
 }
 
 func (b deviceKernels) normBackward(op, name string, dx, dw, db *tensor.Tensor, in tensor.NormGrad) error {
 	rows, d := rowsOf(in.X), in.X.Dim(-1)
 	return b.do(op, func() error {
-		p, err := b.ptrs(op, []string{"dx", "dw", "db", "X", "Weight", "DY"}, dx, dw, db, in.X, in.Weight, in.DY)
+		p, err := b.ptrs(op, []string{"dx", "dw", "db", "X", "DY"}, dx, dw, db, in.X, in.DY)
 		if err != nil {
 			return err
 		}
-		stats, err := b.scratchPtr(op, int64(max(1, rows))*8)
+		// Scratch: each row's statistics, then a bfloat16 weight widened (256-byte aligned).
+		statsBytes := (int64(max(1, rows))*8 + 255) &^ 255
+		w, err := b.normParams(op, statsBytes, []string{"Weight"}, in.Weight)
+		if err != nil {
+			return err
+		}
+		stats, err := b.scratchPtr(op, statsBytes)
 		if err != nil {
 			return err
 		}
 		if rows > 0 {
-			if err := b.launch(op, name, rows, 1, blockSize, 0, ptrArg(p[0]), ptrArg(stats), ptrArg(p[3]), ptrArg(p[4]),
-				ptrArg(p[5]), intArg(d), f64Arg(in.Eps)); err != nil {
+			if err := b.launch(op, name, rows, 1, blockSize, 0, ptrArg(p[0]), ptrArg(stats), ptrArg(p[3]), ptrArg(w[0]),
+				ptrArg(p[4]), intArg(d), f64Arg(in.Eps)); err != nil {
 				return err
 			}
 		}
 		if d == 0 {
 			return nil
 		}
-		return b.launch(op, "norm_weight_bwd_f32", ceilDiv(d, blockSize), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
-			ptrArg(stats), ptrArg(p[3]), ptrArg(p[5]), intArg(rows), intArg(d), boolArg(in.Accumulate))
+		return b.launch(op, "norm_weight_bwd_"+dtypeSuffix(in.X.DType()), ceilDiv(d, blockSize), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
+			ptrArg(stats), ptrArg(p[3]), ptrArg(p[4]), intArg(rows), intArg(d), boolArg(in.Accumulate))
 	})
 }
 
@@ -281,7 +326,7 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		if err := b.upload(op, s, unsafe.Pointer(&tables[0]), len(tables)*4); err != nil {
 			return err
 		}
-		return b.elementwise(op, "rope_fwd_f32", t*h*half, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
+		return b.elementwise(op, "rope_fwd_"+dtypeSuffix(x.DType()), t*h*half, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
 			ptrArg(s+cu.DevicePtr(half*4)), intArg(t), intArg(h), intArg(d), boolArg(inverse))
 	})
 }
@@ -302,25 +347,25 @@ func actKind(a tensor.Activation) int {
 // Activate evaluates the activation in float64 per element, as the reference.
 func (b deviceKernels) Activate(y, x *tensor.Tensor, a tensor.Activation) error {
 	n := x.Len()
-	return b.elementwiseOp("tensor.Activate", "act_fwd_f32", []*tensor.Tensor{y, x}, n, intArg(n), intArg(actKind(a)))
+	return b.elementwiseOp("tensor.Activate", "act_fwd_"+dtypeSuffix(x.DType()), []*tensor.Tensor{y, x}, n, intArg(n), intArg(actKind(a)))
 }
 
 // ActivateBackward is dx = dy·a'(x), a' in float64.
 func (b deviceKernels) ActivateBackward(dx *tensor.Tensor, in tensor.ActivationGrad) error {
 	n := dx.Len()
-	return b.elementwiseOp("tensor.ActivateBackward", "act_bwd_f32", []*tensor.Tensor{dx, in.X, in.DY}, n, intArg(n), intArg(actKind(in.Activation)))
+	return b.elementwiseOp("tensor.ActivateBackward", "act_bwd_"+dtypeSuffix(dx.DType()), []*tensor.Tensor{dx, in.X, in.DY}, n, intArg(n), intArg(actKind(in.Activation)))
 }
 
 // SwiGLU is y = silu(gate)·up.
 func (b deviceKernels) SwiGLU(y, gate, up *tensor.Tensor) error {
 	n := y.Len()
-	return b.elementwiseOp("tensor.SwiGLU", "act_swiglu_fwd_f32", []*tensor.Tensor{y, gate, up}, n, intArg(n))
+	return b.elementwiseOp("tensor.SwiGLU", "act_swiglu_fwd_"+dtypeSuffix(y.DType()), []*tensor.Tensor{y, gate, up}, n, intArg(n))
 }
 
 // SwiGLUBackward writes both gradients in one pass.
 func (b deviceKernels) SwiGLUBackward(dgate, dup *tensor.Tensor, in tensor.SwiGLUGrad) error {
 	n := dgate.Len()
-	return b.elementwiseOp("tensor.SwiGLUBackward", "act_swiglu_bwd_f32", []*tensor.Tensor{dgate, dup, in.Gate, in.Up, in.DY}, n, intArg(n))
+	return b.elementwiseOp("tensor.SwiGLUBackward", "act_swiglu_bwd_"+dtypeSuffix(dgate.DType()), []*tensor.Tensor{dgate, dup, in.Gate, in.Up, in.DY}, n, intArg(n))
 }
 
 // elementwiseOp launches a grid-stride kernel over count elements whose parameters are the
@@ -342,10 +387,19 @@ func (b deviceKernels) elementwiseOp(op, name string, ts []*tensor.Tensor, count
 	})
 }
 
+// gatherSuffix names the gather kernel of rows of dtype y from a table of dtype table: "f32",
+// "bf16" (a copy), or "bf16_f32" (a float32 table rounded into bfloat16 rows).
+func gatherSuffix(y, table tensor.DType) string {
+	if y == tensor.BFloat16 && table == tensor.Float32 {
+		return "bf16_f32"
+	}
+	return dtypeSuffix(y)
+}
+
 // Embedding gathers rows (ids were checked on the host by the entry point).
 func (b deviceKernels) Embedding(y, table, ids *tensor.Tensor) error {
 	n, d := ids.Len(), table.Dim(1)
-	return b.elementwiseOp("tensor.Embedding", "embedding_gather_fwd_f32", []*tensor.Tensor{y, table, ids}, n*d, intArg(n), intArg(d))
+	return b.elementwiseOp("tensor.Embedding", "embedding_gather_fwd_"+gatherSuffix(y.DType(), table.DType()), []*tensor.Tensor{y, table, ids}, n*d, intArg(n), intArg(d))
 }
 
 // EmbeddingBackward zeroes dtable (unless accumulating), then scatter-adds with one thread per
@@ -366,7 +420,7 @@ func (b deviceKernels) EmbeddingBackward(dtable *tensor.Tensor, in tensor.Embedd
 		if n == 0 || d == 0 {
 			return nil
 		}
-		return b.launch(op, "embedding_scatter_bwd_f32", ceilDiv(d, blockSize), 1, blockSize, 0,
+		return b.launch(op, "embedding_scatter_bwd_"+dtypeSuffix(in.DY.DType()), ceilDiv(d, blockSize), 1, blockSize, 0,
 			ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), intArg(n), intArg(d))
 	})
 }

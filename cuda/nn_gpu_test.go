@@ -17,42 +17,81 @@ import (
 func TestNNOps(t *testing.T) { nntest.Run(t, device(t)) }
 
 // TestAttentionWideHeads runs the head-dimension-256 attention kernels (tile sizes halved),
-// which nntest's small heads do not reach, against the CPU backend's reference: a causal,
-// grouped-query, variable-length batch, forward with lse and backward, and a decode step.
+// which nntest's small heads do not reach, against the CPU backend: a causal, grouped-query,
+// variable-length batch, forward with lse and backward, and a decode step, in float32 and
+// bfloat16. Both backends compute in float32 (to within 1e-4·(1+|w|) of each other); in bfloat16
+// each side then rounds its result once, |round(x) − x| <= 2⁻⁸·|x|, so the two may further differ
+// by 2⁻⁸ of each side's magnitude (|x| <= 1.004·|w| + the float32 bound).
 func TestAttentionWideHeads(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		t.Run(dt.String(), func(t *testing.T) { attentionWideHeads(t, dt) })
+	}
+}
+
+func attentionWideHeads(t *testing.T, dt tensor.DType) {
 	be := device(t)
 	const tn, hq, hkv, d = 27, 4, 2, 160
 	r := rand.New(rand.NewPCG(7, 8))
 	qv, kv, vv, dov := randn(r, tn*hq*d, 1), randn(r, tn*hkv*d, 1), randn(r, tn*hkv*d, 1), randn(r, tn*hq*d, 1)
 	cfg := tensor.DefaultAttentionConfig(d, true)
+	// put uploads v as dt (rounded to bfloat16 on the host: both backends see the same values).
+	put := func(b tensor.Backend, v []float32, shape ...int) *tensor.Tensor {
+		if dt == tensor.Float32 {
+			return up(t, b, v, shape...)
+		}
+		h := make([]tensor.BF16, len(v))
+		for i, x := range v {
+			h[i] = tensor.BF16FromFloat32(x)
+		}
+		return tensor.Must(tensor.To(b, tensor.Must(tensor.FromBF16(h, shape...))))
+	}
+	get := func(x *tensor.Tensor) []float32 {
+		if x.DType() == tensor.Float32 {
+			return host(t, x)
+		}
+		h, err := tensor.Must(tensor.To(tensor.CPU(), x)).BF16s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, len(h))
+		for i, v := range h {
+			out[i] = v.Float32()
+		}
+		return out
+	}
 	run := func(b tensor.Backend) [][]float32 {
 		cu := []int32{0, 9, 27}
-		in := tensor.AttentionInputs{Q: up(t, b, qv, tn, hq, d), K: up(t, b, kv, tn, hkv, d), V: up(t, b, vv, tn, hkv, d),
+		in := tensor.AttentionInputs{Q: put(b, qv, tn, hq, d), K: put(b, kv, tn, hkv, d), V: put(b, vv, tn, hkv, d),
 			CuSeqlensQ: upI(t, b, cu, 3), CuSeqlensK: upI(t, b, cu, 3)}
-		out, lse := tensor.Must(tensor.New(b, tensor.Float32, tn, hq, d)), tensor.Must(tensor.New(b, tensor.Float32, tn, hq))
-		dq := tensor.Must(tensor.New(b, tensor.Float32, tn, hq, d))
-		dk, dv := tensor.Must(tensor.New(b, tensor.Float32, tn, hkv, d)), tensor.Must(tensor.New(b, tensor.Float32, tn, hkv, d))
+		out, lse := tensor.Must(tensor.New(b, dt, tn, hq, d)), tensor.Must(tensor.New(b, tensor.Float32, tn, hq))
+		dq := tensor.Must(tensor.New(b, dt, tn, hq, d))
+		dk, dv := tensor.Must(tensor.New(b, dt, tn, hkv, d)), tensor.Must(tensor.New(b, dt, tn, hkv, d))
 		if err := tensor.AttentionLSE(out, lse, in, cfg); err != nil {
 			t.Fatal(err)
 		}
-		g := tensor.AttentionGrad{AttentionInputs: in, Out: out, LSE: lse, DOut: up(t, b, dov, tn, hq, d)}
+		g := tensor.AttentionGrad{AttentionInputs: in, Out: out, LSE: lse, DOut: put(b, dov, tn, hq, d)}
 		if err := tensor.AttentionBackward(dq, dk, dv, g, cfg); err != nil {
 			t.Fatal(err)
 		}
 		// Decode: 3 new queries of each of two sequences over the first 5 and 9 rows of their
 		// caches of 9.
-		kc, vc := up(t, b, kv[:2*9*hkv*d], 2, 9, hkv, d), up(t, b, vv[:2*9*hkv*d], 2, 9, hkv, d)
-		dout := tensor.Must(tensor.New(b, tensor.Float32, 2, 3, hq, d))
-		di := tensor.DecodeInputs{Q: up(t, b, qv[:2*3*hq*d], 2, 3, hq, d), KCache: kc, VCache: vc, Lens: upI(t, b, []int32{5, 9}, 2)}
+		kc, vc := put(b, kv[:2*9*hkv*d], 2, 9, hkv, d), put(b, vv[:2*9*hkv*d], 2, 9, hkv, d)
+		dout := tensor.Must(tensor.New(b, dt, 2, 3, hq, d))
+		di := tensor.DecodeInputs{Q: put(b, qv[:2*3*hq*d], 2, 3, hq, d), KCache: kc, VCache: vc, Lens: upI(t, b, []int32{5, 9}, 2)}
 		if err := tensor.AttentionDecode(dout, di, cfg); err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{host(t, out), host(t, lse), host(t, dq), host(t, dk), host(t, dv), host(t, dout)}
+		return [][]float32{get(out), get(lse), get(dq), get(dk), get(dv), get(dout)}
 	}
 	got, want := run(be), run(tensor.CPU())
 	for i, name := range []string{"out", "lse", "dq", "dk", "dv", "decode out"} {
 		for j, w := range want[i] {
-			if g := got[i][j]; math.Abs(float64(g-w)) > 1e-4*(1+math.Abs(float64(w))) {
+			w := float64(w)
+			tol := 1e-4 * (1 + math.Abs(w))
+			if dt == tensor.BFloat16 && name != "lse" {
+				tol += 0x1p-8 * (2*1.004*math.Abs(w) + 2*tol)
+			}
+			if g := float64(got[i][j]); math.Abs(g-w) > tol {
 				t.Fatalf("%s[%d] = %v on the device, %v on the CPU", name, j, g, w)
 			}
 		}

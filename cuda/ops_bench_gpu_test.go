@@ -45,8 +45,10 @@ func BenchmarkOps(b *testing.B) {
 		nntest.BenchLinear(b, be, dt, prefill...)
 	}
 	attn := nntest.AttentionShape{T: s.attnT, Hq: s.heads, Hkv: s.kvHeads, D: s.headDim}
-	nntest.BenchAttention(b, be, false, attn)
-	nntest.BenchAttention(b, be, true, attn)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		nntest.BenchAttentionDType(b, be, dt, false, attn)
+		nntest.BenchAttentionDType(b, be, dt, true, attn)
+	}
 	nntest.BenchNorm(b, be, s.tokens, s.hidden)
 	nntest.BenchRoPE(b, be, s.tokens, s.heads+s.kvHeads, s.headDim)
 	nntest.BenchSwiGLU(b, be, s.tokens, s.mlp)

@@ -37,6 +37,12 @@ func (*Backend) Close() error { return nil }
 // Allocated returns 0, 0.
 func (*Backend) Allocated() (bytes int64, storages int) { return 0, 0 }
 
+// Peak returns 0.
+func (*Backend) Peak() int64 { return 0 }
+
+// ResetPeak does nothing.
+func (*Backend) ResetPeak() {}
+
 // Module is a PTX module loaded on a backend; in this build none can be loaded.
 type Module struct{}
 

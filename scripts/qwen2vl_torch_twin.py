@@ -10,6 +10,7 @@ gated SiLU MLP), the PatchMerger, get_rope_index, masked_scatter of the features
 embeddings, the Qwen2 decoder with apply_multimodal_rotary_pos_emb, and the LM head.
 
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py         # writes examples/qwenvl/testdata/model_golden.json
+    /usr/bin/python3 scripts/qwen2vl_torch_twin.py golden-bf16  # model_golden_bf16.json (the twin in bfloat16)
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py bench   # the vision tower's throughput (BenchmarkVisionTower's twin)
     /usr/bin/python3 scripts/qwen2vl_torch_twin.py forward # Qwen2.5-VL-3B's prefill (BenchmarkForward3B's twin;
                                                            # scripts/qwenvl-vs-torch runs both sides)
@@ -60,8 +61,11 @@ def pixels(rows, cols):
 
 
 class Twin:
-    def __init__(self, cfg, text, w, dtype, grad=False):
+    def __init__(self, cfg, text, w, dtype, grad=False, hf_casts=False):
         self.cfg, self.text, self.dtype = cfg, text, dtype
+        # hf_casts: Hugging Face's float32 islands in a bfloat16 model (RMSNorm's statistics,
+        # the vision rotary embedding); the benchmark's bfloat16 runs leave them out.
+        self.hf_casts = hf_casts
         self.vc = cfg["vision_config"]
         self.qwen25 = cfg["model_type"] == "qwen2_5_vl"
         self.w = {k: v.to(dtype).requires_grad_(grad) for k, v in w.items()}
@@ -71,6 +75,10 @@ class Twin:
         return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
 
     def rms(self, x, name, eps):
+        if self.hf_casts:  # Qwen2RMSNorm: float32, then back to the input's dtype
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            return self.w[name + ".weight"] * h.to(x.dtype)
         variance = x.pow(2).mean(-1, keepdim=True)
         return self.w[name + ".weight"] * (x * torch.rsqrt(variance + eps))
 
@@ -117,8 +125,13 @@ class Twin:
         n = x.shape[0]
         q, k, v = self.lin(x, name + ".qkv").reshape(n, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
         cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if self.hf_casts:  # apply_rotary_pos_emb_vision: float32, then back
+            qf, kf, cf, sf = q.float(), k.float(), cos.float(), sin.float()
+            q = (qf * cf + rotate_half(qf) * sf).to(q.dtype)
+            k = (kf * cf + rotate_half(kf) * sf).to(k.dtype)
+        else:
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, n, hd]
         lengths = (cu[1:] - cu[:-1]).tolist()
         outs = []
@@ -144,7 +157,9 @@ class Twin:
             x = x.reshape(n // unit, unit, -1)[widx].reshape(n, -1)
             rot = rot.reshape(n // unit, unit, -1)[widx].reshape(n, -1)
         emb = torch.cat((rot, rot), dim=-1)
-        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        cos, sin = emb.cos(), emb.sin()
+        if not self.hf_casts:
+            cos, sin = cos.to(self.dtype), sin.to(self.dtype)
         for i in range(vc["depth"]):
             p = f"visual.blocks.{i}."
             cu_now = cu
@@ -320,6 +335,35 @@ def golden():
     print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
 
 
+def golden_bf16():
+    """Writes examples/qwenvl/testdata/model_golden_bf16.json: golden()'s cases with the twin in
+    bfloat16 (weights and activations, Hugging Face's float32 islands kept) for the Go bf16
+    mode's test: the image and video features and the logits of the last COMPLETION positions."""
+    out = {"completion": COMPLETION, "torch": torch.__version__, "cases": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cfgfile, seed, layout, dtype in CASES:
+            d = os.path.join(tmp, name)
+            subprocess.run(["go", "run", "./examples/hf", "init", "-config", os.path.join(TESTDATA, cfgfile), "-out", d,
+                            "-seed", str(seed), "-dtype", dtype, "-layout", layout], cwd=ROOT, check=True)
+            cfg, text, w = load_dir(d)
+            vc = cfg["vision_config"]
+            cols = vc.get("in_chans", 3) * vc.get("temporal_patch_size", 2) * vc["patch_size"] ** 2
+            px_i = pixels(sum(g[0] * g[1] * g[2] for g in IMAGE_GRIDS), cols)
+            px_v = pixels(sum(g[0] * g[1] * g[2] for g in VIDEO_GRIDS), cols)
+            ids = sequence(cfg, vc.get("spatial_merge_size", 2))
+            f5 = lambda t: [[float("%.5g" % z) for z in row] for row in t.float().tolist()]  # noqa: E731
+            with torch.no_grad():
+                m = Twin(cfg, text, w, torch.bfloat16, hf_casts=True)
+                logits, _, _, feats = m.logits(ids, px_i, IMAGE_GRIDS, px_v, VIDEO_GRIDS)
+            out["cases"].append({"name": name, "image_features": f5(feats[cfg["image_token_id"]]),
+                                 "video_features": f5(feats[cfg["video_token_id"]]), "logits": f5(logits[-COMPLETION:])})
+    path = os.path.join(TESTDATA, "model_golden_bf16.json")
+    with open(path, "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
+    print("wrote", path, os.path.getsize(path), "bytes", file=sys.stderr)
+
+
 def random_vision(cfg, g, dtype=torch.float32):
     """Random weights (N(0, 0.02²); norm weights 1 + that) of cfg's vision tower."""
     vc = cfg["vision_config"]
@@ -480,7 +524,7 @@ def table():
     rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
     version = next(r["version"] for r in rows if r["impl"] == "torch")
     cols = [("go", "float32"), ("go", "bf16"), ("torch", "float32"), ("torch", "bfloat16")]
-    head = ["Go float32", "Go bf16 (LM GEMMs)", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
+    head = ["Go float32", "Go bf16", f"PyTorch {version} float32", f"PyTorch {version} bfloat16"]
     vd = next(r["vision_depth"] for r in rows if r["impl"] == "torch")
     layers = next(r["lm_layers"] for r in rows if r["impl"] == "torch")
     tokens = next(len(prompt_3b(config_3b(vd, layers))) for _ in [0])
@@ -515,6 +559,11 @@ def table():
     for kind, per in (("cpu-s", "CPU-second"), ("s", "wall-second")):
         full = [secs[c, kind]["tower"] * ft / ct + secs[c, kind]["lm"] * fl / cl for c in cols]
         line(f"full-depth prefill, {tokens} tokens: tokens per {per} (extrapolated)", [tokens / t for t in full])
+    print()
+    for part, unit in (("tower", "patches/cpu-s"), ("lm", "tokens/cpu-s"), ("prefill", "tokens/cpu-s")):
+        print(f"Each round's {part} ({unit}): " + "; ".join(
+            f"{h} " + ", ".join(f"{r[unit]:.1f}" for r in rows if (r["impl"], r["dtype"]) == c and r.get("part") == part)
+            for c, h in zip(cols, head)))
     rss = {}
     for r in rows:
         if "rss_kb" in r:
@@ -562,4 +611,4 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"golden": golden, "bench": bench, "forward": forward, "gobench": gobench, "table": table}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()
+    {"golden": golden, "golden-bf16": golden_bf16, "bench": bench, "forward": forward, "gobench": gobench, "table": table}[sys.argv[1] if len(sys.argv) > 1 else "golden"]()

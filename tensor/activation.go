@@ -74,12 +74,55 @@ func checkElementwise(op string, names []string, ts ...*Tensor) error {
 	if err := checkAll(op, names, len(ts), ts...); err != nil {
 		return err
 	}
+	return checkSameShapes(op, names, ts...)
+}
+
+func checkSameShapes(op string, names []string, ts ...*Tensor) error {
 	for i := 1; i < len(ts); i++ {
 		if err := CheckSameShape(op, names[0], ts[0], names[i], ts[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkActElementwise checks that ts (names) are non-nil tensors of one shape and one dtype,
+// float32 or bfloat16, on one backend.
+func checkActElementwise(op string, names []string, ts ...*Tensor) error {
+	if err := checkNonNil(op, names, ts...); err != nil {
+		return err
+	}
+	if _, err := checkActs(op, names, ts...); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, names, ts...); err != nil {
+		return err
+	}
+	return checkSameShapes(op, names, ts...)
+}
+
+// elementwiseHost runs kernel on float32 views of host tensors of one length, outs first, in
+// blocks of blockElems elements (bfloat16 ones widened into scratch and the outputs rounded once).
+// kernel's own parallel loops take blocks of that size, so each block runs inline.
+func elementwiseHost(nOut int, ts []*Tensor, kernel func(v [][]float32)) {
+	views := make([]actView, len(ts))
+	for i, t := range ts {
+		views[i] = viewOf(t)
+	}
+	blocks(ts[0].Len(), blockElems, func(lo, hi int, s *arena) {
+		v := make([][]float32, len(ts))
+		for i, tv := range views {
+			if i < nOut {
+				v[i] = tv.out(lo, hi, s.take(hi-lo))
+			} else {
+				v[i] = tv.load(lo, hi, s.take(hi-lo))
+			}
+		}
+		kernel(v)
+		for i := range nOut {
+			views[i].store(lo, v[i])
+		}
+	})
 }
 
 func checkActivation(op string, a Activation) error {
@@ -90,20 +133,21 @@ func checkActivation(op string, a Activation) error {
 }
 
 // Activate writes y = a(x) elementwise in float32 (on the CPU, SiLU and QuickGELU with a float32
-// exp, GELU and GELUTanh evaluated in float64). y may be x.
+// exp, GELU and GELUTanh evaluated in float64). y and x are float32 or both bfloat16 (y rounded
+// once from the float32 result on the widened x). y may be x.
 func Activate(y, x *Tensor, a Activation) error {
 	const op = "tensor.Activate"
 	if err := checkActivation(op, a); err != nil {
 		return err
 	}
-	if err := checkElementwise(op, []string{"y", "x"}, y, x); err != nil {
+	if err := checkActElementwise(op, []string{"y", "x"}, y, x); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[ActivationKernel](x.Backend()); ok {
 		return k.Activate(y, x, a)
 	}
 	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
-		activateCPU(a, hostF32(h[1]), hostF32(h[0]))
+		elementwiseHost(1, h, func(v [][]float32) { activateCPU(a, v[1], v[0]) })
 		return nil
 	})
 }
@@ -115,36 +159,37 @@ type ActivationGrad struct {
 	Activation Activation
 }
 
-// ActivateBackward writes dx = dy·a'(x). dx may be DY.
+// ActivateBackward writes dx = dy·a'(x); dx, X and DY share one dtype, float32 or bfloat16.
+// dx may be DY.
 func ActivateBackward(dx *Tensor, in ActivationGrad) error {
 	const op = "tensor.ActivateBackward"
 	if err := checkActivation(op, in.Activation); err != nil {
 		return err
 	}
-	if err := checkElementwise(op, []string{"dx", "X", "DY"}, dx, in.X, in.DY); err != nil {
+	if err := checkActElementwise(op, []string{"dx", "X", "DY"}, dx, in.X, in.DY); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[ActivationKernel](dx.Backend()); ok {
 		return k.ActivateBackward(dx, in)
 	}
 	return OnHost(1, []*Tensor{dx, in.X, in.DY}, func(h []*Tensor) error {
-		activateBackwardCPU(in.Activation, hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		elementwiseHost(1, h, func(v [][]float32) { activateBackwardCPU(in.Activation, v[1], v[2], v[0]) })
 		return nil
 	})
 }
 
 // SwiGLU writes y = silu(gate) ⊙ up, the gated MLP of Llama and Qwen2 (between the gate/up
-// projections and the down projection).
+// projections and the down projection). y, gate and up share one dtype, float32 or bfloat16.
 func SwiGLU(y, gate, up *Tensor) error {
 	const op = "tensor.SwiGLU"
-	if err := checkElementwise(op, []string{"y", "gate", "up"}, y, gate, up); err != nil {
+	if err := checkActElementwise(op, []string{"y", "gate", "up"}, y, gate, up); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[ActivationKernel](y.Backend()); ok {
 		return k.SwiGLU(y, gate, up)
 	}
 	return OnHost(1, []*Tensor{y, gate, up}, func(h []*Tensor) error {
-		swiGLUCPU(hostF32(h[1]), hostF32(h[2]), hostF32(h[0]))
+		elementwiseHost(1, h, func(v [][]float32) { swiGLUCPU(v[1], v[2], v[0]) })
 		return nil
 	})
 }
@@ -154,17 +199,18 @@ type SwiGLUGrad struct {
 	Gate, Up, DY *Tensor
 }
 
-// SwiGLUBackward writes dgate = dy ⊙ up ⊙ silu'(gate) and dup = dy ⊙ silu(gate).
+// SwiGLUBackward writes dgate = dy ⊙ up ⊙ silu'(gate) and dup = dy ⊙ silu(gate); all five
+// tensors share one dtype, float32 or bfloat16.
 func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
 	const op = "tensor.SwiGLUBackward"
-	if err := checkElementwise(op, []string{"dgate", "dup", "Gate", "Up", "DY"}, dgate, dup, in.Gate, in.Up, in.DY); err != nil {
+	if err := checkActElementwise(op, []string{"dgate", "dup", "Gate", "Up", "DY"}, dgate, dup, in.Gate, in.Up, in.DY); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[ActivationKernel](dgate.Backend()); ok {
 		return k.SwiGLUBackward(dgate, dup, in)
 	}
 	return OnHost(2, []*Tensor{dgate, dup, in.Gate, in.Up, in.DY}, func(h []*Tensor) error {
-		swiGLUBackwardCPU(hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		elementwiseHost(2, h, func(v [][]float32) { swiGLUBackwardCPU(v[2], v[3], v[4], v[0], v[1]) })
 		return nil
 	})
 }

@@ -26,9 +26,15 @@ func DefaultAttentionConfig(headDim int, causal bool) AttentionConfig {
 // [tokens, heads, head dim] layout of the projections' outputs. Hq query heads share Hkv
 // key/value heads (grouped-query attention, Hq a multiple of Hkv): query head h reads key/value
 // head h/(Hq/Hkv).
+//
+// Q, K, V and the outputs (out; dq, dk, dv and Out, DOut in the backward; the KV caches of
+// decoding) share one dtype, float32 or bfloat16; lse is float32 either way. With bfloat16 the
+// scores, the online softmax and every sum are float32, and each output is rounded to the
+// nearest bfloat16 (ties to even) once, when it is stored: the float32 computation on the
+// widened inputs, rounded.
 type AttentionInputs struct {
-	Q    *Tensor // [Tq, Hq, D], float32
-	K, V *Tensor // [Tk, Hkv, D], float32
+	Q    *Tensor // [Tq, Hq, D], float32 or bfloat16
+	K, V *Tensor // [Tk, Hkv, D], Q's dtype
 	// CuSeqlensQ and CuSeqlensK (int32 [B+1], both or neither) pack B variable-length sequences
 	// without padding: sequence b is query rows [CuSeqlensQ[b], CuSeqlensQ[b+1]) and key rows
 	// [CuSeqlensK[b], CuSeqlensK[b+1]); each starts at 0, never decreases and ends at Tq (Tk).
@@ -38,7 +44,8 @@ type AttentionInputs struct {
 }
 
 // AttentionKernel is implemented by backends with their own attention. Attention's lse may be
-// nil (inference).
+// nil (inference). The entry points have validated the call, dtypes included: the operands and
+// outputs are all float32 or all bfloat16 (see AttentionInputs), lse float32.
 type AttentionKernel interface {
 	Attention(out, lse *Tensor, in AttentionInputs, cfg AttentionConfig) error
 	AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig) error
@@ -54,7 +61,7 @@ func Attention(out *Tensor, in AttentionInputs, cfg AttentionConfig) error {
 	return attention("tensor.Attention", out, nil, in, cfg)
 }
 
-// AttentionLSE is Attention that also writes lse [Tq, Hq] (float32), the log-sum-exp of each
+// AttentionLSE is Attention that also writes lse [Tq, Hq] (float32, whatever Q's dtype), the log-sum-exp of each
 // query's scaled scores, which AttentionBackward needs (−Inf for a query that sees no key).
 func AttentionLSE(out, lse *Tensor, in AttentionInputs, cfg AttentionConfig) error {
 	if lse == nil {
@@ -63,11 +70,38 @@ func AttentionLSE(out, lse *Tensor, in AttentionInputs, cfg AttentionConfig) err
 	return attention("tensor.AttentionLSE", out, lse, in, cfg)
 }
 
+// attnDType checks that ts[0] is float32 or bfloat16 and every other non-nil tensor of ts has
+// its dtype: the operands and outputs of one attention call share their dtype (lse excepted).
+func attnDType(op string, names []string, ts ...*Tensor) error {
+	if err := CheckDType(op, names[0], ts[0], Float32, BFloat16); err != nil {
+		return err
+	}
+	for i, t := range ts[1:] {
+		if t == nil {
+			continue
+		}
+		if err := CheckTensor(op, names[i+1], t); err != nil {
+			return err
+		}
+		if t.dtype != ts[0].dtype {
+			return Errorf(ErrDType, op, names[i+1], "is %v, %s is %v (the operands and outputs of attention share one dtype, float32 or bfloat16)",
+				t.dtype, names[0], ts[0].dtype)
+		}
+	}
+	return nil
+}
+
 // attnGeometry validates q, k, v and cfg and returns the shape of the call.
 func attnGeometry(op string, q, k, v *Tensor, cfg AttentionConfig) (nnref.AttnShape, error) {
 	var s nnref.AttnShape
 	names := []string{"Q", "K", "V"}
-	if err := checkAll(op, names, 3, q, k, v); err != nil {
+	if err := checkNonNil(op, names, q, k, v); err != nil {
+		return s, err
+	}
+	if err := attnDType(op, names, q, k, v); err != nil {
+		return s, err
+	}
+	if err := CheckSameBackend(op, names, q, k, v); err != nil {
 		return s, err
 	}
 	if q.Rank() < 3 || k.Rank() != q.Rank() {
@@ -174,7 +208,10 @@ func attention(op string, out, lse *Tensor, in AttentionInputs, cfg AttentionCon
 	}
 	names := []string{"out", "lse", "Q"}
 	ts := []*Tensor{out, lse, in.Q}
-	if err := checkF32(op, names[:2], out, lse); err != nil {
+	if err := attnDType(op, []string{"Q", "out"}, in.Q, out); err != nil {
+		return err
+	}
+	if err := checkF32(op, names[1:2], lse); err != nil {
 		return err
 	}
 	if err := CheckSameBackend(op, names, ts...); err != nil {
@@ -191,7 +228,11 @@ func attention(op string, out, lse *Tensor, in AttentionInputs, cfg AttentionCon
 		return k.Attention(out, lse, in, cfg)
 	}
 	return OnHost(2, []*Tensor{out, lse, in.Q, in.K, in.V}, func(h []*Tensor) error {
-		attentionCPU(s, seqs, hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		if h[0].dtype == BFloat16 {
+			attentionCPU(s, seqs, attnBF16(h[2]), attnBF16(h[3]), attnBF16(h[4]), attnBF16(h[0]), hostF32(h[1]))
+		} else {
+			attentionCPU(s, seqs, hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), hostF32(h[0]), hostF32(h[1]))
+		}
 		return nil
 	})
 }
@@ -217,7 +258,13 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 	}
 	names := []string{"dq", "dk", "dv", "Out", "LSE", "DOut"}
 	ts := []*Tensor{dq, dk, dv, in.Out, in.LSE, in.DOut}
-	if err := checkAll(op, names, len(ts), ts...); err != nil {
+	if err := checkNonNil(op, names, ts...); err != nil {
+		return err
+	}
+	if err := attnDType(op, []string{"Q", "dq", "dk", "dv", "Out", "DOut"}, in.Q, dq, dk, dv, in.Out, in.DOut); err != nil {
+		return err
+	}
+	if err := checkF32(op, names[4:5], in.LSE); err != nil {
 		return err
 	}
 	for _, c := range []struct {
@@ -247,8 +294,13 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 		return k.AttentionBackward(dq, dk, dv, in, cfg)
 	}
 	return OnHost(3, []*Tensor{dq, dk, dv, in.Q, in.K, in.V, in.Out, in.LSE, in.DOut}, func(h []*Tensor) error {
-		attentionBackwardCPU(s, seqs, hostF32(h[3]), hostF32(h[4]), hostF32(h[5]), hostF32(h[6]), hostF32(h[7]),
-			hostF32(h[8]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]))
+		if h[0].dtype == BFloat16 {
+			attentionBackwardCPU(s, seqs, attnBF16(h[3]), attnBF16(h[4]), attnBF16(h[5]), attnBF16(h[6]), hostF32(h[7]),
+				attnBF16(h[8]), attnBF16(h[0]), attnBF16(h[1]), attnBF16(h[2]))
+		} else {
+			attentionBackwardCPU(s, seqs, hostF32(h[3]), hostF32(h[4]), hostF32(h[5]), hostF32(h[6]), hostF32(h[7]),
+				hostF32(h[8]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]))
+		}
 		return nil
 	})
 }
@@ -256,8 +308,8 @@ func AttentionBackward(dq, dk, dv *Tensor, in AttentionGrad, cfg AttentionConfig
 // DecodeInputs are the tensors of AttentionDecode: a batch of B sequences, each with Tn new
 // queries and a key/value cache of up to S positions.
 type DecodeInputs struct {
-	Q              *Tensor // [B, Tn, Hq, D], float32
-	KCache, VCache *Tensor // [B, S, Hkv, D], float32; KVCacheWrite fills them
+	Q              *Tensor // [B, Tn, Hq, D], float32 or bfloat16
+	KCache, VCache *Tensor // [B, S, Hkv, D], Q's dtype; KVCacheWrite fills them
 	// Lens (int32 [B]) is how many cache positions of each sequence are valid, the new tokens'
 	// included: Tn <= Lens[b] <= S. It may be a host tensor while the rest are on a device.
 	Lens *Tensor
@@ -291,7 +343,7 @@ func AttentionDecode(out *Tensor, in DecodeInputs, cfg AttentionConfig) error {
 	if err := CheckShape(op, "Lens", in.Lens, b); err != nil {
 		return err
 	}
-	if err := CheckDType(op, "out", out, Float32); err != nil {
+	if err := attnDType(op, []string{"Q", "out"}, in.Q, out); err != nil {
 		return err
 	}
 	if err := CheckSameBackend(op, []string{"out", "Q", "KCache", "VCache"}, out, in.Q, in.KCache, in.VCache); err != nil {
@@ -319,20 +371,25 @@ func AttentionDecode(out *Tensor, in DecodeInputs, cfg AttentionConfig) error {
 		return k.AttentionDecode(out, in, cfg)
 	}
 	return OnHost(1, []*Tensor{out, in.Q, in.KCache, in.VCache}, func(h []*Tensor) error {
-		attentionCPU(s, seqs, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]), nil)
+		if h[0].dtype == BFloat16 {
+			attentionCPU(s, seqs, attnBF16(h[1]), attnBF16(h[2]), attnBF16(h[3]), attnBF16(h[0]), nil)
+		} else {
+			attentionCPU(s, seqs, hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), hostF32(h[0]), nil)
+		}
 		return nil
 	})
 }
 
 // KVCacheWrite copies kv [B, Tn, H, D] into positions [starts[b], starts[b]+Tn) of cache
-// [B, S, H, D] (float32; starts int32 [B], each in [0, S−Tn]).
+// [B, S, H, D] (float32 or bfloat16, both of one dtype: a copy, never a conversion; starts
+// int32 [B], each in [0, S−Tn]).
 func KVCacheWrite(cache, kv, starts *Tensor) error {
 	const op = "tensor.KVCacheWrite"
 	names := []string{"cache", "kv", "starts"}
 	if err := checkNonNil(op, names, cache, kv, starts); err != nil {
 		return err
 	}
-	if err := checkF32(op, names[:2], cache, kv); err != nil {
+	if err := attnDType(op, names[:2], cache, kv); err != nil {
 		return err
 	}
 	if err := CheckDType(op, "starts", starts, Int32); err != nil {
@@ -388,4 +445,13 @@ func KVCacheWrite(cache, kv, starts *Tensor) error {
 func copyRange(dst *Tensor, off int, src *Tensor) error {
 	sz := dst.dtype.Size()
 	return dst.Backend().Copy(dst.store, (dst.offset+off)*sz, src.store, src.offset*sz, src.n*sz)
+}
+
+// attnBF16 returns a host bfloat16 tensor's elements (nil for a nil tensor).
+func attnBF16(t *Tensor) []BF16 {
+	if t == nil {
+		return nil
+	}
+	v, _ := t.BF16s()
+	return v
 }

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/gemm"
@@ -25,6 +26,16 @@ import (
 // (a decode step packs the cache's valid positions, not its capacity). For each block and key
 // panel: S = Q·Kᵀ (rows of Q gathered into the block), the online-softmax row step, O += P·V with
 // V read in place. The running maximum is rescaled lazily (attnTau).
+//
+// bfloat16. The kernels are generic over the element type of Q, K, V and the outputs (attnElem)
+// and compute in float32 throughout, so a bfloat16 result is the float32 kernels' result on the
+// widened inputs, rounded: the forward widens Q as it gathers its rows and K as it packs its
+// panels (no extra pass), widens the value rows the queries see into a compact float32 buffer
+// (the tiles read V in place), and rounds each output row once as it stores it; the backward,
+// whose tiles read Q, K, V and dO in place and sum dK and dV in place, widens them all into
+// float32 buffers and rounds dQ, dK and dV at the end (O(T·H·D) conversions against O(T²·H·D)
+// products); the decode path widens each cache row before its dot product or axpy. Rows are
+// widened by the vector kernel of attention_amd64.s (attnWidenBF16*).
 //
 // Backward. Per block of attnBwdRows queries of one head and panel of attnKeys keys, the tiles
 // are transposed (keys are rows): Sᵀ = K·(scale·Q)ᵀ and dPᵀ = V·(scale·dO)ᵀ with K and V read in
@@ -48,6 +59,8 @@ const (
 type attnSIMD struct {
 	softmax func(x []float32, m, tau float32) (mx, sum float32)
 	bwd     func(p, dp, lse, dlt []float32)
+	widen   func(dst []float32, src []uint16) // the first len(dst) &^ (lanes−1) elements
+	lanes   int
 }
 
 var attnImpls = dispatch.New(attnSIMDImpls()...)
@@ -141,11 +154,23 @@ func visibleKeys(s nnref.AttnShape, q nnref.Seq) int {
 }
 
 // packKT writes keys [j0, j0+nk) of head g (rows of k, stride ld) into the panel dst
-// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d], zero past nk.
-func packKT(dst, k []float32, ld, d, nk int, mult float32) {
+// [D][attnKeys] as dst[d·attnKeys + j] = mult·k[j][d], zero past nk; bfloat16 rows are widened
+// into row (D elements) first.
+func packKT[E attnElem](dst []float32, k []E, ld, d, nk int, mult float32, row []float32) {
 	clear(dst[:d*attnKeys])
+	if _, ok := bf16View(k); ok {
+		row = row[:d]
+		for j := range nk {
+			loadRow(row, k[j*ld:])
+			for i, x := range row {
+				dst[i*attnKeys+j] = mult * x
+			}
+		}
+		return
+	}
+	kf := f32View(k)
 	for j := range nk {
-		row := k[j*ld:][:d]
+		row := kf[j*ld:][:d]
 		for i, x := range row {
 			dst[i*attnKeys+j] = mult * x
 		}
@@ -154,7 +179,7 @@ func packKT(dst, k []float32, ld, d, nk int, mult float32) {
 
 // kvPanels packs the keys every (sequence, key/value head) reads into panels of attnKeys, in
 // parallel; off[u] is where unit u = seq·Hkv + g starts (in panels).
-func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (buf *[]float32, off []int) {
+func kvPanels[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, k []E, mult float32) (buf *[]float32, off []int) {
 	off = make([]int, len(seqs)*s.Hkv+1)
 	for b, q := range seqs {
 		np := (visibleKeys(s, q) + attnKeys - 1) / attnKeys
@@ -168,6 +193,10 @@ func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (b
 	kt := *buf
 	units := len(off) - 1
 	parallel.For(off[units], 4, func(lo, hi int) {
+		var row []float32
+		if _, ok := bf16View(k); ok {
+			row = make([]float32, s.D)
+		}
 		u := 0
 		for p := lo; p < hi; p++ {
 			for off[u+1] <= p {
@@ -176,7 +205,7 @@ func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (b
 			q, g := seqs[u/s.Hkv], u%s.Hkv
 			j0 := (p - off[u]) * attnKeys
 			nk := min(attnKeys, visibleKeys(s, q)-j0)
-			packKT(kt[p*panel:], k[((q.K0+j0)*s.Hkv+g)*s.D:], s.Hkv*s.D, s.D, nk, mult)
+			packKT(kt[p*panel:], k[((q.K0+j0)*s.Hkv+g)*s.D:], s.Hkv*s.D, s.D, nk, mult, row)
 		}
 	})
 	return buf, off
@@ -186,7 +215,7 @@ func kvPanels(s nnref.AttnShape, seqs []nnref.Seq, k []float32, mult float32) (b
 var attnWorkers = func() int { return runtime.GOMAXPROCS(0) }
 
 // attentionCPU is the forward on host slices: out [rows, Hq, D], lse [rows, Hq] or nil.
-func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	if decodeCall(s, seqs) {
 		attentionDecodeCPU(s, seqs, q, k, v, out, lse)
 		return
@@ -195,11 +224,15 @@ func attentionCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float
 }
 
 // attentionPackedCPU is the tiled forward on packed key panels (see the comment at the top).
-func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionPackedCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	group, d := s.Hq/s.Hkv, s.D
 	ktBuf, off := kvPanels(s, seqs, k, float32(s.Scale))
 	defer putF32(ktBuf)
 	kt := *ktBuf
+	vf, vBase, vBuf := visibleValues(s, seqs, v)
+	if vBuf != nil {
+		defer putF32(vBuf)
+	}
 	type job struct{ seq, g, r0, r1 int }
 	var jobs []job
 	for b, sq := range seqs {
@@ -223,15 +256,15 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 			n := jb.r1 - jb.r0
 			for r := range n {
 				t, h := (jb.r0+r)/group, jb.g*group+(jb.r0+r)%group
-				copy(qb[r*d:(r+1)*d], q[((sq.Q0+t)*s.Hq+h)*d:])
+				loadRow(qb[r*d:(r+1)*d], q[((sq.Q0+t)*s.Hq+h)*d:])
 				lims[r] = keyLimit(s, sq, t)
 				ms[r], ls[r] = float32(math.Inf(-1)), 0
 			}
 			clear(o[:n*d])
 			maxLim := lims[n-1]
 			panels := kt[off[jb.seq*s.Hkv+jb.g]*d*attnKeys:]
-			// head g's first key (value) row, and the rows' stride; only read where keys are seen
-			kv0, ld := (sq.K0*s.Hkv+jb.g)*d, s.Hkv*d
+			// head g's first value row in vf, and the rows' stride; only read where keys are seen
+			kv0, ld := vBase[jb.seq]+jb.g*d, s.Hkv*d
 			r0 := 0 // rows before r0 see none of the current panel's keys
 			for j0 := 0; j0 < maxLim; j0 += attnKeys {
 				for r0 < n && lims[r0] <= j0 {
@@ -266,7 +299,7 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 					ms[r] = m1
 				}
 				for r := r0; r < n; r += gemm.MR {
-					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, v[kv0+j0*ld:], ld, o[r*d:], d, d, true)
+					gemm.Tile(min(gemm.MR, n-r), nk, sc[r*attnKeys:], attnKeys, vf[kv0+j0*ld:], ld, o[r*d:], d, d, true)
 				}
 			}
 			for r := range n {
@@ -280,10 +313,7 @@ func attentionPackedCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 					}
 					continue
 				}
-				inv := 1 / ls[r]
-				for i, x := range o[r*d : (r+1)*d] {
-					dst[i] = x * inv
-				}
+				storeRow(dst, o[r*d:(r+1)*d], 1/ls[r])
 				if lse != nil {
 					lse[row] = ms[r] + float32(math.Log(float64(ls[r])))
 				}
@@ -308,8 +338,36 @@ type bwdPlan struct {
 	group, panel, nUnit int
 }
 
-// attentionBackwardCPU writes dq, dk and dv for the forward's q, k, v, out, lse and dout.
-func attentionBackwardCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse, dout, dq, dk, dv []float32) {
+// attentionBackwardCPU writes dq, dk and dv for the forward's q, k, v, out, lse and dout. For
+// bfloat16 it runs the float32 backward on widened copies and rounds the gradients.
+func attentionBackwardCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32, dout, dq, dk, dv []E) {
+	if _, ok := bf16View(q); !ok {
+		attentionBackwardF32(s, seqs, f32View(q), f32View(k), f32View(v), f32View(out), lse, f32View(dout), f32View(dq), f32View(dk), f32View(dv))
+		return
+	}
+	var bufs []*[]float32
+	wide := func(x []E) []float32 {
+		b := widenAll(x)
+		bufs = append(bufs, b)
+		return *b
+	}
+	scratch := func(n int) []float32 {
+		b := getF32(n)
+		bufs = append(bufs, b)
+		return *b
+	}
+	dq32, dk32, dv32 := scratch(len(dq)), scratch(len(dk)), scratch(len(dv))
+	attentionBackwardF32(s, seqs, wide(q), wide(k), wide(v), wide(out), lse, wide(dout), dq32, dk32, dv32)
+	roundAll(dq, dq32)
+	roundAll(dk, dk32)
+	roundAll(dv, dv32)
+	for _, b := range bufs {
+		putF32(b)
+	}
+}
+
+// attentionBackwardF32 is the float32 backward (see the comment at the top).
+func attentionBackwardF32(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse, dout, dq, dk, dv []float32) {
 	p := &bwdPlan{s: s, seqs: seqs, q: q, k: k, v: v, dout: dout, dq: dq, dk: dk, dv: dv,
 		group: s.Hq / s.Hkv, panel: s.D * attnBwdRows, nUnit: len(seqs) * s.Hkv}
 	ktBuf, kOff := kvPanels(s, seqs, k, 1)
@@ -526,7 +584,7 @@ func decodeCall(s nnref.AttnShape, seqs []nnref.Seq) bool {
 // row the scores scale·q·K[j] are dot products with the cache's key rows read in place, one
 // softmaxRow step over all of them (the exact maximum, so no rescaling), and the output the sum
 // of p[j]·V[j] (axpy over the value rows in place). Nothing is packed.
-func attentionDecodeCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse []float32) {
+func attentionDecodeCPU[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out []E, lse []float32) {
 	group, d, ld := s.Hq/s.Hkv, s.D, s.Hkv*s.D
 	type job struct{ seq, t, h int }
 	var jobs []job
@@ -558,30 +616,47 @@ func attentionDecodeCPU(s nnref.AttnShape, seqs []nnref.Seq, q, k, v, out, lse [
 				continue
 			}
 			n := (lim + 15) &^ 15
-			if buf == nil || cap(*buf) < n {
+			if buf == nil || cap(*buf) < n+3*d {
 				if buf != nil {
 					putF32(buf)
 				}
-				buf = getF32(n)
+				buf = getF32(n + 3*d)
 			}
 			sc := (*buf)[:n]
-			qr := q[row*d : (row+1)*d]
 			kv0 := (sq.K0*s.Hkv + jb.h/group) * d
+			// float32 reads q, K and V in place and sums into out; bfloat16 widens q and each
+			// K and V row into w and sums in acc
+			qr, acc, w := (*buf)[n:n+d], (*buf)[n+d:n+2*d], (*buf)[n+2*d:n+3*d]
+			of, f32 := f32Row(out[row*d : (row+1)*d])
+			if f32 {
+				qr, acc = f32View(q[row*d:(row+1)*d]), of
+			} else {
+				loadRow(qr, q[row*d:(row+1)*d])
+			}
 			for j := range lim {
-				sc[j] = scale * dotF32(qr, k[kv0+j*ld:][:d])
+				kr := k[kv0+j*ld:][:d]
+				if f32 {
+					sc[j] = scale * dotF32(qr, f32View(kr))
+				} else {
+					loadRow(w, kr)
+					sc[j] = scale * dotF32(qr, w)
+				}
 			}
 			for j := lim; j < n; j++ {
 				sc[j] = float32(math.Inf(-1))
 			}
 			m, sum := softmaxRow(sc, float32(math.Inf(-1)))
-			clear(dst)
+			clear(acc)
 			for j := range lim {
-				axpyF32(sc[j], v[kv0+j*ld:][:d], dst)
+				vr := v[kv0+j*ld:][:d]
+				if f32 {
+					axpyF32(sc[j], f32View(vr), acc)
+				} else {
+					loadRow(w, vr)
+					axpyF32(sc[j], w, acc)
+				}
 			}
-			inv := 1 / sum
-			for i := range dst {
-				dst[i] *= inv
-			}
+			storeRow(dst, acc, 1/sum)
 			if lse != nil {
 				lse[row] = m + float32(math.Log(float64(sum)))
 			}
@@ -612,4 +687,116 @@ func axpyF32(a float32, x, y []float32) {
 	for i, v := range x {
 		y[i] += a * v
 	}
+}
+
+// attnElem is the element type of the CPU attention's operands and outputs: float32, or
+// bfloat16 computed in float32.
+type attnElem interface{ float32 | BF16 }
+
+// bf16View returns x as bfloat16 elements, ok when E is BF16.
+func bf16View[E attnElem](x []E) (b []BF16, ok bool) {
+	var z E
+	if unsafe.Sizeof(z) != 2 {
+		return nil, false
+	}
+	return unsafe.Slice((*BF16)(unsafe.Pointer(unsafe.SliceData(x))), len(x)), true
+}
+
+// f32Row returns x as float32 elements, ok when E is float32.
+func f32Row[E attnElem](x []E) (f []float32, ok bool) {
+	var z E
+	if unsafe.Sizeof(z) != 4 {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(x))), len(x)), true
+}
+
+// f32View is f32Row for callers that know E is float32.
+func f32View[E attnElem](x []E) []float32 {
+	f, _ := f32Row(x)
+	return f
+}
+
+// loadRow writes the first len(dst) elements of src into dst, widened (by the vector kernel
+// where there is one).
+func loadRow[E attnElem](dst []float32, src []E) {
+	if b, ok := bf16View(src); ok {
+		b = b[:len(dst)]
+		i := 0
+		if k := attnImpls.Active(); k != nil {
+			i = len(dst) &^ (k.lanes - 1)
+			if i > 0 {
+				k.widen(dst[:i], unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), i))
+			}
+		}
+		for ; i < len(dst); i++ {
+			dst[i] = b[i].Float32()
+		}
+		return
+	}
+	copy(dst, f32View(src))
+}
+
+// storeRow writes dst[i] = src[i]·mul, rounded once to bfloat16 when E is BF16 (dst may be
+// src when E is float32).
+func storeRow[E attnElem](dst []E, src []float32, mul float32) {
+	if b, ok := bf16View(dst); ok {
+		for i, x := range src[:len(b)] {
+			b[i] = BF16FromFloat32(x * mul)
+		}
+		return
+	}
+	f := f32View(dst)
+	for i, x := range src[:len(f)] {
+		f[i] = x * mul
+	}
+}
+
+// attnConvGrain is how many elements one goroutine widens or rounds at a time.
+const attnConvGrain = 1 << 14
+
+// widenAll returns a pooled float32 copy of x (put it back with putF32).
+func widenAll[E attnElem](x []E) *[]float32 {
+	buf := getF32(len(x))
+	dst := *buf
+	parallel.For(len(x), attnConvGrain, func(lo, hi int) { loadRow(dst[lo:hi], x[lo:hi]) })
+	return buf
+}
+
+// roundAll writes src into dst, rounded to dst's element type.
+func roundAll[E attnElem](dst []E, src []float32) {
+	parallel.For(len(dst), attnConvGrain, func(lo, hi int) { storeRow(dst[lo:hi], src[lo:hi], 1) })
+}
+
+// visibleValues returns v as float32 for the forward's P·V tiles, which read it in place, and
+// where each sequence's first value row starts in it (base[b]; the rows keep their stride): v
+// itself when E is float32, else a pooled buffer (buf, for putF32) holding only the widened value
+// rows the queries see, sequence after sequence (a decode step's cache capacity past its lengths
+// is neither widened nor given memory).
+func visibleValues[E attnElem](s nnref.AttnShape, seqs []nnref.Seq, v []E) (vf []float32, base []int, buf *[]float32) {
+	row := s.Hkv * s.D
+	base = make([]int, len(seqs)+1)
+	if f, ok := f32Row(v); ok {
+		for b, q := range seqs {
+			base[b] = q.K0 * row
+		}
+		return f, base, nil
+	}
+	for b, q := range seqs {
+		base[b+1] = base[b] + visibleKeys(s, q)*row
+	}
+	n := base[len(seqs)]
+	buf = getF32(n)
+	vf = *buf
+	widen := func(lo, hi int) {
+		for b, q := range seqs[lo:hi] {
+			loadRow(vf[base[lo+b]:base[lo+b+1]], v[q.K0*row:])
+		}
+	}
+	if n < attnConvGrain { // a few decode rows: not worth a goroutine
+		widen(0, len(seqs))
+	} else {
+		parallel.For(len(seqs), 1, widen)
+	}
+	return vf, base, buf
 }

@@ -68,6 +68,40 @@ func TestAttentionRowKernelsVsGo(t *testing.T) {
 	}
 }
 
+// TestAttentionWidenBF16 checks the vector bfloat16 widening against the exact scalar one on
+// every bit pattern (NaNs, infinities, subnormals, signed zeros), at lengths with and without a
+// tail, and that it writes nothing past the whole vectors it covers.
+func TestAttentionWidenBF16(t *testing.T) {
+	impls := attnImpls.SIMD()
+	if len(impls) == 0 {
+		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
+	}
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	for _, im := range impls {
+		for _, n := range []int{0, 7, 8, 16, 63, 64, 100, len(src)} {
+			dst := make([]float32, n+1)
+			for i := range dst {
+				dst[i] = -1
+			}
+			im.Kernels.widen(dst[:n], src)
+			whole := n &^ (im.Kernels.lanes - 1)
+			for i := range whole {
+				if w := BF16(src[i]).Float32(); math.Float32bits(dst[i]) != math.Float32bits(w) {
+					t.Fatalf("%s n=%d: dst[%d] = %#x, want %#x", im.Name, n, i, math.Float32bits(dst[i]), math.Float32bits(w))
+				}
+			}
+			for i := whole; i <= n; i++ {
+				if dst[i] != -1 {
+					t.Fatalf("%s n=%d: dst[%d] written (%v) past the %d elements of whole vectors", im.Name, n, i, dst[i], whole)
+				}
+			}
+		}
+	}
+}
+
 // attnCase is one attention call on host slices and its float64 reference.
 type attnCase struct {
 	name string
@@ -156,6 +190,85 @@ func TestAttentionCPUVsReference(t *testing.T) {
 	}
 }
 
+// TestAttentionBF16IsRoundedF32 checks the bfloat16 kernels (forward on both paths, backward)
+// against their definition: the float32 kernels on the widened inputs, each output rounded to
+// nearest even once. The float32 kernels run in the same order on the same values, so the two
+// agree bit for bit; the conformance suite (tensor/nntest) holds both to the float64 reference.
+func TestAttentionBF16IsRoundedF32(t *testing.T) {
+	round := func(x []float32) []BF16 {
+		out := make([]BF16, len(x))
+		for i, v := range x {
+			out[i] = BF16FromFloat32(v)
+		}
+		return out
+	}
+	widen := func(x []BF16) []float32 {
+		out := make([]float32, len(x))
+		for i, v := range x {
+			out[i] = v.Float32()
+		}
+		return out
+	}
+	for _, c := range attnCases() {
+		for _, name := range attnImpls.Names() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				defer attnImpls.Use(name)()
+				s := c.s
+				s.Scale = 1 / math.Sqrt(float64(s.D))
+				q32, k32, v32, do32 := c.inputs(5)
+				q, k, v, dout := round(q32), round(k32), round(v32), round(do32)
+				q32, k32, v32, do32 = widen(q), widen(k), widen(v), widen(dout)
+				check := func(what string, got []BF16, want []float32) {
+					t.Helper()
+					for i, w := range round(want) {
+						if got[i] != w {
+							t.Fatalf("%s[%d] = %#04x (%v), want %#04x (%v)", what, i, got[i], got[i].Float32(), w, w.Float32())
+						}
+					}
+				}
+				checkF := func(what string, got, want []float32) {
+					t.Helper()
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+						}
+					}
+				}
+				for _, path := range []string{"auto", "packed", "decode"} {
+					if path == "decode" && !slices.ContainsFunc(c.seqs, func(q nnref.Seq) bool { return q.QN > 0 && q.QN <= 4 }) {
+						continue
+					}
+					out, lse := make([]BF16, len(q)), make([]float32, c.tq*s.Hq)
+					wout, wlse := make([]float32, len(q)), make([]float32, c.tq*s.Hq)
+					switch path {
+					case "auto":
+						attentionCPU(s, c.seqs, q, k, v, out, lse)
+						attentionCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					case "packed":
+						attentionPackedCPU(s, c.seqs, q, k, v, out, lse)
+						attentionPackedCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					case "decode":
+						attentionDecodeCPU(s, c.seqs, q, k, v, out, lse)
+						attentionDecodeCPU(s, c.seqs, q32, k32, v32, wout, wlse)
+					}
+					check(path+" out", out, wout)
+					checkF(path+" lse", lse, wlse)
+					if path != "auto" {
+						continue
+					}
+					dq, dk, dv := make([]BF16, len(q)), make([]BF16, len(k)), make([]BF16, len(v))
+					attentionBackwardCPU(s, c.seqs, q, k, v, out, lse, dout, dq, dk, dv)
+					wdq, wdk, wdv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+					attentionBackwardCPU(s, c.seqs, q32, k32, v32, widen(out), lse, do32, wdq, wdk, wdv)
+					check("dq", dq, wdq)
+					check("dk", dk, wdk)
+					check("dv", dv, wdv)
+				}
+			})
+		}
+	}
+}
+
 // TestAttentionDecodeVsPacked checks the unpacked decode path against the packed tiles on the
 // decode-shaped calls (a few queries per sequence), GQA included: both are float32 with different
 // summation orders, so they agree to float32 rounding, not bits.
@@ -230,7 +343,7 @@ func TestAttentionBackwardSchedules(t *testing.T) {
 // BenchmarkAttentionDecode is one decode step (one new token) over a cache of L positions,
 // 0.5B's heads (and the toy VLM's batch of 64 sequences of 40 positions, four heads of 16):
 // what a generation step pays per layer, on the unpacked decode path that
-// attentionCPU takes and on the packed tiles it replaced.
+// attentionCPU takes and on the packed tiles it replaced, float32 and bfloat16 (-bf16).
 func BenchmarkAttentionDecode(b *testing.B) {
 	toy := attnCase{name: "vlm-rows=64-L=40", s: nnref.AttnShape{Hq: 4, Hkv: 4, D: 16, Causal: true, Scale: 0.25}, tq: 64, tk: 64 * 40}
 	for i := range 64 {
@@ -248,10 +361,22 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			s := c.s
 			q, k, v, _ := c.inputs(3)
 			out := make([]float32, len(q))
+			bf := func(x []float32) []BF16 {
+				out := make([]BF16, len(x))
+				for i, v := range x {
+					out[i] = BF16FromFloat32(v)
+				}
+				return out
+			}
+			q16, k16, v16, out16 := bf(q), bf(k), bf(v), bf(out)
 			for _, path := range []struct {
 				name string
 				f    func(nnref.AttnShape, []nnref.Seq, []float32, []float32, []float32, []float32, []float32)
-			}{{"decode", attentionDecodeCPU}, {"packed", attentionPackedCPU}} {
+			}{{"decode", attentionDecodeCPU[float32]}, {"decode-bf16", func(s nnref.AttnShape, seqs []nnref.Seq, _, _, _, _, lse []float32) {
+				attentionDecodeCPU(s, seqs, q16, k16, v16, out16, lse)
+			}}, {"packed", attentionPackedCPU[float32]}, {"packed-bf16", func(s nnref.AttnShape, seqs []nnref.Seq, _, _, _, _, lse []float32) {
+				attentionPackedCPU(s, seqs, q16, k16, v16, out16, lse)
+			}}} {
 				b.Run(path.name, func(b *testing.B) {
 					b.ReportAllocs()
 					cpu0, _ := cputime.Process()

@@ -248,6 +248,11 @@ func addOpValues(v *hostile.Values) {
 	for _, s := range [][]int{{2, 4}, {3, 4}, {4, 3}, {4}, {2, 2, 4}, {2, 1, 4}, {2, 2}, {1, 1, 2, 4}, {1, 3, 1, 4}, {1, 1, 1, 4}} {
 		hostile.Gen(v, fmt.Sprintf("f32%v", s), func() *tensor.Tensor { return hostile.F32(s...) })
 	}
+	// bfloat16 operands in the shapes of the valid calls (norms, RoPE, activations, embedding,
+	// attention): one argument or field at a time makes a mixed-dtype call.
+	for _, sh := range [][]int{{2, 3}, {3}, {4, 3}, {2, 3, 4}, {2, 2, 4}, {2, 1, 4}, {2, 2}, {1, 1, 2, 4}, {1, 3, 1, 4}, {1, 1, 1, 4}} {
+		hostile.Gen(v, fmt.Sprintf("bf16%v", sh), func() *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.BFloat16, sh...)) })
+	}
 	hostile.Gen(v, "i32[3] cu_seqlens 0 1 2", func() *tensor.Tensor { return ids(0, 1, 2) })
 	hostile.Gen(v, "i32[1] 2", func() *tensor.Tensor { return ids(2) })
 	hostile.Gen(v, "i32[2 2] mrope positions", func() *tensor.Tensor { return hostile.I32([]int32{0, 1, 0, 2}, 2, 2) })

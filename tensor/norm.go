@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
 // NormKernel is implemented by backends with their own normalisation layers.
@@ -25,23 +26,41 @@ type NormGrad struct {
 	Accumulate bool
 }
 
-func checkNorm(op string, x, w, b *Tensor, eps float64, outs []*Tensor, outNames []string) error {
-	names := append(outNames, "x", "w", "b")
-	if err := checkAll(op, names, len(outs)+2, append(outs, x, w, b)...); err != nil {
+// checkNorm checks a norm's tensors: acts (names; the input last) are the activations, of one
+// shape and dtype, float32 or bfloat16; params (pnames: the weight, the bias if any) float32 or
+// that dtype, [D]; grads (gnames) the parameter gradients, float32 [D]. Every one is required.
+func checkNorm(op string, acts []*Tensor, names []string, params []*Tensor, pnames []string, grads []*Tensor, gnames []string, eps float64) error {
+	all := append(append(append([]*Tensor{}, acts...), params...), grads...)
+	allNames := append(append(append([]string{}, names...), pnames...), gnames...)
+	if err := checkNonNil(op, allNames, all...); err != nil {
 		return err
 	}
+	act, err := checkActs(op, names, acts...)
+	if err != nil {
+		return err
+	}
+	if err := checkParams(op, act, pnames, params...); err != nil {
+		return err
+	}
+	if err := checkF32(op, gnames, grads...); err != nil {
+		return err
+	}
+	if err := CheckSameBackend(op, allNames, all...); err != nil {
+		return err
+	}
+	x := acts[len(acts)-1]
 	if x.Rank() < 1 {
-		return Errorf(ErrShape, op, "x", "is a scalar, want [..., D]")
+		return Errorf(ErrShape, op, names[len(acts)-1], "is a scalar, want [..., D]")
 	}
 	d := x.Dim(-1)
-	for _, p := range []struct {
-		name string
-		t    *Tensor
-	}{{"w", w}, {"b", b}} {
-		if p.t != nil {
-			if err := CheckShape(op, p.name, p.t, d); err != nil {
-				return err
-			}
+	for i, t := range all[len(acts):] {
+		if err := CheckShape(op, allNames[len(acts)+i], t, d); err != nil {
+			return err
+		}
+	}
+	for i, t := range acts[:len(acts)-1] {
+		if err := CheckSameShape(op, names[len(acts)-1], x, names[i], t); err != nil {
+			return err
 		}
 	}
 	if !(eps >= 0) || math.IsInf(eps, 1) {
@@ -51,94 +70,122 @@ func checkNorm(op string, x, w, b *Tensor, eps float64, outs []*Tensor, outNames
 }
 
 // RMSNorm writes y = w ⊙ x / sqrt(mean(x²) + eps) over the last dimension of x [..., D], as
-// Qwen2's and Llama's RMSNorm in float32 (the mean is summed in float64). w is [D].
+// Qwen2's and Llama's RMSNorm in float32 (the mean is summed in float64). x and y are float32 or
+// both bfloat16; w [D] is float32 or x's dtype. A bfloat16 y is the float32 result on the
+// widened inputs, rounded to nearest even once.
 func RMSNorm(y, x, w *Tensor, eps float64) error {
 	const op = "tensor.RMSNorm"
-	if err := checkNorm(op, x, w, nil, eps, []*Tensor{y}, []string{"y"}); err != nil {
-		return err
-	}
-	if err := CheckSameShape(op, "x", x, "y", y); err != nil {
+	if err := checkNorm(op, []*Tensor{y, x}, []string{"y", "x"}, []*Tensor{w}, []string{"w"}, nil, nil, eps); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[NormKernel](x.Backend()); ok {
 		return k.RMSNorm(y, x, w, eps)
 	}
 	return OnHost(1, []*Tensor{y, x, w}, func(h []*Tensor) error {
-		nnref.RMSNorm(rowsOf(h[1]), x.Dim(-1), hostF32(h[1]), hostF32(h[2]), eps, hostF32(h[0]))
+		normForwardHost(h[0], h[1], h[2], nil, eps)
 		return nil
 	})
 }
 
 // RMSNormBackward writes dx = r·(g − x̂·mean(g ⊙ x̂)) with g = dy ⊙ w, x̂ = x·r, and dw = Σ dy ⊙ x̂
-// over every row.
+// over every row. dx, X and DY share one dtype, float32 or bfloat16 (dx rounded once); Weight
+// is float32 or that dtype; dw is float32.
 func RMSNormBackward(dx, dw *Tensor, in NormGrad) error {
 	const op = "tensor.RMSNormBackward"
-	if err := checkNormGrad(op, in, []*Tensor{dx, dw}, []string{"dx", "dw"}); err != nil {
+	if err := checkNormGrad(op, dx, in, []*Tensor{dw}, []string{"dw"}); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[NormKernel](in.X.Backend()); ok {
 		return k.RMSNormBackward(dx, dw, in)
 	}
 	return OnHost(2, []*Tensor{dx, dw, in.X, in.Weight, in.DY}, func(h []*Tensor) error {
-		nnref.RMSNormBackward(rowsOf(h[2]), in.X.Dim(-1), hostF32(h[2]), hostF32(h[3]), hostF32(h[4]), in.Eps,
-			hostF32(h[0]), hostF32(h[1]), in.Accumulate)
+		normBackwardHost(h[0], h[1], nil, h[2], h[3], h[4], in.Eps, in.Accumulate)
 		return nil
 	})
 }
 
-func checkNormGrad(op string, in NormGrad, outs []*Tensor, names []string) error {
-	if err := checkNorm(op, in.X, in.Weight, nil, in.Eps, append(outs, in.DY), append(names, "DY")); err != nil {
-		return err
-	}
-	if err := CheckSameShape(op, "X", in.X, "DY", in.DY); err != nil {
-		return err
-	}
-	if err := CheckSameShape(op, "X", in.X, "dx", outs[0]); err != nil {
-		return err
-	}
-	for i, t := range outs[1:] {
-		if err := CheckShape(op, names[i+1], t, in.X.Dim(-1)); err != nil {
-			return err
-		}
-	}
-	return nil
+func checkNormGrad(op string, dx *Tensor, in NormGrad, grads []*Tensor, gnames []string) error {
+	return checkNorm(op, []*Tensor{dx, in.DY, in.X}, []string{"dx", "DY", "X"}, []*Tensor{in.Weight}, []string{"Weight"}, grads, gnames, in.Eps)
 }
 
 // LayerNorm writes y = w ⊙ (x − mean)/sqrt(var + eps) + b over the last dimension of x [..., D]
-// (biased variance, as torch.nn.LayerNorm; mean and variance summed in float64). w and b are [D].
+// (biased variance, as torch.nn.LayerNorm; mean and variance summed in float64). x and y are
+// float32 or both bfloat16 (y rounded once); w and b [D] are float32 or x's dtype.
 func LayerNorm(y, x, w, b *Tensor, eps float64) error {
 	const op = "tensor.LayerNorm"
-	if b == nil {
-		return Errorf(ErrShape, op, "b", "is nil")
-	}
-	if err := checkNorm(op, x, w, b, eps, []*Tensor{y}, []string{"y"}); err != nil {
-		return err
-	}
-	if err := CheckSameShape(op, "x", x, "y", y); err != nil {
+	if err := checkNorm(op, []*Tensor{y, x}, []string{"y", "x"}, []*Tensor{w, b}, []string{"w", "b"}, nil, nil, eps); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[NormKernel](x.Backend()); ok {
 		return k.LayerNorm(y, x, w, b, eps)
 	}
 	return OnHost(1, []*Tensor{y, x, w, b}, func(h []*Tensor) error {
-		nnref.LayerNorm(rowsOf(h[1]), x.Dim(-1), hostF32(h[1]), hostF32(h[2]), hostF32(h[3]), eps, hostF32(h[0]))
+		normForwardHost(h[0], h[1], h[2], h[3], eps)
 		return nil
 	})
 }
 
 // LayerNormBackward writes dx = r·(g − mean(g) − x̂·mean(g ⊙ x̂)) with g = dy ⊙ w, dw = Σ dy ⊙ x̂
-// and db = Σ dy over every row.
+// and db = Σ dy over every row, with RMSNormBackward's dtypes (db float32).
 func LayerNormBackward(dx, dw, db *Tensor, in NormGrad) error {
 	const op = "tensor.LayerNormBackward"
-	if err := checkNormGrad(op, in, []*Tensor{dx, dw, db}, []string{"dx", "dw", "db"}); err != nil {
+	if err := checkNormGrad(op, dx, in, []*Tensor{dw, db}, []string{"dw", "db"}); err != nil {
 		return err
 	}
 	if k, ok := KernelOf[NormKernel](in.X.Backend()); ok {
 		return k.LayerNormBackward(dx, dw, db, in)
 	}
 	return OnHost(3, []*Tensor{dx, dw, db, in.X, in.Weight, in.DY}, func(h []*Tensor) error {
-		nnref.LayerNormBackward(rowsOf(h[3]), in.X.Dim(-1), hostF32(h[3]), hostF32(h[4]), hostF32(h[5]), in.Eps,
-			hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+		normBackwardHost(h[0], h[1], h[2], h[3], h[4], h[5], in.Eps, in.Accumulate)
 		return nil
 	})
+}
+
+// normForwardHost is RMSNorm (b nil) or LayerNorm on host tensors, in blocks of rows whose
+// bfloat16 values are widened into scratch (nnref's kernels run each block in place: a block
+// is at most one of their parallel chunks).
+func normForwardHost(y, x, w, b *Tensor, eps float64) {
+	rows, d := rowsOf(x), x.Dim(-1)
+	yv, xv, wv, bv := viewOf(y), viewOf(x), hostF32(w), hostF32(b)
+	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
+		n := (hi - lo) * d
+		xs := xv.load(lo*d, hi*d, s.take(n))
+		ys := yv.out(lo*d, hi*d, s.take(n))
+		if b == nil {
+			nnref.RMSNorm(hi-lo, d, xs, wv, eps, ys)
+		} else {
+			nnref.LayerNorm(hi-lo, d, xs, wv, bv, eps, ys)
+		}
+		yv.store(lo*d, ys)
+	})
+}
+
+// normBackwardHost is RMSNormBackward (db nil) or LayerNormBackward on host tensors: the dx
+// pass in blocks of rows as normForwardHost, then the weight gradients reading x and dy a row
+// segment at a time.
+func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
+	rows, d := rowsOf(x), x.Dim(-1)
+	dxv, xv, dyv, wv := viewOf(dx), viewOf(x), viewOf(dy), hostF32(w)
+	var mean []float32
+	if db != nil {
+		mean = make([]float32, rows)
+	}
+	rstd := make([]float32, rows)
+	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
+		n := (hi - lo) * d
+		xs := xv.load(lo*d, hi*d, s.take(n))
+		dys := dyv.load(lo*d, hi*d, s.take(n))
+		dxs := dxv.out(lo*d, hi*d, s.take(n))
+		if db == nil {
+			nnref.RMSNormDX(hi-lo, d, xs, wv, dys, eps, dxs, rstd[lo:hi])
+		} else {
+			nnref.LayerNormDX(hi-lo, d, xs, wv, dys, eps, dxs, mean[lo:hi], rstd[lo:hi])
+		}
+		dxv.store(lo*d, dxs)
+	})
+	at := func(i, lo, hi int, buf []float32) ([]float32, []float32) {
+		n := hi - lo
+		return xv.load(i*d+lo, i*d+hi, buf[:n]), dyv.load(i*d+lo, i*d+hi, buf[n:])
+	}
+	nnref.NormWeightGrad(rows, d, at, hostF32(dw), hostF32(db), acc, mean, rstd)
 }

@@ -3,6 +3,7 @@ package tensor_test
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,14 +42,16 @@ func BenchmarkOpsDecode(b *testing.B) {
 
 // BenchmarkOpsAttention is causal attention over one sequence of T = 512…4096 tokens, 0.5B's
 // heads (14 query heads sharing 2 key/value heads, dimension 64): forward, then forward +
-// backward.
+// backward, float32 then bfloat16.
 func BenchmarkOpsAttention(b *testing.B) {
 	var shapes []nntest.AttentionShape
 	for t := 512; t <= 4096; t *= 2 {
 		shapes = append(shapes, nntest.AttentionShape{T: t, Hq: 14, Hkv: 2, D: 64})
 	}
-	for _, bwd := range []bool{false, true} {
-		nntest.BenchAttention(b, tensor.CPU(), bwd, shapes...)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		for _, bwd := range []bool{false, true} {
+			nntest.BenchAttentionDType(b, tensor.CPU(), dt, bwd, shapes...)
+		}
 	}
 }
 
@@ -101,4 +104,117 @@ func BenchmarkOpsRow(b *testing.B) {
 	nntest.BenchRoPE(b, be, 2048, 14, 64)
 	nntest.BenchSwiGLU(b, be, 2048, 4864)
 	nntest.BenchAdamW(b, be, 896*4864)
+}
+
+// BenchmarkOpsBF16 holds each non-GEMM op with bfloat16 activations against the same op in
+// float32 at 0.5B's prefill shapes (2048 tokens; hidden 896, MLP 4864, 14 heads of 64; an
+// embedding table of 16384 rows): per round (-benchtime=Nx: N rounds), 5 calls in float32 then
+// 5 in bfloat16, each timed in process CPU time; it reports the medians over the rounds of the
+// CPU nanoseconds per element and of their ratio bf16/f32 (≤ 1: no slower per element). The
+// norms' weights and the table are in the activations' dtype.
+func BenchmarkOpsBF16(b *testing.B) {
+	const t, d, ff, h, hd, v = 2048, 896, 4864, 14, 64, 16384
+	mk := func(dt tensor.DType, s ...int) *tensor.Tensor {
+		x := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...))
+		xv, _ := x.Float32s()
+		for i := range xv {
+			xv[i] = float32(i%97)/50 - 0.9
+		}
+		if dt == tensor.Float32 {
+			return x
+		}
+		y := make([]tensor.BF16, len(xv))
+		for i, f := range xv {
+			y[i] = tensor.BF16FromFloat32(f)
+		}
+		return tensor.Must(tensor.FromBF16(y, s...))
+	}
+	ids := make([]int32, t)
+	for i := range ids {
+		ids[i] = int32(i * 7919 % v)
+	}
+	idt, pos := tensor.Must(tensor.FromInt32(ids, t)), tensor.Must(tensor.FromInt32(ids, t))
+	for _, c := range []struct {
+		name string
+		n    int // elements per call
+		op   func(dt tensor.DType) func() error
+	}{
+		{"RMSNorm", t * d, func(dt tensor.DType) func() error {
+			x, w, y := mk(dt, t, d), mk(dt, d), mk(dt, t, d)
+			return func() error { return tensor.RMSNorm(y, x, w, 1e-6) }
+		}},
+		{"RMSNormBackward", t * d, func(dt tensor.DType) func() error {
+			in := tensor.NormGrad{X: mk(dt, t, d), Weight: mk(dt, d), DY: mk(dt, t, d), Eps: 1e-6}
+			dx, dw := mk(dt, t, d), mk(tensor.Float32, d)
+			return func() error { return tensor.RMSNormBackward(dx, dw, in) }
+		}},
+		{"LayerNorm", t * d, func(dt tensor.DType) func() error {
+			x, w, bb, y := mk(dt, t, d), mk(dt, d), mk(dt, d), mk(dt, t, d)
+			return func() error { return tensor.LayerNorm(y, x, w, bb, 1e-6) }
+		}},
+		{"LayerNormBackward", t * d, func(dt tensor.DType) func() error {
+			in := tensor.NormGrad{X: mk(dt, t, d), Weight: mk(dt, d), DY: mk(dt, t, d), Eps: 1e-6}
+			dx, dw, db := mk(dt, t, d), mk(tensor.Float32, d), mk(tensor.Float32, d)
+			return func() error { return tensor.LayerNormBackward(dx, dw, db, in) }
+		}},
+		{"RoPE", t * h * hd, func(dt tensor.DType) func() error {
+			x := mk(dt, t, h, hd)
+			return func() error { return tensor.RoPE(x, x, pos, tensor.RoPEConfig{Theta: 1e6}) }
+		}},
+		{"SiLU", t * ff, func(dt tensor.DType) func() error {
+			x, y := mk(dt, t, ff), mk(dt, t, ff)
+			return func() error { return tensor.Activate(y, x, tensor.SiLU) }
+		}},
+		{"GELUTanh", t * ff, func(dt tensor.DType) func() error {
+			x, y := mk(dt, t, ff), mk(dt, t, ff)
+			return func() error { return tensor.Activate(y, x, tensor.GELUTanh) }
+		}},
+		{"SwiGLU", t * ff, func(dt tensor.DType) func() error {
+			g, u, y := mk(dt, t, ff), mk(dt, t, ff), mk(dt, t, ff)
+			return func() error { return tensor.SwiGLU(y, g, u) }
+		}},
+		{"SwiGLUBackward", t * ff, func(dt tensor.DType) func() error {
+			in := tensor.SwiGLUGrad{Gate: mk(dt, t, ff), Up: mk(dt, t, ff), DY: mk(dt, t, ff)}
+			dg, du := mk(dt, t, ff), mk(dt, t, ff)
+			return func() error { return tensor.SwiGLUBackward(dg, du, in) }
+		}},
+		{"Embedding", t * d, func(dt tensor.DType) func() error {
+			tab, y := mk(dt, v, d), mk(dt, t, d)
+			return func() error { return tensor.Embedding(y, tab, idt) }
+		}},
+		{"EmbeddingBackward", t * d, func(dt tensor.DType) func() error {
+			dtab, in := mk(tensor.Float32, v, d), tensor.EmbeddingGrad{IDs: idt, DY: mk(dt, t, d), Accumulate: true}
+			return func() error { return tensor.EmbeddingBackward(dtab, in) }
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ops := [2]func() error{c.op(tensor.Float32), c.op(tensor.BFloat16)}
+			var per [2][]float64
+			var ratio []float64
+			for b.Loop() {
+				var ns [2]float64
+				for k, op := range ops {
+					c0, _ := cputime.Process()
+					for range 5 {
+						if err := op(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					c1, _ := cputime.Process()
+					ns[k] = float64((c1 - c0).Nanoseconds()) / float64(5*c.n)
+					per[k] = append(per[k], ns[k])
+				}
+				ratio = append(ratio, ns[1]/ns[0])
+			}
+			b.ReportMetric(median(per[0]), "f32-cpu-ns/elem")
+			b.ReportMetric(median(per[1]), "bf16-cpu-ns/elem")
+			b.ReportMetric(median(ratio), "bf16/f32")
+		})
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

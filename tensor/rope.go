@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
+	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
 // RoPEConfig is the rotary position embedding of a model.
@@ -27,14 +28,15 @@ type RoPEKernel interface {
 	RoPE(y, x, positions *Tensor, cfg RoPEConfig, inverse bool) error
 }
 
-// RoPE rotates x [T, H, D] (float32, D even) by the rotary embedding at int32 positions [T], or
+// RoPE rotates x [T, H, D] (D even) by the rotary embedding at int32 positions [T], or
 // [len(cfg.Sections), T] for the multimodal form, in Hugging Face's rotate_half convention: with
 // half = D/2, f_i = 1/Theta^(2i/D) and a = position·f_i,
 //
 //	y[i] = x[i]·cos a − x[i+half]·sin a,  y[i+half] = x[i+half]·cos a + x[i]·sin a.
 //
 // The frequency, angle, cosine and sine are rounded to float32 as the reference computes them.
-// y may be x.
+// x and y are float32 or both bfloat16 (y rounded once from the float32 rotation of the widened
+// x). y may be x.
 func RoPE(y, x, positions *Tensor, cfg RoPEConfig) error {
 	return rope("tensor.RoPE", y, x, positions, cfg, false)
 }
@@ -46,8 +48,8 @@ type RoPEGrad struct {
 	Config        RoPEConfig
 }
 
-// RoPEBackward writes dx, the rotation of DY by the opposite angles (the transpose of RoPE).
-// dx may be DY.
+// RoPEBackward writes dx, the rotation of DY by the opposite angles (the transpose of RoPE);
+// dx and DY share one dtype, float32 or bfloat16. dx may be DY.
 func RoPEBackward(dx *Tensor, in RoPEGrad) error {
 	return rope("tensor.RoPEBackward", dx, in.DY, in.Positions, in.Config, true)
 }
@@ -57,7 +59,7 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 	if err := checkNonNil(op, names, y, x, positions); err != nil {
 		return err
 	}
-	if err := checkF32(op, names[:2], y, x); err != nil {
+	if _, err := checkActs(op, names[:2], y, x); err != nil {
 		return err
 	}
 	if err := CheckDType(op, "positions", positions, Int32); err != nil {
@@ -111,13 +113,21 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 		return k.RoPE(y, x, positions, cfg, inverse)
 	}
 	return OnHost(1, []*Tensor{y, x, positions}, func(h []*Tensor) error {
-		p := hostI32(h[2])
-		rows := make([][]int32, max(1, len(cfg.Sections)))
-		for s := range rows {
-			rows[s] = p[s*t : (s+1)*t]
-		}
+		p, hd := hostI32(h[2]), x.Dim(1)*d
 		freq := nnref.RoPEGivenFrequencies[float32](d, cfg.Theta, cfg.Frequencies)
-		nnref.RoPEFrequencies(t, x.Dim(1), d, hostF32(h[1]), rows, cfg.Sections, freq, inverse, hostF32(h[0]))
+		yv, xv := viewOf(h[0]), viewOf(h[1])
+		// Blocks of tokens, bfloat16 ones widened into scratch; each is one of RoPEFrequencies's
+		// parallel chunks, so it runs inline.
+		blocks(t, parallel.Grain(hd, blockElems), func(lo, hi int, s *arena) {
+			rows := make([][]int32, max(1, len(cfg.Sections)))
+			for s := range rows {
+				rows[s] = p[s*t+lo : s*t+hi]
+			}
+			xs := xv.load(lo*hd, hi*hd, s.take((hi-lo)*hd))
+			ys := yv.out(lo*hd, hi*hd, s.take((hi-lo)*hd))
+			nnref.RoPEFrequencies(hi-lo, x.Dim(1), d, xs, rows, cfg.Sections, freq, inverse, ys)
+			yv.store(lo*hd, ys)
+		})
 		return nil
 	})
 }

@@ -35,47 +35,67 @@ __global__ void __launch_bounds__(MTRL_BLOCK) linear_colsum_bwd_f32(float* db, c
     db[j] = s;
 }
 
+}  // extern "C"
+
+// The norms, RoPE, the activations and the embedding take float32 or bfloat16 activations (T):
+// loads widen exactly and stores round to nearest even once (load_f32, store_f32), so a
+// bfloat16 kernel does the float32 kernel's arithmetic on the widened values. The norms read
+// float32 weights (the host widens bfloat16 ones into scratch first: they are [D]); the gather
+// reads a float32 or bfloat16 table. Parameter gradients are float32.
+
 // ---- RMSNorm and LayerNorm: one block per row; stats[2·row] = mean, stats[2·row+1] = rstd ----
 
-__device__ __forceinline__ float rms_scale(const float* x, int64_t d, double eps, double* scratch) {
+template <typename T>
+__device__ __forceinline__ float rms_scale(const T* x, int64_t d, double eps, double* scratch) {
     double ss = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) ss += (double)x[j] * (double)x[j];
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        double v = (double)load_f32<T>(x, j);
+        ss += v * v;
+    }
     ss = block_sum_f64(ss, scratch);
     return (float)(1.0 / sqrt(ss / (double)d + eps));
 }
 
-__device__ __forceinline__ void layer_stats(const float* x, int64_t d, double eps, double* scratch, float* mean, float* rstd) {
+template <typename T>
+__device__ __forceinline__ void layer_stats(const T* x, int64_t d, double eps, double* scratch, float* mean, float* rstd) {
     double s = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) s += (double)x[j];
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) s += (double)load_f32<T>(x, j);
     double mu = block_sum_f64(s, scratch) / (double)d;
     double ss = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) ss += ((double)x[j] - mu) * ((double)x[j] - mu);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        double c = (double)load_f32<T>(x, j) - mu;
+        ss += c * c;
+    }
     ss = block_sum_f64(ss, scratch);
     *mean = (float)mu;
     *rstd = (float)(1.0 / sqrt(ss / (double)d + eps));
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, const float* x, const float* w, int64_t d, double eps) {
+template <typename T>
+__device__ void norm_rms_fwd(T* y, const T* x, const float* w, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
-    const float* xi = x + (int64_t)blockIdx.x * d;
-    float* yi = y + (int64_t)blockIdx.x * d;
-    float r = rms_scale(xi, d, eps, scratch);
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) yi[j] = w[j] * (xi[j] * r);
+    const T* xi = x + (int64_t)blockIdx.x * d;
+    T* yi = y + (int64_t)blockIdx.x * d;
+    float r = rms_scale<T>(xi, d, eps, scratch);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) store_f32<T>(yi, j, w[j] * (load_f32<T>(xi, j) * r));
 }
 
 // dx = r·(g − x̂·c) with g = dy·w, x̂ = x·r, c = mean(g·x̂); stats for the weight gradient.
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+template <typename T>
+__device__ void norm_rms_bwd(T* dx, float* stats, const T* x, const float* w, const T* dy, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     int64_t row = blockIdx.x;
-    const float *xi = x + row * d, *dyi = dy + row * d;
-    float* dxi = dx + row * d;
-    float r = rms_scale(xi, d, eps, scratch);
+    const T *xi = x + row * d, *dyi = dy + row * d;
+    T* dxi = dx + row * d;
+    float r = rms_scale<T>(xi, d, eps, scratch);
     double gx = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) gx += (double)(dyi[j] * w[j]) * (double)(xi[j] * r);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        gx += (double)(load_f32<T>(dyi, j) * w[j]) * (double)(load_f32<T>(xi, j) * r);
+    }
     float c = (float)(block_sum_f64(gx, scratch) / (double)d);
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float xh = xi[j] * r;
-        dxi[j] = r * (dyi[j] * w[j] - xh * c);
+        float xh = load_f32<T>(xi, j) * r;
+        store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - xh * c));
     }
     if (threadIdx.x == 0) {
         stats[2 * row] = 0;
@@ -83,33 +103,37 @@ __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float*
     }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, const float* x, const float* w, const float* b, int64_t d, double eps) {
+template <typename T>
+__device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
-    const float* xi = x + (int64_t)blockIdx.x * d;
-    float* yi = y + (int64_t)blockIdx.x * d;
+    const T* xi = x + (int64_t)blockIdx.x * d;
+    T* yi = y + (int64_t)blockIdx.x * d;
     float mu, r;
-    layer_stats(xi, d, eps, scratch, &mu, &r);
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) yi[j] = w[j] * ((xi[j] - mu) * r) + b[j];
+    layer_stats<T>(xi, d, eps, scratch, &mu, &r);
+    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+        store_f32<T>(yi, j, w[j] * ((load_f32<T>(xi, j) - mu) * r) + b[j]);
+    }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+template <typename T>
+__device__ void norm_layer_bwd(T* dx, float* stats, const T* x, const float* w, const T* dy, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     int64_t row = blockIdx.x;
-    const float *xi = x + row * d, *dyi = dy + row * d;
-    float* dxi = dx + row * d;
+    const T *xi = x + row * d, *dyi = dy + row * d;
+    T* dxi = dx + row * d;
     float mu, r;
-    layer_stats(xi, d, eps, scratch, &mu, &r);
+    layer_stats<T>(xi, d, eps, scratch, &mu, &r);
     double sg = 0, sgx = 0;
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float g = dyi[j] * w[j];
+        float g = load_f32<T>(dyi, j) * w[j];
         sg += (double)g;
-        sgx += (double)g * (double)((xi[j] - mu) * r);
+        sgx += (double)g * (double)((load_f32<T>(xi, j) - mu) * r);
     }
     float mg = (float)(block_sum_f64(sg, scratch) / (double)d);
     float mgx = (float)(block_sum_f64(sgx, scratch) / (double)d);
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float xh = (xi[j] - mu) * r;
-        dxi[j] = r * (dyi[j] * w[j] - mg - xh * mgx);
+        float xh = (load_f32<T>(xi, j) - mu) * r;
+        store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - mg - xh * mgx));
     }
     if (threadIdx.x == 0) {
         stats[2 * row] = mu;
@@ -118,14 +142,15 @@ __global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, floa
 }
 
 // dw[j] (+)= Σ_i dy·float((x − mean)·rstd), db[j] (+)= Σ_i dy (db may be null): one thread per
-// column, rows in ascending order (nnref's normWeightGrad).
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_weight_bwd_f32(float* dw, float* db, const float* stats, const float* x, const float* dy, int64_t rows, int64_t d, int acc) {
+// column, rows in ascending order (nnref.NormWeightGrad).
+template <typename T>
+__device__ void norm_weight_bwd(float* dw, float* db, const float* stats, const T* x, const T* dy, int64_t rows, int64_t d, int acc) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= d) return;
     float sw = 0, sb = 0;
     for (int64_t i = 0; i < rows; i++) {
-        float g = dy[i * d + j];
-        sw += g * ((x[i * d + j] - stats[2 * i]) * stats[2 * i + 1]);
+        float g = load_f32<T>(dy, i * d + j);
+        sw += g * ((load_f32<T>(x, i * d + j) - stats[2 * i]) * stats[2 * i + 1]);
         sb += g;
     }
     if (acc) {
@@ -139,7 +164,8 @@ __global__ void __launch_bounds__(MTRL_BLOCK) norm_weight_bwd_f32(float* dw, flo
 // ---- RoPE: one thread per (token, head, i < D/2); freq and sec (the section of each
 // frequency) come from the host, computed as the reference computes them ----
 
-__global__ void __launch_bounds__(MTRL_BLOCK) rope_fwd_f32(float* y, const float* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
+template <typename T>
+__device__ void rope_fwd(T* y, const T* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
     int64_t half = d / 2, total = t * h * half;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = q % half, row = q / half, ti = row / h;
@@ -147,9 +173,9 @@ __global__ void __launch_bounds__(MTRL_BLOCK) rope_fwd_f32(float* y, const float
         float c = (float)cos((double)a), s = (float)sin((double)a);
         if (inverse) s = -s;
         int64_t o = row * d;
-        float x0 = x[o + i], x1 = x[o + i + half];
-        y[o + i] = x0 * c - x1 * s;
-        y[o + i + half] = x1 * c + x0 * s;
+        float x0 = load_f32<T>(x, o + i), x1 = load_f32<T>(x, o + i + half);
+        store_f32<T>(y, o + i, x0 * c - x1 * s);
+        store_f32<T>(y, o + i + half, x1 * c + x0 * s);
     }
 }
 
@@ -179,59 +205,140 @@ __device__ __forceinline__ void act_eval(int kind, double x, double* f, double* 
     }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) act_fwd_f32(float* y, const float* x, int64_t n, int kind) {
+template <typename T>
+__device__ void act_fwd(T* y, const T* x, int64_t n, int kind) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double f, df;
-        act_eval(kind, (double)x[i], &f, &df);
-        y[i] = (float)f;
+        act_eval(kind, (double)load_f32<T>(x, i), &f, &df);
+        store_f32<T>(y, i, (float)f);
     }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) act_bwd_f32(float* dx, const float* x, const float* dy, int64_t n, int kind) {
+template <typename T>
+__device__ void act_bwd(T* dx, const T* x, const T* dy, int64_t n, int kind) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double f, df;
-        act_eval(kind, (double)x[i], &f, &df);
-        dx[i] = dy[i] * (float)df;
+        act_eval(kind, (double)load_f32<T>(x, i), &f, &df);
+        store_f32<T>(dx, i, load_f32<T>(dy, i) * (float)df);
     }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_fwd_f32(float* y, const float* gate, const float* up, int64_t n) {
+template <typename T>
+__device__ void act_swiglu_fwd(T* y, const T* gate, const T* up, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double f, df;
-        act_eval(0, (double)gate[i], &f, &df);
-        y[i] = (float)f * up[i];
+        act_eval(0, (double)load_f32<T>(gate, i), &f, &df);
+        store_f32<T>(y, i, (float)f * load_f32<T>(up, i));
     }
 }
 
-__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_bwd_f32(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n) {
+template <typename T>
+__device__ void act_swiglu_bwd(T* dgate, T* dup, const T* gate, const T* up, const T* dy, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double f, df;
-        act_eval(0, (double)gate[i], &f, &df);
-        float g = dy[i], u = up[i];
-        dgate[i] = (g * u) * (float)df;
-        dup[i] = g * (float)f;
+        act_eval(0, (double)load_f32<T>(gate, i), &f, &df);
+        float g = load_f32<T>(dy, i), u = load_f32<T>(up, i);
+        store_f32<T>(dgate, i, (g * u) * (float)df);
+        store_f32<T>(dup, i, g * (float)f);
     }
 }
 
 // ---- Embedding (ids validated on the host) ----
 
-__global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_f32(float* y, const float* table, const int* ids, int64_t n, int64_t d) {
+// gather_elem copies one element: as it is when the row and table types agree, else a float32
+// table's value rounded into a bfloat16 row.
+__device__ __forceinline__ void gather_elem(float* y, int64_t q, const float* t, int64_t i) { y[q] = t[i]; }
+__device__ __forceinline__ void gather_elem(bf16_t* y, int64_t q, const bf16_t* t, int64_t i) { y[q] = t[i]; }
+__device__ __forceinline__ void gather_elem(bf16_t* y, int64_t q, const float* t, int64_t i) { y[q] = f32_to_bf16(t[i]); }
+
+template <typename T, typename W>
+__device__ void embedding_gather(T* y, const W* table, const int* ids, int64_t n, int64_t d) {
     int64_t total = n * d;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = q / d, j = q % d;
-        y[q] = table[(int64_t)ids[i] * d + j];
+        gather_elem(y, q, table, (int64_t)ids[i] * d + j);
     }
 }
 
 // dtable[ids[i], j] += dy[i, j] in ascending i: one thread per column j, so repeated ids add
 // in a fixed order without atomics (dtable was zeroed by the host unless accumulating).
-__global__ void __launch_bounds__(MTRL_BLOCK) embedding_scatter_bwd_f32(float* dtable, const int* ids, const float* dy, int64_t n, int64_t d) {
+template <typename T>
+__device__ void embedding_scatter(float* dtable, const int* ids, const T* dy, int64_t n, int64_t d) {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= d) return;
     for (int64_t i = 0; i < n; i++) {
         float* p = dtable + (int64_t)ids[i] * d + j;
-        *p = *p + dy[i * d + j];
+        *p = *p + load_f32<T>(dy, i * d + j);
     }
+}
+
+extern "C" {
+
+// The kernels: <family>_<op>_<fwd|bwd>_<activations' dtype>; embedding_gather_fwd_bf16_f32
+// gathers a float32 table into bfloat16 rows.
+
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, const float* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<float>(y, x, w, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, const float* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<float>(y, x, w, b, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+    norm_rms_bwd<float>(dx, stats, x, w, dy, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
+    norm_layer_bwd<float>(dx, stats, x, w, dy, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<bf16_t>(y, x, w, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<bf16_t>(y, x, w, b, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_bf16(bf16_t* dx, float* stats, const bf16_t* x, const float* w, const bf16_t* dy, int64_t d, double eps) {
+    norm_rms_bwd<bf16_t>(dx, stats, x, w, dy, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_bf16(bf16_t* dx, float* stats, const bf16_t* x, const float* w, const bf16_t* dy, int64_t d, double eps) {
+    norm_layer_bwd<bf16_t>(dx, stats, x, w, dy, d, eps);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_weight_bwd_f32(float* dw, float* db, const float* stats, const float* x, const float* dy, int64_t rows, int64_t d, int acc) {
+    norm_weight_bwd<float>(dw, db, stats, x, dy, rows, d, acc);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_weight_bwd_bf16(float* dw, float* db, const float* stats, const bf16_t* x, const bf16_t* dy, int64_t rows, int64_t d, int acc) {
+    norm_weight_bwd<bf16_t>(dw, db, stats, x, dy, rows, d, acc);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) rope_fwd_f32(float* y, const float* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
+    rope_fwd<float>(y, x, pos, freq, sec, t, h, d, inverse);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) rope_fwd_bf16(bf16_t* y, const bf16_t* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
+    rope_fwd<bf16_t>(y, x, pos, freq, sec, t, h, d, inverse);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) act_fwd_f32(float* y, const float* x, int64_t n, int kind) { act_fwd<float>(y, x, n, kind); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_bwd_f32(float* dx, const float* x, const float* dy, int64_t n, int kind) { act_bwd<float>(dx, x, dy, n, kind); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_fwd_f32(float* y, const float* gate, const float* up, int64_t n) { act_swiglu_fwd<float>(y, gate, up, n); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_bwd_f32(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n) {
+    act_swiglu_bwd<float>(dgate, dup, gate, up, dy, n);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) act_fwd_bf16(bf16_t* y, const bf16_t* x, int64_t n, int kind) { act_fwd<bf16_t>(y, x, n, kind); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_bwd_bf16(bf16_t* dx, const bf16_t* x, const bf16_t* dy, int64_t n, int kind) { act_bwd<bf16_t>(dx, x, dy, n, kind); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_fwd_bf16(bf16_t* y, const bf16_t* gate, const bf16_t* up, int64_t n) { act_swiglu_fwd<bf16_t>(y, gate, up, n); }
+__global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_bwd_bf16(bf16_t* dgate, bf16_t* dup, const bf16_t* gate, const bf16_t* up, const bf16_t* dy, int64_t n) {
+    act_swiglu_bwd<bf16_t>(dgate, dup, gate, up, dy, n);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_f32(float* y, const float* table, const int* ids, int64_t n, int64_t d) {
+    embedding_gather<float, float>(y, table, ids, n, d);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_bf16(bf16_t* y, const bf16_t* table, const int* ids, int64_t n, int64_t d) {
+    embedding_gather<bf16_t, bf16_t>(y, table, ids, n, d);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_bf16_f32(bf16_t* y, const float* table, const int* ids, int64_t n, int64_t d) {
+    embedding_gather<bf16_t, float>(y, table, ids, n, d);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_scatter_bwd_f32(float* dtable, const int* ids, const float* dy, int64_t n, int64_t d) {
+    embedding_scatter<float>(dtable, ids, dy, n, d);
+}
+__global__ void __launch_bounds__(MTRL_BLOCK) embedding_scatter_bwd_bf16(float* dtable, const int* ids, const bf16_t* dy, int64_t n, int64_t d) {
+    embedding_scatter<bf16_t>(dtable, ids, dy, n, d);
 }
 
 // ---- AdamW (scalars from the host, as nnref.AdamW rounds them) and the gradient norm ----

@@ -293,6 +293,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	// dx is the gradient of the residual stream, carried down the layers.
 	dx, _ := f32(n, d)
 	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
+	if e.err == nil {
+		m.reportFinal("model.norm.weight")
+	}
 	if a.ckpt != nil {
 		defer m.dropRestore(m.dropSave()) // the state after the forward, as without recomputing
 	}
@@ -305,6 +308,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 			}
 		}
 		e.do(m.layerBackward(l, s, la, dx))
+		if e.err == nil {
+			m.reportLayer(l)
+		}
 	}
 	if a.in.gather != nil && e.err == nil {
 		e.do(a.in.gather(dx))
@@ -314,6 +320,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 			traceGrad("model.embed_tokens.weight", a.in.ids, dx)
 		}
 		e.do(tensor.EmbeddingBackward(m.gradOf("model.embed_tokens.weight"), tensor.EmbeddingGrad{IDs: a.in.ids, DY: dx, Accumulate: true}))
+		if e.err == nil {
+			m.reportFinal("model.embed_tokens.weight")
+		}
 	}
 	return e.err
 }

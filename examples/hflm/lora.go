@@ -1,13 +1,12 @@
 package hflm
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -19,10 +18,15 @@ type LoRAConfig struct {
 	Rank    int     // r > 0
 	Alpha   float64 // the update is scaled by Alpha / Rank
 	Dropout float64 // in [0, 1): dropout on the adapter's input in training passes
-	// TargetModules are projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
-	// down_proj), or "all-linear": every one of them (PEFT leaves lm_head out).
+	// TargetModules are module names, each matching a module whose name it equals or ends
+	// (after a dot) — q_proj, self_attn.q_proj, model.layers.0.mlp.down_proj — or one regular
+	// expression matching whole names, or "all-linear": every projection (PEFT leaves lm_head
+	// out). See Resolve.
 	TargetModules []string
-	Seed          uint64 // A's initialisation and the dropout masks
+	// ExcludeModules (PEFT's exclude_modules) are module names or one regular expression whose
+	// modules get no adapter even when targeted.
+	ExcludeModules []string
+	Seed           uint64 // A's initialisation and the dropout masks
 }
 
 // Files of a PEFT adapter directory.
@@ -79,10 +83,73 @@ func (m *Model) scratchF32(i int, shape ...int) (*tensor.Tensor, []float32) {
 	return tensor.Must(tensor.FromFloat32(v, shape...)), v
 }
 
-// AddLoRA adds adapters to the targeted projections, initialised as PEFT does (A
-// Kaiming-uniform with a = √5, that is U(±1/√in); B zero, so the model is unchanged), and
-// freezes the base: from now on only the adapters are trained (Params lists them alone).
+// AddLoRA adds adapters to the projections cfg selects (LoRAConfig.Resolve), initialised as
+// PEFT does (A Kaiming-uniform with a = √5, that is U(±1/√in); B zero, so the model is
+// unchanged), and freezes the base: from now on only the adapters are trained (Params lists
+// them alone).
 func (m *Model) AddLoRA(cfg LoRAConfig) error {
+	names := m.ProjectionNames()
+	mods := make([]LoRAModule, len(names))
+	for i, n := range names {
+		mods[i] = LoRAModule{Names: []string{n}, Linear: true}
+	}
+	sel, err := cfg.Resolve(mods)
+	if err != nil {
+		return err
+	}
+	on := map[string]bool{}
+	for i, n := range names {
+		on[n] = sel[i]
+	}
+	c := cfg
+	if short := shortTargets(cfg.TargetModules); short != nil {
+		c.TargetModules = short
+	}
+	return m.AddLoRAWhere(c, func(module string) bool { return on[module] })
+}
+
+// shortTargets returns targets in projection order when they are projection names or
+// all-linear (which for a causal LM is every projection), else nil.
+func shortTargets(targets []string) []string {
+	set := map[string]bool{}
+	for _, t := range targets {
+		switch {
+		case strings.EqualFold(t, AllLinear):
+			for _, p := range projections {
+				set[p] = true
+			}
+		case slices.Contains(projections, t):
+			set[t] = true
+		default:
+			return nil
+		}
+	}
+	var out []string
+	for _, p := range projections {
+		if set[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ProjectionNames are the names of the projections an adapter can go on, in layer and
+// projection order (model.layers.0.self_attn.q_proj, …).
+func (m *Model) ProjectionNames() []string {
+	var out []string
+	for l := range m.layers {
+		for _, lin := range m.layers[l].linears() {
+			out = append(out, lin.name)
+		}
+	}
+	return out
+}
+
+// AddLoRAWhere is AddLoRA on the projections that on selects (by name; none is allowed: a model
+// whose adapters are elsewhere, on a vision tower, keeps its base frozen), cfg's targets being
+// what adapter_config.json records. cfg.Dropout also applies to adapters outside this model
+// that draw from LoRADropout.
+func (m *Model) AddLoRAWhere(cfg LoRAConfig, on func(module string) bool) error {
 	const op = "hflm.Model.AddLoRA"
 	switch {
 	case m.lora != nil:
@@ -94,34 +161,12 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	case !(cfg.Dropout >= 0 && cfg.Dropout < 1):
 		return tensor.Errorf(tensor.ErrParam, op, "Dropout", "is %v, want a value in [0, 1)", cfg.Dropout)
 	}
-	targets := map[string]bool{}
-	for _, t := range cfg.TargetModules {
-		switch {
-		case t == "all-linear":
-			for _, p := range projections {
-				targets[p] = true
-			}
-		case slices.Contains(projections, t):
-			targets[t] = true
-		default:
-			return tensor.Errorf(tensor.ErrParam, op, "TargetModules", "%q is not one of %v or all-linear", t, projections)
-		}
-	}
-	if len(targets) == 0 {
-		return tensor.Errorf(tensor.ErrParam, op, "TargetModules", "is empty")
-	}
 	c := cfg
-	c.TargetModules = nil
-	for _, p := range projections {
-		if targets[p] {
-			c.TargetModules = append(c.TargetModules, p)
-		}
-	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x10ea))
 	scale := float32(cfg.Alpha / float64(cfg.Rank))
 	for l := range m.layers {
 		for _, lin := range m.layers[l].linears() {
-			if !targets[lin.short()] {
+			if !on(lin.name) {
 				continue
 			}
 			out, in := lin.w.Dims()
@@ -145,6 +190,16 @@ func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	m.dropSrc = rand.NewPCG(cfg.Seed, 0xd0)
 	m.dropRNG = rand.New(m.dropSrc)
 	return m.freeze()
+}
+
+// LoRADropout returns the adapters' dropout probability and the random source of their masks
+// (nil without adapters): adapters outside the model (a vision tower's) draw from it too, so
+// that DropoutState resumes them all.
+func (m *Model) LoRADropout() (float64, *rand.Rand) {
+	if m.lora == nil {
+		return 0, nil
+	}
+	return m.lora.Dropout, m.dropRNG
 }
 
 // DropoutState is the state of the random source of the adapters' dropout masks (nil without
@@ -330,24 +385,6 @@ func (ad *adapter) delta() ([]float32, error) {
 	return v, nil
 }
 
-// adapterConfig is adapter_config.json as PEFT writes it for a causal LM.
-type adapterConfig struct {
-	BaseModel      string   `json:"base_model_name_or_path"`
-	Bias           string   `json:"bias"`
-	FanInFanOut    bool     `json:"fan_in_fan_out"`
-	InferenceMode  bool     `json:"inference_mode"`
-	InitLoraWeight bool     `json:"init_lora_weights"`
-	LoraAlpha      float64  `json:"lora_alpha"`
-	LoraDropout    float64  `json:"lora_dropout"`
-	ModulesToSave  []string `json:"modules_to_save"`
-	PeftType       string   `json:"peft_type"`
-	R              int      `json:"r"`
-	TargetModules  []string `json:"target_modules"`
-	TaskType       string   `json:"task_type"`
-	UseDora        bool     `json:"use_dora"`
-	UseRSLoRA      bool     `json:"use_rslora"`
-}
-
 // SaveLoRA writes the adapters as PEFT's save_pretrained does: adapter_config.json and
 // adapter_model.safetensors (float32) with PEFT's names,
 // base_model.model.model.layers.i.self_attn.q_proj.lora_A.weight and so on. baseModel is
@@ -357,18 +394,7 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 	if m.lora == nil {
 		return tensor.Errorf(tensor.ErrParam, op, "m", "has no adapters")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	cfg, err := json.MarshalIndent(adapterConfig{
-		BaseModel: baseModel, Bias: "none", InferenceMode: true, InitLoraWeight: true,
-		LoraAlpha: m.lora.Alpha, LoraDropout: m.lora.Dropout, PeftType: "LORA", R: m.lora.Rank,
-		TargetModules: m.lora.TargetModules, TaskType: "CAUSAL_LM",
-	}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, AdapterConfigFile), append(cfg, '\n'), 0o644); err != nil {
+	if err := WriteAdapterConfig(dir, *m.lora, baseModel); err != nil {
 		return err
 	}
 	var ts []*hfmodel.Tensor
@@ -392,19 +418,11 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 // weights exactly the targeted projections' lora_A and lora_B.
 func (m *Model) LoadLoRA(dir string) error {
 	const op = "hflm.Model.LoadLoRA"
-	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+	ac, err := ReadAdapterConfig(dir)
 	if err != nil {
-		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "%v", err)
+		return err
 	}
-	var ac adapterConfig
-	if err := json.Unmarshal(data, &ac); err != nil {
-		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "%v", err)
-	}
-	if ac.PeftType != "LORA" || ac.Bias != "none" || ac.UseDora || ac.UseRSLoRA || ac.FanInFanOut || len(ac.ModulesToSave) > 0 {
-		return tensor.Errorf(tensor.ErrParam, op, AdapterConfigFile, "peft_type %q, bias %q, use_dora %v, use_rslora %v, fan_in_fan_out %v, modules_to_save %v: only a plain LoRA is supported",
-			ac.PeftType, ac.Bias, ac.UseDora, ac.UseRSLoRA, ac.FanInFanOut, ac.ModulesToSave)
-	}
-	if err := m.AddLoRA(LoRAConfig{Rank: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, TargetModules: ac.TargetModules}); err != nil {
+	if err := m.AddLoRA(ac); err != nil {
 		return err
 	}
 	ts, err := hfmodel.ReadSafetensors(filepath.Join(dir, AdapterWeightsFile))

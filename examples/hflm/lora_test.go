@@ -241,3 +241,25 @@ func TestDropoutState(t *testing.T) {
 	require.Equal(t, first, pass())
 	require.ErrorIs(t, m.SetDropoutState([]byte("not a pcg")), tensor.ErrParam)
 }
+
+// TestLoRAExcludeModules: PEFT's exclude_modules (here its string form, a regular expression)
+// keeps adapters off layer 0; adapter_config.json records it as a string, and LoadLoRA builds
+// the same adapters from it.
+func TestLoRAExcludeModules(t *testing.T) {
+	m := loadCheckpoint(t, filepath.Join("testdata", "qwen2-untied.json"), 31, "float32", 1)
+	require.NoError(t, m.AddLoRA(LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"all-linear"}, ExcludeModules: []string{`.*\.layers\.0\..*`}, Seed: 1}))
+	require.Len(t, m.adapters, len(projections)*(m.Config.NumHiddenLayers-1))
+	for _, ad := range m.adapters {
+		require.False(t, strings.HasPrefix(ad.module, "model.layers.0."), ad.module)
+	}
+	dir := t.TempDir()
+	require.NoError(t, m.SaveLoRA(dir, "base"))
+	var cfg map[string]any
+	data, err := os.ReadFile(filepath.Join(dir, AdapterConfigFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &cfg))
+	require.Equal(t, `.*\.layers\.0\..*`, cfg["exclude_modules"])
+	fresh := loadCheckpoint(t, filepath.Join("testdata", "qwen2-untied.json"), 31, "float32", 1)
+	require.NoError(t, fresh.LoadLoRA(dir))
+	require.Len(t, fresh.adapters, len(m.adapters))
+}

@@ -41,6 +41,8 @@ type Model struct {
 
 	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
 	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
+
+	final func(...*tensor.Tensor) // the loop's hook for gradients the backward is done with (overlap.go)
 }
 
 // frozenGrads are scratch outputs for the gradients of frozen weights that an op must write

@@ -178,6 +178,9 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 		if err != nil {
 			return err
 		}
+		if !s.m.Config.TieWordEmbeddings {
+			s.m.reportFinal("lm_head.weight")
+		}
 		for i, r := range s.rows {
 			copy(dhv[r*d:(r+1)*d], dhSel[i*d:(i+1)*d])
 		}

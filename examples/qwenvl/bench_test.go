@@ -109,17 +109,27 @@ func BenchmarkVisionTower(b *testing.B) {
 				}
 			})
 		})
-		b.Run(name+"/train", func(b *testing.B) {
-			benchPatches(b, p.Rows, func() {
-				out, a, err := t.Forward(p.Values, p.Grids, true)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := t.Backward(a, out); err != nil {
-					b.Fatal(err)
-				}
-			})
-		})
+		train := func(t *Vision) func(b *testing.B) {
+			return func(b *testing.B) {
+				benchPatches(b, p.Rows, func() {
+					out, a, err := t.Forward(p.Values, p.Grids, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := t.Backward(a, out); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+		b.Run(name+"/train", train(t))
+		// LoRA rank 16 on every linear layer (all-linear) of a fresh tower: the frozen base
+		// gets no weight gradients, the adapters theirs.
+		lt, _ := benchTower(b, cfg)
+		if err := lt.addLoRA(hflm.LoRAConfig{Rank: 16, Alpha: 32}, func(i int) bool { return i > 0 }, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name+"/train-lora", train(lt))
 	}
 }
 
@@ -212,9 +222,9 @@ func benchPrompt(c *Config) Sample {
 // bench3BConfig), random weights: the tower alone on one 448×448 image (1024 patches), and
 // the whole prefill of benchPrompt (tower, features scattered into the embeddings, M-RoPE
 // decoder, the LM head on the last token: Generate of one greedy token), and the language
-// model's part alone (the prefill given the tower's features), in float32 and in
-// hflm's bf16 mixed precision (the language model's GEMMs on bfloat16; the tower stays
-// float32). scripts/qwen2vl_torch_twin.py forward is its PyTorch twin; scripts/qwenvl-vs-torch
+// model's part alone (the prefill given the tower's features), in float32 and in bf16 mixed
+// precision (Model.SetMixedPrecision: the tower's and the language model's GEMMs on bfloat16).
+// scripts/qwen2vl_torch_twin.py forward is its PyTorch twin; scripts/qwenvl-vs-torch
 // runs both.
 func BenchmarkForward3B(b *testing.B) {
 	c := bench3BConfig(b)
@@ -222,7 +232,7 @@ func BenchmarkForward3B(b *testing.B) {
 	s := benchPrompt(c)
 	runtime.GC()
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
-		if err := m.LM.SetMixedPrecision(dt); err != nil {
+		if err := m.SetMixedPrecision(dt); err != nil {
 			b.Fatal(err)
 		}
 		name := map[tensor.DType]string{tensor.Float32: "float32", tensor.BFloat16: "bf16"}[dt]
@@ -259,5 +269,41 @@ func BenchmarkForward3B(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkTower3B times BenchmarkForward3B's tower alone (Qwen2.5-VL-3B's, depth cut, random
+// weights, one 448×448 image: 1024 patches) without the language model's memory: the forward
+// and forward + backward (a trained tower), in float32 and in bf16 mode.
+func BenchmarkTower3B(b *testing.B) {
+	c := bench3BConfig(b)
+	t, err := newVision(c.Variant, c.Vision, randomWeights(visionSpecs(c.Variant, c.Vision), c.Text.InitializerRange, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := testPatches([][3]int{{1, 32, 32}}, c.Vision.PatchDim())
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		if err := t.SetMixedPrecision(dt); err != nil {
+			b.Fatal(err)
+		}
+		name := map[tensor.DType]string{tensor.Float32: "float32", tensor.BFloat16: "bf16"}[dt]
+		b.Run(name+"/forward", func(b *testing.B) {
+			benchPatches(b, p.Rows, func() {
+				if _, _, err := t.Forward(p.Values, p.Grids, false); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(name+"/train", func(b *testing.B) {
+			benchPatches(b, p.Rows, func() {
+				out, a, err := t.Forward(p.Values, p.Grids, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := t.Backward(a, out); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
 	}
 }

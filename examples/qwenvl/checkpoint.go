@@ -229,5 +229,14 @@ func (m *Model) Checkpoint() (*Checkpoint, error) {
 	for _, p := range m.Vision.params {
 		ck.Weights[p.name] = slices.Clone(host(p.value))
 	}
+	for _, l := range m.Vision.linears() { // the tower's adapters merged into the copies
+		if ad := m.Vision.adapterOf(*l); ad != nil {
+			delta, err := ad.delta()
+			if err != nil {
+				return nil, err
+			}
+			addTo(ck.Weights[l.name+".weight"], delta)
+		}
+	}
 	return ck, nil
 }

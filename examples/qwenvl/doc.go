@@ -3,8 +3,10 @@
 // quick_gelu or RMSNorm + gated SiLU blocks, Qwen2.5-VL's window attention, the PatchMerger)
 // and the Qwen2 language model of examples/hflm with M-RoPE, the features scattered over the
 // placeholder tokens; forward, backward with the tower frozen or trained, cached generation,
-// a tprl/loop Policy whose perturbed pass re-scores the sampled text with perturbed pixels, and
-// checkpoints in either weight-name layout (OpenCheckpoint, RandomCheckpoint, Save). The
+// a tprl/loop Policy whose perturbed pass re-scores the sampled text with perturbed pixels,
+// LoRA on the language model and the tower where PEFT would put it (AddLoRA, SaveLoRA,
+// LoadLoRA, MergeLoRA, Base), and checkpoints in either weight-name layout (OpenCheckpoint,
+// RandomCheckpoint, Save). The
 // goldens come from scripts/qwen2vl_torch_twin.py; docs/qwen2vl.md describes it.
 //
 // The input side matches Hugging Face's slow Qwen2VLImageProcessor and get_rope_index exactly:

@@ -15,6 +15,7 @@ type Model struct {
 	Config *Config
 	Vision *Vision
 	LM     *hflm.Model
+	lora   *hflm.LoRAConfig // AddLoRA's configuration; nil: no adapters
 }
 
 // Load builds the model from a checkpoint's weights (copied; ck may be dropped).
@@ -234,7 +235,7 @@ type Scores struct {
 // sampled completion (text whatever its ids; see prepare). With train the activations are
 // kept for Backward.
 func (m *Model) Score(samples []Sample, completionLens []int, temperature float32, train bool) (*Scores, error) {
-	b, err := m.prepare(samples, completionLens, train && !m.Vision.Frozen)
+	b, err := m.prepare(samples, completionLens, train && m.Vision.trains())
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +252,7 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 	if err := s.Scores.Backward(dLogProbs, dEntropy); err != nil {
 		return err
 	}
-	if s.m.Vision.Frozen {
+	if !s.m.Vision.trains() {
 		return nil
 	}
 	for i, enc := range s.b.enc {

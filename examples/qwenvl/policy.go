@@ -161,18 +161,36 @@ func (p *Policy[P]) Forward(b *loop.Batch[P], lo, hi int, logp, ent *tensor.Tens
 	return hflm.NewPass(s.LogProbs, b.T, s.Backward), nil
 }
 
+// ReportFinal implements loop.FinalGradients: the language model reports its layers'
+// gradients as its backward finishes them (hflm.Model.ReportFinal); the tower's backward runs
+// after it, and the tower's gradients are reduced after the whole backward.
+func (p *Policy[P]) ReportFinal(hook func(grads ...*tensor.Tensor)) bool {
+	return p.Model.LM.ReportFinal(hook)
+}
+
 // Params are the language model's parameters (hflm.Model.Params: with LoRA its adapters
-// alone) followed, unless the tower is frozen, by the tower's, named as Hugging Face names them.
+// alone) followed, when the tower trains, by the tower's: its adapters under LoRA (PEFT's
+// names, base_model.model.visual.….lora_A.weight, as [r, in] and [out, r] matrices), else its
+// weights, named as Hugging Face names them.
 func (m *Model) Params() ([]loop.Param, error) {
 	ps, err := m.LM.Params()
 	if err != nil {
 		return nil, err
 	}
-	if m.Vision.Frozen {
+	t := m.Vision
+	if !t.trains() {
 		return ps, nil
 	}
-	m.Vision.ensureGrads()
-	for _, p := range m.Vision.params {
+	if t.lora != nil {
+		for _, ad := range t.lora.adapters {
+			base := "base_model.model." + ad.module
+			ps = append(ps, loop.Param{Name: base + ".lora_A.weight", Value: ad.a, Grad: ad.ga, Decay: true},
+				loop.Param{Name: base + ".lora_B.weight", Value: ad.b, Grad: ad.gb, Decay: true})
+		}
+		return ps, nil
+	}
+	t.ensureGrads()
+	for _, p := range t.params {
 		ps = append(ps, loop.Param{Name: p.name, Value: p.value, Grad: p.grad, Decay: p.value.Rank() >= 2})
 	}
 	return ps, nil
@@ -180,7 +198,8 @@ func (m *Model) Params() ([]loop.Param, error) {
 
 // Training returns what loop.Parts needs to train the model (the tower too unless it is
 // frozen): hflm's AdamW (torch's defaults with weightDecay), repacking the language model and
-// the tower after each step, and the host gradients. Set Vision.Frozen before calling it.
+// the tower after each step, and the host gradients. Set Vision.Frozen (and add adapters)
+// before calling it.
 func (m *Model) Training(weightDecay float64) (*hflm.AdamW, *loop.HostGradients, error) {
 	ps, err := m.Params()
 	if err != nil {

@@ -90,7 +90,7 @@ func BenchmarkVPPOStep(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := m.LM.SetMixedPrecision(dt); err != nil {
+			if err := m.SetMixedPrecision(dt); err != nil {
 				b.Fatal(err)
 			}
 			pc := DefaultProcessorConfig()

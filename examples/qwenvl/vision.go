@@ -52,6 +52,7 @@ type linear struct {
 	w    *tensor.PackedWeight
 	b    *tensor.Tensor
 	name string
+	lora *towerAdapter // nil: none (lora.go)
 }
 
 // norm is a LayerNorm (b set, Qwen2-VL) or an RMSNorm (Qwen2.5-VL), eps 1e-6.
@@ -88,8 +89,13 @@ type Vision struct {
 	mlp2   linear
 	rope   tensor.RoPEConfig
 	attn   tensor.AttentionConfig
-	// Frozen vision towers run no backward (freeze_vision_tower).
+	mp     *visionMixed // bf16 mixed precision (vision_mixed.go); nil: float32
+	// Frozen vision towers run no backward (freeze_vision_tower), adapters included.
 	Frozen bool
+	// LoRA (lora.go): with it the base is frozen; loraOff disables the adapters (Model.Base).
+	lora    *towerLoRA
+	loraOff bool
+	bwd     *VisionActs // the activations of the Backward under way (its adapters read them)
 }
 
 // visionSpecs lists the tower's weights, named as Hugging Face's state_dict (visual.*).
@@ -325,6 +331,7 @@ type VisionActs struct {
 	lnOut  *tensor.Tensor // [n/unit, unit·Dim]
 	pre    *tensor.Tensor // mlp.0's output (GELU's input)
 	gelu   *tensor.Tensor
+	lora   map[*towerAdapter]loraAct
 }
 
 // Forward runs the tower over pixel_values [rows, PatchDim] of the images or videos with these
@@ -344,15 +351,22 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	n, d, hd := l.n, v.Dim, v.HeadDim()
 	unit := v.MergeSize * v.MergeSize
 	var e errs
-	px := tensor.Must(tensor.FromFloat32(pixels, n, pd))
+	fb := &fwdBufs{t: t, keep: keep}
+	px := t.store(tensor.Must(tensor.FromFloat32(pixels, n, pd))) // bf16 mode: rounded
+	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
+	var ka *VisionActs // the adapters keep their activations in a training pass
+	if keep {
+		ka = a
+	}
 	x, xv := f32(n, d)
 	e.do(tensor.Linear(x, px, t.patch.w))
+	e.do(t.adapt(x, px, t.patch, ka))
 	if l.window != nil {
-		perm := make([]float32, len(xv))
-		permuteUnits(perm, xv, l.window, unit*d, false)
-		copy(xv, perm)
+		perm, pv := f32(n, d)
+		permuteUnits(pv, xv, l.window, unit*d, false)
+		x, xv = perm, pv
 	}
-	a := &VisionActs{l: l, pixels: px}
+	t.round(xv)
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -364,23 +378,22 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		}
 		var s blockActs
 		s.xIn = x
-		s.h1, _ = f32(n, d)
+		s.h1, _ = fb.f32("h1", n, d)
 		e.do(t.normFwd(s.h1, x, blk.norm1))
-		qkv, qkvv := f32(n, 3*d)
+		s.h1 = fb.gemmIn("h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
+		qkv, qkvv := fb.f32("qkv", n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
+		e.do(t.adapt(qkv, s.h1, blk.qkv, ka))
 		var qv, kv, vv []float32
-		s.q, qv = f32(n, v.Heads, hd)
-		s.k, kv = f32(n, v.Heads, hd)
-		s.v, vv = f32(n, v.Heads, hd)
-		for r := range n {
-			row := qkvv[r*3*d:]
-			copy(qv[r*d:(r+1)*d], row[:d])
-			copy(kv[r*d:(r+1)*d], row[d:2*d])
-			copy(vv[r*d:(r+1)*d], row[2*d:3*d])
-		}
+		s.q, qv = fb.f32("q", n, v.Heads, hd)
+		s.k, kv = fb.f32("k", n, v.Heads, hd)
+		s.v, vv = fb.f32("v", n, v.Heads, hd)
+		t.splitQKV(qv, kv, vv, qkvv, d)
 		e.do(tensor.RoPE(s.q, s.q, l.pos, t.rope))
 		e.do(tensor.RoPE(s.k, s.k, l.pos, t.rope))
-		s.attn, _ = f32(n, v.Heads, hd)
+		t.round(qv)
+		t.round(kv)
+		s.attn, _ = fb.f32("attn", n, v.Heads, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu}
 		if keep {
 			s.lse, _ = f32(n, v.Heads)
@@ -388,54 +401,98 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		} else {
 			e.do(tensor.Attention(s.attn, ai, t.attn))
 		}
-		o, ov := f32(n, d)
+		s.attn = fb.gemmIn("attn", s.attn)
+		o, ov := fb.f32("o", n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
-		addTo(ov, host(x))
+		e.do(t.adapt(o, s.attn, blk.proj, ka))
+		t.residual(ov, host(x))
 		s.xMid = o
-		s.h2, _ = f32(n, d)
+		s.h2, _ = fb.f32("h2", n, d)
 		e.do(t.normFwd(s.h2, s.xMid, blk.norm2))
-		y, yv := f32(n, d)
-		if t.gated {
-			s.a, _ = f32(n, v.MLPDim)
-			s.b, _ = f32(n, v.MLPDim)
+		s.h2 = fb.gemmIn("h2", s.h2)
+		// An inference forward writes the block's output over its input, dead since the
+		// attention's residual was added.
+		y, yv := x, host(x)
+		if keep {
+			y, yv = f32(n, d)
+		}
+		switch {
+		case t.gated && v.Act == tensor.SiLU: // silu(gate)·up in one op, as hflm's SwiGLU
+			s.a, _ = fb.f32("a", n, v.MLPDim)
+			s.b, _ = fb.f32("b", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
+			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
+			e.do(t.adapt(s.b, s.h2, blk.up, ka))
+			t.round(host(s.a))
+			t.round(host(s.b))
+			s.prod, _ = fb.f32("prod", n, v.MLPDim)
+			e.do(tensor.SwiGLU(s.prod, s.a, s.b))
+			s.prod = fb.gemmIn("prod", s.prod)
+			e.do(linearInto(y, s.prod, blk.down))
+			e.do(t.adapt(y, s.prod, blk.down, ka))
+		case t.gated:
+			s.a, _ = fb.f32("a", n, v.MLPDim)
+			s.b, _ = fb.f32("b", n, v.MLPDim)
+			e.do(linearInto(s.a, s.h2, blk.gate))
+			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
+			e.do(linearInto(s.b, s.h2, blk.up))
+			e.do(t.adapt(s.b, s.h2, blk.up, ka))
+			t.round(host(s.a))
+			t.round(host(s.b))
 			var actv []float32
-			s.act, actv = f32(n, v.MLPDim)
+			s.act, actv = fb.f32("act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
+			t.round(actv)
 			var pv []float32
-			s.prod, pv = f32(n, v.MLPDim)
+			s.prod, pv = fb.f32("prod", n, v.MLPDim)
 			for j, u := range host(s.b) {
 				pv[j] = actv[j] * u
 			}
+			s.prod = fb.gemmIn("prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
-		} else {
-			s.a, _ = f32(n, v.MLPDim)
+			e.do(t.adapt(y, s.prod, blk.down, ka))
+		default:
+			s.a, _ = fb.f32("a", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
-			s.act, _ = f32(n, v.MLPDim)
+			e.do(t.adapt(s.a, s.h2, blk.fc1, ka))
+			t.round(host(s.a))
+			s.act, _ = fb.f32("act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
+			s.act = fb.gemmIn("act", s.act)
 			e.do(linearInto(y, s.act, blk.fc2))
+			e.do(t.adapt(y, s.act, blk.fc2, ka))
 		}
-		addTo(yv, host(s.xMid))
+		t.residual(yv, host(s.xMid))
 		x = y
 		if e.err != nil {
 			return nil, nil, e.err
 		}
 		if keep {
-			a.blocks[i] = s
+			a.blocks[i] = t.storeBlock(s)
 		}
 	}
-	a.xLast = x
-	ln, _ := f32(n, d)
+	if keep {
+		a.xLast = t.store(x)
+	}
+	ln, _ := fb.f32("h1", n, d)
 	e.do(t.normFwd(ln, x, t.lnQ))
 	nm := n / unit
-	a.lnOut = tensor.Must(ln.Reshape(nm, unit*d))
+	a.lnOut = fb.gemmIn("h1", tensor.Must(ln.Reshape(nm, unit*d)))
 	a.pre, _ = f32(nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
-	a.gelu, _ = f32(nm, unit*d)
+	e.do(t.adapt(a.pre, a.lnOut, t.mlp0, ka))
+	t.round(host(a.pre))
+	a.gelu, _ = fb.f32("gelu", nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
+	a.gelu = fb.gemmIn("gelu", a.gelu)
+	if keep {
+		a.pre = t.store(a.pre)
+	}
 	out, outv := f32(nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
+	e.do(t.adapt(out, a.gelu, t.mlp2, ka))
+	t.round(outv)
 	if e.err != nil {
 		return nil, nil, e.err
 	}

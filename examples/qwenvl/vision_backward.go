@@ -6,6 +6,9 @@ import (
 
 // ensureGrads allocates the tower's zero gradients on first use.
 func (t *Vision) ensureGrads() {
+	if t.lora != nil { // the base is frozen: the adapters have theirs
+		return
+	}
 	for _, p := range t.params {
 		if p.grad == nil {
 			p.grad, _ = f32(p.value.Shape()...)
@@ -15,6 +18,12 @@ func (t *Vision) ensureGrads() {
 
 // ZeroGrads sets the tower's gradients to zero.
 func (t *Vision) ZeroGrads() {
+	if t.lora != nil {
+		for _, ad := range t.lora.adapters {
+			clear(host(ad.ga))
+			clear(host(ad.gb))
+		}
+	}
 	for _, p := range t.params {
 		if p.grad != nil {
 			clear(host(p.grad))
@@ -38,6 +47,8 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		return err
 	}
 	t.ensureGrads()
+	t.bwd = a
+	defer func() { t.bwd = nil }()
 	var e errs
 	dy := dOut
 	if l.window != nil { // into the window order of the merger's rows
@@ -48,11 +59,11 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	dgelu, _ := f32(nm, unit*d)
 	e.do(t.linearBackward(dgelu, a.gelu, dy, t.mlp2))
 	dpre, _ := f32(nm, unit*d)
-	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: a.pre, DY: dgelu, Activation: tensor.GELU}))
+	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: widen(a.pre), DY: dgelu, Activation: tensor.GELU}))
 	dln, _ := f32(nm, unit*d)
 	e.do(t.linearBackward(dln, a.lnOut, dpre, t.mlp0))
 	dx, dxv := f32(n, d)
-	e.do(t.normBackward(dx, a.xLast, tensor.Must(dln.Reshape(n, d)), t.lnQ))
+	e.do(t.normBackward(dx, widen(a.xLast), tensor.Must(dln.Reshape(n, d)), t.lnQ))
 	tmp, tmpv := f32(n, d)
 	for i := len(t.blocks) - 1; i >= 0; i-- {
 		blk, s := &t.blocks[i], &a.blocks[i]
@@ -61,14 +72,18 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		if t.gated {
 			dprod, dpv := f32(n, v.MLPDim)
 			e.do(t.linearBackward(dprod, s.prod, dx, blk.down))
-			dact, dav := f32(n, v.MLPDim)
-			db, dbv := f32(n, v.MLPDim)
-			actv, bv := host(s.act), host(s.b)
-			for j, g := range dpv {
-				dav[j], dbv[j] = g*bv[j], g*actv[j]
-			}
 			da, _ := f32(n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			db, dbv := f32(n, v.MLPDim)
+			if s.act == nil { // the forward's SwiGLU
+				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: widen(s.a), Up: widen(s.b), DY: dprod}))
+			} else {
+				dact, dav := f32(n, v.MLPDim)
+				actv, bv := host(widen(s.act)), host(widen(s.b))
+				for j, g := range dpv {
+					dav[j], dbv[j] = g*bv[j], g*actv[j]
+				}
+				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+			}
 			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
 			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
 			addTo(dh2v, tmpv)
@@ -76,10 +91,10 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			dact, _ := f32(n, v.MLPDim)
 			e.do(t.linearBackward(dact, s.act, dx, blk.fc2))
 			da, _ := f32(n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: s.a, DY: dact, Activation: v.Act}))
+			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
 			e.do(t.linearBackward(dh2, s.h2, da, blk.fc1))
 		}
-		e.do(t.normBackward(tmp, s.xMid, dh2, blk.norm2))
+		e.do(t.normBackward(tmp, widen(s.xMid), dh2, blk.norm2))
 		addTo(dxv, tmpv)
 		// Attention: xMid = xIn + proj(attn(rope(q), rope(k), v)), q, k, v = qkv(norm1(xIn)).
 		dattn, _ := f32(n, v.Heads, v.HeadDim())
@@ -92,8 +107,8 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			cu = l.cuWindow
 		}
 		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-			AttentionInputs: tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu},
-			Out:             s.attn, LSE: s.lse, DOut: dattn,
+			AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: cu, CuSeqlensK: cu},
+			Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
 		}, t.attn))
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: l.pos, Config: t.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: l.pos, Config: t.rope}))
@@ -106,7 +121,7 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		}
 		dh1, _ := f32(n, d)
 		e.do(t.linearBackward(dh1, s.h1, dqkv, blk.qkv))
-		e.do(t.normBackward(tmp, s.xIn, dh1, blk.norm1))
+		e.do(t.normBackward(tmp, widen(s.xIn), dh1, blk.norm1))
 		addTo(dxv, tmpv)
 		if e.err != nil {
 			return e.err
@@ -117,8 +132,13 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		permuteUnits(pv, dxv, l.window, unit*d, true)
 		dx = p
 	}
-	return tensor.LinearBackward(tensor.LinearGradOut{DWeight: t.byName[t.patch.name+".weight"].grad},
-		tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true})
+	if g := t.byName[t.patch.name+".weight"].grad; g != nil {
+		if err := tensor.LinearBackward(tensor.LinearGradOut{DWeight: g},
+			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true}); err != nil {
+			return err
+		}
+	}
+	return t.adaptBackward(nil, dx, t.patch, a)
 }
 
 func (t *Vision) fullBlock(i int) bool {
@@ -145,30 +165,56 @@ func (t *Vision) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
 	if err != nil {
 		return err
 	}
-	out := tensor.LinearGradOut{DX: dx2, DWeight: t.byName[l.name+".weight"].grad}
+	out := tensor.LinearGradOut{DX: dx2, DWeight: t.byName[l.name+".weight"].grad} // nil under LoRA: frozen
 	if l.b != nil {
 		out.DBias = t.byName[l.name+".bias"].grad
 	}
-	return tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true})
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+		return err
+	}
+	return t.adaptBackward(dx2, dy2, l, t.bwd)
 }
 
 // normBackward writes dx and adds the norm's weight (and bias) gradients.
 func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
 	in := tensor.NormGrad{X: x, Weight: n.w, DY: dy, Eps: visionEps, Accumulate: true}
+	dw, db := t.byName[n.name+".weight"].grad, (*tensor.Tensor)(nil)
 	if n.b != nil {
-		return tensor.LayerNormBackward(dx, t.byName[n.name+".weight"].grad, t.byName[n.name+".bias"].grad, in)
+		db = t.byName[n.name+".bias"].grad
 	}
-	return tensor.RMSNormBackward(dx, t.byName[n.name+".weight"].grad, in)
+	if dw == nil { // a frozen base (LoRA): the ops' weight gradients go to scratch
+		dw, _ = f32(n.w.Shape()...)
+		db, _ = f32(n.w.Shape()...)
+	}
+	if n.b != nil {
+		return tensor.LayerNormBackward(dx, dw, db, in)
+	}
+	return tensor.RMSNormBackward(dx, dw, in)
 }
 
-// Repack rebuilds the packed matrices after the weights changed (an optimizer step).
+// Repack rebuilds the packed matrices after the weights changed (an optimizer step): in bf16
+// mode the bfloat16 copies from the masters.
 func (t *Vision) Repack() error {
+	if t.lora != nil { // the frozen base never changes
+		for _, ad := range t.lora.adapters {
+			if err := ad.pa.Repack(); err != nil {
+				return err
+			}
+			if err := ad.pb.Repack(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, p := range t.params {
 		if p.packed != nil {
 			if err := p.packed.Repack(); err != nil {
 				return err
 			}
 		}
+	}
+	if t.mp != nil {
+		return t.mp.refresh(t)
 	}
 	return nil
 }

@@ -12,18 +12,30 @@ import (
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // TestVisionFiniteDifferences checks the tower's backward against central differences of its
 // forward: for L = Σ r·features (r fixed), each weight tensor moved along its own gradient
 // g/|g| changes L at the rate |g|. The forward is float32 and L is summed in float64, so the
 // step is 1e-2 and the tolerance 1% of |g| (measured ≤ 0.35%); the golden test compares the
-// gradients with the float64 twin to 1e-4.
+// gradients with the float64 twin to 1e-4. The gated MLP with another activation than SiLU
+// (its own path: the activation, then the product) is checked too.
 func TestVisionFiniteDifferences(t *testing.T) {
-	for _, cfg := range []string{"qwen2-vl.json", "qwen2.5-vl.json"} {
-		t.Run(cfg, func(t *testing.T) {
-			m := loadCase(t, filepath.Join("testdata", "models", cfg), 11, "float32", "legacy")
+	for _, c := range []struct {
+		cfg string
+		act tensor.Activation // 0: the config's
+	}{{"qwen2-vl.json", 0}, {"qwen2.5-vl.json", 0}, {"qwen2.5-vl.json", tensor.GELU}} {
+		name := c.cfg
+		if c.act != 0 {
+			name += "/" + c.act.String()
+		}
+		t.Run(name, func(t *testing.T) {
+			m := loadCase(t, filepath.Join("testdata", "models", c.cfg), 11, "float32", "legacy")
 			v := m.Vision
+			if c.act != 0 {
+				v.cfg.Act = c.act
+			}
 			p := testPatches([][3]int{{1, 4, 6}, {2, 4, 4}}, v.cfg.PatchDim())
 			out, a, err := v.Forward(p.Values, p.Grids, true)
 			require.NoError(t, err)

@@ -191,6 +191,9 @@ type ActorConfig struct {
 	// mixed_precision_dtype the model_path model's compute dtype, the other keys are accepted
 	// and ignored.
 	FSDP FSDPConfig `yaml:"fsdp" json:"fsdp"`
+	// Offload is EasyR1's offload section: offload_optimizer keeps the AdamW state, the float32
+	// masters and the optimizer step in host memory with device=cuda (offload.go).
+	Offload OffloadConfig `yaml:"offload" json:"offload"`
 	// PaddingFree packs a micro-batch's sequences end to end (cu_seqlens) on the model_path
 	// path; false right-pads them to the longest prompt plus max_response_length, as without
 	// remove_padding (the same losses, the padding's compute on top).
@@ -230,6 +233,8 @@ type FSDPConfig struct {
 	MixedPrecisionDType string `yaml:"mixed_precision_dtype" json:"mixed_precision_dtype"`
 	// ReduceDType is the gradients' dtype: fp32 only (verl's mixed_precision.reduce_dtype).
 	ReduceDType string `yaml:"reduce_dtype" json:"reduce_dtype"`
+	// CPUOffload (EasyR1's enable_cpu_offload) is offload.offload_optimizer's switch too.
+	CPUOffload bool `yaml:"cpu_offload" json:"cpu_offload"`
 }
 
 // MixedPrecision is the compute dtype of mixed_precision_dtype (float32 for "").
@@ -308,17 +313,21 @@ type ModelConfig struct {
 	TokenizerPath string `yaml:"tokenizer_path" json:"tokenizer_path"`
 	// LoraRank > 0 trains LoRA adapters of that rank on the model_path model (0: full
 	// fine-tuning), scaled by LoraAlpha / LoraRank, with dropout LoraDropout on their input, on
-	// TargetModules (q_proj … down_proj, or all-linear).
-	LoraRank      int        `yaml:"lora_rank" json:"lora_rank"`
-	LoraAlpha     float64    `yaml:"lora_alpha" json:"lora_alpha"`
-	LoraDropout   float64    `yaml:"lora_dropout" json:"lora_dropout"`
-	TargetModules StringList `yaml:"target_modules" json:"target_modules"`
+	// the modules TargetModules selects and ExcludeModules (verl's exclude_modules) does not,
+	// as PEFT selects them: module names matching a name or its end (q_proj, attn.qkv), one
+	// regular expression over whole names, or all-linear (every linear layer but lm_head; on a
+	// Qwen2-VL model_path the vision tower's and its merger's too).
+	LoraRank       int        `yaml:"lora_rank" json:"lora_rank"`
+	LoraAlpha      float64    `yaml:"lora_alpha" json:"lora_alpha"`
+	LoraDropout    float64    `yaml:"lora_dropout" json:"lora_dropout"`
+	TargetModules  StringList `yaml:"target_modules" json:"target_modules"`
+	ExcludeModules StringList `yaml:"exclude_modules" json:"exclude_modules"`
 	// EnableGradientCheckpointing recomputes each decoder layer's activations in the backward
 	// (the model_path model; the built-in model keeps its activations).
 	EnableGradientCheckpointing bool `yaml:"enable_gradient_checkpointing" json:"enable_gradient_checkpointing"`
-	// FreezeVisionTower keeps a Qwen2-VL model_path's vision tower fixed; false trains it in
-	// full (with LoRA too, whose adapters are on the language model alone). The built-in
-	// model trains whole.
+	// FreezeVisionTower keeps a Qwen2-VL model_path's vision tower fixed, its LoRA adapters
+	// too (verl freezes model.visual after adding them); false trains it in full, or under
+	// LoRA through its adapters alone. The built-in model trains whole.
 	FreezeVisionTower bool `yaml:"freeze_vision_tower" json:"freeze_vision_tower"`
 }
 
@@ -412,6 +421,9 @@ var aliases = map[string]string{
 	"worker.actor.model.use_remove_padding":          "worker.actor.padding_free",
 	"worker.actor.fsdp.mixed_precision.param_dtype":  "worker.actor.fsdp.mixed_precision_dtype",
 	"worker.actor.fsdp.mixed_precision.reduce_dtype": "worker.actor.fsdp.reduce_dtype",
+	"worker.actor.fsdp.param_offload":                "worker.actor.offload.offload_params",
+	"worker.actor.fsdp.optimizer_offload":            "worker.actor.offload.offload_optimizer",
+	"worker.actor.fsdp.enable_cpu_offload":           "worker.actor.fsdp.cpu_offload",
 	"training.test_freq":                             "training.val_freq",
 	"training.total_training_steps":                  "training.steps",
 	"training.default_local_dir":                     "training.run_dir",
@@ -438,7 +450,7 @@ var ignored = map[string]string{
 	"worker.hybrid_engine":                        "one process does rollout and update",
 	"worker.actor.strategy":                       "no FSDP / Megatron: one process",
 	"worker.actor.fsdp.":                          "no FSDP wrapping or offload (sharding_strategy, mixed_precision_dtype and reduce_dtype are read)",
-	"worker.actor.offload.":                       "no CPU offload: everything is on the CPU already",
+	"worker.actor.offload.":                       "offload_params and offload_optimizer are read",
 	"worker.ref.":                                 "the reference is the frozen warm-started policy, in process",
 	"worker.actor.use_torch_compile":              "no PyTorch",
 	"worker.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
@@ -525,6 +537,7 @@ func (c *Config) resolve() error {
 		c.Training.SFTShortcut = 0
 	}
 	c.resolveModelPath()
+	c.warnOffload()
 	if f := c.Worker.Actor.FSDP.ShardingStrategy; shardingStrategies[f].more != "" {
 		c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.fsdp.sharding_strategy=%s runs as SHARD_GRAD_OP (ZeRO-2): the AdamW moments and gradients are sharded over all the ranks, the parameters stay whole on every rank (this model runs whole, not layer by layer); %s", f, shardingStrategies[f].more))
 	}
@@ -1018,8 +1031,11 @@ func (c Config) Validate() error {
 	if err := a.validateScale(); err != nil {
 		return err
 	}
-	if a.Device == "cuda" && stage != 0 {
-		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu)", a.FSDP.ShardingStrategy)
+	if err := a.validateOffload(); err != nil {
+		return err
+	}
+	if a.Device == "cuda" && stage != 0 && !a.offloadOptimizer() {
+		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu, or offload.offload_optimizer=true: the sharded state in host memory)", a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.

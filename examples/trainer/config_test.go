@@ -158,8 +158,8 @@ func TestSeedConfigLoads(t *testing.T) {
 	ws := strings.Join(c.Warnings(), "\n")
 	assert.Equal(t, "videos", d.VideoKey, "a real key: a row's videos are an error, not dropped")
 	assert.Equal(t, "Qwen/Qwen2.5-VL-7B-Instruct", a.Model.ModelPath, "read, and refused by Run: a hub name, not a directory")
-	for _, k := range []string{"worker.hybrid_engine", "worker.actor.model.trust_remote_code",
-		"worker.actor.fsdp.cpu_offload", "worker.rollout.name",
+	assert.False(t, a.FSDP.CPUOffload, "read: the optimizer offload's switch (offload.go)")
+	for _, k := range []string{"worker.hybrid_engine", "worker.actor.model.trust_remote_code", "worker.rollout.name",
 		"worker.rollout.gpu_memory_utilization", "worker.reward.reward_fn_path"} {
 		assert.Equal(t, 1, strings.Count(ws, "config: "+k+" "), "one warning for %s in:\n%s", k, ws)
 	}
@@ -169,7 +169,7 @@ func TestSeedConfigLoads(t *testing.T) {
 	assert.True(t, a.PaddingFree)
 	assert.True(t, a.DynamicBatching)
 	assert.Contains(t, ws, "config: worker.actor.fsdp.sharding_strategy=FULL_SHARD runs as SHARD_GRAD_OP")
-	assert.Len(t, c.Warnings(), 7, ws)
+	assert.Len(t, c.Warnings(), 6, ws)
 	stage, err := a.FSDP.Sharding()
 	require.NoError(t, err)
 	assert.Equal(t, loop.ShardGradients, stage, "FULL_SHARD: ZeRO-2 here")

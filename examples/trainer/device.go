@@ -31,6 +31,8 @@ type actorDevice interface {
 	// zeroes it; setGrad uploads a flat gradient into m's.
 	appendGrad(m *vlm.Model, dst []float32) ([]float32, error)
 	setGrad(m *vlm.Model, flat []float32) error
+	// zero zeroes a device gradient (the offloaded optimizer's, after its download).
+	zero(g *tensor.Tensor) error
 	// allReduce (grad_reduce=bucketed on several ranks) sums the accumulated micro-batch
 	// gradients of m over comm's ranks on the devices, bucket float32 values per NCCL
 	// all-reduce, with no host staging, then does finish(m, scale). A failure aborts the NCCL

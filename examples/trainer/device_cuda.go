@@ -231,6 +231,8 @@ func (d *cudaActor) setGrad(m *vlm.Model, flat []float32) error {
 	return nil
 }
 
+func (d *cudaActor) zero(g *tensor.Tensor) error { return d.ops.Zero(g, g.Len()) }
+
 func (d *cudaActor) step(m *vlm.Model, opt *loop.AdamW, decay []bool, lr, maxNorm float64) (float64, error) {
 	ps, err := d.params(m)
 	if err != nil {

@@ -615,11 +615,27 @@ func addLoRA(m *hflm.Model, mc ModelConfig) error {
 	if mc.LoraRank <= 0 {
 		return nil
 	}
-	lc := hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout, TargetModules: mc.TargetModules, Seed: mc.Seed}
-	if err := m.AddLoRA(lc); err != nil {
-		return keyErr("worker.actor.model.lora_rank", "%v", err)
+	if err := m.AddLoRA(mc.loraConfig()); err != nil {
+		return loraKeyErr(err)
 	}
 	return nil
+}
+
+// loraConfig is PEFT's LoraConfig of the LoRA keys.
+func (mc ModelConfig) loraConfig() hflm.LoRAConfig {
+	return hflm.LoRAConfig{Rank: mc.LoraRank, Alpha: mc.LoraAlpha, Dropout: mc.LoraDropout,
+		TargetModules: mc.TargetModules, ExcludeModules: mc.ExcludeModules, Seed: mc.Seed}
+}
+
+// loraKeyErr names the key of an AddLoRA error.
+func loraKeyErr(err error) error {
+	key := "worker.actor.model.lora_rank"
+	for _, k := range []string{"TargetModules", "ExcludeModules"} {
+		if strings.Contains(err.Error(), k) {
+			key = "worker.actor.model." + map[string]string{"TargetModules": "target_modules", "ExcludeModules": "exclude_modules"}[k]
+		}
+	}
+	return keyErr(key, "%v", err)
 }
 
 // runModelPath is Run with worker.actor.model.model_path: the checks of validateModelPath,

@@ -194,7 +194,7 @@ func TestModelPathRefusals(t *testing.T) {
 	_, err = Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{})
 	var ce *ConfigError
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, "worker.actor.model.lora_rank", ce.Key)
+	assert.Equal(t, "worker.actor.model.target_modules", ce.Key)
 }
 
 // TestTextRowsAndRewards: the seed's JSONL rows (a string prompt, verl's message list, numeric

@@ -21,7 +21,8 @@ import (
 // with VPPO through the run loop of hfrun.go: prompts are the chat template's user turn with
 // its image entries, the images are the seed JSONL's files (or the generated task's), the
 // perturbed pass of the perception score perturbs the real 8-bit pixels (qwenvl.Policy), LoRA
-// goes on the language model and the tower trains in full unless freeze_vision_tower.
+// goes on the modules PEFT would select, the tower's included (qwenvl.Model.AddLoRA), and the
+// tower trains (in full, or under LoRA through its adapters) unless freeze_vision_tower.
 
 // vlPrompt is one multimodal prompt: the chat template's token ids (one <|image_pad|> per
 // image), the images as EasyR1's process_image leaves them, and the reference answer; choice
@@ -374,8 +375,8 @@ func (m *vlModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, lo
 	return opt, opt.AdamW, grads, nil
 }
 
-// save writes the PEFT adapter of the language model (with LoRA; PEFT's names of the
-// published Qwen2-VL layout, base_model.model.model.layers.…, no tower) into dir/adapter and
+// save writes the PEFT adapter (with LoRA; PEFT's names of the published Qwen2-VL layout,
+// base_model.model.model.layers.… and base_model.model.visual.…) into dir/adapter and
 // the merged model (legacy weight names, the source's preprocessor and tokenizer files) into
 // dir/hf, each through a temporary directory renamed into place.
 func (m *vlModel) save(dir string) error {
@@ -386,7 +387,7 @@ func (m *vlModel) save(dir string) error {
 	defer os.RemoveAll(tmp)
 	var names []string
 	if m.lora {
-		if err := m.LM.SaveLoRA(filepath.Join(tmp, hfAdapterDir), m.modelDir); err != nil {
+		if err := m.SaveLoRA(filepath.Join(tmp, hfAdapterDir), m.modelDir); err != nil {
 			return err
 		}
 		names = append(names, hfAdapterDir)
@@ -445,6 +446,9 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 	if err := cfg.Worker.Actor.applyScale(model.LM); err != nil {
 		return nil, err
 	}
+	if err := model.Vision.SetMixedPrecision(model.LM.MixedPrecision()); err != nil { // the tower too
+		return nil, err
+	}
 	model.Vision.Frozen = mc.FreezeVisionTower
 	gen, err := hfmodel.LoadGenerationConfig(mc.ModelPath)
 	if err != nil {
@@ -465,8 +469,10 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := addLoRA(model.LM, mc); err != nil {
-		return nil, err
+	if mc.LoraRank > 0 {
+		if err := model.AddLoRA(mc.loraConfig()); err != nil {
+			return nil, loraKeyErr(err)
+		}
 	}
 	pert, err := cfg.Perturbation()
 	if err != nil {
@@ -510,34 +516,34 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 		perturb:  pert,
 	}
 	s.reference = func() (loop.Scorer[vlPrompt], error) {
-		var base *qwenvl.Model
-		if mc.LoraRank == 0 || !mc.FreezeVisionTower {
-			// Trained weights outside the adapters: the reference is a second, frozen load.
-			var err error
-			if base, err = qwenvl.LoadDir(mc.ModelPath); err != nil {
-				return nil, key(err)
-			}
-			if err := cfg.Worker.Actor.applyScale(base.LM); err != nil {
-				return nil, err
-			}
-			base.Vision.Frozen = true
+		if mc.LoraRank > 0 { // only adapters train: the reference is the model without them, no copy
+			return vlPolicy(model.Base(), proc, gen, tok), nil
 		}
-		ref := &qwenvl.Model{Config: model.Config, Vision: model.Vision, LM: model.LM.Base()} // adapters off: no copy
-		switch {
-		case mc.LoraRank == 0:
-			ref = base
-		case !mc.FreezeVisionTower:
-			ref.Vision = base.Vision
+		base, err := qwenvl.LoadDir(mc.ModelPath) // trained in full: a second, frozen load
+		if err != nil {
+			return nil, key(err)
 		}
-		return vlPolicy(ref, proc, gen, tok), nil
+		if err := cfg.Worker.Actor.applyScale(base.LM); err != nil {
+			return nil, err
+		}
+		if err := base.Vision.SetMixedPrecision(base.LM.MixedPrecision()); err != nil {
+			return nil, err
+		}
+		base.Vision.Frozen = true
+		return vlPolicy(base, proc, gen, tok), nil
 	}
 	lora := "full fine-tuning"
 	s.exported = hfExportDir + "/ (the model in Hugging Face's layout, " + exp.DType.String() + ", with the processor and tokenizer)"
-	if mc.LoraRank > 0 {
-		lora = fmt.Sprintf("LoRA rank %d on the language model", mc.LoraRank)
-		s.exported = hfAdapterDir + "/ (the PEFT adapter) and " + s.exported
-	}
 	tower := "vision tower trained in full"
+	if mc.LoraRank > 0 {
+		lm, err := model.LM.Params()
+		if err != nil {
+			return nil, err
+		}
+		lora = fmt.Sprintf("LoRA rank %d on the language model (%d adapters) and the vision tower (%d adapters)", mc.LoraRank, len(lm)/2, model.TowerAdapters())
+		s.exported = hfAdapterDir + "/ (the PEFT adapter) and " + s.exported
+		tower = "vision tower trained through its adapters"
+	}
 	if mc.FreezeVisionTower {
 		tower = "vision tower frozen"
 	}

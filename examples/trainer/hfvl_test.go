@@ -206,24 +206,25 @@ func vlLogits(t *testing.T, m *qwenvl.Model, s qwenvl.Sample) []float32 {
 }
 
 // TestModelPathVLLoRA is the issue's "done when" on the bundled task: a tiny Qwen2-VL trains
-// VPPO with LoRA for 2 steps; the adapter has PEFT's names of the published Qwen2-VL layout
-// (language model only), and the export's logits (what `hf logits` computes: LoadDir, Logits)
-// equal the base's with the saved adapter merged, bit for bit, with the tower frozen; trained,
-// the tower's exported weights differ from the base's while the language model is still the
-// merge of the adapter.
+// VPPO with LoRA on the language model and the vision tower for 2 steps; the adapter has
+// PEFT's names of the published Qwen2-VL layout (base_model.model.model.layers.… and
+// base_model.model.visual.…), and the export's logits (what `hf logits` computes: LoadDir,
+// Logits) equal the base's with the saved adapter merged, bit for bit. With
+// freeze_vision_tower the tower's adapters stay zero (verl freezes model.visual after adding
+// them) and the exported tower is the base's; without, it differs.
 func TestModelPathVLLoRA(t *testing.T) {
 	model := tinyVL(t, "qwen2-vl.json")
 	for _, freeze := range []bool{true, false} {
 		t.Run(fmt.Sprint("freeze=", freeze), func(t *testing.T) {
 			run := filepath.Join(t.TempDir(), "run")
 			cfg, err := LoadConfig("", vlOverrides(model, run, "worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8",
-				"worker.actor.model.target_modules=[q_proj,v_proj,down_proj]", fmt.Sprint("worker.actor.model.freeze_vision_tower=", freeze)))
+				"worker.actor.model.target_modules=[q_proj,v_proj,down_proj,qkv,fc2]", fmt.Sprint("worker.actor.model.freeze_vision_tower=", freeze)))
 			require.NoError(t, err)
 			var out, errOut bytes.Buffer
 			sum, err := Run(context.Background(), cfg, &out, &errOut)
 			require.NoError(t, err, errOut.String())
 			assert.Equal(t, 2, sum.Steps)
-			assert.Contains(t, out.String(), "LoRA rank 4 on the language model")
+			assert.Contains(t, out.String(), "LoRA rank 4 on the language model (6 adapters) and the vision tower (4 adapters)")
 			lines, err := ReadMetrics(filepath.Join(run, "metrics.jsonl"))
 			require.NoError(t, err)
 			require.Len(t, lines, 2)
@@ -238,10 +239,17 @@ func TestModelPathVLLoRA(t *testing.T) {
 			adapter := filepath.Join(run, hfAdapterDir)
 			ts, err := hfmodel.ReadSafetensors(filepath.Join(adapter, hflm.AdapterWeightsFile))
 			require.NoError(t, err)
-			require.Len(t, ts, 2*2*3) // 2 layers × 3 modules × (A, B)
+			require.Len(t, ts, 2*(2*3+2*2)) // 2 layers × 3 modules and 2 blocks × 2 modules, × (A, B)
+			towerB := 0.0
 			for _, x := range ts {
-				assert.True(t, strings.HasPrefix(x.Name, "base_model.model.model.layers."), x.Name)
+				assert.True(t, strings.HasPrefix(x.Name, "base_model.model.model.layers.") || strings.HasPrefix(x.Name, "base_model.model.visual.blocks."), x.Name)
+				if strings.HasPrefix(x.Name, "base_model.model.visual.") && strings.HasSuffix(x.Name, "lora_B.weight") {
+					for _, v := range x.Float32s() {
+						towerB = max(towerB, float64(v*v))
+					}
+				}
 			}
+			assert.Equal(t, freeze, towerB == 0, "the tower's B after training, freeze_vision_tower=%v", freeze)
 			export := filepath.Join(run, hfExportDir)
 			for _, f := range []string{"config.json", "preprocessor_config.json", "model.safetensors", "tokenizer.json", "chat_template.json"} {
 				require.FileExists(t, filepath.Join(export, f))
@@ -252,34 +260,29 @@ func TestModelPathVLLoRA(t *testing.T) {
 			require.NoError(t, err)
 			smp := vlSample(t, merged, model)
 			base := vlLogits(t, merged, smp)
-			require.NoError(t, merged.LM.LoadLoRA(adapter))
-			require.NoError(t, merged.LM.MergeLoRA())
+			bck, err := merged.Checkpoint()
+			require.NoError(t, err)
+			require.NoError(t, merged.LoadLoRA(adapter))
+			require.NoError(t, merged.MergeLoRA())
 			got := vlLogits(t, exported, smp)
 			require.NotEqual(t, base, got)
-			if freeze {
-				require.Equal(t, vlLogits(t, merged, smp), got)
-				return
-			}
+			require.Equal(t, vlLogits(t, merged, smp), got)
 			eck, err := exported.Checkpoint()
-			require.NoError(t, err)
-			mck, err := merged.Checkpoint()
 			require.NoError(t, err)
 			towerMoved := false
 			for name, w := range eck.Weights {
 				if strings.HasPrefix(name, "visual.") {
-					towerMoved = towerMoved || !assert.ObjectsAreEqual(w, mck.Weights[name])
-				} else {
-					require.Equal(t, mck.Weights[name], w, name)
+					towerMoved = towerMoved || !assert.ObjectsAreEqual(w, bck.Weights[name])
 				}
 			}
-			assert.True(t, towerMoved, "freeze_vision_tower=false: the tower did not train")
+			assert.Equal(t, !freeze, towerMoved, "the exported tower moved, freeze_vision_tower=%v", freeze)
 		})
 	}
 }
 
 // TestModelPathVLResume: 4 steps on seed-format JSONL (PNG and JPEG of odd sizes) equal 2
 // steps, a resume and 2 more bit for bit (metrics, optimizer, state, export), with LoRA
-// dropout, the tower trained and validation every 2 steps.
+// (all-linear: the tower's adapters too) and its dropout, and validation every 2 steps.
 func TestModelPathVLResume(t *testing.T) {
 	model := tinyVL(t, "qwen2.5-vl.json")
 	data := writeSeedData(t, t.TempDir(), 6)
@@ -297,6 +300,15 @@ func TestModelPathVLResume(t *testing.T) {
 	for _, l := range lines {
 		assert.Equal(t, l.Step%2 == 0, l.Metrics["val/reward_score"] != nil, "step %d", l.Step)
 	}
+	ts, err := hfmodel.ReadSafetensors(filepath.Join(a, "checkpoints/global_step_4", ckptModel))
+	require.NoError(t, err)
+	tower := 0
+	for _, x := range ts {
+		if strings.HasPrefix(x.Name, "base_model.model.visual.") {
+			tower++
+		}
+	}
+	assert.Equal(t, 2*(5*3+2), tower, "the checkpoint's tower adapters (3 blocks × 5 projections and the merger's 2, × (A, B))")
 	for _, f := range []string{"checkpoints/global_step_4/" + ckptOptimizer, "checkpoints/global_step_4/" + ckptModel, hfExportDir + "/model.safetensors", hfAdapterDir + "/" + hflm.AdapterWeightsFile} {
 		fa, err := os.ReadFile(filepath.Join(a, f))
 		require.NoError(t, err)
@@ -372,6 +384,8 @@ func TestModelPathVLRefusals(t *testing.T) {
 		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10"}, "0 prompts fit dataset.max_prompt_length 10 (2 dropped)"},
 		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10", "dataset.filter_overlong_prompts=false"}, "(chat template applied, image tokens expanded) exceeds dataset.max_prompt_length 10"},
 		{[]string{"optimization.advantage_estimator=gae"}, "optimization.advantage_estimator"},
+		{[]string{"worker.actor.model.lora_rank=2", "worker.actor.model.target_modules=[q_proj,qkv_typo]"}, `worker.actor.model.target_modules: hflm.LoRAConfig.Resolve: TargetModules: "qkv_typo" matches no module`},
+		{[]string{"worker.actor.model.lora_rank=2", "worker.actor.model.target_modules=qkv", "worker.actor.model.exclude_modules=qkv"}, "worker.actor.model.exclude_modules"},
 	} {
 		run := filepath.Join(t.TempDir(), "run")
 		cfg, err := LoadConfig("", vlOverrides(model, run, c.extra...))
@@ -381,4 +395,23 @@ func TestModelPathVLRefusals(t *testing.T) {
 		require.ErrorContains(t, err, c.want, c.extra)
 		assert.NoDirExists(t, run, c.extra)
 	}
+}
+
+// TestVLMixedPrecision: mixed_precision_dtype=bf16 switches the tower along with the language
+// model, in the trained model and in the reference's second load (the tower trained).
+func TestVLMixedPrecision(t *testing.T) {
+	model := tinyVL(t, "qwen2.5-vl.json")
+	data := writeSeedData(t, t.TempDir(), 4)
+	cfg := mustConfig(t, hfOverrides(model, filepath.Join(t.TempDir(), "run"), "dataset.train_files="+data,
+		"dataset.rollout_batch_size=4", "worker.actor.global_batch_size=4", "worker.actor.fsdp.mixed_precision_dtype=bf16"))
+	s, err := openHFVL(cfg)
+	require.NoError(t, err)
+	m := s.model.(*vlModel)
+	assert.Equal(t, tensor.BFloat16, m.LM.MixedPrecision())
+	assert.Equal(t, tensor.BFloat16, m.Vision.MixedPrecision())
+	ref, err := s.reference()
+	require.NoError(t, err)
+	rm := ref.(*qwenvl.Policy[vlPrompt]).Model
+	require.NotSame(t, m.Vision, rm.Vision)
+	assert.Equal(t, tensor.BFloat16, rm.Vision.MixedPrecision())
 }

@@ -106,6 +106,10 @@ func (p *vlmModel) Logits(b *loop.Batch[example], lo, hi int, in loop.Input, tra
 	return out, nil
 }
 
+// ReportFinal implements loop.FinalGradients through the host model (each block's gradients
+// as the backward finishes them), so grad_reduce=bucketed reduces them during the backward.
+func (p *vlmModel) ReportFinal(hook func(...*tensor.Tensor)) bool { return p.m.ReportFinal(hook) }
+
 // actorParams are the actor's parameters for loop.HostGradients and loop.HostAdamW.
 func actorParams(m *vlm.Model) []loop.Param {
 	var ps []loop.Param

@@ -76,6 +76,9 @@ func (t *Trainer) trainingOf(m *vlm.Model, opt *loop.AdamW) (loop.Gradients, loo
 	for _, p := range m.HostParams() {
 		decay = append(decay, len(p.W.Shape()) >= 2) // matrices decay; biases and norms do not
 	}
+	if t.onDevice(m) && m == t.model && t.cfg.Worker.Actor.offloadOptimizer() { // the warm start
+		return t.offloadTraining(m, opt, 0, loop.ReduceConfig{Ordered: true})
+	}
 	if t.onDevice(m) {
 		return &deviceGradients{t: t, m: m}, &deviceOptimizer{t: t, m: m, opt: opt, decay: decay}, nil
 	}
@@ -98,6 +101,9 @@ func (t *Trainer) actorTraining() (loop.Gradients, loop.Optimizer, error) {
 	t.wholeMoments()
 	t.zero = nil
 	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
+	if t.onDevice(t.model) && a.offloadOptimizer() {
+		return t.offloadTraining(t.model, t.opt, stage, rc)
+	}
 	if t.onDevice(t.model) || (stage == 0 && a.GradReduce == "ordered") {
 		g, o, err := t.trainingOf(t.model, t.opt)
 		if dg, ok := g.(*deviceGradients); ok && !rc.Ordered && t.world() > 1 {
@@ -141,8 +147,8 @@ func (t *Trainer) saveShards(dir string) error {
 	if t.zero == nil {
 		return nil
 	}
-	ps := actorParams(t.model)
-	return saveMomentShards(t.ctxOrBackground(), t.comm, dir, shardParamsOf(ps), t.zero.Moments())
+	// HostParams, not Params: reading the names and sizes must not mark a device copy stale.
+	return saveMomentShards(t.ctxOrBackground(), t.comm, dir, vlmShardParams(t.model.HostParams()), t.zero.Moments())
 }
 
 // rewards are the built-in rule rewards as loop reward functions: the accuracy of the chosen

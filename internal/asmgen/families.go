@@ -30,10 +30,11 @@ var families = []family{
 	{"gemm", "internal/gemm", "gemm", "gemm", gemmFamily},
 	{"attention", "tensor", "tensor", "attention", attentionFamily},
 	{"gemmbf16", "internal/gemm", "gemm", "gemmbf16", gemmbf16Family},
+	{"bf16conv", "tensor", "tensor", "bf16conv", bf16convFamily},
 }
 
 var (
-	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16 or attention (with -out, -stubs, -pkg)")
+	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16, attention or bf16conv (with -out, -stubs, -pkg)")
 	allFlag    = flag.String("all", "", "regenerate every family's files under this repository root (runs itself once per family)")
 )
 

@@ -11,6 +11,7 @@
 //	gemm     internal/gemm/gemm_amd64.s        (the packed matrix-multiply micro-kernels; gemm.go)
 //	gemmbf16 internal/gemm/gemmbf16_amd64.s    (the bfloat16 micro-kernels on VDPBF16PS; gemmbf16.go)
 //	attention tensor/attention_amd64.s         (the softmax and score-gradient rows of attention; attention.go)
+//	bf16conv tensor/bf16conv_amd64.s           (bfloat16 widening and rounding of the host ops; bf16conv.go)
 //
 // go run . -all <repository root> regenerates every family (the program runs itself once per
 // family, since avo builds one file per process). Each package has a staleness test that
@@ -615,34 +616,7 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 			}
 			return
 		}
-		// bfloat16: b + 0x7fff + ((b>>16)&1), >>16; NaN: (b>>16)|0x40.
-		r := g.vec()
-		nan := g.vec()
-		VPSRLD(U8(16), e, nan)
-		if a.avx512 {
-			VPANDD(g.c(cIOne), nan, r)
-			VPADDD(g.c(c7fff), r, r)
-			VPADDD(e, r, r)
-			VPSRLD(U8(16), r, r)
-			VPORD(g.c(cQuiet), nan, nan)
-			k := K()
-			VCMPPS(U8(3), e, e, k) // unordered: NaN lanes
-			VPBLENDMD(nan, r, k, r)
-			VPMOVDW(r, dst)
-		} else {
-			VPAND(g.c(cIOne), nan, r)
-			VPADDD(g.c(c7fff), r, r)
-			VPADDD(e, r, r)
-			VPSRLD(U8(16), r, r)
-			VPOR(g.c(cQuiet), nan, nan)
-			msk := g.vec()
-			VCMPPS(U8(3), e, e, msk)
-			VBLENDVPS(msk, nan, r, r)
-			hi := XMM()
-			VEXTRACTI128(U8(1), r, hi)
-			VPACKUSDW(hi, r.AsX(), hi)
-			VMOVDQU(hi, dst)
-		}
+		g.storeBF16(e, dst)
 	}
 	step := a.unroll * a.lanes
 	Label(name + "_loop")
@@ -669,6 +643,38 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// storeBF16 rounds the float32 lanes of e to bfloat16 at dst: b + 0x7fff + ((b>>16)&1), >>16;
+// NaN: (b>>16)|0x40 (tensor.BF16FromFloat32). AVX-512 needs c7fff, cIOne and cQuiet kept.
+func (g *kern) storeBF16(e VecVirtual, dst Mem) {
+	r := g.vec()
+	nan := g.vec()
+	VPSRLD(U8(16), e, nan)
+	if g.avx512 {
+		VPANDD(g.c(cIOne), nan, r)
+		VPADDD(g.c(c7fff), r, r)
+		VPADDD(e, r, r)
+		VPSRLD(U8(16), r, r)
+		VPORD(g.c(cQuiet), nan, nan)
+		k := K()
+		VCMPPS(U8(3), e, e, k) // unordered: NaN lanes
+		VPBLENDMD(nan, r, k, r)
+		VPMOVDW(r, dst)
+	} else {
+		VPAND(g.c(cIOne), nan, r)
+		VPADDD(g.c(c7fff), r, r)
+		VPADDD(e, r, r)
+		VPSRLD(U8(16), r, r)
+		VPOR(g.c(cQuiet), nan, nan)
+		msk := g.vec()
+		VCMPPS(U8(3), e, e, msk)
+		VBLENDVPS(msk, nan, r, r)
+		hi := XMM()
+		VEXTRACTI128(U8(1), r, hi)
+		VPACKUSDW(hi, r.AsX(), hi)
+		VMOVDQU(hi, dst)
+	}
 }
 
 // logprobFamily emits the log-prob kernels of package tensor (logprob_amd64.s).

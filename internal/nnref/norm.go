@@ -32,6 +32,13 @@ func rmsScale[F Float](x []F, eps float64) F {
 // with x̂ = x·r and g = dy ⊙ w, dx = r·(g − x̂·mean(g ⊙ x̂)) and dw = Σ_rows dy ⊙ x̂.
 func RMSNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw []F, acc bool) {
 	rstd := make([]F, rows)
+	RMSNormDX(rows, d, x, w, dy, eps, dx, rstd)
+	NormWeightGrad(rows, d, SliceRows(d, x, dy), dw, nil, acc, nil, rstd)
+}
+
+// RMSNormDX is RMSNormBackward's dx pass: it writes dx and each row's r into rstd [rows]. Rows
+// are independent, so a caller may run it on any block of rows.
+func RMSNormDX[F Float](rows, d int, x, w, dy []F, eps float64, dx, rstd []F) {
 	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
@@ -48,34 +55,47 @@ func RMSNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw []F
 			}
 		}
 	})
-	normWeightGrad(rows, d, x, dy, dw, nil, acc, nil, rstd)
 }
 
-// normWeightGrad accumulates dw = Σ dy ⊙ x̂ and db = Σ dy (db may be nil) over rows in order,
-// in parallel over column blocks, from the rows' statistics the dx pass computed: x̂ =
-// (x − mean)·rstd (mean nil for RMSNorm, which does not centre).
-func normWeightGrad[F Float](rows, d int, x, dy, dw, db []F, acc bool, mean, rstd []F) {
+// NormRows returns columns [lo, hi) of row i of the forward's input x and of dy, for
+// NormWeightGrad; buf holds 2·(hi−lo) values the function may convert them into.
+type NormRows[F Float] func(i, lo, hi int, buf []F) (x, dy []F)
+
+// SliceRows is the NormRows of x and dy held as F [rows, d].
+func SliceRows[F Float](d int, x, dy []F) NormRows[F] {
+	return func(i, lo, hi int, _ []F) ([]F, []F) { return x[i*d+lo : i*d+hi], dy[i*d+lo : i*d+hi] }
+}
+
+// NormWeightGrad writes dw = Σ dy ⊙ x̂ and db = Σ dy (db may be nil; overwritten, or added to
+// when acc) from the rows' statistics the dx pass computed: x̂ = (x − mean)·rstd (mean nil for
+// RMSNorm, which does not centre). Each column sums its rows in ascending order, in parallel
+// over blocks of columns.
+func NormWeightGrad[F Float](rows, d int, at NormRows[F], dw, db []F, acc bool, mean, rstd []F) {
 	parallel.For(d, 256, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			var sw, sb F
-			for i := range rows {
-				g := dy[i*d+j]
-				var mu F
-				if mean != nil {
-					mu = mean[i]
-				}
-				sw += F(g * F((x[i*d+j]-mu)*rstd[i]))
-				sb += g
+		n := hi - lo
+		sw, sb, buf := make([]F, n), make([]F, n), make([]F, 2*n)
+		for i := range rows {
+			x, dy := at(i, lo, hi, buf)
+			var mu F
+			if mean != nil {
+				mu = mean[i]
 			}
+			r := rstd[i]
+			for j, g := range dy[:n] {
+				sw[j] += F(g * F((x[j]-mu)*r))
+				sb[j] += g
+			}
+		}
+		for j := range n {
 			if acc {
-				sw += dw[j]
+				sw[j] += dw[lo+j]
 				if db != nil {
-					sb += db[j]
+					sb[j] += db[lo+j]
 				}
 			}
-			dw[j] = sw
+			dw[lo+j] = sw[j]
 			if db != nil {
-				db[j] = sb
+				db[lo+j] = sb[j]
 			}
 		}
 	})
@@ -113,6 +133,13 @@ func LayerNorm[F Float](rows, d int, x, w, b []F, eps float64, y []F) {
 // with g = dy ⊙ w, dx = r·(g − mean(g) − x̂·mean(g ⊙ x̂)), dw = Σ dy ⊙ x̂, db = Σ dy.
 func LayerNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw, db []F, acc bool) {
 	mean, rstd := make([]F, rows), make([]F, rows)
+	LayerNormDX(rows, d, x, w, dy, eps, dx, mean, rstd)
+	NormWeightGrad(rows, d, SliceRows(d, x, dy), dw, db, acc, mean, rstd)
+}
+
+// LayerNormDX is LayerNormBackward's dx pass: it writes dx and each row's mean and r into mean
+// and rstd [rows]. Rows are independent, so a caller may run it on any block of rows.
+func LayerNormDX[F Float](rows, d int, x, w, dy []F, eps float64, dx, mean, rstd []F) {
 	parallel.For(rows, parallel.Grain(d, 1<<14), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xi, dyi, dxi := x[i*d:i*d+d], dy[i*d:i*d+d], dx[i*d:i*d+d]
@@ -131,5 +158,4 @@ func LayerNormBackward[F Float](rows, d int, x, w, dy []F, eps float64, dx, dw, 
 			}
 		}
 	})
-	normWeightGrad(rows, d, x, dy, dw, db, acc, mean, rstd)
 }

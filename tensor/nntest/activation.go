@@ -8,7 +8,7 @@ import (
 )
 
 // Activation checks every Activation and SwiGLU, forward and backward, against the float64
-// reference.
+// reference, then with bfloat16 activations (activationBF16).
 func Activation(t *testing.T, b tensor.Backend) {
 	e := newEnv(t, b, 26)
 	const n = 3000
@@ -45,5 +45,48 @@ func Activation(t *testing.T, b tensor.Backend) {
 		near(t, "y", got[0], y, rtol, atol)
 		near(t, "dgate", got[1], dg, rtol, atol)
 		near(t, "dup", got[2], du, rtol, atol)
+	})
+	activationBF16(t, b)
+}
+
+// activationBF16 checks every Activation and SwiGLU with bfloat16 activations (checkBF16), the
+// backwards in place (dx = DY).
+func activationBF16(t *testing.T, b tensor.Backend) {
+	e := newEnv(t, b, 29)
+	const n = 3000
+	xv, uv, dyv := e.randn(n, 3, true), e.randn(n, 1, true), e.randn(n, 1, true)
+	tl := []tol{{rtol, atol}, {rtol, atol}, {rtol, atol}}
+	for a, ra := range map[tensor.Activation]nnref.Act{tensor.SiLU: nnref.SiLU, tensor.GELU: nnref.GELU,
+		tensor.GELUTanh: nnref.GELUTanh, tensor.QuickGELU: nnref.QuickGELU} {
+		t.Run("bf16/"+a.String(), func(t *testing.T) {
+			e := env{t: t, b: e.b, r: e.r} // failures end this subtest
+			run := func(bf16 bool) [][]float32 {
+				y, x, dy := e.zerosOf(dtype(bf16), n), e.put(xv, bf16, n), e.put(dyv, bf16, n)
+				e.ok(tensor.Activate(y, x, a))
+				e.ok(tensor.ActivateBackward(dy, tensor.ActivationGrad{X: x, DY: dy, Activation: a}))
+				return [][]float32{e.values(y), e.values(dy)}
+			}
+			y, dx := make([]float32, n), make([]float32, n)
+			nnref.Activate(ra, xv, y)
+			nnref.ActivateBackward(ra, xv, dyv, dx)
+			checkBF16(t, []string{"y", "dx"}, []bool{true, true}, twice(t, func() [][]float32 { return run(true) }), run(false),
+				[][]float32{y, dx}, tl)
+		})
+	}
+	t.Run("bf16/swiglu", func(t *testing.T) {
+		e := env{t: t, b: e.b, r: e.r} // failures end this subtest
+		run := func(bf16 bool) [][]float32 {
+			dt := dtype(bf16)
+			g, up := e.put(xv, bf16, 30, 100), e.put(uv, bf16, 30, 100)
+			y, dg, du := e.zerosOf(dt, 30, 100), e.zerosOf(dt, 30, 100), e.zerosOf(dt, 30, 100)
+			e.ok(tensor.SwiGLU(y, g, up))
+			e.ok(tensor.SwiGLUBackward(dg, du, tensor.SwiGLUGrad{Gate: g, Up: up, DY: e.put(dyv, bf16, 30, 100)}))
+			return [][]float32{e.values(y), e.values(dg), e.values(du)}
+		}
+		y, dg, du := make([]float32, n), make([]float32, n), make([]float32, n)
+		nnref.SwiGLU(xv, uv, y)
+		nnref.SwiGLUBackward(xv, uv, dyv, dg, du)
+		checkBF16(t, []string{"y", "dgate", "dup"}, []bool{true, true, true}, twice(t, func() [][]float32 { return run(true) }), run(false),
+			[][]float32{y, dg, du}, tl)
 	})
 }

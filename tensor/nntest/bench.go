@@ -91,29 +91,47 @@ func AttentionFlops(s AttentionShape) float64 {
 
 // BenchAttention times causal tensor.Attention (forward) and, with backward, AttentionLSE plus
 // AttentionBackward (counted as 3.5× the forward's flops: the backward recomputes Q·Kᵀ and runs
-// four more products, FlashAttention's accounting).
+// four more products, FlashAttention's accounting), in float32.
 func BenchAttention(b *testing.B, be tensor.Backend, backward bool, shapes ...AttentionShape) {
+	BenchAttentionDType(b, be, tensor.Float32, backward, shapes...)
+}
+
+// BenchAttentionDType is BenchAttention with Q, K, V, the output and the gradients of dtype dt
+// (float32 or bfloat16; lse is float32). bfloat16 runs are named attention/<pass>/bfloat16/...,
+// float32 ones as BenchAttention's.
+func BenchAttentionDType(b *testing.B, be tensor.Backend, dt tensor.DType, backward bool, shapes ...AttentionShape) {
 	pass := "fwd"
 	if backward {
 		pass = "fwd+bwd"
 	}
+	bf := dt == tensor.BFloat16
+	if bf {
+		pass += "/bfloat16"
+	}
+	zeros := func(e env, shape ...int) *tensor.Tensor {
+		d, err := tensor.New(be, dt, shape...)
+		e.ok(err)
+		return d
+	}
 	for _, s := range shapes {
 		b.Run(fmt.Sprintf("attention/%s/T=%d/Hq=%d/Hkv=%d/D=%d", pass, s.T, s.Hq, s.Hkv, s.D), func(b *testing.B) {
 			e := newEnv(b, be, 2)
-			q := e.f32(e.randn(s.T*s.Hq*s.D, 1, false), s.T, s.Hq, s.D)
-			k := e.f32(e.randn(s.T*s.Hkv*s.D, 1, false), s.T, s.Hkv, s.D)
-			v := e.f32(e.randn(s.T*s.Hkv*s.D, 1, false), s.T, s.Hkv, s.D)
-			out, lse := e.zeros(s.T, s.Hq, s.D), e.zeros(s.T, s.Hq)
+			q := e.put(e.randn(s.T*s.Hq*s.D, 1, bf), bf, s.T, s.Hq, s.D)
+			k := e.put(e.randn(s.T*s.Hkv*s.D, 1, bf), bf, s.T, s.Hkv, s.D)
+			v := e.put(e.randn(s.T*s.Hkv*s.D, 1, bf), bf, s.T, s.Hkv, s.D)
+			out, lse := zeros(e, s.T, s.Hq, s.D), e.zeros(s.T, s.Hq)
 			in, cfg := tensor.AttentionInputs{Q: q, K: k, V: v}, tensor.DefaultAttentionConfig(s.D, true)
+			sz := float64(dt.Size())
 			qo, kv := float64(s.T*s.Hq*s.D), float64(s.T*s.Hkv*s.D)
 			if !backward {
-				measure(b, be, AttentionFlops(s), 4*(2*qo+2*kv), func() error { return tensor.Attention(out, in, cfg) })
+				measure(b, be, AttentionFlops(s), sz*(2*qo+2*kv), func() error { return tensor.Attention(out, in, cfg) })
 				return
 			}
-			dout := e.f32(e.randn(s.T*s.Hq*s.D, 1, false), s.T, s.Hq, s.D)
-			dq, dk, dv := e.zeros(s.T, s.Hq, s.D), e.zeros(s.T, s.Hkv, s.D), e.zeros(s.T, s.Hkv, s.D)
+			dout := e.put(e.randn(s.T*s.Hq*s.D, 1, bf), bf, s.T, s.Hq, s.D)
+			dq, dk, dv := zeros(e, s.T, s.Hq, s.D), zeros(e, s.T, s.Hkv, s.D), zeros(e, s.T, s.Hkv, s.D)
 			// forward: q, k, v in, out and lse out; backward: q, k, v, out, dout in, dq, dk, dv out
-			measure(b, be, 3.5*AttentionFlops(s), 4*(2*qo+2*kv+3*qo+2*kv+qo+2*kv), func() error {
+			// (lse, float32 in either dtype, counted at the element size: a rounding error)
+			measure(b, be, 3.5*AttentionFlops(s), sz*(2*qo+2*kv+3*qo+2*kv+qo+2*kv), func() error {
 				if err := tensor.AttentionLSE(out, lse, in, cfg); err != nil {
 					return err
 				}

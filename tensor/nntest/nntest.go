@@ -162,3 +162,101 @@ const (
 	rtol = 2e-5
 	atol = 2e-5
 )
+
+// The bfloat16 activations of the non-GEMM ops (norms, RoPE, activations and SwiGLU, embedding).
+// Their contract: the arithmetic of the float32 op on the widened inputs, each bfloat16 output
+// rounded to nearest even once, at the store. Each family runs an op twice on the same
+// bfloat16-representable values, once with bfloat16 activations and once with float32 ones,
+// and checkBF16 compares the first run's outputs
+//   - with the second's: a bfloat16 output must be the float32 one rounded, a float32 output (a
+//     parameter gradient) the float32 one, bit for bit, on every backend;
+//   - with the pure-Go reference (nnref in float32 on the widened inputs, rounded): bit for bit
+//     where the contract fixes the order of the arithmetic (tol{} : the embedding gather and
+//     scatter-add), else within the bound that the float32 tolerance implies. The backend's
+//     float32 value v′ and the reference's v each lie within t(w) = atol + rtol·|w| of the exact
+//     value w (what the float32 suite checks), so |v′ − v| ≤ e = 2·(atol + rtol·|v|)/(1 − rtol);
+//     rounding to bfloat16 is monotone, so the bfloat16 output must lie between the roundings of
+//     v − e and v + e (at most one bfloat16 step more than the float32 tolerance allows).
+
+// tol is a float32 tolerance against the exact value: |v − w| ≤ atol + rtol·|w|; zero means the
+// order of the arithmetic is fixed and the results are bit for bit.
+type tol struct{ rtol, atol float64 }
+
+// bf16s rounds every value to bfloat16, in place, and returns v.
+func bf16s(v []float32) []float32 {
+	for i, x := range v {
+		v[i] = tensor.BF16FromFloat32(x).Float32()
+	}
+	return v
+}
+
+// zerosOf returns a zero tensor of dtype dt on the backend.
+func (e env) zerosOf(dt tensor.DType, shape ...int) *tensor.Tensor {
+	e.t.Helper()
+	d, err := tensor.New(e.b, dt, shape...)
+	e.ok(err)
+	return d
+}
+
+// dtype is BFloat16 when bf16, else Float32.
+func dtype(bf16 bool) tensor.DType {
+	if bf16 {
+		return tensor.BFloat16
+	}
+	return tensor.Float32
+}
+
+// values returns a float32 or bfloat16 tensor's values as float32 (widened exactly).
+func (e env) values(d *tensor.Tensor) []float32 {
+	e.t.Helper()
+	h, err := tensor.To(tensor.CPU(), d)
+	e.ok(err)
+	if h.DType() == tensor.Float32 {
+		v, err := h.Float32s()
+		e.ok(err)
+		return v
+	}
+	b, err := h.BF16s()
+	e.ok(err)
+	v := make([]float32, len(b))
+	for i, x := range b {
+		v[i] = x.Float32()
+	}
+	return v
+}
+
+// checkBF16 compares outputs (names; is16[i]: output i is bfloat16) of a run with bfloat16
+// activations, got, with the float32 run on the same values, f32, and the unrounded pure-Go
+// float32 reference, ref, as the comment above says.
+func checkBF16(t *testing.T, names []string, is16 []bool, got, f32, ref [][]float32, tols []tol) {
+	t.Helper()
+	round := func(i int, x float64) float32 {
+		if is16[i] {
+			return tensor.BF16FromFloat32(float32(x)).Float32()
+		}
+		return float32(x)
+	}
+	for i, name := range names {
+		bad := 0
+		for j, g := range got[i] {
+			if want := round(i, float64(f32[i][j])); math.Float32bits(g) != math.Float32bits(want) {
+				if bad < 3 {
+					t.Errorf("%s[%d] = %v, want %v: the float32 run's %v (rounded if bfloat16)", name, j, g, want, f32[i][j])
+				}
+				bad++
+				continue
+			}
+			v, tl := float64(ref[i][j]), tols[i]
+			e := 2 * (tl.atol + tl.rtol*math.Abs(v)) / (1 - tl.rtol)
+			if lo, hi := round(i, v-e), round(i, v+e); !(g >= lo && g <= hi) {
+				if bad < 3 {
+					t.Errorf("%s[%d] = %v, outside [%v, %v]: the reference's %v ± %.3g, rounded", name, j, g, lo, hi, v, e)
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("%s: %d of %d values wrong", name, bad, len(got[i]))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package nntest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
@@ -8,7 +9,7 @@ import (
 )
 
 // Norm checks RMSNorm and LayerNorm and their backwards (weight and bias gradients
-// accumulated) against the float64 reference.
+// accumulated) against the float64 reference, then with bfloat16 activations (normBF16).
 func Norm(t *testing.T, b tensor.Backend) {
 	e := newEnv(t, b, 22)
 	const rows, d, eps = 3 * 5, 200, 1e-6
@@ -41,5 +42,49 @@ func Norm(t *testing.T, b tensor.Backend) {
 		want []float64
 	}{{"rms y", y}, {"rms dx", dx}, {"rms dw", dw}, {"ln y", ly}, {"ln dx", ldx}, {"ln dw", ldw}, {"ln db", ldb}} {
 		near(t, c.name, got[i], c.want, rtol, 1e-4) // the weight gradients sum 15 rows of O(1) terms
+	}
+	normBF16(t, b)
+}
+
+// normBF16 checks the norms with bfloat16 activations and a float32 or bfloat16 weight and
+// bias (checkBF16), the weight and bias gradients float32 and accumulated.
+func normBF16(t *testing.T, b tensor.Backend) {
+	for _, w16 := range []bool{false, true} {
+		t.Run(fmt.Sprint("bf16/weight bf16=", w16), func(t *testing.T) {
+			e := newEnv(t, b, 28)
+			const rows, d, eps = 3 * 5, 200, 1e-6
+			xv, wv, bv, dyv := e.randn(rows*d, 2, false), e.randn(d, 1, w16), e.randn(d, 1, w16), e.randn(rows*d, 1, true)
+			for i := range xv {
+				xv[i] += 1.5 // LayerNorm must remove a mean
+			}
+			bf16s(xv)
+			dw0, db0 := e.randn(d, 1, false), e.randn(d, 1, false)
+			run := func(bf16 bool) [][]float32 {
+				x, dy := e.put(xv, bf16, 3, 5, d), e.put(dyv, bf16, 3, 5, d)
+				w, bb := e.put(wv, bf16 && w16, d), e.put(bv, bf16 && w16, d)
+				dt := dtype(bf16)
+				y, ly, dx, ldx := e.zerosOf(dt, 3, 5, d), e.zerosOf(dt, 3, 5, d), e.zerosOf(dt, 3, 5, d), e.zerosOf(dt, 3, 5, d)
+				e.ok(tensor.RMSNorm(y, x, w, eps))
+				e.ok(tensor.LayerNorm(ly, x, w, bb, eps))
+				in := tensor.NormGrad{X: x, Weight: w, DY: dy, Eps: eps, Accumulate: true}
+				dw := e.f32(append([]float32(nil), dw0...), d)
+				e.ok(tensor.RMSNormBackward(dx, dw, in))
+				ldw, ldb := e.f32(append([]float32(nil), dw0...), d), e.f32(append([]float32(nil), db0...), d)
+				e.ok(tensor.LayerNormBackward(ldx, ldw, ldb, in))
+				return [][]float32{e.values(y), e.values(dx), e.values(dw), e.values(ly), e.values(ldx), e.values(ldw), e.values(ldb)}
+			}
+			got := twice(t, func() [][]float32 { return run(true) })
+			f32 := run(false)
+			y, dx, dw := make([]float32, rows*d), make([]float32, rows*d), append([]float32(nil), dw0...)
+			nnref.RMSNorm(rows, d, xv, wv, eps, y)
+			nnref.RMSNormBackward(rows, d, xv, wv, dyv, eps, dx, dw, true)
+			ly, ldx, ldw, ldb := make([]float32, rows*d), make([]float32, rows*d), append([]float32(nil), dw0...), append([]float32(nil), db0...)
+			nnref.LayerNorm(rows, d, xv, wv, bv, eps, ly)
+			nnref.LayerNormBackward(rows, d, xv, wv, dyv, eps, ldx, ldw, ldb, true)
+			tl := tol{rtol, 1e-4} // Norm's float32 tolerance
+			checkBF16(t, []string{"rms y", "rms dx", "rms dw", "ln y", "ln dx", "ln dw", "ln db"},
+				[]bool{true, true, false, true, true, false, false}, got, f32,
+				[][]float32{y, dx, dw, ly, ldx, ldw, ldb}, []tol{tl, tl, tl, tl, tl, tl, tl})
+		})
 	}
 }

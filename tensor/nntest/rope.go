@@ -10,7 +10,8 @@ import (
 
 // RoPE checks RoPE and RoPEBackward, plain, with given frequencies (rope_scaling) and with
 // Qwen2-VL's multimodal sections, at positions up to 4096 (where a float32 angle has lost most of its fraction: the backend must
-// round the angle to float32 as the reference does).
+// round the angle to float32 as the reference does); then with bfloat16 activations
+// (checkBF16).
 func RoPE(t *testing.T, b tensor.Backend) {
 	for _, c := range []struct {
 		sections []int
@@ -57,6 +58,26 @@ func RoPE(t *testing.T, b tensor.Backend) {
 			nnref.RoPEFrequencies(tn, h, d, dyv, rows, c.sections, freq, true, dx)
 			near(t, "y", got[0], f64(y), rtol, atol)
 			near(t, "dx", got[1], f64(dx), rtol, atol)
+
+			// bfloat16: the forward in place (y = x), the backward into a separate dx.
+			bf16s(xv)
+			bf16s(dyv)
+			run := func(bf16 bool) [][]float32 {
+				posShape := []int{tn}
+				if c.sections != nil {
+					posShape = []int{ns, tn}
+				}
+				p := e.i32(pos, posShape...)
+				x, dx := e.put(xv, bf16, tn, h, d), e.zerosOf(dtype(bf16), tn, h, d)
+				e.ok(tensor.RoPE(x, x, p, cfg))
+				e.ok(tensor.RoPEBackward(dx, tensor.RoPEGrad{DY: e.put(dyv, bf16, tn, h, d), Positions: p, Config: cfg}))
+				return [][]float32{e.values(x), e.values(dx)}
+			}
+			got16 := twice(t, func() [][]float32 { return run(true) })
+			nnref.RoPEFrequencies(tn, h, d, xv, rows, c.sections, freq, false, y)
+			nnref.RoPEFrequencies(tn, h, d, dyv, rows, c.sections, freq, true, dx)
+			checkBF16(t, []string{"bf16 y", "bf16 dx"}, []bool{true, true}, got16, run(false), [][]float32{y, dx},
+				[]tol{{rtol, atol}, {rtol, atol}})
 		})
 	}
 }

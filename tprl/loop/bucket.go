@@ -116,16 +116,19 @@ func (l flatLayout) write(xs [][]float32, src []float32, lo, hi int) {
 // (micro-batches of the other ranks) gradients). With ReduceConfig.Ordered its result is
 // HostGradients' bit for bit; otherwise it depends on N in the last bits.
 //
-// The reduction starts after the mini-batch's last backward: a Pass's Backward runs the whole
-// model, so no bucket is final before it returns and there is nothing to overlap it with.
+// The reduction runs after the mini-batch's last backward, or, with a policy that reports
+// final gradients (FinalGradients), during it: see Overlap. Either way each bucket is reduced
+// the same way, so the results are the same bits.
 type BucketedGradients struct {
 	layout flatLayout
 	rc     ReduceConfig
 	// shardOnly (ZeRO-2, ShardedAdamW's) skips the all-gather: Reduce leaves this rank's
 	// pieces of the sum and zero elsewhere.
-	shardOnly bool
-	pending   []float32 // Ordered: the collected micro-batch gradients, concatenated
-	collected int
+	shardOnly  bool
+	pending    []float32 // Ordered: the collected micro-batch gradients, concatenated
+	collected  int
+	ov         *overlap // the reduction running next to the last backward, if any
+	overlapped int      // buckets the last reduction started early
 }
 
 // NewBucketedGradients returns the Gradients of params (float32 host tensors; only Grad is
@@ -142,10 +145,11 @@ func NewBucketedGradients(params []Param, rc ReduceConfig, rank, size int) (*Buc
 }
 
 // Collect implements Gradients. Without Ordered the micro-batches' gradients simply
-// accumulate in the policy's (a Pass's Backward adds to them).
+// accumulate in the policy's (a Pass's Backward adds to them); during an overlapped reduction
+// the last micro-batch's stays there too (the reduction reads it in place).
 func (g *BucketedGradients) Collect() (err error) {
 	g.collected++
-	if g.rc.Ordered {
+	if g.rc.Ordered && g.ov == nil {
 		g.pending, err = takeGrads(g.pending, g.layout.params)
 	}
 	return err
@@ -153,60 +157,109 @@ func (g *BucketedGradients) Collect() (err error) {
 
 // Reduce implements Gradients.
 func (g *BucketedGradients) Reduce(ctx context.Context, comm collective.Comm, scale float32) (received int64, err error) {
-	l := g.layout
-	if size, rank := commShape(comm); size != l.size || rank != l.rank {
-		return 0, fmt.Errorf("loop: gradients laid out for rank %d of %d, reduced by rank %d of %d", l.rank, l.size, rank, size)
+	if o := g.ov; o != nil {
+		g.ov, g.overlapped = nil, o.started
+		collected := g.collected
+		g.pending, g.collected = nil, 0
+		if scale != o.r.scale || collected <= o.r.k {
+			_, _ = o.finish(true)
+			return 0, fmt.Errorf("loop: Reduce (scale %g) after Overlap (scale %g) with no micro-batch collected since", scale, o.r.scale)
+		}
+		return o.finish(false)
 	}
-	if g.collected == 0 {
-		return 0, fmt.Errorf("loop: Reduce before any micro-batch was collected")
-	}
-	pending, k := g.pending, g.collected
+	g.overlapped = 0
+	r, err := g.newRound(comm, scale, false)
 	g.pending, g.collected = nil, 0
-	gs, err := gradSlices(l.params)
 	if err != nil {
 		return 0, err
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	buf := make([]float32, min(l.bucket, l.n))
-	var local []float32
-	for _, b := range l.buckets() {
-		n := b[1] - b[0]
-		lo, hi := l.piece(b, l.rank)
-		var shard []float32
-		var recv int64
-		if g.rc.Ordered {
-			local = local[:0]
-			for m := range k {
-				local = append(local, pending[m*l.n+b[0]:m*l.n+b[1]]...)
-			}
-			shard, recv, err = collective.OrderedReduceScatter(ctx, comm, local, n)
-		} else {
-			l.read(buf[:n], gs, b[0], b[1])
-			shard = make([]float32, hi-lo)
-			recv, err = collective.ReduceScatterFloat32(ctx, comm, buf[:n], shard)
-		}
+	for _, b := range g.layout.buckets() {
+		recv, err := r.bucket(ctx, b)
 		if err != nil {
 			return 0, err
 		}
 		received += recv
-		if scale != 1 {
-			for i := range shard {
-				shard[i] *= scale
-			}
-		}
-		if g.shardOnly {
-			clear(buf[:n])
-			copy(buf[lo-b[0]:], shard)
-		} else {
-			if recv, err = collective.AllGatherShards(ctx, comm, shard, buf[:n]); err != nil {
-				return 0, err
-			}
-			received += recv
-		}
-		l.write(gs, buf[:n], b[0], b[1])
 	}
+	return received, nil
+}
+
+// round is one reduction of the collected micro-batches, bucket by bucket.
+type round struct {
+	g     *BucketedGradients
+	comm  collective.Comm
+	scale float32
+	gs    [][]float32 // the policy's gradients
+	// Ordered: the k micro-batch gradients collected apart, and live: the last one is still
+	// in gs (an overlapped reduction).
+	pending    []float32
+	k          int
+	live       bool
+	buf, local []float32
+}
+
+func (g *BucketedGradients) newRound(comm collective.Comm, scale float32, live bool) (*round, error) {
+	l := g.layout
+	if size, rank := commShape(comm); size != l.size || rank != l.rank {
+		return nil, fmt.Errorf("loop: gradients laid out for rank %d of %d, reduced by rank %d of %d", l.rank, l.size, rank, size)
+	}
+	if !live && g.collected == 0 {
+		return nil, fmt.Errorf("loop: Reduce before any micro-batch was collected")
+	}
+	gs, err := gradSlices(l.params)
+	if err != nil {
+		return nil, err
+	}
+	return &round{g: g, comm: comm, scale: scale, gs: gs, pending: g.pending, k: g.collected,
+		live: live && g.rc.Ordered, buf: make([]float32, min(l.bucket, l.n))}, nil
+}
+
+// bucket reduces the flattened range b over the micro-batches and ranks and writes scale × the
+// sum (ZeRO-2: this rank's piece of it, zero elsewhere) into the policy's gradients.
+func (r *round) bucket(ctx context.Context, b [2]int) (received int64, err error) {
+	g, l := r.g, r.g.layout
+	n := b[1] - b[0]
+	lo, hi := l.piece(b, l.rank)
+	buf := r.buf[:n]
+	var shard []float32
+	if g.rc.Ordered {
+		r.local = r.local[:0]
+		for m := range r.k {
+			r.local = append(r.local, r.pending[m*l.n+b[0]:m*l.n+b[1]]...)
+		}
+		if r.live {
+			parts, _ := l.slices(r.gs, b[0], b[1])
+			for _, p := range parts {
+				r.local = append(r.local, p...)
+			}
+		}
+		shard, received, err = collective.OrderedReduceScatter(ctx, r.comm, r.local, n)
+	} else {
+		l.read(buf, r.gs, b[0], b[1])
+		shard = make([]float32, hi-lo)
+		received, err = collective.ReduceScatterFloat32(ctx, r.comm, buf, shard)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if r.scale != 1 {
+		for i := range shard {
+			shard[i] *= r.scale
+		}
+	}
+	if g.shardOnly {
+		clear(buf)
+		copy(buf[lo-b[0]:], shard)
+	} else {
+		recv, err := collective.AllGatherShards(ctx, r.comm, shard, buf)
+		if err != nil {
+			return 0, err
+		}
+		received += recv
+	}
+	l.write(r.gs, buf, b[0], b[1])
 	return received, nil
 }
 

@@ -16,7 +16,12 @@
 //     collective.Comm for N data-parallel ranks. HostGradients sums in one device's order;
 //     BucketedGradients reduce-scatters and all-gathers in buckets (ordered, or summing
 //     micro-batches in place); NewShardedAdamW shards AdamW's moments over the ranks (ZeRO-1/2)
-//     with its Gradients, and the loop steps it as a GroupOptimizer.
+//     with its Gradients, and the loop steps it as a GroupOptimizer. A policy that implements
+//     FinalGradients (reporting parameters its backward is done with) gets the bucketed
+//     reduction run during the backward of each mini-batch's last micro-batch, with the same
+//     bits as after it. For a policy whose parameters live on a device, Offload keeps any of
+//     these in host memory (the float32 masters, the moments, the reduction): gradients come
+//     down, the weights go up.
 //
 // Config is assembled from the library's own configurations: advantage.Config,
 // tprl.UpdateConfig, perturb.Perturbation and divergence.ControllerConfig. Loop.Step returns the

@@ -52,6 +52,14 @@ type trainableLogits[P any] struct {
 
 func (a logitsPolicy[P]) Backend() tensor.Backend { return a.m.Backend() }
 
+// ReportFinal implements FinalGradients through the model when it does.
+func (a logitsPolicy[P]) ReportFinal(hook func(...*tensor.Tensor)) bool {
+	if f, ok := a.m.(FinalGradients); ok {
+		return f.ReportFinal(hook)
+	}
+	return false
+}
+
 func (a logitsPolicy[P]) Generate(prompts []P, s Sampling, rngs []*rand.Rand) ([]Completion, error) {
 	return a.m.Generate(prompts, s, rngs)
 }

@@ -63,15 +63,30 @@ type run struct {
 
 // runRanks takes n steps on size in-process ranks with mode's Gradients and Optimizer.
 func runRanks(t *testing.T, size, n int, md mode) run {
+	return runPolicy(t, size, n, md, nil)
+}
+
+// runPolicy is runRanks with the policy of policy (nil: the tiny model's) over the parameters
+// the Gradients get; check, when not nil, sees each rank's Gradients after the steps.
+func runPolicy(t *testing.T, size, n int, md mode, policy func(*tiny, []loop.Param) loop.Policy[prompt], check ...func(rank int, g loop.Gradients)) run {
 	t.Helper()
 	out := run{metrics: make([][]map[string]float64, size), weights: make([][]float32, size)}
 	err := collective.Run(context.Background(), size, func(ctx context.Context, c collective.Comm) error {
 		s := newSetup()
 		p := s.parts(c)
+		ps := splitParams(s.model)
+		if policy != nil {
+			p.Policy = policy(s.model, ps)
+		}
 		var err error
-		if p.Gradients, p.Optimizer, err = md(splitParams(s.model), c.Rank(), c.Size()); err != nil {
+		if p.Gradients, p.Optimizer, err = md(ps, c.Rank(), c.Size()); err != nil {
 			return err
 		}
+		defer func() {
+			for _, f := range check {
+				f(c.Rank(), p.Gradients)
+			}
+		}()
 		l, err := loop.New(s.cfg, p)
 		if err != nil {
 			return err

@@ -82,9 +82,10 @@ func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], m
 			if err != nil {
 				return nil, fmt.Errorf("update: %w", err)
 			}
-			for _, r := range l.microBatches(b, mlo+slo, mlo+shi, cfg.UpdateRows) {
+			mbs := l.microBatches(b, mlo+slo, mlo+shi, cfg.UpdateRows)
+			for i, r := range mbs {
 				lo, hi := r[0], r[1]
-				if err := l.microBatch(st, b, upd, shaped, lo, hi, lo-mlo-slo, hi-mlo-slo); err != nil {
+				if err := l.microBatch(ctx, st, b, upd, shaped, lo, hi, lo-mlo-slo, hi-mlo-slo, i == len(mbs)-1); err != nil {
 					_ = upd.Release()
 					return nil, err
 				}
@@ -153,8 +154,9 @@ func (l *Loop[P]) update(ctx context.Context, st *tensor.Scratch, b *Batch[P], m
 
 // microBatch runs rows [lo, hi) of the batch (rows [ulo, uhi) of the prepared mini-batch):
 // the policy's forward, tprl's loss and d loss / d log-probs, the policy's backward, and the
-// gradient's collection. The advantages the loss used go into shaped.
-func (l *Loop[P]) microBatch(st *tensor.Scratch, b *Batch[P], upd *tprl.Update, shaped *tensor.Tensor, lo, hi, ulo, uhi int) error {
+// gradient's collection. The advantages the loss used go into shaped. The backward of the
+// mini-batch's last micro-batch runs next to the gradient reduction when it can (overlap).
+func (l *Loop[P]) microBatch(ctx context.Context, st *tensor.Scratch, b *Batch[P], upd *tprl.Update, shaped *tensor.Tensor, lo, hi, ulo, uhi int, last bool) error {
 	tmp := tensor.NewScratch(st.Backend())
 	defer tmp.Release()
 	logp, ent, err := float32x2(tmp, hi-lo, b.T)
@@ -181,10 +183,43 @@ func (l *Loop[P]) microBatch(st *tensor.Scratch, b *Batch[P], upd *tprl.Update, 
 	if err != nil {
 		return err
 	}
-	if err := pass.Backward(grad, nil); err != nil {
-		return err
+	var og OverlapGradients
+	if last {
+		if og, err = l.overlap(ctx); err != nil {
+			return err
+		}
 	}
-	return l.parts.Gradients.Collect()
+	err = pass.Backward(grad, nil)
+	if og != nil {
+		l.parts.Policy.(FinalGradients).ReportFinal(nil)
+	}
+	if err == nil {
+		err = l.parts.Gradients.Collect()
+	}
+	if err != nil && og != nil {
+		og.StopOverlap()
+	}
+	return err
+}
+
+// overlap starts the reduction next to the coming backward when the policy reports final
+// gradients and the Gradients can reduce buckets early, on several ranks; it returns the
+// Gradients then (nil: the reduction runs after the backward, in Reduce).
+func (l *Loop[P]) overlap(ctx context.Context) (OverlapGradients, error) {
+	og, ok := l.parts.Gradients.(OverlapGradients)
+	fg, ok2 := l.parts.Policy.(FinalGradients)
+	if !ok || !ok2 || l.world() == 1 || !fg.ReportFinal(nil) {
+		return nil, nil
+	}
+	final, err := og.Overlap(ctx, l.parts.Comm, 1/float32(l.world()))
+	if err != nil || final == nil {
+		return nil, err
+	}
+	if !fg.ReportFinal(final) {
+		og.StopOverlap()
+		return nil, nil
+	}
+	return og, nil
 }
 
 // gatherMetrics joins the ranks' per-micro-batch metrics of one mini-batch in rank order, which

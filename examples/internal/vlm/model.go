@@ -60,6 +60,15 @@ func (m *Model) Params() []*Param {
 	return m.params
 }
 
+// ReportFinal implements tprl/loop's FinalGradients for the host model: while hook is set,
+// Backward hands it each block's parameter gradients (Params' G tensors) once the rest of the
+// backward leaves them unchanged, last block first, so that their reduction over the ranks can
+// start. After UseOps it reports nothing and returns false (the device's ops run on a stream).
+func (m *Model) ReportFinal(hook func(grads ...*tensor.Tensor)) bool {
+	m.host.final = hook
+	return m.dev == nil
+}
+
 // NumParams is the total number of trainable values.
 func (m *Model) NumParams() int {
 	n := 0

@@ -374,6 +374,7 @@ func (om *OpsModel) backward(a *OpsActivations, dlogits *tensor.Tensor) error {
 	dx, dxn := f(n, d), f(n, d) // dx's image rows stay zero until the first block
 	e.do(tensor.LayerNormBackward(e.rows(dx, ni, n), g.lnfG, g.lnfB,
 		tensor.NormGrad{X: a.xF, Weight: w.lnfG, DY: dhF, Eps: lnEps, Accumulate: true}))
+	om.report(e, g.headW, g.headB, g.lnfG, g.lnfB)
 	da, dh, dhr, dhr2 := f(n, m), f(n, d), f(n, d), f(n, d)
 	do, dq, dk, dv, dk2, dv2 := f(n, h, d/h), f(n, h, d/h), f(n, h, d/h), f(n, h, d/h), f(n, h, d/h), f(n, h, d/h)
 	for li := c.Layers - 1; li >= 0; li-- {
@@ -410,6 +411,7 @@ func (om *OpsModel) backward(a *OpsActivations, dlogits *tensor.Tensor) error {
 		e.add(dh, dxn)
 		e.do(tensor.LayerNormBackward(dxn, gw.ln1G, gw.ln1B, tensor.NormGrad{X: la.x0, Weight: bw.ln1G, DY: dh, Eps: lnEps, Accumulate: true}))
 		e.add(dx, dxn)
+		om.report(e, gw.ln1G, gw.ln1B, gw.wqkv, gw.bqkv, gw.wo, gw.bo, gw.ln2G, gw.ln2B, gw.w1, gw.b1, gw.w2, gw.b2)
 	}
 	dimg, dtxt := e.rows(dx, 0, ni), e.rows(dx, ni, n)
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DWeight: g.patchW, DBias: g.patchB},
@@ -417,7 +419,16 @@ func (om *OpsModel) backward(a *OpsActivations, dlogits *tensor.Tensor) error {
 	e.positionsBack(g.patchPos, dimg, b, np)
 	e.embedTrustedBack(g.tokEmb, a.tok, dtxt)
 	e.positionsBack(g.tokPos, dtxt, b, l)
+	om.report(e, g.patchW, g.patchB, g.patchPos, g.tokEmb, g.tokPos)
 	return e.err
+}
+
+// report hands gradients that are final to the hook, if one is set and the backward has not
+// failed.
+func (om *OpsModel) report(e *exec, grads ...*tensor.Tensor) {
+	if om.final != nil && e.err == nil {
+		om.final(grads...)
+	}
 }
 
 // imageLSE returns, for block li of the pass, the log-sum-exp of each text query's scores

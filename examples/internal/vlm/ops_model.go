@@ -13,6 +13,11 @@ type OpsModel struct {
 	ops    Ops
 	params []*Param
 	w, g   tweights
+
+	// final, when set (Model.ReportFinal), receives gradients the rest of backward leaves
+	// unchanged: the head's and the final norm's, then each block's from the last, then the
+	// embeddings'.
+	final func(...*tensor.Tensor)
 }
 
 // tweights holds the trainable tensors (or their gradients) in specs order. Linear weights are
