@@ -54,7 +54,7 @@ func TestModelPathDataParallel(t *testing.T) {
 	t.Logf("ZeRO-2 bf16, 2 ranks vs 1: largest relative metric difference %.2g", worst)
 	require.Zero(t, weightDiff(modelWeights(t, one, 3), modelWeights(t, two, 3)), "weights after 3 steps")
 	require.Equal(t, modelWeights(t, one, 3), modelWeights(t, two, 3))
-	require.Equal(t, optimizerMoments(t, one, 3), optimizerMoments(t, two, 3), "the gathered moments")
+	require.Equal(t, optimizerMoments(t, one, 3), optimizerMoments(t, two, 3), "the moments (2 ranks: their shards)")
 	for _, l := range b[:3] {
 		require.NotNil(t, l.Metrics["perf/allreduce_bytes"], "step %d", l.Step)
 		require.Positive(t, *l.Metrics["perf/allreduce_bytes"])
