@@ -20,6 +20,7 @@ var (
 	_ tensor.NormKernel       = deviceKernels{}
 	_ tensor.RoPEKernel       = deviceKernels{}
 	_ tensor.ActivationKernel = deviceKernels{}
+	_ tensor.ArithKernel      = deviceKernels{}
 	_ tensor.EmbeddingKernel  = deviceKernels{}
 	_ tensor.OptimKernel      = deviceKernels{}
 )
@@ -366,6 +367,18 @@ func (b deviceKernels) SwiGLU(y, gate, up *tensor.Tensor) error {
 func (b deviceKernels) SwiGLUBackward(dgate, dup *tensor.Tensor, in tensor.SwiGLUGrad) error {
 	n := dgate.Len()
 	return b.elementwiseOp("tensor.SwiGLUBackward", "act_swiglu_bwd_"+dtypeSuffix(dgate.DType()), []*tensor.Tensor{dgate, dup, in.Gate, in.Up, in.DY}, n, intArg(n))
+}
+
+// Axpby is y = alpha·x + beta·y in one pass (beta 0 does not read y, alpha 0 not x).
+func (b deviceKernels) Axpby(y, x *tensor.Tensor, alpha, beta float32) error {
+	n := y.Len()
+	return b.elementwiseOp("tensor.Axpby", "act_axpby_fwd_f32", []*tensor.Tensor{y, x}, n, intArg(n), f32Arg(alpha), f32Arg(beta))
+}
+
+// Mul is y = a·b.
+func (b deviceKernels) Mul(y, a, bt *tensor.Tensor) error {
+	n := y.Len()
+	return b.elementwiseOp("tensor.Mul", "act_mul_fwd_f32", []*tensor.Tensor{y, a, bt}, n, intArg(n))
 }
 
 // elementwiseOp launches a grid-stride kernel over count elements whose parameters are the

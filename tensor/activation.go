@@ -133,7 +133,8 @@ func checkActivation(op string, a Activation) error {
 }
 
 // Activate writes y = a(x) elementwise in float32 (on the CPU, SiLU and QuickGELU with a float32
-// exp, GELU and GELUTanh evaluated in float64). y and x are float32 or both bfloat16 (y rounded
+// exp, as AVX-512/AVX2 kernels equal to the Go loops bit for bit; GELU and GELUTanh evaluated
+// in float64). y and x are float32 or both bfloat16 (y rounded
 // once from the float32 result on the widened x). y may be x.
 func Activate(y, x *Tensor, a Activation) error {
 	const op = "tensor.Activate"
@@ -211,6 +212,46 @@ func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
 	}
 	return OnHost(2, []*Tensor{dgate, dup, in.Gate, in.Up, in.DY}, func(h []*Tensor) error {
 		elementwiseHost(2, h, func(v [][]float32) { swiGLUBackwardCPU(v[2], v[3], v[4], v[0], v[1]) })
+		return nil
+	})
+}
+
+// ArithKernel is implemented by backends with their own elementwise arithmetic (Axpby, Mul):
+// the residual connections, scaled sums and masks of a model's forward and backward.
+type ArithKernel interface {
+	Axpby(y, x *Tensor, alpha, beta float32) error
+	Mul(y, a, b *Tensor) error
+}
+
+// Axpby writes y = alpha·x + beta·y elementwise in float32 (BLAS's axpby): beta 1 is an
+// accumulation (a residual connection, y += alpha·x, one rounding of alpha·x and one of the
+// sum), beta 0 an overwrite. As in BLAS, beta 0 does not read y and alpha 0 does not read x, so
+// Axpby(y, y, 0, 0) zeroes y whatever it held (NaN included). y may be x.
+func Axpby(y, x *Tensor, alpha, beta float32) error {
+	const op = "tensor.Axpby"
+	if err := checkElementwise(op, []string{"y", "x"}, y, x); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ArithKernel](y.Backend()); ok {
+		return k.Axpby(y, x, alpha, beta)
+	}
+	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
+		axpbyCPU(hostF32(h[0]), hostF32(h[1]), alpha, beta)
+		return nil
+	})
+}
+
+// Mul writes y = a ⊙ b elementwise in float32 (a dropout mask's multiply). y may be a or b.
+func Mul(y, a, b *Tensor) error {
+	const op = "tensor.Mul"
+	if err := checkElementwise(op, []string{"y", "a", "b"}, y, a, b); err != nil {
+		return err
+	}
+	if k, ok := KernelOf[ArithKernel](y.Backend()); ok {
+		return k.Mul(y, a, b)
+	}
+	return OnHost(1, []*Tensor{y, a, b}, func(h []*Tensor) error {
+		mulCPU(hostF32(h[0]), hostF32(h[1]), hostF32(h[2]))
 		return nil
 	})
 }

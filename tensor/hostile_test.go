@@ -135,6 +135,8 @@ func tensorFuncs() map[string]any {
 		"RoPEBackward":                tensor.RoPEBackward,
 		"SwiGLU":                      tensor.SwiGLU,
 		"SwiGLUBackward":              tensor.SwiGLUBackward,
+		"Axpby":                       tensor.Axpby,
+		"Mul":                         tensor.Mul,
 	} {
 		funcs[name] = f
 	}
@@ -312,6 +314,8 @@ func opValid() map[string]func() []any {
 		"RoPEBackward":             func() []any { return []any{f(2, 3, 4), opRoPEGrad()} },
 		"SwiGLU":                   func() []any { return []any{f(2, 3), f(2, 3), f(2, 3)} },
 		"SwiGLUBackward":           func() []any { return []any{f(2, 3), f(2, 3), opSwiGLUGrad()} },
+		"Axpby":                    func() []any { return []any{f(2, 3), f(2, 3), float32(0.5), float32(1)} },
+		"Mul":                      func() []any { return []any{f(2, 3), f(2, 3), f(2, 3)} },
 	}
 }
 

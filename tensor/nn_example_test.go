@@ -66,3 +66,22 @@ func ExampleLMHeadBackward() {
 	fmt.Printf("logp %.4f entropy %.4f dhidden [%.4f %.4f]\n", l[0], e[0], g[0], g[1])
 	// Output: logp -1.0986 entropy 1.0986 dhidden [0.3333 -0.6667]
 }
+
+// A residual connection (beta 1: y += x) and a scaled copy that never reads its output (beta
+// 0), on whatever backend the tensors live.
+func ExampleAxpby() {
+	y := tensor.Must(tensor.FromFloat32([]float32{1, 2, 3}))
+	x := tensor.Must(tensor.FromFloat32([]float32{10, 20, 30}))
+	if err := tensor.Axpby(y, x, 1, 1); err != nil { // y += x
+		fmt.Println(err)
+	}
+	v, _ := y.Float32s()
+	fmt.Println(v)
+	if err := tensor.Axpby(y, x, 0.5, 0); err != nil { // y = 0.5·x
+		fmt.Println(err)
+	}
+	fmt.Println(v)
+	// Output:
+	// [11 22 33]
+	// [5 10 15]
+}

@@ -325,6 +325,21 @@ __global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_fwd_bf16(bf16_t* y, con
 __global__ void __launch_bounds__(MTRL_BLOCK) act_swiglu_bwd_bf16(bf16_t* dgate, bf16_t* dup, const bf16_t* gate, const bf16_t* up, const bf16_t* dy, int64_t n) {
     act_swiglu_bwd<bf16_t>(dgate, dup, gate, up, dy, n);
 }
+
+// y = alpha*x + beta*y (tensor.Axpby): beta 0 does not read y, alpha 0 does not read x.
+__global__ void __launch_bounds__(MTRL_BLOCK) act_axpby_fwd_f32(float* y, const float* x, int64_t n, float alpha, float beta) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = alpha == 0.0f ? 0.0f : alpha * x[i];
+        y[i] = beta == 0.0f ? v : v + beta * y[i];
+    }
+}
+
+__global__ void __launch_bounds__(MTRL_BLOCK) act_mul_fwd_f32(float* y, const float* a, const float* b, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        y[i] = a[i] * b[i];
+    }
+}
+
 __global__ void __launch_bounds__(MTRL_BLOCK) embedding_gather_fwd_f32(float* y, const float* table, const int* ids, int64_t n, int64_t d) {
     embedding_gather<float, float>(y, table, ids, n, d);
 }

@@ -149,15 +149,16 @@ func BenchmarkDecode05B(b *testing.B) {
 		b.StopTimer()
 		in, err := m.packSeqs(prompts)
 		require.NoError(b, err)
-		cache := m.newCache(rows, prompt+steps)
+		cache, err := m.newCache(rows, prompt+steps)
+		require.NoError(b, err)
 		a, err := m.forwardCached(in, cache)
 		require.NoError(b, err)
-		last := make([]int, rows)
 		lens := make([]int32, rows)
-		for i := range last {
-			last[i], lens[i] = in.starts[i+1]-1, prompt
+		for i := range lens {
+			lens[i] = prompt
 		}
-		hidden := m.gatherRows(a.hidden, last)
+		hidden, err := m.lastHidden(a, in)
+		require.NoError(b, err)
 		logits, lv := f32(rows, v)
 		next := make([]int32, rows)
 		sp := &sampler{}

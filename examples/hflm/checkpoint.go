@@ -41,7 +41,7 @@ func (m *Model) dropRestore(s dropState) {
 // the forward, and returns what its backward reads (LoRA's activations in the returned acts).
 func (m *Model) recompute(a *acts, l int) (layerActs, *acts, error) {
 	m.dropRestore(a.ckpt[l])
-	la := &acts{in: a.in, keep: true, lora: map[*adapter]loraAct{}}
+	la := m.newActs(a.in, true)
 	_, s, err := m.layerForward(l, widen(a.layers[l].xIn), a.in, la, nil)
 	if err != nil {
 		return layerActs{}, nil, err

@@ -16,10 +16,13 @@
 //     (the reference, no copy); SaveLoRA/LoadLoRA read and write PEFT's files; Checkpoint
 //     exports the weights, adapters merged.
 //
-// Everything computes in float32 on the host, sequences packed end to end without padding,
-// unless SetMixedPrecision selects bf16 mixed precision (bfloat16 weights and activations over
-// float32 masters, gradients and optimizer), SetCheckpointing recomputes each decoder layer's
-// activations in the backward, or Policy.Padded pads the rows (docs/2026-11-memory.md
-// measures each). A Model is not safe for concurrent use. docs/qwen2.md says how it is checked
+// LoadOn puts the model on any tensor.Backend (a CUDA device: weights, activations, caches,
+// gradients and DeviceTraining's optimizer live there; docs/qwen2.md, "On a CUDA device").
+//
+// Everything computes in float32 on the model's backend, sequences packed end to end without
+// padding, unless SetMixedPrecision selects bf16 mixed precision (on the CPU: bfloat16 weights
+// and activations over float32 masters, gradients and optimizer), SetCheckpointing recomputes
+// each decoder layer's activations in the backward, or Policy.Padded pads the rows
+// (docs/2026-11-memory.md measures each). A Model is not safe for concurrent use. docs/qwen2.md says how it is checked
 // against PyTorch.
 package hflm

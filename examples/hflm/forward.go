@@ -32,6 +32,54 @@ func host(t *tensor.Tensor) []float32 {
 	return v
 }
 
+// upload puts a host tensor made for the model (ids, positions, initial weights) on its
+// backend: t itself on the CPU.
+func (m *Model) upload(t *tensor.Tensor, err error) (*tensor.Tensor, error) {
+	if err != nil || m.onHost() {
+		return t, err
+	}
+	return tensor.To(m.b, t)
+}
+
+// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
+func download(t *tensor.Tensor) ([]float32, error) {
+	if t.IsHost() {
+		return t.Float32s()
+	}
+	h, err := tensor.To(tensor.CPU(), t)
+	if err != nil {
+		return nil, err
+	}
+	return h.Float32s()
+}
+
+// zero sets a float32 tensor to zero on its backend.
+func zero(t *tensor.Tensor) error { return tensor.Axpby(t, t, 0, 0) }
+
+// add is dst += src on their backend (a residual connection, a sum of gradients): the same
+// float32 additions as a loop over the elements.
+func add(dst, src *tensor.Tensor) error { return tensor.Axpby(dst, src, 1, 1) }
+
+// alloc returns a zeroed float32 tensor on the model's backend. A failed allocation is kept in
+// e, and a host tensor of the shape stands in so the ops after it only return errors.
+func (m *Model) alloc(e *errs, shape ...int) *tensor.Tensor {
+	if m.onHost() {
+		t, _ := f32(shape...)
+		return t
+	}
+	t, err := tensor.New(m.b, tensor.Float32, shape...)
+	if err != nil {
+		e.do(err)
+		t, _ = f32(shape...)
+	}
+	return t
+}
+
+// ints returns int32 values as a tensor on the model's backend.
+func (m *Model) ints(v []int32, shape ...int) (*tensor.Tensor, error) {
+	return m.upload(tensor.FromInt32(v, shape...))
+}
+
 // packed is a batch of token sequences laid end to end, FlashAttention's varlen layout:
 // sequence b is rows [cu[b], cu[b+1]) at positions 0, 1, ….
 type packed struct {
@@ -71,14 +119,22 @@ func (m *Model) packSeqs(seqs [][]int32) (*packed, error) {
 	for i, s := range starts {
 		cu[i] = int32(s)
 	}
-	posT := tensor.Must(tensor.FromInt32(pos, n))
+	posShape := []int{n}
 	if k := len(m.rope.Sections); k > 0 { // M-RoPE on text: every axis at the same position
-		posT = tensor.Must(tensor.FromInt32(slices.Repeat(pos, k), k, n))
+		pos, posShape = slices.Repeat(pos, k), []int{k, n}
 	}
-	return &packed{
-		ids: tensor.Must(tensor.FromInt32(ids, n)), pos: posT,
-		cu: tensor.Must(tensor.FromInt32(cu, len(cu))), n: n, starts: starts,
-	}, nil
+	p := &packed{n: n, starts: starts}
+	var err error
+	if p.ids, err = m.ints(ids, n); err != nil {
+		return nil, err
+	}
+	if p.pos, err = m.ints(pos, posShape...); err != nil {
+		return nil, err
+	}
+	if p.cu, err = m.ints(cu, len(cu)); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // layerActs are what a layer's backward reads: the inputs of its ops.
@@ -98,24 +154,31 @@ type acts struct {
 	// layer's start; the layers keep only xIn and are recomputed in the backward.
 	ckpt []dropState
 	bufs map[string]*tensor.Tensor // an inference pass's one layer of buffers (buf)
+	m    *Model
+	e    errs // a failed allocation of buf
 }
 
 // buf returns the buffer named of a layer's forward: a new one when the pass keeps its
 // activations, else the pass's one buffer of that name, reused by every layer (each op
 // overwrites its output).
-func (a *acts) buf(name string, shape ...int) (*tensor.Tensor, []float32) {
+func (a *acts) buf(name string, shape ...int) *tensor.Tensor {
 	if a.keep {
-		return f32(shape...)
+		return a.m.alloc(&a.e, shape...)
 	}
 	if a.bufs == nil {
 		a.bufs = map[string]*tensor.Tensor{}
 	}
 	t := a.bufs[name]
 	if t == nil {
-		t, _ = f32(shape...)
+		t = a.m.alloc(&a.e, shape...)
 		a.bufs[name] = t
 	}
-	return t, host(t)
+	return t
+}
+
+// newActs returns the activations of a pass over in (keep: a training pass).
+func (m *Model) newActs(in *packed, keep bool) *acts {
+	return &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}, m: m}
 }
 
 // forward runs the model over packed sequences and returns the final hidden states [N, D]
@@ -125,7 +188,11 @@ func (a *acts) buf(name string, shape ...int) (*tensor.Tensor, []float32) {
 func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Tensor) error) (*acts, error) {
 	c := m.Config
 	n, d := in.n, c.HiddenSize
-	x, xv := f32(n, d)
+	a := m.newActs(in, keep)
+	x := m.alloc(&a.e, n, d)
+	if a.e.err != nil {
+		return nil, a.e.err
+	}
 	if err := m.embedInto(x, in.ids); err != nil {
 		return nil, err
 	}
@@ -134,8 +201,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			return nil, err
 		}
 	}
-	m.round(xv)
-	a := &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}}
+	m.round(x)
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
@@ -144,7 +210,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			// The layer's activations are dropped: its LoRA acts go to a scratch set.
 			a.layers[l] = layerActs{xIn: m.store(x)}
 			a.ckpt = append(a.ckpt, m.dropSave())
-			y, _, err := m.layerForward(l, x, in, &acts{in: in, keep: true, lora: map[*adapter]loraAct{}}, nil)
+			y, _, err := m.layerForward(l, x, in, m.newActs(in, true), nil)
 			if err != nil {
 				return nil, err
 			}
@@ -164,10 +230,10 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	if keep {
 		a.xLast = m.store(x)
 	}
-	a.hidden, _ = f32(n, d)
-	err := tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps)
-	m.round(host(a.hidden))
-	return a, err
+	a.hidden = m.alloc(&a.e, n, d)
+	a.e.do(tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps))
+	m.round(a.hidden)
+	return a, a.e.err
 }
 
 // layerForward runs decoder layer l on x [N, D] and returns its output and the inputs of its
@@ -178,69 +244,69 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	n, d := in.n, c.HiddenSize
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	ly := &m.layers[l]
-	var e errs
+	e := &a.e
 	var s layerActs
 	s.xIn = x
-	s.h1, _ = a.buf("h1", n, d)
+	s.h1 = a.buf("h1", n, d)
 	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
-	m.round(host(s.h1))
+	m.round(s.h1)
 	s.h1 = m.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
-	s.q, _ = a.buf("q", n, hq, hd)
-	s.k, _ = a.buf("k", n, hkv, hd)
-	s.v, _ = a.buf("v", n, hkv, hd)
+	s.q = a.buf("q", n, hq, hd)
+	s.k = a.buf("k", n, hkv, hd)
+	s.v = a.buf("v", n, hkv, hd)
 	e.do(m.linearFwd(s.q, s.h1, ly.q, a))
 	e.do(m.linearFwd(s.k, s.h1, ly.k, a))
 	e.do(m.linearFwd(s.v, s.h1, ly.v, a))
-	m.round(host(s.q))
-	m.round(host(s.k))
-	m.round(host(s.v))
+	m.round(s.q)
+	m.round(s.k)
+	m.round(s.v)
 	e.do(tensor.RoPE(s.q, s.q, in.pos, m.rope))
 	e.do(tensor.RoPE(s.k, s.k, in.pos, m.rope))
-	m.round(host(s.q))
-	m.round(host(s.k))
+	m.round(s.q)
+	m.round(s.k)
 	if onKV != nil && e.err == nil {
 		e.do(onKV(l, s.k, s.v))
 	}
-	s.attn, _ = a.buf("attn", n, hq, hd)
+	s.attn = a.buf("attn", n, hq, hd)
 	ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: in.cu, CuSeqlensK: in.cu}
 	if a.keep {
-		s.lse, _ = f32(n, hq)
+		s.lse = m.alloc(e, n, hq)
 		e.do(tensor.AttentionLSE(s.attn, s.lse, ai, m.attn))
 	} else {
 		e.do(tensor.Attention(s.attn, ai, m.attn))
 	}
-	m.round(host(s.attn))
+	m.round(s.attn)
 	s.attn = m.store(s.attn)
-	o, ov := a.buf("o", n, d)
+	o := a.buf("o", n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))
-	m.round(ov)
-	addTo(ov, host(x))
-	m.round(ov)
+	m.round(o)
+	e.do(add(o, x))
+	m.round(o)
 	s.xMid = o
-	s.h2, _ = a.buf("h2", n, d)
+	s.h2 = a.buf("h2", n, d)
 	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
-	m.round(host(s.h2))
+	m.round(s.h2)
 	s.h2 = m.store(s.h2)
-	s.gate, _ = a.buf("gate", n, c.IntermediateSize)
-	s.up, _ = a.buf("up", n, c.IntermediateSize)
+	s.gate = a.buf("gate", n, c.IntermediateSize)
+	s.up = a.buf("up", n, c.IntermediateSize)
 	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
 	e.do(m.linearFwd(s.up, s.h2, ly.up, a))
-	m.round(host(s.gate))
-	m.round(host(s.up))
-	s.act, _ = a.buf("act", n, c.IntermediateSize)
+	m.round(s.gate)
+	m.round(s.up)
+	s.act = a.buf("act", n, c.IntermediateSize)
 	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
-	m.round(host(s.act))
+	m.round(s.act)
 	s.act = m.store(s.act)
 	// An inference pass writes the layer's output over its input, dead since the attention's
 	// residual was added.
-	y, yv := x, host(x)
+	y := x
 	if a.keep {
-		y, yv = f32(n, d)
+		y = m.alloc(e, n, d)
 	}
 	e.do(m.linearFwd(y, s.act, ly.down, a))
-	m.round(yv)
-	addTo(yv, host(s.xMid))
-	m.round(yv)
+	m.round(y)
+	e.do(add(y, s.xMid))
+	m.round(y)
 	return y, s, e.err
 }
 
@@ -274,13 +340,6 @@ func linearInto(y, x *tensor.Tensor, l linear) error {
 	return tensor.LinearBias(y2, x2, l.w, l.b)
 }
 
-// addTo adds src into dst elementwise (the residual connections).
-func addTo(dst, src []float32) {
-	for i, v := range src {
-		dst[i] += v
-	}
-}
-
 // backward adds the parameter gradients of the loss given dHidden [N, D], the gradient of the
 // final hidden states, into the model's gradients. The LM head's own gradient is the caller's.
 func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
@@ -291,7 +350,7 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	n, d := a.in.n, c.HiddenSize
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
-	dx, _ := f32(n, d)
+	dx := m.alloc(&e, n, d)
 	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
 	if e.err == nil {
 		m.reportFinal("model.norm.weight")
@@ -352,21 +411,46 @@ func (m *Model) gradOf(name string) *tensor.Tensor {
 // reused returns the model's buffer named, of the shape (contents undefined): a layer
 // backward's gradient buffers, which every layer overwrites (a Model is not safe for concurrent
 // use).
-func (m *Model) reused(name string, shape ...int) (*tensor.Tensor, []float32) {
+func (m *Model) reused(e *errs, name string, shape ...int) *tensor.Tensor {
+	if m.bufs == nil {
+		m.bufs = map[string]*tensor.Tensor{}
+	}
+	t := m.grown(e, m.bufs[name], shape...)
+	m.bufs[name] = t
+	return m.view(e, t, shape...)
+}
+
+// grown returns buf, or a new flat buffer on the model's backend when buf is nil or smaller
+// than the shape.
+func (m *Model) grown(e *errs, buf *tensor.Tensor, shape ...int) *tensor.Tensor {
 	n := 1
 	for _, d := range shape {
 		n *= d
 	}
-	if m.bufs == nil {
-		m.bufs = map[string][]float32{}
+	if buf == nil || buf.Len() < n {
+		if buf != nil && !buf.IsHost() {
+			_ = buf.Release()
+		}
+		buf = m.alloc(e, n)
 	}
-	v := m.bufs[name]
-	if cap(v) < n {
-		v = make([]float32, n)
-		m.bufs[name] = v
+	return buf
+}
+
+// view is the first elements of the flat buffer buf as a tensor of the shape.
+func (m *Model) view(e *errs, buf *tensor.Tensor, shape ...int) *tensor.Tensor {
+	n := 1
+	for _, d := range shape {
+		n *= d
 	}
-	v = v[:n]
-	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+	v, err := buf.Rows(0, n)
+	if err == nil {
+		v, err = v.Reshape(shape...)
+	}
+	if err != nil {
+		e.do(err)
+		v, _ = f32(shape...)
+	}
+	return v
 }
 
 // layerBackward adds layer l's parameter gradients given s, what its forward kept (LoRA's in
@@ -376,41 +460,40 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	n, d := la.in.n, c.HiddenSize
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	ly := &m.layers[l]
-	dxv := host(dx)
 	var e errs
-	tmp, tmpv := m.reused("tmp", n, d)
+	tmp := m.reused(&e, "tmp", n, d)
 	// MLP: y = xMid + down(swiglu(gate(h2), up(h2))), h2 = norm(xMid).
-	dact, _ := m.reused("dact", n, c.IntermediateSize)
+	dact := m.reused(&e, "dact", n, c.IntermediateSize)
 	e.do(m.linearBackward(dact, s.act, dx, ly.down, la))
-	dgate, _ := m.reused("dgate", n, c.IntermediateSize)
-	dup, _ := m.reused("dup", n, c.IntermediateSize)
+	dgate := m.reused(&e, "dgate", n, c.IntermediateSize)
+	dup := m.reused(&e, "dup", n, c.IntermediateSize)
 	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: widen(s.gate), Up: widen(s.up), DY: dact}))
-	dh2, dh2v := m.reused("dh2", n, d)
+	dh2 := m.reused(&e, "dh2", n, d)
 	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
 	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
-	addTo(dh2v, tmpv)
+	e.do(add(dh2, tmp))
 	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
-	addTo(dxv, tmpv)
+	e.do(add(dx, tmp))
 	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
-	dattn, _ := m.reused("dattn", n, hq, hd)
+	dattn := m.reused(&e, "dattn", n, hq, hd)
 	e.do(m.linearBackward(dattn, s.attn, dx, ly.o, la))
-	dq, _ := m.reused("dq", n, hq, hd)
-	dk, _ := m.reused("dk", n, hkv, hd)
-	dv, _ := m.reused("dv", n, hkv, hd)
+	dq := m.reused(&e, "dq", n, hq, hd)
+	dk := m.reused(&e, "dk", n, hkv, hd)
+	dv := m.reused(&e, "dv", n, hkv, hd)
 	e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
 		AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
 		Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
 	}, m.attn))
 	e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: la.in.pos, Config: m.rope}))
 	e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: la.in.pos, Config: m.rope}))
-	dh1, dh1v := m.reused("dh1", n, d)
+	dh1 := m.reused(&e, "dh1", n, d)
 	e.do(m.linearBackward(dh1, s.h1, dq, ly.q, la))
 	e.do(m.linearBackward(tmp, s.h1, dk, ly.k, la))
-	addTo(dh1v, tmpv)
+	e.do(add(dh1, tmp))
 	e.do(m.linearBackward(tmp, s.h1, dv, ly.v, la))
-	addTo(dh1v, tmpv)
+	e.do(add(dh1, tmp))
 	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: widen(s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
-	addTo(dxv, tmpv)
+	e.do(add(dx, tmp))
 	return e.err
 }
 
@@ -449,8 +532,8 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 	return nil
 }
 
-// Logits returns the next-token logits [len(tokens), V] of one sequence, in float32: row t
-// predicts token t+1. It is the full forward (no cache).
+// Logits returns the next-token logits [len(tokens), V] of one sequence, in float32 on the
+// model's backend: row t predicts token t+1. It is the full forward (no cache).
 func (m *Model) Logits(tokens []int32) (*tensor.Tensor, error) {
 	return m.LogitsInput(Input{Seqs: [][]int32{tokens}})
 }

@@ -74,25 +74,39 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 	if longest+s.MaxNewTokens > c.MaxPositionEmbeddings {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "MaxNewTokens", "%d new tokens after a prompt of %d pass max_position_embeddings %d", s.MaxNewTokens, longest, c.MaxPositionEmbeddings)
 	}
-	cache := m.newCache(b, longest+s.MaxNewTokens)
+	cache, err := m.newCache(b, longest+s.MaxNewTokens)
+	if err != nil {
+		return nil, err
+	}
+	defer cache.release()
 	a, err := m.forwardCached(in, cache)
 	if err != nil {
 		return nil, err
 	}
-	last := make([]int, b)
 	lens := make([]int32, b)
 	for i := range prompts {
-		last[i] = in.starts[i+1] - 1
 		lens[i] = int32(len(prompts[i]))
 	}
-	hidden := m.gatherRows(a.hidden, last)
+	hidden, err := m.lastHidden(a, in)
+	if err != nil {
+		return nil, err
+	}
 	out := make([][]int32, b)
 	done := make([]bool, b)
 	next := make([]int32, b)
-	logits, lv := f32(b, c.VocabSize)
+	var e errs
+	logits := m.alloc(&e, b, c.VocabSize)
+	if e.err != nil {
+		return nil, e.err
+	}
 	scratch := &sampler{}
 	for step := 0; ; step++ {
 		if err := tensor.Linear(logits, m.store(hidden), m.head); err != nil { // bfloat16 in bf16 mode
+			return nil, err
+		}
+		// The sampler runs on the host: each step downloads the [B, V] logits on a device.
+		lv, err := download(logits)
+		if err != nil {
 			return nil, err
 		}
 		active := 0
@@ -125,25 +139,57 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 	}
 }
 
-// newCache allocates the caches of b rows of up to s positions.
-func (m *Model) newCache(b, s int) *kvCache {
+// lastHidden gathers the final hidden state of each packed sequence [B, D]: what predicts its
+// next token.
+func (m *Model) lastHidden(a *acts, in *packed) (*tensor.Tensor, error) {
+	last := make([]int32, len(in.starts)-1)
+	for i := range last {
+		last[i] = int32(in.starts[i+1] - 1)
+	}
+	ids, err := m.ints(last, len(last))
+	if err != nil {
+		return nil, err
+	}
+	return m.gatherRows(a.hidden, ids)
+}
+
+// newCache allocates the caches of b rows of up to s positions on the model's backend.
+func (m *Model) newCache(b, s int) (*kvCache, error) {
 	c := m.Config
 	cache := &kvCache{s: s}
+	var e errs
 	for range m.layers {
-		k, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
-		v, _ := f32(b, s, c.NumKeyValueHeads, c.HeadDim)
+		k := m.alloc(&e, b, s, c.NumKeyValueHeads, c.HeadDim)
+		v := m.alloc(&e, b, s, c.NumKeyValueHeads, c.HeadDim)
 		cache.k, cache.v = append(cache.k, k), append(cache.v, v)
 	}
-	return cache
+	if e.err != nil {
+		cache.release()
+		return nil, e.err
+	}
+	return cache, nil
+}
+
+// release frees a device cache's memory now (nothing on the host).
+func (c *kvCache) release() {
+	for _, t := range append(c.k, c.v...) {
+		if !t.IsHost() {
+			_ = t.Release()
+		}
+	}
 }
 
 // forwardCached is the inference forward of a packed batch that also writes every layer's
 // keys and values into the cache, sequence b at positions [0, len_b) of row b.
 func (m *Model) forwardCached(in *packed, cache *kvCache) (*acts, error) {
+	at0, err := m.ints([]int32{0}, 1)
+	if err != nil {
+		return nil, err
+	}
 	return m.forward(in, false, func(l int, k, v *tensor.Tensor) error {
 		for b := range len(in.starts) - 1 {
 			for _, p := range []struct{ src, dst *tensor.Tensor }{{k, cache.k[l]}, {v, cache.v[l]}} {
-				if err := writeRows(p.dst, b, p.src, in.starts[b], in.starts[b+1]); err != nil {
+				if err := writeRows(p.dst, b, p.src, in.starts[b], in.starts[b+1], at0); err != nil {
 					return err
 				}
 			}
@@ -153,13 +199,22 @@ func (m *Model) forwardCached(in *packed, cache *kvCache) (*acts, error) {
 }
 
 // writeRows copies rows [lo, hi) of src [N, H, D] into positions [0, hi-lo) of row b of the
-// cache [B, S, H, D] with tensor.KVCacheWrite on views of that row.
-func writeRows(cache *tensor.Tensor, b int, src *tensor.Tensor, lo, hi int) error {
-	s, h, d := cache.Dim(1), cache.Dim(2), cache.Dim(3)
-	w := h * d
-	row := tensor.Must(tensor.FromFloat32(host(cache)[b*s*w:(b+1)*s*w], 1, s, h, d))
-	kv := tensor.Must(tensor.FromFloat32(host(src)[lo*w:hi*w], 1, hi-lo, h, d))
-	return tensor.KVCacheWrite(row, kv, tensor.Must(tensor.FromInt32([]int32{0}, 1)))
+// cache [B, S, H, D] with tensor.KVCacheWrite on views of that row (at0: the int32 start 0 on
+// the cache's backend).
+func writeRows(cache *tensor.Tensor, b int, src *tensor.Tensor, lo, hi int, at0 *tensor.Tensor) error {
+	h, d := cache.Dim(2), cache.Dim(3)
+	row, err := cache.Rows(b, b+1)
+	if err != nil {
+		return err
+	}
+	kv, err := src.Rows(lo, hi)
+	if err == nil {
+		kv, err = kv.Reshape(1, hi-lo, h, d)
+	}
+	if err != nil {
+		return err
+	}
+	return tensor.KVCacheWrite(row, kv, at0)
 }
 
 // decodeStep runs one new token per row at cache position lens[b] over the cache and returns
@@ -169,8 +224,11 @@ func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tenso
 	c := m.Config
 	b, d := len(tokens), c.HiddenSize
 	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	ids := tensor.Must(tensor.FromInt32(tokens, b))
-	slot := tensor.Must(tensor.FromInt32(slices.Clone(lens), b))
+	var e errs
+	ids, err := m.ints(tokens, b)
+	e.do(err)
+	slot, err := m.ints(slices.Clone(lens), b)
+	e.do(err)
 	pos := slot
 	if k := len(m.rope.Sections); k > 0 {
 		p := make([]int32, 0, k*b)
@@ -182,24 +240,29 @@ func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tenso
 				p = append(p, l)
 			}
 		}
-		pos = tensor.Must(tensor.FromInt32(p, k, b))
+		pos, err = m.ints(p, k, b)
+		e.do(err)
 	}
 	total := make([]int32, b)
 	for i, l := range lens {
 		total[i] = l + 1
 	}
-	lensT := tensor.Must(tensor.FromInt32(total, b))
-	var e errs
-	x, xv := f32(b, d)
+	lensT, err := m.ints(total, b)
+	e.do(err)
+	x := m.alloc(&e, b, d)
+	h := m.alloc(&e, b, d)
+	q := m.alloc(&e, b, hq, hd)
+	k := m.alloc(&e, b, hkv, hd)
+	v := m.alloc(&e, b, hkv, hd)
+	attn := m.alloc(&e, b, 1, hq, hd)
+	o := m.alloc(&e, b, d)
+	gate := m.alloc(&e, b, c.IntermediateSize)
+	up := m.alloc(&e, b, c.IntermediateSize)
+	if e.err != nil {
+		return nil, e.err
+	}
+	defer releaseAll(x, q, k, v, attn, o, gate, up) // h is returned
 	e.do(m.embedInto(x, ids))
-	h, _ := f32(b, d)
-	q, _ := f32(b, hq, hd)
-	k, _ := f32(b, hkv, hd)
-	v, _ := f32(b, hkv, hd)
-	attn, _ := f32(b, 1, hq, hd)
-	o, ov := f32(b, d)
-	gate, _ := f32(b, c.IntermediateSize)
-	up, _ := f32(b, c.IntermediateSize)
 	for l := range m.layers {
 		ly := &m.layers[l]
 		e.do(tensor.RMSNorm(h, x, ly.inNorm, c.RMSNormEps))
@@ -213,19 +276,28 @@ func (m *Model) decodeStep(tokens, lens, deltas []int32, cache *kvCache) (*tenso
 		e.do(tensor.KVCacheWrite(cache.v[l], v4, slot))
 		e.do(tensor.AttentionDecode(attn, tensor.DecodeInputs{Q: q4, KCache: cache.k[l], VCache: cache.v[l], Lens: lensT}, m.attn))
 		e.do(m.linearFwd(o, attn, ly.o, nil))
-		addTo(xv, ov)
+		e.do(add(x, o))
 		e.do(tensor.RMSNorm(h, x, ly.postNorm, c.RMSNormEps))
 		e.do(m.linearFwd(gate, h, ly.gate, nil))
 		e.do(m.linearFwd(up, h, ly.up, nil))
 		e.do(tensor.SwiGLU(gate, gate, up))
 		e.do(m.linearFwd(o, gate, ly.down, nil))
-		addTo(xv, ov)
+		e.do(add(x, o))
 		if e.err != nil {
 			return nil, e.err
 		}
 	}
 	e.do(tensor.RMSNorm(h, x, m.norm, c.RMSNormEps))
 	return h, e.err
+}
+
+// releaseAll frees device tensors now (host ones are left to the collector).
+func releaseAll(ts ...*tensor.Tensor) {
+	for _, t := range ts {
+		if !t.IsHost() {
+			_ = t.Release()
+		}
+	}
 }
 
 // reshape4 views x [B, H, D] as [B, 1, H, D] (one new token per row).

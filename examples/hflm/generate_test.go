@@ -24,15 +24,16 @@ func TestCacheEqualsFullForward(t *testing.T) {
 			steps := [][]int32{{12, 13, 14}, {20, 21, 22}, {30, 31, 32}, {40, 41, 42}, {50, 51, 52}}
 			in, err := m.packSeqs(prompts)
 			require.NoError(t, err)
-			cache := m.newCache(len(prompts), 7+len(steps))
+			cache, err := m.newCache(len(prompts), 7+len(steps))
+			require.NoError(t, err)
 			a, err := m.forwardCached(in, cache)
 			require.NoError(t, err)
-			last := make([]int, len(prompts))
 			lens := make([]int32, len(prompts))
 			for i, p := range prompts {
-				last[i], lens[i] = in.starts[i+1]-1, int32(len(p))
+				lens[i] = int32(len(p))
 			}
-			hidden := m.gatherRows(a.hidden, last)
+			hidden, err := m.lastHidden(a, in)
+			require.NoError(t, err)
 			seqs := prompts
 			worst := 0.0
 			for s := 0; ; s++ {

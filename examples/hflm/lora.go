@@ -55,32 +55,39 @@ type loraAct struct {
 	keep float32  // the scale of a kept element, 1/(1-p)
 }
 
-// dropped writes the adapter's dropped-out input x·mask/(1-p) into a scratch tensor.
-func (m *Model) dropped(act loraAct) *tensor.Tensor {
+// dropMask returns the dropout's multipliers of act's input as a float32 tensor on the model's
+// backend: 1/(1-p) where an element was kept, 0 where it was dropped. The mask is drawn and
+// kept on the host as bits; it is expanded (and uploaded, on a device) when a pass reads it.
+func (m *Model) dropMask(e *errs, act loraAct) *tensor.Tensor {
 	n, in := act.x.Dim(0), act.x.Dim(1)
-	xd, xdv := m.scratchF32(0, n, in)
-	for i, v := range host(act.x) {
+	h, hv := f32(n, in)
+	for i := range hv {
 		if act.kept[i/64]&(1<<(i%64)) != 0 {
-			xdv[i] = v * act.keep
-		} else {
-			xdv[i] = 0
+			hv[i] = act.keep
 		}
 	}
+	if m.onHost() {
+		return h
+	}
+	mask := m.scratchF32(e, 2, n, in)
+	e.do(tensor.CopyInto(mask, h))
+	return mask
+}
+
+// dropped writes the adapter's dropped-out input x·mask/(1-p) into a scratch tensor.
+func (m *Model) dropped(e *errs, act loraAct) *tensor.Tensor {
+	n, in := act.x.Dim(0), act.x.Dim(1)
+	xd := m.scratchF32(e, 0, n, in)
+	e.do(tensor.Mul(xd, act.x, m.dropMask(e, act)))
 	return xd
 }
 
-// scratchF32 returns slot i of the model's reused buffers as a float32 tensor of the shape
-// (contents undefined): the adapters' temporaries, which would otherwise be garbage every call.
-func (m *Model) scratchF32(i int, shape ...int) (*tensor.Tensor, []float32) {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	if cap(m.scratch[i]) < n {
-		m.scratch[i] = make([]float32, n)
-	}
-	v := m.scratch[i][:n]
-	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+// scratchF32 returns slot i of the model's reused buffers as a float32 tensor of the shape on
+// its backend (contents undefined): the adapters' temporaries, which would otherwise be
+// garbage every call.
+func (m *Model) scratchF32(e *errs, i int, shape ...int) *tensor.Tensor {
+	m.scratch[i] = m.grown(e, m.scratch[i], shape...)
+	return m.view(e, m.scratch[i], shape...)
 }
 
 // AddLoRA adds adapters to the projections cfg selects (LoRAConfig.Resolve), initialised as
@@ -175,16 +182,27 @@ func (m *Model) AddLoRAWhere(cfg LoRAConfig, on func(module string) bool) error 
 			for i := range av {
 				av[i] = float32((2*rng.Float64() - 1) * bound)
 			}
-			b, _ := f32(out, cfg.Rank)
-			ad := &adapter{a: a, b: b, scale: scale, module: lin.name, peft: "base_model.model." + lin.name}
+			a, err := m.upload(a, nil) // drawn on the host, uploaded once
+			if err != nil {
+				return err
+			}
+			var e errs
+			ad := &adapter{a: a, b: m.alloc(&e, out, cfg.Rank), scale: scale, module: lin.name, peft: "base_model.model." + lin.name}
+			ad.ga, ad.gb = m.alloc(&e, cfg.Rank, in), m.alloc(&e, out, cfg.Rank)
+			if e.err != nil {
+				return e.err
+			}
 			if err := ad.pack(); err != nil {
 				return err
 			}
-			ad.ga, _ = f32(cfg.Rank, in)
-			ad.gb, _ = f32(out, cfg.Rank)
 			lin.lora = ad
 			m.adapters = append(m.adapters, ad)
 		}
+	}
+	var e errs
+	m.frozenEnv = &frozenGrads{norm: m.alloc(&e, m.Config.HiddenSize)}
+	if e.err != nil {
+		return e.err
 	}
 	m.lora = &c
 	m.dropSrc = rand.NewPCG(cfg.Seed, 0xd0)
@@ -270,6 +288,7 @@ func (m *Model) loraForward(y, x *tensor.Tensor, ad *adapter, a *acts) error {
 	n := x2.Dim(0)
 	act := loraAct{x: x2}
 	xin := x2
+	var e errs
 	if a != nil && a.keep && m.lora.Dropout > 0 {
 		act.kept = make([]uint64, (n*in+63)/64)
 		act.keep = float32(1 / (1 - m.lora.Dropout))
@@ -278,19 +297,19 @@ func (m *Model) loraForward(y, x *tensor.Tensor, ad *adapter, a *acts) error {
 				act.kept[i/64] |= 1 << (i % 64)
 			}
 		}
-		xin = m.dropped(act)
+		xin = m.dropped(&e, act)
 	}
-	act.t, _ = f32(n, r)
-	var e errs
+	act.t = m.alloc(&e, n, r)
 	e.do(tensor.Linear(act.t, xin, ad.pa))
-	u, uv := m.scratchF32(1, n, out)
+	u := m.scratchF32(&e, 1, n, out)
 	e.do(tensor.Linear(u, act.t, ad.pb))
+	y2, err := y.Reshape(-1, out)
+	e.do(err)
+	if err == nil {
+		e.do(tensor.Axpby(y2, u, ad.scale, 1)) // y += scale·u
+	}
 	if e.err != nil {
 		return e.err
-	}
-	yv := host(y)
-	for i, v := range uv {
-		yv[i] += ad.scale * v
 	}
 	if a != nil && a.keep {
 		a.lora[ad] = act
@@ -307,34 +326,22 @@ func (m *Model) loraBackward(dx, dy *tensor.Tensor, ad *adapter, a *acts) error 
 	r := ad.a.Dim(0)
 	in, out := ad.a.Dim(1), ad.b.Dim(0)
 	n := act.x.Dim(0)
-	dys, dysv := m.scratchF32(1, n, out)
-	for i, v := range host(dy) {
-		dysv[i] = ad.scale * v
-	}
-	dt, _ := f32(n, r)
 	var e errs
+	dys := m.scratchF32(&e, 1, n, out)
+	e.do(tensor.Axpby(dys, dy, ad.scale, 0)) // dys = scale·dy
+	dt := m.alloc(&e, n, r)
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dt, DWeight: ad.gb}, tensor.LinearGrad{X: act.t, Weight: ad.pb, DY: dys, Accumulate: true}))
 	xin := act.x
 	if act.kept != nil {
-		xin = m.dropped(act)
+		xin = m.dropped(&e, act)
 	}
-	dxa, dxav := m.scratchF32(2, n, in)
+	dxa := m.scratchF32(&e, 1, n, in) // dys is dead
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dxa, DWeight: ad.ga}, tensor.LinearGrad{X: xin, Weight: ad.pa, DY: dt, Accumulate: true}))
-	if e.err != nil {
-		return e.err
+	if act.kept != nil {
+		e.do(tensor.Mul(dxa, dxa, m.dropMask(&e, act))) // the dropped elements get no gradient
 	}
-	dxv := host(dx)
-	for i, v := range dxav {
-		if act.kept != nil {
-			if act.kept[i/64]&(1<<(i%64)) != 0 {
-				v *= act.keep
-			} else {
-				v = 0
-			}
-		}
-		dxv[i] += v
-	}
-	return nil
+	e.do(add(dx, dxa))
+	return e.err
 }
 
 // MergeLoRA folds the adapters into the base weights (W += scale·B·A, rounded to float32 once)
@@ -345,13 +352,12 @@ func (m *Model) MergeLoRA() error {
 	}
 	for _, ad := range m.adapters {
 		p := m.byName[ad.module+".weight"]
-		delta, err := ad.delta()
+		ba, err := m.product(ad)
 		if err != nil {
 			return err
 		}
-		w := host(p.value)
-		for i, v := range delta {
-			w[i] += v
+		if err := tensor.Axpby(p.value, ba, ad.scale, 1); err != nil { // W += scale·(B·A)
+			return err
 		}
 		if p.packed != nil { // nil in bf16 mode: its copy is refreshed below
 			if err := p.packed.Repack(); err != nil {
@@ -373,10 +379,22 @@ func (m *Model) MergeLoRA() error {
 	return nil
 }
 
-// delta returns scale·B·A [out, in], the adapter's change of its base weight.
-func (ad *adapter) delta() ([]float32, error) {
-	ba, v := f32(ad.b.Dim(0), ad.a.Dim(1))
-	if err := tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}); err != nil {
+// product returns B·A [out, in] on the model's backend.
+func (m *Model) product(ad *adapter) (*tensor.Tensor, error) {
+	var e errs
+	ba := m.alloc(&e, ad.b.Dim(0), ad.a.Dim(1))
+	e.do(tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}))
+	return ba, e.err
+}
+
+// delta returns scale·B·A [out, in] on the host, the adapter's change of its base weight.
+func (m *Model) delta(ad *adapter) ([]float32, error) {
+	ba, err := m.product(ad)
+	if err != nil {
+		return nil, err
+	}
+	v, err := download(ba)
+	if err != nil {
 		return nil, err
 	}
 	for i := range v {
@@ -385,8 +403,8 @@ func (ad *adapter) delta() ([]float32, error) {
 	return v, nil
 }
 
-// SaveLoRA writes the adapters as PEFT's save_pretrained does: adapter_config.json and
-// adapter_model.safetensors (float32) with PEFT's names,
+// SaveLoRA writes the adapters (downloaded from the model's backend) as PEFT's save_pretrained
+// does: adapter_config.json and adapter_model.safetensors (float32) with PEFT's names,
 // base_model.model.model.layers.i.self_attn.q_proj.lora_A.weight and so on. baseModel is
 // written as base_model_name_or_path.
 func (m *Model) SaveLoRA(dir, baseModel string) error {
@@ -403,7 +421,11 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 			suffix string
 			t      *tensor.Tensor
 		}{{".lora_A.weight", ad.a}, {".lora_B.weight", ad.b}} {
-			t, err := hfmodel.NewTensor(ad.peft+p.suffix, p.t.Shape(), host(p.t), hfmodel.Float32)
+			v, err := download(p.t)
+			if err != nil {
+				return err
+			}
+			t, err := hfmodel.NewTensor(ad.peft+p.suffix, p.t.Shape(), v, hfmodel.Float32)
 			if err != nil {
 				return err
 			}
@@ -443,7 +465,9 @@ func (m *Model) LoadLoRA(dir string) error {
 			if t == nil || !slices.Equal(t.Shape, p.t.Shape()) {
 				return tensor.Errorf(tensor.ErrShape, op, name, "missing or not of shape %v", p.t.Shape())
 			}
-			copy(host(p.t), t.Float32s())
+			if err := tensor.CopyInto(p.t, tensor.Must(tensor.FromFloat32(t.Float32s(), p.t.Shape()...))); err != nil {
+				return err
+			}
 			delete(byName, name)
 		}
 		if err := ad.pack(); err != nil {
@@ -456,11 +480,7 @@ func (m *Model) LoadLoRA(dir string) error {
 	return nil
 }
 
-// frozen returns the scratch gradients of the frozen base, allocated on first use.
+// frozen returns the scratch gradients of the frozen base (allocated by AddLoRA).
 func (m *Model) frozen() *frozenGrads {
-	if m.frozenEnv == nil {
-		norm, _ := f32(m.Config.HiddenSize)
-		m.frozenEnv = &frozenGrads{norm: norm}
-	}
 	return m.frozenEnv
 }

@@ -42,6 +42,10 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 		if m.mp != nil {
 			return nil
 		}
+		if !m.onHost() {
+			// The rounding of every activation and the bfloat16 copies run on the host's slices.
+			return tensor.Errorf(tensor.ErrBackend, "hflm.Model.SetMixedPrecision", "dt", "bf16 mixed precision runs on the CPU backend only, not on %s (compute in float32 there)", m.b.Name())
+		}
 		if err := m.thaw(); err != nil { // the float32 masters
 			return err
 		}
@@ -132,10 +136,11 @@ func roundBF16(v []float32) {
 	}
 }
 
-// round rounds an op's output to bfloat16 values in bf16 mode.
-func (m *Model) round(v []float32) {
+// round rounds an op's output to bfloat16 values in bf16 mode (host tensors only: bf16 mode
+// runs on the CPU backend).
+func (m *Model) round(t *tensor.Tensor) {
 	if m.mp != nil {
-		roundBF16(v)
+		roundBF16(host(t))
 	}
 }
 

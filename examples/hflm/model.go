@@ -10,10 +10,13 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// Model is a Qwen2 or Llama causal language model in float32 on the host, its weights packed
-// once for tensor.Linear.
+// Model is a Qwen2 or Llama causal language model in float32 on a tensor.Backend (the host's
+// unless LoadOn chose another), its weights packed once for tensor.Linear.
 type Model struct {
 	Config *hfmodel.Config
+
+	// b is where the weights, activations, caches and gradients live (LoadOn).
+	b tensor.Backend
 
 	// params are the weights in Hugging Face's state_dict order, named as it names them; grads
 	// (nil until the first training pass or Params) are their gradients.
@@ -36,8 +39,8 @@ type Model struct {
 	dropRNG   *rand.Rand
 	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
-	scratch   [3][]float32         // scratchF32's buffers
-	bufs      map[string][]float32 // reused's buffers
+	scratch   [3]*tensor.Tensor         // scratchF32's buffers (flat, grown on demand)
+	bufs      map[string]*tensor.Tensor // reused's buffers (flat, grown on demand)
 
 	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
 	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
@@ -75,11 +78,24 @@ type layer struct {
 // Load converts a checkpoint's weights to float32 (bfloat16 and float16 widen exactly) and
 // packs its linear layers, holding each matrix once, as its packed panels: inference and LoRA
 // never need more; full training unpacks them (exactly) on first use. The model keeps no
-// reference to ck, which may be closed.
+// reference to ck, which may be closed. It computes on the host; LoadOn chooses the backend.
 func Load(ck *hfmodel.Checkpoint) (*Model, error) {
+	return LoadOn(ck, tensor.CPU())
+}
+
+// LoadOn is Load onto backend b (a *cuda.Backend, say): every weight is uploaded once and
+// packed with b's packed-weight type, and the activations, key/value caches, gradients and
+// optimizer state of the model's passes live there too. What comes back to the host is what
+// the host reads: the scored log-probs, one row of logits per sampled token, the weights
+// that SaveLoRA, Checkpoint and the trainer's checkpoints write. bf16 mixed precision
+// (SetMixedPrecision) runs on the CPU backend only.
+func LoadOn(ck *hfmodel.Checkpoint, b tensor.Backend) (*Model, error) {
 	const op = "hflm.Load"
 	if ck == nil || ck.Config == nil {
 		return nil, tensor.Errorf(tensor.ErrParam, op, "ck", "is nil or has no config")
+	}
+	if b == nil {
+		return nil, tensor.Errorf(tensor.ErrParam, op, "b", "is nil")
 	}
 	c := ck.Config
 	if c.HiddenAct != "silu" {
@@ -91,6 +107,7 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 	}
 	m := &Model{
 		Config: c,
+		b:      b,
 		byName: map[string]*param{},
 		rope:   tensor.RoPEConfig{Theta: c.RopeTheta, Frequencies: freq},
 		attn:   tensor.DefaultAttentionConfig(c.HeadDim, true),
@@ -104,7 +121,7 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 		if t == nil {
 			return nil, tensor.Errorf(tensor.ErrParam, op, s.Name, "is missing from the checkpoint")
 		}
-		v, err := tensor.FromFloat32(t.Float32s(), s.Shape...)
+		v, err := m.upload(tensor.FromFloat32(t.Float32s(), s.Shape...))
 		if err != nil {
 			return nil, err
 		}
@@ -156,13 +173,24 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 
 // LoadDir opens a checkpoint directory, loads it and closes it.
 func LoadDir(dir string) (*Model, error) {
+	return LoadDirOn(dir, tensor.CPU())
+}
+
+// LoadDirOn is LoadDir onto backend b (LoadOn).
+func LoadDirOn(dir string, b tensor.Backend) (*Model, error) {
 	ck, err := hfmodel.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	return Load(ck)
+	return LoadOn(ck, b)
 }
+
+// Backend is where the model computes (LoadOn).
+func (m *Model) Backend() tensor.Backend { return m.b }
+
+// onHost reports whether the model computes on the CPU backend.
+func (m *Model) onHost() bool { return m.b == tensor.CPU() }
 
 func (m *Model) packWeight(name string) (*tensor.PackedWeight, error) {
 	p := m.byName[name]
@@ -218,9 +246,10 @@ func (m *Model) NumParams() int {
 }
 
 // Weight returns the float32 weight named as Hugging Face names it, or nil (also for a matrix
-// of a LoRA model's frozen base, which is held only packed: Checkpoint exports it). Writing
-// into it changes the model (call Repack after changing a matrix). Without LoRA it gives the
-// matrices their float32 values back first (as training in full does).
+// of a LoRA model's frozen base, which is held only packed: Checkpoint exports it), on the
+// model's backend. Writing into it changes the model (call Repack after changing a matrix).
+// Without LoRA it gives the matrices their float32 values back first (as training in full
+// does).
 func (m *Model) Weight(name string) *tensor.Tensor {
 	p := m.byName[name]
 	if p == nil {
@@ -265,21 +294,22 @@ func (m *Model) ensureGrads() error {
 }
 
 // ZeroGrads sets every gradient to zero.
-func (m *Model) ZeroGrads() {
+func (m *Model) ZeroGrads() error {
+	var e errs
 	for _, ad := range m.adapters {
-		clear(host(ad.ga))
-		clear(host(ad.gb))
+		e.do(zero(ad.ga))
+		e.do(zero(ad.gb))
 	}
 	for _, p := range m.params {
 		if p.grad != nil {
-			g, _ := p.grad.Float32s()
-			clear(g)
+			e.do(zero(p.grad))
 		}
 	}
+	return e.err
 }
 
 // Checkpoint returns the weights the model computes with as a checkpoint in Hugging Face's
-// layout (float32; Save converts), adapters merged into copies of their base weights (the
+// layout (float32, downloaded from the model's backend; Save converts), adapters merged into copies of their base weights (the
 // model keeps them), with generation config gen (may be nil): the export of a trained model.
 func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, error) {
 	merged := map[string]*adapter{}
@@ -294,9 +324,12 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 		if err != nil {
 			return nil, err
 		}
-		v := host(val)
+		v, err := download(val)
+		if err != nil {
+			return nil, err
+		}
 		if ad := merged[p.name]; ad != nil {
-			delta, err := ad.delta()
+			delta, err := m.delta(ad)
 			if err != nil {
 				return nil, err
 			}

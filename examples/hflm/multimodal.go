@@ -65,11 +65,14 @@ func (m *Model) packInput(inp Input) (*packed, error) {
 		}
 		flat = append(flat, row...)
 	}
-	in.pos = tensor.Must(tensor.FromInt32(flat, k, in.n))
+	if in.pos, err = m.ints(flat, k, in.n); err != nil {
+		return nil, err
+	}
 	return in, nil
 }
 
-// LogitsInput returns the next-token logits [N, V] of every packed token of the input.
+// LogitsInput returns the next-token logits [N, V] of every packed token of the input, on the
+// model's backend.
 func (m *Model) LogitsInput(inp Input) (*tensor.Tensor, error) {
 	in, err := m.packInput(inp)
 	if err != nil {
@@ -79,6 +82,7 @@ func (m *Model) LogitsInput(inp Input) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, _ := f32(in.n, m.Config.VocabSize)
-	return logits, tensor.Linear(logits, m.store(a.hidden), m.head)
+	logits := m.alloc(&a.e, in.n, m.Config.VocabSize)
+	a.e.do(tensor.Linear(logits, m.store(a.hidden), m.head))
+	return logits, a.e.err
 }

@@ -29,8 +29,8 @@ type Policy[P any] struct {
 	Padded bool
 }
 
-// Backend is the host: the model computes there.
-func (p *Policy[P]) Backend() tensor.Backend { return tensor.CPU() }
+// Backend is the model's backend (LoadOn): the per-token tensors of the loop's step live there.
+func (p *Policy[P]) Backend() tensor.Backend { return p.Model.Backend() }
 
 func (p *Policy[P]) prompts(ps []P) [][]int32 {
 	out := make([][]int32, len(ps))
@@ -93,7 +93,8 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 }
 
 // WriteScores writes ragged per-token log-probs and entropies into the [rows, t] tensors of
-// loop.Scorer (ent may be nil), zero past each row's length.
+// loop.Scorer (ent may be nil), zero past each row's length; tensors on a device get one
+// upload each.
 func WriteScores(logp, ent *tensor.Tensor, logProbs, entropy [][]float32, t int) error {
 	for _, o := range []struct {
 		t    *tensor.Tensor
@@ -102,13 +103,26 @@ func WriteScores(logp, ent *tensor.Tensor, logProbs, entropy [][]float32, t int)
 		if o.t == nil {
 			continue
 		}
-		v, err := o.t.Float32s()
+		dst := o.t
+		if !dst.IsHost() {
+			h, err := tensor.New(tensor.CPU(), tensor.Float32, dst.Shape()...)
+			if err != nil {
+				return err
+			}
+			dst = h
+		}
+		v, err := dst.Float32s()
 		if err != nil {
 			return err
 		}
 		clear(v)
 		for i, r := range o.rows {
 			copy(v[i*t:], r)
+		}
+		if dst != o.t {
+			if err := tensor.CopyInto(o.t, dst); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -155,7 +169,7 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 		if d == nil {
 			return nil, nil
 		}
-		v, err := d.Float32s()
+		v, err := download(d) // [rows, T]: small, and the backward's per-row cut is the host's
 		if err != nil {
 			return nil, err
 		}
@@ -181,9 +195,9 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 
 func (p *pass) Release() { p.backward = nil }
 
-// Params are the model's parameters and gradients, named as Hugging Face names them, for
-// loop.HostGradients and AdamW (weight decay on matrices, not on norms and biases); with LoRA
-// the adapters' alone, named as PEFT names them.
+// Params are the model's parameters and gradients on its backend, named as Hugging Face names
+// them, for the optimizer (weight decay on matrices, not on norms and biases); with LoRA the
+// adapters' alone, named as PEFT names them.
 func (m *Model) Params() ([]loop.Param, error) {
 	if err := m.ensureGrads(); err != nil {
 		return nil, err
@@ -218,9 +232,13 @@ func (o *AdamW) Step(lr, maxNorm float64) (float64, error) {
 	return norm, o.repack()
 }
 
-// Training returns what loop.Parts needs to train the model: AdamW (torch's defaults with
-// weightDecay) and the host gradients.
+// Training returns what loop.Parts needs to train the model on the host: AdamW (torch's
+// defaults with weightDecay) and the host gradients. A model on another backend trains with
+// DeviceTraining.
 func (m *Model) Training(weightDecay float64) (*AdamW, *loop.HostGradients, error) {
+	if !m.onHost() {
+		return nil, nil, tensor.Errorf(tensor.ErrBackend, "hflm.Model.Training", "m", "is on %s: its parameters are not host tensors (use DeviceTraining)", m.b.Name())
+	}
 	ps, err := m.Params()
 	if err != nil {
 		return nil, nil, err

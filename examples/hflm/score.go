@@ -14,8 +14,9 @@ type Scores struct {
 
 	m       *Model
 	a       *acts
-	cols    []int // positions scored per row when padded (nil: its completion's length)
-	rows    []int // packed row of each scored position (the hidden state that predicts it)
+	cols    []int          // positions scored per row when padded (nil: its completion's length)
+	rows    []int          // packed row of each scored position (the hidden state that predicts it)
+	rowIDs  *tensor.Tensor // rows as int32 on the model's backend
 	lmIn    tensor.LMHeadInputs
 	lp, ent *tensor.Tensor // [M]
 }
@@ -102,13 +103,32 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 		return s, nil
 	}
 	// bfloat16 in bf16 mode; the backward does not read a.hidden.
-	hidden := m.store(m.gatherRows(a.hidden, s.rows))
+	if s.rowIDs, err = m.ints(rowIDs(s.rows), mm); err != nil {
+		return nil, err
+	}
+	hidden, err := m.gatherRows(a.hidden, s.rowIDs)
+	if err != nil {
+		return nil, err
+	}
 	a.hidden = nil
-	s.lmIn = tensor.LMHeadInputs{Hidden: hidden, Weight: m.head, Targets: tensor.Must(tensor.FromInt32(targets, mm)), Temperature: temperature}
-	var lpv, entv []float32
-	s.lp, lpv = f32(mm)
-	s.ent, entv = f32(mm)
-	if err := tensor.LMHeadLogProbs(s.lp, s.ent, s.lmIn); err != nil {
+	tg, err := m.ints(targets, mm)
+	if err != nil {
+		return nil, err
+	}
+	s.lmIn = tensor.LMHeadInputs{Hidden: m.store(hidden), Weight: m.head, Targets: tg, Temperature: temperature}
+	var e errs
+	s.lp, s.ent = m.alloc(&e, mm), m.alloc(&e, mm)
+	e.do(tensor.LMHeadLogProbs(s.lp, s.ent, s.lmIn))
+	if e.err != nil {
+		return nil, e.err
+	}
+	// The scored positions' log-probs and entropies come to the host (a download on a device).
+	lpv, err := download(s.lp)
+	if err != nil {
+		return nil, err
+	}
+	entv, err := download(s.ent)
+	if err != nil {
 		return nil, err
 	}
 	k := 0
@@ -119,13 +139,20 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 	return s, nil
 }
 
-// gatherRows copies rows of x [N, D] into a new [len(rows), D] tensor.
-func (m *Model) gatherRows(x *tensor.Tensor, rows []int) *tensor.Tensor {
-	d := x.Dim(1)
-	out, ov := f32(len(rows), d)
-	xv := host(x)
+// gatherRows copies rows of x [N, D] (the int32 row indices rows, on x's backend) into a new
+// [len(rows), D] tensor: tensor.Embedding with x as the table.
+func (m *Model) gatherRows(x, rows *tensor.Tensor) (*tensor.Tensor, error) {
+	var e errs
+	out := m.alloc(&e, rows.Len(), x.Dim(1))
+	e.do(tensor.Embedding(out, x, rows))
+	return out, e.err
+}
+
+// rowIDs converts row indices to int32.
+func rowIDs(rows []int) []int32 {
+	out := make([]int32, len(rows))
 	for i, r := range rows {
-		copy(ov[i*d:(i+1)*d], xv[r*d:(r+1)*d])
+		out[i] = int32(r)
 	}
 	return out
 }
@@ -142,7 +169,11 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 	}
 	mm := len(s.rows)
 	d := s.m.Config.HiddenSize
-	dHidden, dhv := f32(s.a.in.n, d)
+	var e errs
+	dHidden := s.m.alloc(&e, s.a.in.n, d)
+	if e.err != nil {
+		return e.err
+	}
 	if mm > 0 {
 		flat := func(name string, g [][]float32) (*tensor.Tensor, error) {
 			if g == nil {
@@ -160,7 +191,7 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 				copy(ov[k:], r)
 				k += s.scored(i) // the padding's positions: zero
 			}
-			return out, nil
+			return s.m.upload(out, nil)
 		}
 		dlp, err := flat("dLogProbs", dLogProbs)
 		if err != nil {
@@ -170,19 +201,18 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 		if err != nil {
 			return err
 		}
-		dh, dhSel := f32(mm, d)
-		err = tensor.LMHeadBackward(dh, s.m.headGrad(), tensor.LMHeadGrad{
+		dh := s.m.alloc(&e, mm, d)
+		e.do(tensor.LMHeadBackward(dh, s.m.headGrad(), tensor.LMHeadGrad{
 			LMHeadInputs: s.lmIn, LogProbs: s.lp, Entropy: s.ent,
 			DLogProbs: dlp, DEntropy: dent, Accumulate: true,
-		})
-		if err != nil {
-			return err
-		}
-		if !s.m.Config.TieWordEmbeddings {
+		}))
+		if e.err == nil && !s.m.Config.TieWordEmbeddings {
 			s.m.reportFinal("lm_head.weight")
 		}
-		for i, r := range s.rows {
-			copy(dhv[r*d:(r+1)*d], dhSel[i*d:(i+1)*d])
+		// Each scored row's gradient into its packed row (the rows are distinct: a copy).
+		e.do(tensor.EmbeddingBackward(dHidden, tensor.EmbeddingGrad{IDs: s.rowIDs, DY: dh, Accumulate: true}))
+		if e.err != nil {
+			return e.err
 		}
 	}
 	return s.m.backward(s.a, dHidden)

@@ -70,6 +70,19 @@ func useDevice(m *vlm.Model, ordinal int) (actorDevice, error) {
 
 func (d *cudaActor) backend() tensor.Backend { return d.b }
 
+// openCUDA opens CUDA device ordinal for a model_path run (hflm.LoadOn) and returns its
+// closer.
+func openCUDA(ordinal int) (tensor.Backend, func() error, error) {
+	b, err := cuda.New(ordinal)
+	if err != nil {
+		return nil, nil, err
+	}
+	if testDeviceOpened != nil {
+		testDeviceOpened(ordinal, b.Name())
+	}
+	return b, b.Close, nil
+}
+
 func (d *cudaActor) attach(m *vlm.Model) error {
 	if err := m.UseOps(d.ops); err != nil {
 		return err

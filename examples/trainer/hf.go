@@ -16,6 +16,7 @@ import (
 	"github.com/mtrl-go/mtrl/advantage"
 	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -98,8 +99,14 @@ func (c Config) validateModelPath() error {
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
 	switch {
-	case a.Device == "cuda":
-		return keyErr("worker.actor.device", "is cuda %s: the Hugging Face model runs on the host only (device=cpu)", why)
+	case a.Device == "cuda" && vl:
+		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint: the vision-language model runs on the host only (device=cpu); text models (Qwen2, Llama) run on cuda", why)
+	case a.Device == "cuda" && max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
+		return keyErr("worker.actor.device", "is cuda %s with %d data-parallel ranks: a model_path run on the device is one rank for now (n_gpus_per_node=1, nnodes=1), or use device=cpu", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode))
+	case a.Device == "cuda" && a.offloadOptimizer():
+		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s: the Hugging Face model's AdamW state stays on the device (offload is the built-in model's for now); set false", why)
+	case a.Device == "cuda" && a.dtypeName() != "float32":
+		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s: bf16 mixed precision of the Hugging Face model runs on the CPU only; set fp32", a.FSDP.MixedPrecisionDType, why)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
 		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:
@@ -339,8 +346,16 @@ type textModel struct {
 	modelDir string
 }
 
-// Training implements hfSession.training: the model's own AdamW (which repacks the weights).
+// Training implements hfSession.training: the model's own AdamW (which repacks the weights),
+// on the host or on the model's device.
 func (m *textModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
+	if m.Backend() != tensor.CPU() {
+		opt, grads, err := m.Model.DeviceTraining(weightDecay)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return opt, opt.AdamW, grads, nil
+	}
 	opt, grads, err := m.Model.Training(weightDecay)
 	if err != nil {
 		return nil, nil, nil, err
@@ -434,9 +449,22 @@ func parseShardSize(s string) (int64, error) {
 	return int64(x * mult), nil
 }
 
+// actorBackend is where a model_path run's model computes (worker.actor.device) and its
+// closer: the CPU, or this rank's CUDA device (a binary built with -tags cuda).
+func (c Config) actorBackend() (tensor.Backend, func() error, error) {
+	if c.Worker.Actor.Device != "cuda" {
+		return tensor.CPU(), func() error { return nil }, nil
+	}
+	b, closeB, err := openCUDA(c.deviceOrdinal)
+	if err != nil {
+		return nil, nil, keyErr("worker.actor.device", "is cuda: %v", err)
+	}
+	return b, closeB, nil
+}
+
 // openHF opens the checkpoint, its tokenizer and chat template (tokenizer_path, else
 // model_path), adds the adapters and encodes the training and validation prompts.
-func openHF(cfg Config) (*hfSession[hfPrompt], error) {
+func openHF(cfg Config) (_ *hfSession[hfPrompt], err error) {
 	mc := cfg.Worker.Actor.Model
 	key := func(err error) error { return keyErr("worker.actor.model.model_path", "%s: %v", mc.ModelPath, err) }
 	ck, err := hfmodel.Open(mc.ModelPath)
@@ -452,7 +480,17 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 		ck.Close()
 		return nil, err
 	}
-	model, err := hflm.Load(ck)
+	backend, closeBackend, err := cfg.actorBackend()
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = closeBackend()
+		}
+	}()
+	model, err := hflm.LoadOn(ck, backend)
 	ck.Close()
 	if err != nil {
 		return nil, key(err)
@@ -512,13 +550,15 @@ func openHF(cfg Config) (*hfSession[hfPrompt], error) {
 		train:    train,
 		val:      val,
 		export:   m.save,
+		close:    closeBackend,
 	}
 	s.reference = func() (loop.Scorer[hfPrompt], error) {
 		if mc.LoraRank > 0 {
 			return policyOf(model.Base(), gen, tok, padded), nil // the adapters off: no copy
 		}
-		// Full fine-tuning changes the weights: the reference is a second, frozen load.
-		ref, err := hflm.LoadDir(mc.ModelPath)
+		// Full fine-tuning changes the weights: the reference is a second, frozen load (on the
+		// policy's backend).
+		ref, err := hflm.LoadDirOn(mc.ModelPath, backend)
 		if err != nil {
 			return nil, key(err)
 		}

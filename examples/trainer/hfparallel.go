@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -171,6 +172,11 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 	}
 	adam.Beta1, adam.Beta2, adam.Eps = o.Betas[0], o.Betas[1], o.Eps
 	t.adam = adam
+	if dev, ok := opt.(*hflm.DeviceAdamW); ok {
+		// The model on a device (one rank): its gradients are summed there, in place.
+		t.devOpt = dev
+		return opt, g, nil
+	}
 	if !rc.Ordered {
 		ps, err := t.s.model.Params()
 		if err != nil {
@@ -293,5 +299,8 @@ func (t *hfTrainer[P]) setMoments(ms [][][]float32, shards []loop.MomentShard, s
 		copy(t.adam.V[i], ms[1][i])
 	}
 	t.adam.T = steps
+	if t.devOpt != nil {
+		return t.devOpt.LoadMoments()
+	}
 	return nil
 }

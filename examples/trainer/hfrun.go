@@ -13,7 +13,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/perturb"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -55,6 +57,8 @@ type hfSession[P any] struct {
 	describe string
 	// perturb is the image perturbation of the perturbed scoring pass (nil: a text model).
 	perturb perturb.Perturbation
+	// close gives back the model's device at the end of the run (nil: nothing to give back).
+	close func() error
 }
 
 // hfState is state.json of a model_path checkpoint: with the trained weights
@@ -86,6 +90,9 @@ type hfTrainer[P any] struct {
 	comm collective.Comm
 	rctx context.Context
 	zero *loop.ShardedAdamW
+	// devOpt is the optimizer of a model on a device (worker.actor.device=cuda), whose moments
+	// live there: t.adam is its host copy, refreshed for a checkpoint.
+	devOpt *hflm.DeviceAdamW
 }
 
 // newHFTrainer builds the RL loop of one rank: the session's perturbation (none for a text
@@ -133,9 +140,14 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.devOpt != nil { // the device's moments come down into t.adam
+		if err := t.devOpt.SaveMoments(); err != nil {
+			return nil, err
+		}
+	}
 	var ws, moments []NamedTensor
 	for i, p := range ps {
-		w, err := p.Value.Float32s()
+		w, err := hostValues(p.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -214,9 +226,20 @@ func trainedWeights(dir string, files map[string][]byte, file string, ps []loop.
 	return out, nil
 }
 
-// setWeights copies ws into the trained parameters and repacks the model.
+// setWeights copies ws into the trained parameters (an upload for a model on a device) and
+// repacks the model.
 func (t *hfTrainer[P]) setWeights(ps []loop.Param, ws [][]float32) error {
 	for i, p := range ps {
+		if !p.Value.IsHost() {
+			h, err := tensor.FromFloat32(ws[i], p.Value.Shape()...)
+			if err == nil {
+				err = tensor.CopyInto(p.Value, h)
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		w, err := p.Value.Float32s()
 		if err != nil {
 			return err
@@ -224,6 +247,18 @@ func (t *hfTrainer[P]) setWeights(ps []loop.Param, ws [][]float32) error {
 		copy(w, ws[i])
 	}
 	return t.s.model.Repack()
+}
+
+// hostValues returns a float32 tensor's values on the host: its own, or a download from a
+// device.
+func hostValues(x *tensor.Tensor) ([]float32, error) {
+	if !x.IsHost() {
+		var err error
+		if x, err = tensor.To(tensor.CPU(), x); err != nil {
+			return nil, err
+		}
+	}
+	return x.Float32s()
 }
 
 // load restores a checkpoint written by save: weights, moments, dropout state, data position
@@ -415,6 +450,13 @@ func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSes
 	s, err := open(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if s.close != nil {
+		defer func() {
+			if cerr := s.close(); err == nil && cerr != nil {
+				err = fmt.Errorf("worker.actor.device: %w", cerr)
+			}
+		}()
 	}
 	steps := c.Steps
 	if steps == 0 {

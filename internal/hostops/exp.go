@@ -31,15 +31,24 @@ func Exp32(x float32) float32 {
 		return float32(math.Exp(float64(x)))
 	}
 	// k = round(x/ln2), r = x - k*ln2 in [-ln2/2, ln2/2].
-	kf := x*log2e + 0.5
+	// The float32 conversions keep each product rounded (no FMA under GOAMD64=v3), so the result
+	// is the same on every build and tensor's vector kernels can reproduce it bit for bit.
+	kf := float32(x*log2e) + 0.5
 	ki := int32(kf)
 	if kf < float32(ki) {
 		ki--
 	}
 	k := float32(ki)
-	r := (x - k*ln2Hi) - k*ln2Lo
-	// Taylor polynomial of degree 7: truncation error |r|^8/8! < 6e-9 on the reduced range.
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	r := float32(x-float32(k*ln2Hi)) - float32(k*ln2Lo)
+	// Taylor polynomial of degree 7 in Horner form: truncation error |r|^8/8! < 6e-9 on the
+	// reduced range.
+	p := 1.0/720 + float32(r*(1.0/5040))
+	p = 1.0/120 + float32(r*p)
+	p = 1.0/24 + float32(r*p)
+	p = 1.0/6 + float32(r*p)
+	p = 1.0/2 + float32(r*p)
+	p = 1 + float32(r*p)
+	p = 1 + float32(r*p)
 	return p * math.Float32frombits(uint32(ki+127)<<23)
 }
 

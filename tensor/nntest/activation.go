@@ -1,6 +1,8 @@
 package nntest
 
 import (
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
@@ -46,6 +48,43 @@ func Activation(t *testing.T, b tensor.Backend) {
 		near(t, "dgate", got[1], dg, rtol, atol)
 		near(t, "dup", got[2], du, rtol, atol)
 	})
+	t.Run("arith", func(t *testing.T) {
+		// Axpby at its special cases (beta 0 never reads y, which holds NaN there; alpha 0 never
+		// reads x) and a general one, and Mul.
+		nan := make([]float32, n)
+		for i := range nan {
+			nan[i] = float32(math.NaN())
+		}
+		for _, c := range []struct{ alpha, beta float32 }{{1, 1}, {0.375, 1}, {-1.5, 0}, {0, 0}, {0, 0.5}, {0.75, -2}} {
+			yv := yvOf(uv, nan, c.beta)
+			xv := yvOf(xv, nan, c.alpha)
+			got := twice(t, func() [][]float32 {
+				y := e.f32(yv, n)
+				e.ok(tensor.Axpby(y, e.f32(xv, n), c.alpha, c.beta))
+				return [][]float32{e.host(y)}
+			})
+			want := make([]float64, n)
+			for i := range want {
+				if c.alpha != 0 {
+					want[i] = float64(c.alpha) * float64(xv[i])
+				}
+				if c.beta != 0 {
+					want[i] += float64(c.beta) * float64(yv[i])
+				}
+			}
+			near(t, fmt.Sprintf("axpby(%v, %v)", c.alpha, c.beta), got[0], want, rtol, atol)
+		}
+		got := twice(t, func() [][]float32 {
+			y := e.zeros(n)
+			e.ok(tensor.Mul(y, e.f32(xv, n), e.f32(uv, n)))
+			return [][]float32{e.host(y)}
+		})
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = x[i] * u[i]
+		}
+		near(t, "mul", got[0], want, rtol, atol)
+	})
 	activationBF16(t, b)
 }
 
@@ -89,4 +128,13 @@ func activationBF16(t *testing.T, b tensor.Backend) {
 		checkBF16(t, []string{"y", "dgate", "dup"}, []bool{true, true, true}, twice(t, func() [][]float32 { return run(true) }), run(false),
 			[][]float32{y, dg, du}, tl)
 	})
+}
+
+// yvOf is v, or nan when the coefficient that would read it is 0 (an operand Axpby must not
+// read).
+func yvOf(v, nan []float32, coef float32) []float32 {
+	if coef == 0 {
+		return nan
+	}
+	return v
 }

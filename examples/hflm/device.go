@@ -1,0 +1,166 @@
+package hflm
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
+	"github.com/mtrl-go/mtrl/tprl/loop"
+)
+
+// DeviceAdamW is the optimizer of a model on a device (LoadOn): the gradient norm, clipping and
+// torch's AdamW step (tensor.ClipGradNorm, tensor.AdamWStep) run where the parameters live, the
+// moments stay there, and the weights are repacked after each step. The embedded loop.AdamW
+// holds the hyper-parameters and the step count; its M and V are the host's copy of the
+// moments, written by SaveMoments and read by LoadMoments (a checkpoint, a resume).
+type DeviceAdamW struct {
+	*loop.AdamW
+	Params []loop.Param
+	m, v   []*tensor.Tensor
+	repack func() error
+}
+
+// DeviceGradients is the loop.Gradients of one device: the backward adds every micro-batch's
+// gradient into the parameters' gradients, so Collect has nothing to move and Reduce scales
+// the sum in place. It sums in micro-batch order into one tensor, not micro-batch by
+// micro-batch as loop.HostGradients does, so the sum's float32 roundings differ from the
+// host's. One rank only: data-parallel training of a device model is not supported yet.
+type DeviceGradients struct {
+	Params []loop.Param
+}
+
+// DeviceTraining returns what loop.Parts needs to train a model on a device: DeviceAdamW
+// (torch's defaults with weightDecay) and DeviceGradients. On the CPU backend use Training.
+func (m *Model) DeviceTraining(weightDecay float64) (*DeviceAdamW, *DeviceGradients, error) {
+	ps, err := m.Params()
+	if err != nil {
+		return nil, nil, err
+	}
+	return NewDeviceAdamW(ps, weightDecay, m.Repack)
+}
+
+// NewDeviceAdamW is DeviceTraining over ps (all on one backend) that calls repack after each
+// step.
+func NewDeviceAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*DeviceAdamW, *DeviceGradients, error) {
+	if len(ps) == 0 {
+		return nil, nil, fmt.Errorf("hflm: no parameters to train")
+	}
+	sizes := make([]int, len(ps))
+	o := &DeviceAdamW{Params: ps, repack: repack}
+	for i, p := range ps {
+		if p.Value == nil || p.Grad == nil || p.Value.Backend() != ps[0].Value.Backend() {
+			return nil, nil, fmt.Errorf("hflm: parameter %s: nil, or not on %s", p.Name, ps[0].Value.Backend().Name())
+		}
+		sizes[i] = p.Value.Len()
+		m, err := tensor.NewLike(p.Value, tensor.Float32)
+		if err != nil {
+			return nil, nil, err
+		}
+		v, err := tensor.NewLike(p.Value, tensor.Float32)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.m, o.v = append(o.m, m), append(o.v, v)
+	}
+	o.AdamW = loop.NewAdamW(sizes, 0.9, 0.999, 1e-8, weightDecay)
+	return o, &DeviceGradients{Params: ps}, nil
+}
+
+// Steps is the number of steps taken.
+func (o *DeviceAdamW) Steps() int { return o.T }
+
+// Step implements loop.Optimizer: the global gradient norm, clipping to maxNorm (when > 0),
+// and, when the norm is finite, one AdamW step of every parameter; the gradients are zero
+// afterwards either way. It returns the norm before clipping.
+func (o *DeviceAdamW) Step(lr, maxNorm float64) (float64, error) {
+	grads := make([]*tensor.Tensor, len(o.Params))
+	for i, p := range o.Params {
+		grads[i] = p.Grad
+	}
+	var norm float64
+	var err error
+	if maxNorm > 0 {
+		norm, err = tensor.ClipGradNorm(grads, maxNorm)
+	} else {
+		norm, err = tensor.GradNorm(grads)
+	}
+	if err == nil && !math.IsNaN(norm) && !math.IsInf(norm, 0) {
+		o.T++
+		for i, p := range o.Params {
+			cfg := tensor.AdamWConfig{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps}
+			if p.Decay {
+				cfg.WeightDecay = o.WeightDecay
+			}
+			if err = tensor.AdamWStep(tensor.AdamWParams{Param: p.Value, Grad: p.Grad, ExpAvg: o.m[i], ExpAvgSq: o.v[i]}, o.T, cfg); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = o.repack()
+		}
+	}
+	for _, g := range grads {
+		if zerr := zero(g); err == nil {
+			err = zerr
+		}
+	}
+	return norm, err
+}
+
+// SaveMoments downloads the moments into the host copy M and V.
+func (o *DeviceAdamW) SaveMoments() error {
+	for i := range o.m {
+		for _, p := range []struct {
+			dst []float32
+			src *tensor.Tensor
+		}{{o.M[i], o.m[i]}, {o.V[i], o.v[i]}} {
+			v, err := download(p.src)
+			if err != nil {
+				return err
+			}
+			copy(p.dst, v)
+		}
+	}
+	return nil
+}
+
+// LoadMoments uploads the host copy M and V into the device's moments.
+func (o *DeviceAdamW) LoadMoments() error {
+	for i := range o.m {
+		for _, p := range []struct {
+			src []float32
+			dst *tensor.Tensor
+		}{{o.M[i], o.m[i]}, {o.V[i], o.v[i]}} {
+			h, err := tensor.FromFloat32(p.src, p.dst.Shape()...)
+			if err == nil {
+				err = tensor.CopyInto(p.dst, h)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Collect implements loop.Gradients: nothing to do, the next micro-batch's backward adds to
+// the same gradients.
+func (g *DeviceGradients) Collect() error { return nil }
+
+// Reduce implements loop.Gradients on one rank: the gradients become scale × their sum.
+func (g *DeviceGradients) Reduce(_ context.Context, comm collective.Comm, scale float32) (int64, error) {
+	if comm != nil && comm.Size() > 1 {
+		return 0, fmt.Errorf("hflm: %d data-parallel ranks with the model on a device: not supported yet (one rank per device run)", comm.Size())
+	}
+	if scale == 1 {
+		return 0, nil
+	}
+	for _, p := range g.Params {
+		if err := tensor.Axpby(p.Grad, p.Grad, scale, 0); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
