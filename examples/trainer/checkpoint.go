@@ -286,13 +286,20 @@ func (c *Checkpoints) list(prefix string, incomplete bool) ([]int, error) {
 	return steps, nil
 }
 
+// complete reports whether dir holds a checkpoint's files: the optimizer's as
+// optimizer.safetensors or as per-rank shards (their index; the shards themselves are checked
+// by the manifest, so a checkpoint that lost one is damaged, not skipped).
 func complete(dir string) bool {
-	for _, f := range []string{ckptModel, ckptOptimizer, ckptState, ckptConfig} {
-		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || !st.Mode().IsRegular() {
+	regular := func(f string) bool {
+		st, err := os.Stat(filepath.Join(dir, f))
+		return err == nil && st.Mode().IsRegular()
+	}
+	for _, f := range []string{ckptModel, ckptState, ckptConfig} {
+		if !regular(f) {
 			return false
 		}
 	}
-	return true
+	return regular(ckptOptimizer) || regular(ckptShardIndex)
 }
 
 // WriteFileAtomic replaces path by data (mode fileMode) through atomicfile: temp file in the

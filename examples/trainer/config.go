@@ -220,12 +220,13 @@ type ExportConfig struct {
 
 // FSDPConfig is the sharding of the actor's training state over the data-parallel ranks.
 type FSDPConfig struct {
-	// ShardingStrategy (verl's names): NO_SHARD, every rank holds the whole AdamW state;
-	// SHARD_GRAD_OP, ZeRO-2: each rank keeps the AdamW moments and reduced gradient of its
-	// shard of the parameters and the updated shards are all-gathered after each step
-	// (loop.ShardedAdamW). FULL_SHARD and HYBRID_SHARD would also shard the parameters between
-	// steps (ZeRO-3, gathered layer by layer for forward and backward); this trainer's model
-	// runs whole, so they run as SHARD_GRAD_OP, with a warning.
+	// ShardingStrategy (FSDP's names, as verl's; or Megatron-FSDP's): NO_SHARD, every rank
+	// holds the whole AdamW state; SHARD_GRAD_OP, ZeRO-2: each rank keeps the AdamW moments
+	// and reduced gradient of its shard of the parameters and the updated shards are
+	// all-gathered after each step (loop.ShardedAdamW); optim, ZeRO-1: the moments sharded,
+	// the reduced gradient whole on every rank. FULL_SHARD and the hybrid ones would also
+	// shard the parameters or replicate across nodes (shardingStrategies); this trainer's
+	// models run whole, so they run as SHARD_GRAD_OP, with a warning.
 	ShardingStrategy string `yaml:"sharding_strategy" json:"sharding_strategy"`
 	// MixedPrecisionDType is the model_path model's compute dtype: fp32, or bf16 (bfloat16
 	// weights and activations over float32 masters, gradients and AdamW; hflm.SetMixedPrecision).
@@ -247,15 +248,32 @@ func (f FSDPConfig) MixedPrecision() (tensor.DType, error) {
 	return 0, keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %q, want fp32 or bf16 (fp16 is not supported: its range needs loss scaling)", f.MixedPrecisionDType)
 }
 
+// shardingStrategies are the sharding_strategy names: PyTorch FSDP's (verl's and EasyR1's
+// fsdp section) and Megatron-FSDP's (data_parallel_sharding_strategy), with the ZeRO stage
+// each runs as here and, where FSDP would shard more than this trainer does, what (the
+// warning's text). This trainer's models run whole, so parameters are never sharded (no
+// ZeRO-3), and the ranks form one sharding group (no hybrid replicas across nodes).
+var shardingStrategies = map[string]struct {
+	stage loop.Sharding
+	more  string
+}{
+	"NO_SHARD":            {0, ""},                   // DDP: everything replicated
+	"SHARD_GRAD_OP":       {loop.ShardGradients, ""}, // ZeRO-2
+	"FULL_SHARD":          {loop.ShardGradients, "FSDP would also shard the parameters between their uses (ZeRO-3)"},
+	"HYBRID_SHARD":        {loop.ShardGradients, "FSDP would run FULL_SHARD within each node and keep one replica per node; here the shards span all ranks"},
+	"_HYBRID_SHARD_ZERO2": {loop.ShardGradients, "FSDP would shard within each node and keep one replica per node; here the shards span all ranks"},
+	"no_shard":            {0, ""},
+	"optim":               {loop.ShardOptimizer, ""}, // ZeRO-1
+	"optim_grads":         {loop.ShardGradients, ""},
+	"optim_grads_params":  {loop.ShardGradients, "Megatron-FSDP would also shard the parameters (ZeRO-3)"},
+}
+
 // Sharding is the loop's ZeRO stage of the strategy (0: none).
 func (f FSDPConfig) Sharding() (loop.Sharding, error) {
-	switch f.ShardingStrategy {
-	case "NO_SHARD":
-		return 0, nil
-	case "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD":
-		return loop.ShardGradients, nil
+	if s, ok := shardingStrategies[f.ShardingStrategy]; ok {
+		return s.stage, nil
 	}
-	return 0, keyErr("worker.actor.fsdp.sharding_strategy", "is %q, want NO_SHARD, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD", f.ShardingStrategy)
+	return 0, keyErr("worker.actor.fsdp.sharding_strategy", "is %q, want NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD or _HYBRID_SHARD_ZERO2 (FSDP's), or no_shard, optim (ZeRO-1), optim_grads or optim_grads_params (Megatron-FSDP's)", f.ShardingStrategy)
 }
 
 // CriticConfig is the value model of gae: a separate small model of the actor's shape (see
@@ -520,8 +538,8 @@ func (c *Config) resolve() error {
 	}
 	c.resolveModelPath()
 	c.warnOffload()
-	if f := c.Worker.Actor.FSDP.ShardingStrategy; f == "FULL_SHARD" || f == "HYBRID_SHARD" {
-		c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.fsdp.sharding_strategy=%s runs as SHARD_GRAD_OP (ZeRO-2): the AdamW moments and gradients are sharded over the ranks, the parameters stay whole on every rank (this model runs whole, not layer by layer)", f))
+	if f := c.Worker.Actor.FSDP.ShardingStrategy; shardingStrategies[f].more != "" {
+		c.warnings = append(c.warnings, fmt.Sprintf("config: worker.actor.fsdp.sharding_strategy=%s runs as SHARD_GRAD_OP (ZeRO-2): the AdamW moments and gradients are sharded over all the ranks, the parameters stay whole on every rank (this model runs whole, not layer by layer); %s", f, shardingStrategies[f].more))
 	}
 	// The model has a fixed patch grid: every image is fitted to image_size² pixels, which the
 	// pixel bounds (Qwen2-VL's processor settings) can only check.
@@ -1006,7 +1024,8 @@ func (c Config) Validate() error {
 	if !(a.GradBucketMB > 0 && a.GradBucketMB <= 1<<20) {
 		return keyErr("worker.actor.grad_bucket_mb", "is %v, want a size in MiB in (0, 1048576]", a.GradBucketMB)
 	}
-	if _, err := a.FSDP.Sharding(); err != nil {
+	stage, err := a.FSDP.Sharding()
+	if err != nil {
 		return err
 	}
 	if err := a.validateScale(); err != nil {
@@ -1015,7 +1034,7 @@ func (c Config) Validate() error {
 	if err := a.validateOffload(); err != nil {
 		return err
 	}
-	if a.Device == "cuda" && a.FSDP.ShardingStrategy != "NO_SHARD" && !a.offloadOptimizer() {
+	if a.Device == "cuda" && stage != 0 && !a.offloadOptimizer() {
 		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu, or offload.offload_optimizer=true: the sharded state in host memory)", a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {

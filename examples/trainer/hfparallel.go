@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"os"
+	"path/filepath"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
@@ -20,10 +21,10 @@ import (
 // mini-batch into whole prompt groups per rank. The gradients are summed by
 // worker.actor.grad_reduce (ordered: loop.HostGradients, one device's bits at any N; bucketed:
 // loop.BucketedGradients) and the optimizer is fsdp.sharding_strategy's (NO_SHARD: the
-// model's AdamW, whole on every rank; SHARD_GRAD_OP and the FSDP names: loop.ShardedAdamW,
-// ZeRO-2). Rank 0 alone validates, logs and writes; a checkpoint's optimizer.safetensors
-// holds the whole moments in the unsharded layout, gathered from the ranks, so it resumes at
-// any number of ranks, sharded or not.
+// model's AdamW, whole on every rank; optim, SHARD_GRAD_OP and the other FSDP names:
+// loop.ShardedAdamW, ZeRO-1 or ZeRO-2). Rank 0 alone validates, logs and writes, but with
+// ZeRO each rank writes its own shard of the AdamW moments into the checkpoint (zeroshards.go),
+// which resumes at any number of ranks, sharded or not.
 
 // runHFRanks starts the ranks of runHF (one: runHFRank directly).
 func runHFRanks[P any](ctx context.Context, cfg Config, open func(Config) (*hfSession[P], error), stdout, stderr io.Writer) (*Summary, error) {
@@ -96,13 +97,10 @@ func (t *hfTrainer[P]) agree(stop bool) (bool, error) {
 }
 
 // follow is a rank other than 0 after the start: the RL steps, and the collective part of
-// each checkpoint rank 0 writes (the moments' gather), at the same steps as runHFRank's loop.
+// each checkpoint rank 0 writes (with ZeRO, this rank's moment shard), at the same steps as
+// runHFRank's loop.
 func (t *hfTrainer[P]) follow(ctx context.Context, resumed bool) error {
 	c := t.cfg.Training
-	ps, err := t.s.model.Params()
-	if err != nil {
-		return err
-	}
 	lastSaved := -1
 	if resumed {
 		lastSaved = t.loop.State().Step
@@ -124,7 +122,7 @@ func (t *hfTrainer[P]) follow(ctx context.Context, resumed bool) error {
 		res.Release()
 		step := t.loop.State().Step
 		if (c.SaveFreq > 0 && step%c.SaveFreq == 0) || step == t.steps {
-			if _, _, _, err := t.wholeMoments(ps); err != nil {
+			if err := t.saveShards(""); err != nil {
 				return fmt.Errorf("checkpoint at step %d: %w", step, err)
 			}
 			lastSaved = step
@@ -134,7 +132,7 @@ func (t *hfTrainer[P]) follow(ctx context.Context, resumed bool) error {
 		return nil
 	}
 	if lastSaved != t.loop.State().Step {
-		if _, _, _, err := t.wholeMoments(ps); err != nil {
+		if err := t.saveShards(""); err != nil {
 			return err
 		}
 	}
@@ -217,66 +215,92 @@ func (o repackedZeRO) StepGroup(ctx context.Context, comm collective.Comm, lr, m
 	return norm, recv, o.repack()
 }
 
-// wholeMoments returns AdamW's moments of every parameter (in Params order) and its step
-// count. With ZeRO it all-gathers the ranks' shards, so every rank must call it together.
-func (t *hfTrainer[P]) wholeMoments(ps []loop.Param) (m, v [][]float32, steps int, err error) {
-	if t.zero == nil {
-		if t.devOpt != nil {
-			if err := t.devOpt.SaveMoments(); err != nil {
-				return nil, nil, 0, err
-			}
-		}
-		return t.adam.M, t.adam.V, t.adam.T, nil
+// optimizerSteps is AdamW's step count.
+func (t *hfTrainer[P]) optimizerSteps() int {
+	if t.zero != nil {
+		return t.zero.T
 	}
-	shards, err := collective.AllGatherValues(t.rctx, t.comm, t.zero.Moments())
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	slices.SortFunc(shards, func(a, b loop.MomentShard) int { return a.Lo - b.Lo })
-	var flat loop.MomentShard
-	for _, s := range shards {
-		if s.Lo != len(flat.M) || len(s.M) != s.Hi-s.Lo || len(s.V) != s.Hi-s.Lo {
-			return nil, nil, 0, fmt.Errorf("optimizer: moment shard [%d, %d) does not continue the gathered %d values", s.Lo, s.Hi, len(flat.M))
-		}
-		flat.M, flat.V = append(flat.M, s.M...), append(flat.V, s.V...)
-	}
-	at := 0
-	for _, p := range ps {
-		n := p.Value.Len()
-		if at+n > len(flat.M) {
-			return nil, nil, 0, fmt.Errorf("optimizer: gathered %d moment values for more parameters", len(flat.M))
-		}
-		m, v = append(m, flat.M[at:at+n]), append(v, flat.V[at:at+n])
-		at += n
-	}
-	if at != len(flat.M) {
-		return nil, nil, 0, fmt.Errorf("optimizer: gathered %d moment values, the parameters have %d", len(flat.M), at)
-	}
-	return m, v, t.zero.T, nil
+	return t.adam.T
 }
 
-// setMoments sets AdamW's moments from whole per-parameter ones (a checkpoint's, written at
-// any number of ranks): with ZeRO this rank keeps its shard of them.
-func (t *hfTrainer[P]) setMoments(m, v [][]float32, steps int) error {
+// saveShards writes this rank's moment shard into the checkpoint directory dir (rank 0's; ""
+// elsewhere) with every other rank (saveMomentShards); without ZeRO it does nothing.
+func (t *hfTrainer[P]) saveShards(dir string) error {
 	if t.zero == nil {
-		for i := range m {
-			copy(t.adam.M[i], m[i])
-			copy(t.adam.V[i], v[i])
-		}
-		t.adam.T = steps
-		if t.devOpt != nil {
-			return t.devOpt.LoadMoments()
-		}
 		return nil
 	}
-	var flat loop.MomentShard
-	for i := range m {
-		flat.M, flat.V = append(flat.M, m[i]...), append(flat.V, v[i]...)
-	}
-	flat.Hi = len(flat.M)
-	if err := t.zero.SetMoments([]loop.MomentShard{flat}); err != nil {
+	ps, err := t.s.model.Params()
+	if err != nil {
 		return err
 	}
-	t.zero.T = steps
+	return saveMomentShards(t.rctx, t.comm, dir, shardParamsOf(ps), t.zero.Moments())
+}
+
+// readMoments reads and verifies the checkpoint files names of dir and the optimizer's
+// moments: optimizer.safetensors (whole, in files), or from a sharded checkpoint the shards
+// (each whole file's ranges) that hold the values this rank owns now.
+func (t *hfTrainer[P]) readMoments(dir string, ps []loop.Param, names ...string) (map[string][]byte, []loop.MomentShard, error) {
+	if _, err := os.Stat(filepath.Join(dir, ckptShardIndex)); err != nil {
+		files, err := readCheckpoint(dir, append(names, ckptOptimizer)...)
+		return files, nil, err
+	}
+	params := shardParamsOf(ps)
+	want := allValues(params)
+	if t.zero != nil {
+		want = want[:0]
+		for _, s := range t.zero.Moments() {
+			want = append(want, [2]int{s.Lo, s.Hi})
+		}
+	}
+	shardNames, err := shardFilesFor(dir, params, want)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := readCheckpoint(dir, append(names, shardNames...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	shards, err := momentShards(dir, files, params, want)
+	return files, shards, err
+}
+
+// setMoments sets AdamW's moments and step count from a checkpoint's: whole per-parameter
+// ones (ms: exp_avg, exp_avg_sq) or shards written by any number of ranks. With ZeRO this
+// rank keeps its ranges of them; without, it takes them all.
+func (t *hfTrainer[P]) setMoments(ms [][][]float32, shards []loop.MomentShard, steps int) error {
+	ps, err := t.s.model.Params()
+	if err != nil {
+		return err
+	}
+	if t.zero != nil {
+		if shards == nil {
+			var flat loop.MomentShard
+			for i := range ms[0] {
+				flat.M, flat.V = append(flat.M, ms[0][i]...), append(flat.V, ms[1][i]...)
+			}
+			flat.Hi = len(flat.M)
+			shards = []loop.MomentShard{flat}
+		}
+		if err := t.zero.SetMoments(shards); err != nil {
+			return err
+		}
+		t.zero.T = steps
+		return nil
+	}
+	if shards != nil {
+		m, v, err := wholeFromShards(shards, shardParamsOf(ps))
+		if err != nil {
+			return err
+		}
+		ms = [][][]float32{m, v}
+	}
+	for i := range ms[0] {
+		copy(t.adam.M[i], ms[0][i])
+		copy(t.adam.V[i], ms[1][i])
+	}
+	t.adam.T = steps
+	if t.devOpt != nil {
+		return t.devOpt.LoadMoments()
+	}
 	return nil
 }

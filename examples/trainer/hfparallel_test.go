@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -53,7 +54,7 @@ func TestModelPathDataParallel(t *testing.T) {
 	t.Logf("ZeRO-2 bf16, 2 ranks vs 1: largest relative metric difference %.2g", worst)
 	require.Zero(t, weightDiff(modelWeights(t, one, 3), modelWeights(t, two, 3)), "weights after 3 steps")
 	require.Equal(t, modelWeights(t, one, 3), modelWeights(t, two, 3))
-	require.Equal(t, optimizerMoments(t, one, 3), optimizerMoments(t, two, 3), "the gathered moments")
+	require.Equal(t, optimizerMoments(t, one, 3), optimizerMoments(t, two, 3), "the moments (2 ranks: their shards)")
 	for _, l := range b[:3] {
 		require.NotNil(t, l.Metrics["perf/allreduce_bytes"], "step %d", l.Step)
 		require.Positive(t, *l.Metrics["perf/allreduce_bytes"])
@@ -72,10 +73,30 @@ func TestModelPathDataParallel(t *testing.T) {
 	base := hfLines(t, hfDPOverrides(model, baseDir, 1, "worker.actor.padding_free=false"))
 	// The rollouts are the same samples (rewards, lengths: exact); entropy and the losses are
 	// token means of quantities computed from bf16 logits, each off by O(u), u = 2^-8 bf16's
-	// unit roundoff: they must agree within u relative (measured: 1e-4). The KL to the
-	// reference (a difference of nearly equal log-probs) and the gradient norm (bf16's
-	// backward, after AdamW steps that bf16 already moved) are reported, not bounded (measured relative differences: KL up to 1.1, grad_norm up to 6%).
+	// unit roundoff: they must agree within u relative (measured: 1e-4). The gradient norm
+	// (bf16's backward, after AdamW steps that bf16 already moved) is reported, not bounded.
 	const u = 1.0 / 256
+	// The KL to the reference (actor/reward_kl_penalty; kind kl: the token mean of
+	// log p_policy − log p_ref over the sampled tokens) is a difference of nearly equal
+	// log-probs (0.02 against 12), so no relative bound can hold. At step 1 the policy is the
+	// reference, scored the same way in each precision: 0 exactly in both runs. After it,
+	// each of the two log-probs carries bf16's error, at most √R·u·|log p| per token (R = 2 + 15L
+	// roundings on a token's path, the random-walk model hflm's TestMixedPrecisionBF16
+	// asserts), which no longer cancel once the policy has moved; |log p| of the sampled
+	// tokens is the entropy H on average, so |ΔKL| ≤ 2√R·u·H, H the float32 run's entropy.
+	kl, ent := "actor/reward_kl_penalty", "actor/entropy"
+	sqrtR := math.Sqrt(2 + 15*2) // the tiny Qwen2's 2 layers
+	for i := range base {
+		x, y := *base[i].Metrics[kl], *b[i].Metrics[kl]
+		if base[i].Step == 1 {
+			require.Zero(t, x, "step 1: the policy is the reference")
+			require.Zero(t, y, "step 1: the policy is the reference")
+			continue
+		}
+		tol := 2 * sqrtR * u * *base[i].Metrics[ent]
+		require.LessOrEqual(t, math.Abs(x-y), tol, "step %d: KL %.4g (float32) vs %.4g (bf16)", base[i].Step, x, y)
+		t.Logf("step %d: KL %.4g (float32) vs %.4g (bf16): |Δ| = %.3g = %.3f of the bound 2√R·u·H", base[i].Step, x, y, math.Abs(x-y), math.Abs(x-y)/tol)
+	}
 	rel := metricDiffs(base, b)
 	for _, k := range sortedKeys(rel) {
 		name, _, _ := strings.Cut(k, "@")
@@ -119,15 +140,40 @@ func TestModelPathOffloadKeys(t *testing.T) {
 	require.True(t, found, "warnings: %q", cfg.Warnings())
 }
 
-// optimizerMoments reads a checkpoint's optimizer.safetensors.
-func optimizerMoments(t *testing.T, dir string, step int) map[string]NamedTensor {
+// optimizerMoments reads a checkpoint's AdamW moments by "exp_avg.<name>" and
+// "exp_avg_sq.<name>", from optimizer.safetensors or from the per-rank shards (all of them,
+// verified): the same map whatever wrote them.
+func optimizerMoments(t *testing.T, dir string, step int) map[string][]float32 {
 	t.Helper()
-	p := filepath.Join(dir, "checkpoints", stepDirName(step), ckptOptimizer)
-	data, err := os.ReadFile(p)
+	ck := filepath.Join(dir, "checkpoints", stepDirName(step))
+	out := map[string][]float32{}
+	if _, err := os.Stat(filepath.Join(ck, ckptShardIndex)); err != nil {
+		files, err := readCheckpoint(ck, ckptOptimizer)
+		require.NoError(t, err)
+		ts, err := DecodeSafetensors(files[ckptOptimizer], ckptOptimizer)
+		require.NoError(t, err)
+		for k, v := range ts {
+			out[k] = v.Data
+		}
+		return out
+	}
+	var idx shardIndex
+	data, err := os.ReadFile(filepath.Join(ck, ckptShardIndex))
 	require.NoError(t, err)
-	ts, err := DecodeSafetensors(data, p)
+	require.NoError(t, json.Unmarshal(data, &idx))
+	all := [][2]int{{0, idx.Values}}
+	names, err := shardFilesFor(ck, idx.Params, all)
 	require.NoError(t, err)
-	return ts
+	files, err := readCheckpoint(ck, names...)
+	require.NoError(t, err)
+	shards, err := momentShards(ck, files, idx.Params, all)
+	require.NoError(t, err)
+	m, v, err := wholeFromShards(shards, idx.Params)
+	require.NoError(t, err)
+	for i, p := range idx.Params {
+		out["exp_avg."+p.Name], out["exp_avg_sq."+p.Name] = m[i], v[i]
+	}
+	return out
 }
 
 // metricDiffs are the relative differences |x−y|/max(|x|,|y|,1e-3) of every metric of a and b

@@ -140,9 +140,10 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, v, adamT, err := t.wholeMoments(ps)
-	if err != nil {
-		return nil, err
+	if t.devOpt != nil { // the device's moments come down into t.adam
+		if err := t.devOpt.SaveMoments(); err != nil {
+			return nil, err
+		}
 	}
 	var ws, moments []NamedTensor
 	for i, p := range ps {
@@ -152,16 +153,21 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 		}
 		shape := []int(p.Value.Shape())
 		ws = append(ws, NamedTensor{Name: p.Name, Shape: shape, Data: w})
-		moments = append(moments, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: m[i]},
-			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: v[i]})
+		if t.zero == nil { // ZeRO's moments are each rank's file (saveMomentShards)
+			moments = append(moments, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: t.adam.M[i]},
+				NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: t.adam.V[i]})
+		}
 	}
 	files := map[string][]byte{ckptConfig: t.cfg.YAML()}
 	meta := map[string]string{"format": "mtrl-hf", "model_path": t.cfg.Worker.Actor.Model.ModelPath}
 	if files[ckptModel], err = EncodeSafetensors(ws, meta); err != nil {
 		return nil, err
 	}
-	if files[ckptOptimizer], err = EncodeSafetensors(moments, meta); err != nil {
-		return nil, err
+	adamT := t.optimizerSteps()
+	if t.zero == nil {
+		if files[ckptOptimizer], err = EncodeSafetensors(moments, meta); err != nil {
+			return nil, err
+		}
 	}
 	ls := t.loop.State()
 	epoch, pos := t.data.Position()
@@ -189,7 +195,12 @@ func (t *hfTrainer[P]) save(ck *Checkpoints) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return ck.SaveWith(t.loop.State().Step, files, t.s.export)
+	return ck.SaveWith(t.loop.State().Step, files, func(dir string) error {
+		if err := t.saveShards(dir); err != nil {
+			return err
+		}
+		return t.s.export(dir)
+	})
 }
 
 // trainedWeights reads and checks the trained weights of a checkpoint's model.safetensors
@@ -253,7 +264,11 @@ func hostValues(x *tensor.Tensor) ([]float32, error) {
 // load restores a checkpoint written by save: weights, moments, dropout state, data position
 // and the loop's state. Everything is checked before anything changes.
 func (t *hfTrainer[P]) load(dir string) error {
-	files, err := readCheckpoint(dir, ckptState, ckptModel, ckptOptimizer)
+	ps, err := t.s.model.Params()
+	if err != nil {
+		return err
+	}
+	files, shards, err := t.readMoments(dir, ps, ckptState, ckptModel)
 	if err != nil {
 		return err
 	}
@@ -261,17 +276,15 @@ func (t *hfTrainer[P]) load(dir string) error {
 	if err := json.Unmarshal(files[ckptState], &st); err != nil {
 		return fmt.Errorf("checkpoint %s: %s: %w", dir, ckptState, err)
 	}
-	ps, err := t.s.model.Params()
-	if err != nil {
-		return err
-	}
 	ws, err := trainedWeights(dir, files, ckptModel, ps, "")
 	if err != nil {
 		return err
 	}
-	ms, err := trainedWeights(dir, files, ckptOptimizer, ps, "exp_avg.", "exp_avg_sq.")
-	if err != nil {
-		return err
+	var ms [][][]float32 // the whole moments of optimizer.safetensors
+	if shards == nil {
+		if ms, err = trainedWeights(dir, files, ckptOptimizer, ps, "exp_avg.", "exp_avg_sq."); err != nil {
+			return err
+		}
 	}
 	if st.Step < 0 || st.Epoch < 0 || st.Pos < 0 || st.Pos > len(t.s.train) || st.AdamT < 0 || st.Skipped < 0 {
 		return fmt.Errorf("checkpoint %s: %s out of range: step %d, data epoch %d index %d (of %d prompts), optimizer steps %d, skipped %d",
@@ -295,7 +308,7 @@ func (t *hfTrainer[P]) load(dir string) error {
 	if err := t.data.Seek(st.Epoch, st.Pos); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	if err := t.setMoments(ms[0], ms[1], st.AdamT); err != nil {
+	if err := t.setMoments(ms, shards, st.AdamT); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return t.setWeights(ps, ws[0])

@@ -130,7 +130,7 @@ func (t *Trainer) actorTraining() (loop.Gradients, loop.Optimizer, error) {
 }
 
 // wholeMoments gives t.opt its whole moments back (zero when they were handed to a sharded
-// optimizer; a checkpoint's load or gatherMoments fills them).
+// optimizer; a checkpoint's load fills them).
 func (t *Trainer) wholeMoments() {
 	if t.opt.M != nil {
 		return
@@ -141,36 +141,14 @@ func (t *Trainer) wholeMoments() {
 	t.rl = nil // the loop is rebuilt around them
 }
 
-// gatherMoments, on every rank before a checkpoint, all-gathers the sharded moments into the
-// lead rank's t.opt (the checkpoint's optimizer file is the whole, rank-independent layout:
-// it loads at any number of ranks, sharded or not). Without sharding it does nothing.
-func (t *Trainer) gatherMoments() error {
+// saveShards writes this rank's moment shard into the checkpoint directory dir (the lead's;
+// "" elsewhere) with every other rank (saveMomentShards); without sharding it does nothing.
+func (t *Trainer) saveShards(dir string) error {
 	if t.zero == nil {
 		return nil
 	}
-	shards, err := collective.AllGatherValues(t.ctxOrBackground(), t.comm, t.zero.Moments())
-	if err != nil || !t.lead() {
-		return err
-	}
-	whole, _, err := loop.NewShardedAdamW(actorParams(t.model), loop.ShardGradients, loop.ReduceConfig{}, 0, 1, 0, 0, 0, 0)
-	if err != nil {
-		return err
-	}
-	if err := whole.SetMoments(shards); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	var flat loop.MomentShard // one rank owns every bucket, in order
-	for _, m := range whole.Moments() {
-		flat.M, flat.V = append(flat.M, m.M...), append(flat.V, m.V...)
-	}
-	zero, rl := t.zero, t.rl
-	t.wholeMoments()
-	t.zero, t.rl = zero, rl // the sharded optimizer goes on; t.opt is the checkpoint's copy
-	for i, at := 0, 0; i < len(t.opt.M); i++ {
-		copy(t.opt.M[i], flat.M[at:])
-		at += copy(t.opt.V[i], flat.V[at:])
-	}
-	return nil
+	// HostParams, not Params: reading the names and sizes must not mark a device copy stale.
+	return saveMomentShards(t.ctxOrBackground(), t.comm, dir, vlmShardParams(t.model.HostParams()), t.zero.Moments())
 }
 
 // rewards are the built-in rule rewards as loop reward functions: the accuracy of the chosen

@@ -263,11 +263,8 @@ func runRank(ctx context.Context, cfg Config, comm collective.Comm, rctx context
 		}
 	}
 	save := func() error {
-		if err := t.gatherMoments(); err != nil { // every rank: the sharded moments
-			return err
-		}
-		if !lead {
-			return nil
+		if !lead { // with sharding, this rank's moments
+			return t.saveShards("")
 		}
 		_, err := t.Save(ck)
 		return err

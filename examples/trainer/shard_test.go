@@ -1,27 +1,35 @@
 package main
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // TestShardedOptimizerSameRun: with worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP (ZeRO-2,
-// ordered reduction) 2 and 4 ranks write the metrics and the bit-identical weights of one rank
-// with NO_SHARD; a run of 2 sharded ranks stopped after 2 steps resumes on 4 sharded ranks and
-// on 1 unsharded rank exactly as the run that went on (the checkpoint's moments are the whole,
-// rank-independent layout).
+// ordered reduction) and optim (ZeRO-1) 2 and 4 ranks write the metrics and the bit-identical
+// weights of one rank with NO_SHARD; a run of 2 sharded ranks stopped after 2 steps, whose
+// checkpoint holds each rank's moments in its own file, resumes on 4 sharded ranks and on 1
+// unsharded rank exactly as the run that went on.
 func TestShardedOptimizerSameRun(t *testing.T) {
 	const zero2 = "worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP"
 	dir1 := t.TempDir()
 	one := runLines(t, dpConfig(t, dir1, 1))
-	for _, n := range []int{2, 4} {
-		dir := t.TempDir()
-		lines := runLines(t, dpConfig(t, dir, n, zero2))
+	for _, c := range []struct {
+		n     int
+		shard string
+	}{{2, zero2}, {4, zero2}, {2, "worker.actor.fsdp.sharding_strategy=optim"}, {4, "worker.actor.fsdp.sharding_strategy=optim"}} {
+		n, dir := c.n, t.TempDir()
+		lines := runLines(t, dpConfig(t, dir, n, c.shard))
 		diffs, _ := compareLines(one, lines)
-		require.Empty(t, diffs, "%d ranks", n)
-		require.Zero(t, weightDiff(modelWeights(t, dir1, 3), modelWeights(t, dir, 3)), "%d ranks", n)
-		if n == 2 {
+		require.Empty(t, diffs, "%d ranks, %s", n, c.shard)
+		require.Zero(t, weightDiff(modelWeights(t, dir1, 3), modelWeights(t, dir, 3)), "%d ranks, %s", n, c.shard)
+		require.FileExists(t, filepath.Join(dir, "checkpoints", stepDirName(3), shardFileName(n-1, n)))
+		if n == 2 && c.shard == zero2 {
 			// The sharded exchange is really taken: each rank holds 2 micro-batch gradients of
 			// P values (its 4 rows of the mini-batch in micro-batches of 2). OrderedSum counts
 			// the 2·2·P values of its all-gather; the ordered reduce-scatter receives the other
@@ -57,5 +65,39 @@ func TestBucketedReduceRun(t *testing.T) {
 		d := weightDiff(modelWeights(t, dir1, 3), modelWeights(t, dir, 3))
 		t.Logf("%v: relative L2 weight difference from one rank %.2g", extra, d)
 		require.Less(t, d, 1e-5, "%v", extra)
+		if len(extra) == 1 {
+			// ZeRO-1 reduces as NO_SHARD does and updates each value as HostAdamW does: the
+			// same bits as bucketed NO_SHARD at the same N, though not one rank's.
+			z1 := t.TempDir()
+			run(t, dpConfig(t, z1, 2, "worker.actor.grad_reduce=bucketed", "worker.actor.fsdp.sharding_strategy=optim"))
+			require.Equal(t, modelWeights(t, dir, 3), modelWeights(t, z1, 3), "ZeRO-1 against NO_SHARD, bucketed")
+		}
 	}
+}
+
+// TestShardingStrategies: FSDP's and Megatron-FSDP's names map to replicated, ZeRO-1 and
+// ZeRO-2 (docs/data-parallel.md#sharding-strategies); the ones that would shard more than
+// this trainer does warn and say what; other values are refused naming the choices.
+func TestShardingStrategies(t *testing.T) {
+	for v, want := range map[string]struct {
+		stage loop.Sharding
+		warns bool
+	}{
+		"NO_SHARD": {0, false}, "no_shard": {0, false}, "optim": {loop.ShardOptimizer, false},
+		"SHARD_GRAD_OP": {loop.ShardGradients, false}, "optim_grads": {loop.ShardGradients, false},
+		"FULL_SHARD": {loop.ShardGradients, true}, "optim_grads_params": {loop.ShardGradients, true},
+		"HYBRID_SHARD": {loop.ShardGradients, true}, "_HYBRID_SHARD_ZERO2": {loop.ShardGradients, true},
+	} {
+		cfg, err := LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=" + v})
+		require.NoError(t, err, v)
+		stage, err := cfg.Worker.Actor.FSDP.Sharding()
+		require.NoError(t, err, v)
+		require.Equal(t, want.stage, stage, v)
+		warned := strings.Contains(strings.Join(cfg.Warnings(), "\n"), "sharding_strategy="+v+" runs as SHARD_GRAD_OP")
+		require.Equal(t, want.warns, warned, "%s: %q", v, cfg.Warnings())
+	}
+	_, err := LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=ZERO1"})
+	require.ErrorContains(t, err, "optim (ZeRO-1)")
+	_, err = LoadConfig("", []string{"worker.actor.fsdp.sharding_strategy=optim", "worker.actor.device=cuda"})
+	require.ErrorContains(t, err, "worker.actor.device")
 }

@@ -713,15 +713,12 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			return "", err
 		}
 	}
-	if t.zero != nil {
+	if t.zero != nil { // the moments are each rank's file (saveShards)
 		t.opt.T = t.zero.T
 	}
 	mb, ob, err := encodeModelAndMoments(t.model.HostParams(), t.opt)
 	if err != nil {
 		return "", err
-	}
-	if t.zero != nil { // gatherMoments' copy is written
-		t.opt.M, t.opt.V = nil, nil
 	}
 	rng, err := encodePCG(t.rng)
 	if err != nil {
@@ -734,7 +731,10 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files := map[string][]byte{ckptModel: mb, ckptOptimizer: ob, ckptState: append(st, '\n'), ckptConfig: t.cfg.YAML()}
+	files := map[string][]byte{ckptModel: mb, ckptState: append(st, '\n'), ckptConfig: t.cfg.YAML()}
+	if ob != nil {
+		files[ckptOptimizer] = ob
+	}
 	if t.ref != nil {
 		var ref []NamedTensor
 		for _, p := range t.ref.HostParams() {
@@ -758,12 +758,19 @@ func (t *Trainer) Save(ck *Checkpoints) (string, error) {
 			return "", err
 		}
 	}
-	return ck.Save(t.step, files)
+	return ck.SaveWith(t.step, files, t.saveShards)
 }
 
 // Load restores a checkpoint directory written by Save.
 func (t *Trainer) Load(dir string) error {
-	names := []string{ckptState, ckptModel, ckptOptimizer}
+	names := []string{ckptState, ckptModel}
+	if shards, err := wholeShardFiles(dir, t.model.Params()); err != nil {
+		return err
+	} else if shards != nil {
+		names = append(names, shards...)
+	} else {
+		names = append(names, ckptOptimizer)
+	}
 	if !t.cfg.Optimization.DisableDivergence {
 		names = append(names, ckptRef)
 	}

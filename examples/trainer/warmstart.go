@@ -200,11 +200,16 @@ func encodeModelAndMoments(ps []*vlm.Param, opt *loop.AdamW) (model, optim []byt
 		w, _ := p.W.Float32s()
 		shape := []int(p.W.Shape())
 		mt = append(mt, NamedTensor{Name: p.Name, Shape: shape, Data: w})
-		ot = append(ot, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: opt.M[i]},
-			NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: opt.V[i]})
+		if opt.M != nil {
+			ot = append(ot, NamedTensor{Name: "exp_avg." + p.Name, Shape: shape, Data: opt.M[i]},
+				NamedTensor{Name: "exp_avg_sq." + p.Name, Shape: shape, Data: opt.V[i]})
+		}
 	}
 	if model, err = EncodeSafetensors(mt, map[string]string{"format": "mtrl-example-vlm"}); err != nil {
 		return nil, nil, err
+	}
+	if opt.M == nil { // sharded: no whole moments here (saveMomentShards)
+		return model, nil, nil
 	}
 	if optim, err = EncodeSafetensors(ot, map[string]string{"optimizer": "adamw"}); err != nil {
 		return nil, nil, err
@@ -219,11 +224,20 @@ func decodeModelAndMoments(dir string, files map[string][]byte, ps []*vlm.Param)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	optim, err := DecodeSafetensors(files[ckptOptimizer], filepath.Join(dir, ckptOptimizer))
-	if err != nil {
+	if ws, err = paramData(model, filepath.Join(dir, ckptModel), "", ps); err != nil {
 		return nil, nil, nil, err
 	}
-	if ws, err = paramData(model, filepath.Join(dir, ckptModel), "", ps); err != nil {
+	if _, ok := files[ckptShardIndex]; ok { // per-rank shards
+		params := vlmShardParams(ps)
+		shards, err := momentShards(dir, files, params, allValues(params))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ms, vs, err = wholeFromShards(shards, params)
+		return ws, ms, vs, err
+	}
+	optim, err := DecodeSafetensors(files[ckptOptimizer], filepath.Join(dir, ckptOptimizer))
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	if ms, err = paramData(optim, filepath.Join(dir, ckptOptimizer), "exp_avg.", ps); err != nil {
