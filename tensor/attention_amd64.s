@@ -514,48 +514,6 @@ attnBwdAVX512_done:
 	VZEROUPPER
 	RET
 
-// func attnWidenBF16AVX512(dst []float32, src []uint16)
-// Requires: AVX, AVX512F
-TEXT ·attnWidenBF16AVX512(SB), NOSPLIT, $0-48
-	MOVQ dst_base+0(FP), AX
-	MOVQ dst_len+8(FP), CX
-	MOVQ src_base+24(FP), DX
-
-attnWidenBF16AVX512_loop:
-	CMPQ      CX, $0x00000040
-	JB        attnWidenBF16AVX512_one
-	VPMOVZXWD (DX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, (AX)
-	VPMOVZXWD 32(DX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, 64(AX)
-	VPMOVZXWD 64(DX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, 128(AX)
-	VPMOVZXWD 96(DX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, 192(AX)
-	ADDQ      $0x00000100, AX
-	ADDQ      $0x00000080, DX
-	SUBQ      $0x00000040, CX
-	JMP       attnWidenBF16AVX512_loop
-
-attnWidenBF16AVX512_one:
-	CMPQ      CX, $0x00000010
-	JB        attnWidenBF16AVX512_done
-	VPMOVZXWD (DX), Z0
-	VPSLLD    $0x10, Z0, Z0
-	VMOVUPS   Z0, (AX)
-	ADDQ      $0x00000040, AX
-	ADDQ      $0x00000020, DX
-	SUBQ      $0x00000010, CX
-	JMP       attnWidenBF16AVX512_one
-
-attnWidenBF16AVX512_done:
-	VZEROUPPER
-	RET
-
 // func attnSoftmaxAVX2(x []float32, m float32, tau float32) (mx float32, sum float32)
 // Requires: AVX, AVX2, FMA3, SSE
 TEXT ·attnSoftmaxAVX2(SB), NOSPLIT, $0-40
@@ -855,47 +813,5 @@ attnBwdAVX2_one:
 	JMP          attnBwdAVX2_one
 
 attnBwdAVX2_done:
-	VZEROUPPER
-	RET
-
-// func attnWidenBF16AVX2(dst []float32, src []uint16)
-// Requires: AVX, AVX2
-TEXT ·attnWidenBF16AVX2(SB), NOSPLIT, $0-48
-	MOVQ dst_base+0(FP), AX
-	MOVQ dst_len+8(FP), CX
-	MOVQ src_base+24(FP), DX
-
-attnWidenBF16AVX2_loop:
-	CMPQ      CX, $0x00000020
-	JB        attnWidenBF16AVX2_one
-	VPMOVZXWD (DX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VMOVUPS   Y0, (AX)
-	VPMOVZXWD 16(DX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VMOVUPS   Y0, 32(AX)
-	VPMOVZXWD 32(DX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VMOVUPS   Y0, 64(AX)
-	VPMOVZXWD 48(DX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VMOVUPS   Y0, 96(AX)
-	ADDQ      $0x00000080, AX
-	ADDQ      $0x00000040, DX
-	SUBQ      $0x00000020, CX
-	JMP       attnWidenBF16AVX2_loop
-
-attnWidenBF16AVX2_one:
-	CMPQ      CX, $0x00000008
-	JB        attnWidenBF16AVX2_done
-	VPMOVZXWD (DX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VMOVUPS   Y0, (AX)
-	ADDQ      $0x00000020, AX
-	ADDQ      $0x00000010, DX
-	SUBQ      $0x00000008, CX
-	JMP       attnWidenBF16AVX2_one
-
-attnWidenBF16AVX2_done:
 	VZEROUPPER
 	RET

@@ -35,7 +35,8 @@ import (
 // whose tiles read Q, K, V and dO in place and sum dK and dV in place, widens them all into
 // float32 buffers and rounds dQ, dK and dV at the end (O(T·H·D) conversions against O(T²·H·D)
 // products); the decode path widens each cache row before its dot product or axpy. Rows are
-// widened by the vector kernel of attention_amd64.s (attnWidenBF16*).
+// widened and rounded by the bfloat16 conversions the other op families use (widenBF16,
+// roundBF16: bf16conv_amd64.s).
 //
 // Backward. Per block of attnBwdRows queries of one head and panel of attnKeys keys, the tiles
 // are transposed (keys are rows): Sᵀ = K·(scale·Q)ᵀ and dPᵀ = V·(scale·dO)ᵀ with K and V read in
@@ -59,8 +60,6 @@ const (
 type attnSIMD struct {
 	softmax func(x []float32, m, tau float32) (mx, sum float32)
 	bwd     func(p, dp, lse, dlt []float32)
-	widen   func(dst []float32, src []uint16) // the first len(dst) &^ (lanes−1) elements
-	lanes   int
 }
 
 var attnImpls = dispatch.New(attnSIMDImpls()...)
@@ -717,21 +716,10 @@ func f32View[E attnElem](x []E) []float32 {
 	return f
 }
 
-// loadRow writes the first len(dst) elements of src into dst, widened (by the vector kernel
-// where there is one).
+// loadRow writes the first len(dst) elements of src into dst, widened when E is BF16.
 func loadRow[E attnElem](dst []float32, src []E) {
 	if b, ok := bf16View(src); ok {
-		b = b[:len(dst)]
-		i := 0
-		if k := attnImpls.Active(); k != nil {
-			i = len(dst) &^ (k.lanes - 1)
-			if i > 0 {
-				k.widen(dst[:i], unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), i))
-			}
-		}
-		for ; i < len(dst); i++ {
-			dst[i] = b[i].Float32()
-		}
+		widenBF16(dst, b[:len(dst)])
 		return
 	}
 	copy(dst, f32View(src))
@@ -741,6 +729,10 @@ func loadRow[E attnElem](dst []float32, src []E) {
 // src when E is float32).
 func storeRow[E attnElem](dst []E, src []float32, mul float32) {
 	if b, ok := bf16View(dst); ok {
+		if mul == 1 {
+			roundBF16(b, src[:len(b)])
+			return
+		}
 		for i, x := range src[:len(b)] {
 			b[i] = BF16FromFloat32(x * mul)
 		}

@@ -68,40 +68,6 @@ func TestAttentionRowKernelsVsGo(t *testing.T) {
 	}
 }
 
-// TestAttentionWidenBF16 checks the vector bfloat16 widening against the exact scalar one on
-// every bit pattern (NaNs, infinities, subnormals, signed zeros), at lengths with and without a
-// tail, and that it writes nothing past the whole vectors it covers.
-func TestAttentionWidenBF16(t *testing.T) {
-	impls := attnImpls.SIMD()
-	if len(impls) == 0 {
-		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
-	}
-	src := make([]uint16, 1<<16)
-	for i := range src {
-		src[i] = uint16(i)
-	}
-	for _, im := range impls {
-		for _, n := range []int{0, 7, 8, 16, 63, 64, 100, len(src)} {
-			dst := make([]float32, n+1)
-			for i := range dst {
-				dst[i] = -1
-			}
-			im.Kernels.widen(dst[:n], src)
-			whole := n &^ (im.Kernels.lanes - 1)
-			for i := range whole {
-				if w := BF16(src[i]).Float32(); math.Float32bits(dst[i]) != math.Float32bits(w) {
-					t.Fatalf("%s n=%d: dst[%d] = %#x, want %#x", im.Name, n, i, math.Float32bits(dst[i]), math.Float32bits(w))
-				}
-			}
-			for i := whole; i <= n; i++ {
-				if dst[i] != -1 {
-					t.Fatalf("%s n=%d: dst[%d] written (%v) past the %d elements of whole vectors", im.Name, n, i, dst[i], whole)
-				}
-			}
-		}
-	}
-}
-
 // attnCase is one attention call on host slices and its float64 reference.
 type attnCase struct {
 	name string

@@ -17,12 +17,6 @@ func attnSoftmaxAVX512(x []float32, m float32, tau float32) (mx float32, sum flo
 //go:noescape
 func attnBwdAVX512(p []float32, dp []float32, lse []float32, dlt []float32)
 
-// attnWidenBF16AVX512 widens src[i] (bfloat16 bits) into dst[i] exactly for i below len(dst) rounded down
-// to a multiple of 16; len(src) >= len(dst).
-//
-//go:noescape
-func attnWidenBF16AVX512(dst []float32, src []uint16)
-
 // attnSoftmaxAVX2 is one step of the online softmax over a tile of scores: mx is the maximum r of x
 // when r > m + tau, else m; x[i] becomes exp(x[i] - mx) (the argument clamped at -87), and sum is
 // their sum. len(x) must be a multiple of 8.
@@ -35,9 +29,3 @@ func attnSoftmaxAVX2(x []float32, m float32, tau float32) (mx float32, sum float
 //
 //go:noescape
 func attnBwdAVX2(p []float32, dp []float32, lse []float32, dlt []float32)
-
-// attnWidenBF16AVX2 widens src[i] (bfloat16 bits) into dst[i] exactly for i below len(dst) rounded down
-// to a multiple of 8; len(src) >= len(dst).
-//
-//go:noescape
-func attnWidenBF16AVX2(dst []float32, src []uint16)

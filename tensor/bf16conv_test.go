@@ -60,3 +60,38 @@ func TestBF16Conv(t *testing.T) {
 		t.Log("no vector conversions on this build or CPU: only the Go loops were tested")
 	}
 }
+
+// TestBF16WidenAllPatterns checks the vector bfloat16 widening (widenBF16's kernels, which
+// attention and the other op families use) against the exact scalar one on
+// every bit pattern (NaNs, infinities, subnormals, signed zeros), at lengths with and without a
+// tail, and that it writes nothing past the whole vectors it covers.
+func TestBF16WidenAllPatterns(t *testing.T) {
+	impls := convImpls.SIMD()
+	if len(impls) == 0 {
+		t.Skip("no SIMD implementation in this build or on this CPU (pure Go only)")
+	}
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	for _, im := range impls {
+		for _, n := range []int{0, 7, 8, 16, 63, 64, 100, len(src)} {
+			dst := make([]float32, n+1)
+			for i := range dst {
+				dst[i] = -1
+			}
+			whole := n &^ (im.Kernels.lanes - 1)
+			im.Kernels.widen(dst[:whole], src[:whole])
+			for i := range whole {
+				if w := BF16(src[i]).Float32(); math.Float32bits(dst[i]) != math.Float32bits(w) {
+					t.Fatalf("%s n=%d: dst[%d] = %#x, want %#x", im.Name, n, i, math.Float32bits(dst[i]), math.Float32bits(w))
+				}
+			}
+			for i := whole; i <= n; i++ {
+				if dst[i] != -1 {
+					t.Fatalf("%s n=%d: dst[%d] written (%v) past the %d elements of whole vectors", im.Name, n, i, dst[i], whole)
+				}
+			}
+		}
+	}
+}

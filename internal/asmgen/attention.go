@@ -19,52 +19,7 @@ func attentionFamily() {
 	for _, a := range []isa{avx512, avx2} {
 		softmaxRowKernel(a)
 		attnBwdRowKernel(a)
-		widenBF16Kernel(a)
 	}
-}
-
-// widenBF16Kernel: func(dst []float32, src []uint16): dst[i] = the float32 whose upper half is
-// src[i] (bfloat16 widened exactly) for the first len(dst) rounded down to a multiple of the lane
-// count elements; the caller widens the rest. bfloat16 attention widens its rows with it as it
-// gathers them into the float32 tiles.
-func widenBF16Kernel(a isa) {
-	name := "attnWidenBF16" + a.name
-	TEXT(name, NOSPLIT, "func(dst []float32, src []uint16)")
-	Pragma("noescape")
-	Doc(name+" widens src[i] (bfloat16 bits) into dst[i] exactly for i below len(dst) rounded down",
-		fmt.Sprintf("to a multiple of %d; len(src) >= len(dst).", a.lanes))
-	dst := Load(Param("dst").Base(), GP64())
-	n := Load(Param("dst").Len(), GP64())
-	src := Load(Param("src").Base(), GP64())
-	const u = 4
-	step := u * a.lanes
-	one := func(off int) {
-		x := a.vec()
-		VPMOVZXWD(Mem{Base: src, Disp: 2 * off}, x)
-		VPSLLD(U8(16), x, x)
-		VMOVUPS(x, Mem{Base: dst, Disp: 4 * off})
-	}
-	Label(name + "_loop")
-	CMPQ(n, U32(step))
-	JB(LabelRef(name + "_one"))
-	for j := 0; j < u; j++ {
-		one(j * a.lanes)
-	}
-	ADDQ(U32(step*4), dst)
-	ADDQ(U32(step*2), src)
-	SUBQ(U32(step), n)
-	JMP(LabelRef(name + "_loop"))
-	Label(name + "_one")
-	CMPQ(n, U32(a.lanes))
-	JB(LabelRef(name + "_done"))
-	one(0)
-	ADDQ(U32(a.lanes*4), dst)
-	ADDQ(U32(a.lanes*2), src)
-	SUBQ(U32(a.lanes), n)
-	JMP(LabelRef(name + "_one"))
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
 }
 
 // attnKeep loads the constants of exp into registers: all of them on AVX-512 (32 registers),
