@@ -62,6 +62,27 @@ __device__ __forceinline__ lpstate lp_merge(lpstate a, lpstate b) {
     return r;
 }
 
+// lp_block_merge merges the block's per-thread states (a NaN seen poisons the thread's) by a
+// tree in shared memory, in thread order; the block's state is left in sm[0], ss[0], st[0].
+__device__ __forceinline__ void lp_block_merge(lpstate a, bool nan, float* sm, float* ss, float* st) {
+    if (nan) a.m = __int_as_float(0x7fffffff);
+    sm[threadIdx.x] = a.m;
+    ss[threadIdx.x] = a.s;
+    st[threadIdx.x] = a.t;
+    __syncthreads();
+    for (int w = MTRL_BLOCK / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            lpstate p = {sm[threadIdx.x], ss[threadIdx.x], st[threadIdx.x]};
+            lpstate q = {sm[threadIdx.x + w], ss[threadIdx.x + w], st[threadIdx.x + w]};
+            lpstate r = lp_merge(p, q);
+            sm[threadIdx.x] = r.m;
+            ss[threadIdx.x] = r.s;
+            st[threadIdx.x] = r.t;
+        }
+        __syncthreads();
+    }
+}
+
 template <typename T>
 __device__ void lp_stats(float* __restrict__ stats, const T* __restrict__ logits, int64_t v,
                          int64_t chunk, float temperature) {
@@ -92,22 +113,7 @@ __device__ void lp_stats(float* __restrict__ stats, const T* __restrict__ logits
         nan |= z != z;
         lp_push(a, z);
     }
-    if (nan) a.m = __int_as_float(0x7fffffff);
-    sm[threadIdx.x] = a.m;
-    ss[threadIdx.x] = a.s;
-    st[threadIdx.x] = a.t;
-    __syncthreads();
-    for (int w = MTRL_BLOCK / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) {
-            lpstate p = {sm[threadIdx.x], ss[threadIdx.x], st[threadIdx.x]};
-            lpstate q = {sm[threadIdx.x + w], ss[threadIdx.x + w], st[threadIdx.x + w]};
-            lpstate r = lp_merge(p, q);
-            sm[threadIdx.x] = r.m;
-            ss[threadIdx.x] = r.s;
-            st[threadIdx.x] = r.t;
-        }
-        __syncthreads();
-    }
+    lp_block_merge(a, nan, sm, ss, st);
     if (threadIdx.x == 0) {
         float* o = stats + (row * gridDim.y + split) * 3;
         o[0] = sm[0];
@@ -236,22 +242,7 @@ __device__ void lm_fold(double* __restrict__ state, const float* __restrict__ z,
         nan |= zi != zi;
         lp_push(a, zi);
     }
-    if (nan) a.m = __int_as_float(0x7fffffff);
-    sm[threadIdx.x] = a.m;
-    ss[threadIdx.x] = a.s;
-    st[threadIdx.x] = a.t;
-    __syncthreads();
-    for (int w = MTRL_BLOCK / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) {
-            lpstate p = {sm[threadIdx.x], ss[threadIdx.x], st[threadIdx.x]};
-            lpstate q = {sm[threadIdx.x + w], ss[threadIdx.x + w], st[threadIdx.x + w]};
-            lpstate r = lp_merge(p, q);
-            sm[threadIdx.x] = r.m;
-            ss[threadIdx.x] = r.s;
-            st[threadIdx.x] = r.t;
-        }
-        __syncthreads();
-    }
+    lp_block_merge(a, nan, sm, ss, st);
     if (threadIdx.x != 0) return;
     double* o = state + row * 4;
     if (first) {
