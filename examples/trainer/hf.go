@@ -99,8 +99,6 @@ func (c Config) validateModelPath() error {
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
 	switch {
-	case a.Device == "cuda" && vl:
-		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint: the vision-language model runs on the host only (device=cpu); text models (Qwen2, Llama) run on cuda", why)
 	case a.Device == "cuda" && max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
 		return keyErr("worker.actor.device", "is cuda %s with %d data-parallel ranks: a model_path run on the device is one rank for now (n_gpus_per_node=1, nnodes=1), or use device=cpu", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode))
 	case a.Device == "cuda" && a.offloadOptimizer():
