@@ -21,7 +21,8 @@ type Prompt struct {
 // preprocesses them again and scores the completions already sampled: the text is the row's own.
 //
 // As hflm.Policy, it does not implement loop.Trainable; give loop.Parts the optimizer and
-// gradients of Model.Training. A Policy over a second, frozen Model is the reference scorer.
+// gradients of Model.Training (Model.DeviceTraining for a model on a device). A Policy over a
+// second, frozen Model is the reference scorer.
 type Policy[P any] struct {
 	Model     *Model
 	Processor *Processor
