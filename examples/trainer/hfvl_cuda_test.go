@@ -66,7 +66,7 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 func TestDeviceVLModelPathResume(t *testing.T) {
 	model := tinyVL(t, "qwen2-vl.json")
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	set := []string{"worker.actor.device=cuda", "worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8", "worker.actor.model.lora_dropout=0.1"}
+	set := []string{"worker.actor.device=cuda", "worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8", "worker.actor.model.lora_dropout=0.1", "dataset.max_response_length=4"}
 	for _, r := range []struct {
 		dir string
 		set []string
