@@ -3,9 +3,12 @@
 package main
 
 import (
+	"context"
+
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
 // useDevice fails: this binary was built without -tags cuda.
@@ -13,3 +16,10 @@ func useDevice(*vlm.Model, int) (actorDevice, error) { return nil, cuda.ErrNotCo
 
 // openCUDA fails: this binary was built without -tags cuda.
 func openCUDA(int) (tensor.Backend, func() error, error) { return nil, nil, cuda.ErrNotCompiled }
+
+// deviceCollectives are the host's tensor collectives over comm: without -tags cuda no
+// parameter is on a device.
+func deviceCollectives(_ context.Context, _ tensor.Backend, comm collective.Comm) (collective.Tensors, func() error, error) {
+	h, err := collective.NewHostTensors(comm)
+	return h, func() error { return nil }, err
+}

@@ -89,7 +89,7 @@ type hfTrainer[P any] struct {
 	// with fsdp.sharding_strategy SHARD_GRAD_OP, holds this rank's moments (hfparallel.go).
 	comm collective.Comm
 	rctx context.Context
-	zero *loop.ShardedAdamW
+	zero zeroMoments
 	// devOpt is the optimizer of a model on a device (worker.actor.device=cuda), whose moments
 	// live there: t.adam is its host copy, refreshed for a checkpoint.
 	devOpt *hflm.DeviceAdamW
