@@ -41,6 +41,9 @@ func (z deviceZero) steps() *int                          { return &z.T }
 // collective.HostTensors even where NCCL is compiled in.
 var testHostCollectives bool
 
+// testDeviceCollectives, when set (tests), sees each rank's tensor collectives.
+var testDeviceCollectives func(collective.Tensors)
+
 // deviceTraining is actorTraining for parameters ps on a device.
 func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc loop.ReduceConfig, rank, world int) (_ loop.Optimizer, _ loop.Gradients, err error) {
 	var closers []func() error
@@ -71,6 +74,9 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 			return nil, nil, err
 		}
 		coll, closers = c, append(closers, closeC)
+		if testDeviceCollectives != nil {
+			testDeviceCollectives(c)
+		}
 	}
 	cfg := hflm.DeviceReduceConfig{Ordered: rc.Ordered, BucketBytes: rc.BucketBytes, ShardOnly: stage == loop.ShardGradients && !rc.Ordered}
 	g, err := hflm.NewDeviceReduce(ps, coll, cfg, rank, world)
