@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
@@ -93,7 +94,7 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 		t.zero = deviceZero{zero}
 		return zero, g, nil
 	}
-	opt, adam, _, err := t.s.training(o.WeightDecay)
+	opt, adam, own, err := t.s.training(o.WeightDecay)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,6 +102,13 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	t.adam = adam
 	if dev, ok := opt.(*hflm.DeviceAdamW); ok { // its moments live on the device
 		t.devOpt = dev
+	}
+	if _, plain := own.(*hflm.DeviceGradients); !plain {
+		// An optimizer with its own gradient handling (one rank): keep it.
+		if world > 1 {
+			return nil, nil, fmt.Errorf("worker.actor.device: this optimizer of the device model (%T) runs on one rank", opt)
+		}
+		return opt, own, nil
 	}
 	return opt, g, nil
 }
