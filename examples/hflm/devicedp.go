@@ -174,7 +174,7 @@ func (g *DeviceReduce) Collect() error {
 	if err != nil {
 		return err
 	}
-	if err := g.gather(flat, 0, g.l.n, false); err != nil {
+	if err := g.copyFlat(flat, 0, g.l.n, false, false); err != nil {
 		_ = flat.Release()
 		return err
 	}
@@ -187,12 +187,8 @@ func (g *DeviceReduce) Collect() error {
 	return nil
 }
 
-// gather copies the gradients' flattened values [lo, hi) into dst (contiguous, at 0); scatter
-// copies them back (values or gradients).
-func (g *DeviceReduce) gather(dst *tensor.Tensor, lo, hi int, values bool) error {
-	return g.copyFlat(dst, lo, hi, values, false)
-}
-
+// copyFlat copies the parameters' flattened values [lo, hi) (their gradients', or with values
+// their weights') into buf, contiguous from 0, or with back from buf into them.
 func (g *DeviceReduce) copyFlat(buf *tensor.Tensor, lo, hi int, values, back bool) error {
 	at := 0
 	for _, s := range g.l.spans(lo, hi) {
@@ -299,7 +295,7 @@ func (g *DeviceReduce) Reduce(ctx context.Context, comm collective.Comm, scale f
 		if err != nil {
 			return 0, err
 		}
-		if err := g.gather(buf, b.lo, b.hi, false); err != nil {
+		if err := g.copyFlat(buf, b.lo, b.hi, false, false); err != nil {
 			return 0, err
 		}
 		if g.cfg.ShardOnly {
