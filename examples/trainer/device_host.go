@@ -11,6 +11,9 @@ import (
 	"github.com/mtrl-go/mtrl/tensor/collective"
 )
 
+// haveNCCL: without -tags cuda there is no NCCL.
+const haveNCCL = false
+
 // useDevice fails: this binary was built without -tags cuda.
 func useDevice(*vlm.Model, int) (actorDevice, error) { return nil, cuda.ErrNotCompiled }
 

@@ -112,3 +112,14 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	}
 	return opt, g, nil
 }
+
+// deviceNote is the data-parallel start line's account of how device ranks reduce.
+func deviceNote(a ActorConfig) string {
+	switch {
+	case a.Device != "cuda":
+		return ""
+	case haveNCCL:
+		return ", one CUDA device each, gradients reduced between the devices by NCCL"
+	}
+	return ", one CUDA device each, gradients reduced through the host (collective.HostTensors: a binary built without -tags nccl)"
+}
