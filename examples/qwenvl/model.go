@@ -27,7 +27,10 @@ func Load(ck *Checkpoint) (*Model, error) { return LoadOn(ck, tensor.CPU()) }
 // model's activations, gradients and adapters live there too; the host keeps the pixels'
 // preprocessing, the positions and the samplers. bf16 mixed precision runs on the CPU only.
 func LoadOn(ck *Checkpoint, b tensor.Backend) (*Model, error) {
-	if b == nil {
+	switch {
+	case ck == nil || ck.Config == nil:
+		return nil, tensor.Errorf(tensor.ErrParam, "qwenvl.LoadOn", "ck", "is nil or has no config")
+	case b == nil:
 		return nil, tensor.Errorf(tensor.ErrParam, "qwenvl.LoadOn", "b", "is nil")
 	}
 	byName := map[string]*hfmodel.Tensor{}
@@ -242,12 +245,12 @@ func (m *Model) hooks(b *batch, starts []int) (scatter, gather func(*tensor.Tens
 	gather = func(dx *tensor.Tensor) error {
 		var e errs
 		n, d := dx.Dim(0), dx.Dim(1)
-		any := false
+		has := false
 		for i, enc := range b.enc {
 			b.dfeats[i] = nil
-			any = any || len(enc.feats) > 0
+			has = has || len(enc.feats) > 0
 		}
-		if !any {
+		if !has {
 			return nil
 		}
 		src := make([]int32, n)
