@@ -83,10 +83,13 @@ func TestDeviceVLModelPathResume(t *testing.T) {
 // TestDeviceVLModelPathDataParallel: the tiny Qwen2-VL with LoRA on the language model and the
 // tower (the perturbed pass on) on 2 emulated devices (scripts/cuda-emu: CUEMU_DEVICES=2), the
 // gradients reduced on device buffers by the text model's reduction (hflm.DeviceReduce through
-// NCCL): 2 ranks ordered write one device's metrics, adapters and AdamW moments bit for bit;
-// bucketed ZeRO-2 in small buckets, two one-row micro-batches per rank, ends within 1e-5
-// relative L2 of one device's weights (TestDeviceModelPathDataParallel's bound); a run of one
-// step on 2 devices resumed on 1 (ZeRO-1) ends as the one-device run, bit for bit.
+// NCCL). A run of one step on one device resumed on 2 (ordered: each rank one micro-batch of
+// two rows, one device two) ends as the uninterrupted one-device run, bit for bit in metrics,
+// adapters and AdamW moments: the 2 ranks upload the one-device checkpoint, reduce in one
+// device's order and write a checkpoint one device would. Bucketed ZeRO-2 in small buckets,
+// two one-row micro-batches per rank, ends within 1e-5 relative L2 of one device's weights
+// (TestDeviceModelPathDataParallel's bound). Six RL steps in all: the LM head over the real
+// 151,936-token vocabulary dominates the emulator's time.
 func TestDeviceVLModelPathDataParallel(t *testing.T) {
 	if b, err := cuda.New(1); err != nil {
 		t.Skipf("SKIP: needs a second CUDA device: %v", err)
@@ -100,22 +103,17 @@ func TestDeviceVLModelPathDataParallel(t *testing.T) {
 			"dataset.max_response_length=4", "training.save_freq=1", "worker.actor.micro_batch_size_per_device_for_update=2",
 			"worker.actor.micro_batch_size_per_device_for_experience=2", fmt.Sprintf("training.n_gpus_per_node=%d", ranks)}, extra...)...)
 	}
-	one, two, bucketed, re := dir("one"), dir("two"), dir("bucketed"), dir("resumed")
+	one, re, bucketed := dir("one"), dir("resumed"), dir("bucketed")
 	a := hfLines(t, over(one, 1))
-	b := hfLines(t, over(two, 2))
-	diffs, _ := compareLines(a, b)
-	require.Empty(t, diffs, "ordered: 2 devices vs 1")
-	sameState(t, one, two, 2, "ordered: 2 devices vs 1")
+	hfLines(t, over(re, 1, "training.steps=1"))
+	c := hfLines(t, over(re, 2, "training.find_last_checkpoint=true"))
+	diffs, _ := compareLines(a, c)
+	require.Empty(t, diffs, "1 → 2 ranks")
+	sameState(t, one, re, 2, "1 → 2 ranks")
 	// Two micro-batches of one row per rank: NCCL adds (a₀+a₁)+(b₀+b₁), one device a₀+a₁+b₀+b₁.
 	hfLines(t, over(bucketed, 2, "worker.actor.grad_reduce=bucketed", "worker.actor.micro_batch_size_per_device_for_update=1",
 		"worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP", "worker.actor.grad_bucket_mb=0.01"))
 	wd := weightDiff(modelWeights(t, one, 2), modelWeights(t, bucketed, 2))
 	t.Logf("bucketed ZeRO-2 (2 devices) vs ordered (1): weights %.2g apart (relative L2)", wd)
 	require.Less(t, wd, 1e-5)
-	// 2 → 1 ranks.
-	hfLines(t, over(re, 2, "training.steps=1"))
-	c := hfLines(t, over(re, 1, "training.find_last_checkpoint=true", "worker.actor.fsdp.sharding_strategy=optim"))
-	diffs, _ = compareLines(a, c)
-	require.Empty(t, diffs, "2 → 1 ranks")
-	sameState(t, one, re, 2, "2 → 1 ranks")
 }
