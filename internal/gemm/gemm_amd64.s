@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // func gemm1x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm1x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -19,8 +19,23 @@ TEXT ·gemm1x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
 	VXORPS Z3, Z3, Z3
+	XORQ   DI, DI
 
 gemm1x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm1x64AVX512_steps
+	TESTQ      DI, DI
+	JNZ        gemm1x64AVX512_steps
+	INCQ       DI
+	MOVQ       c+40(FP), R8
+	MOVQ       ldc+48(FP), R9
+	SHLQ       $0x02, R9
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+
+gemm1x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm1x64AVX512_tail
 	VMOVUPS      (DX), Z4
@@ -83,7 +98,7 @@ gemm1x64AVX512_write:
 	RET
 
 // func gemm2x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm2x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -102,8 +117,28 @@ TEXT ·gemm2x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z5, Z5, Z5
 	VXORPS Z6, Z6, Z6
 	VXORPS Z7, Z7, Z7
+	XORQ   R8, R8
 
 gemm2x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm2x64AVX512_steps
+	TESTQ      R8, R8
+	JNZ        gemm2x64AVX512_steps
+	INCQ       R8
+	MOVQ       c+40(FP), R9
+	MOVQ       ldc+48(FP), R10
+	SHLQ       $0x02, R10
+	PREFETCHT0 (R9)
+	PREFETCHT0 64(R9)
+	PREFETCHT0 128(R9)
+	PREFETCHT0 192(R9)
+	ADDQ       R10, R9
+	PREFETCHT0 (R9)
+	PREFETCHT0 64(R9)
+	PREFETCHT0 128(R9)
+	PREFETCHT0 192(R9)
+
+gemm2x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm2x64AVX512_tail
 	VMOVUPS      (DX), Z8
@@ -191,7 +226,7 @@ gemm2x64AVX512_write:
 	RET
 
 // func gemm3x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm3x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -215,8 +250,33 @@ TEXT ·gemm3x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z9, Z9, Z9
 	VXORPS Z10, Z10, Z10
 	VXORPS Z11, Z11, Z11
+	XORQ   R9, R9
 
 gemm3x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm3x64AVX512_steps
+	TESTQ      R9, R9
+	JNZ        gemm3x64AVX512_steps
+	INCQ       R9
+	MOVQ       c+40(FP), R10
+	MOVQ       ldc+48(FP), R11
+	SHLQ       $0x02, R11
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       R11, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+	ADDQ       R11, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 192(R10)
+
+gemm3x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm3x64AVX512_tail
 	VMOVUPS      (DX), Z12
@@ -329,7 +389,7 @@ gemm3x64AVX512_write:
 	RET
 
 // func gemm4x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm4x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -358,8 +418,38 @@ TEXT ·gemm4x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z13, Z13, Z13
 	VXORPS Z14, Z14, Z14
 	VXORPS Z15, Z15, Z15
+	XORQ   R10, R10
 
 gemm4x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm4x64AVX512_steps
+	TESTQ      R10, R10
+	JNZ        gemm4x64AVX512_steps
+	INCQ       R10
+	MOVQ       c+40(FP), R11
+	MOVQ       ldc+48(FP), R12
+	SHLQ       $0x02, R12
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+
+gemm4x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm4x64AVX512_tail
 	VMOVUPS      (DX), Z16
@@ -497,7 +587,7 @@ gemm4x64AVX512_write:
 	RET
 
 // func gemm5x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm5x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -531,8 +621,43 @@ TEXT ·gemm5x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z17, Z17, Z17
 	VXORPS Z18, Z18, Z18
 	VXORPS Z19, Z19, Z19
+	XORQ   R11, R11
 
 gemm5x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm5x64AVX512_steps
+	TESTQ      R11, R11
+	JNZ        gemm5x64AVX512_steps
+	INCQ       R11
+	MOVQ       c+40(FP), R12
+	MOVQ       ldc+48(FP), R13
+	SHLQ       $0x02, R13
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+
+gemm5x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm5x64AVX512_tail
 	VMOVUPS      (DX), Z20
@@ -695,7 +820,7 @@ gemm5x64AVX512_write:
 	RET
 
 // func gemm6x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·gemm6x64AVX512(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -734,8 +859,48 @@ TEXT ·gemm6x64AVX512(SB), NOSPLIT, $0-57
 	VXORPS Z21, Z21, Z21
 	VXORPS Z22, Z22, Z22
 	VXORPS Z23, Z23, Z23
+	XORQ   R12, R12
 
 gemm6x64AVX512_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm6x64AVX512_steps
+	TESTQ      R12, R12
+	JNZ        gemm6x64AVX512_steps
+	INCQ       R12
+	MOVQ       c+40(FP), R13
+	MOVQ       ldc+48(FP), R14
+	SHLQ       $0x02, R14
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+
+gemm6x64AVX512_steps:
 	CMPQ         AX, $0x02
 	JL           gemm6x64AVX512_tail
 	VMOVUPS      (DX), Z24
@@ -987,7 +1152,7 @@ fmaPeakAVX512_done:
 	RET
 
 // func gemm1x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm1x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -999,8 +1164,20 @@ TEXT ·gemm1x16AVX2(SB), NOSPLIT, $0-57
 	XORQ   SI, SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
+	XORQ   DI, DI
 
 gemm1x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm1x16AVX2_steps
+	TESTQ      DI, DI
+	JNZ        gemm1x16AVX2_steps
+	INCQ       DI
+	MOVQ       c+40(FP), R8
+	MOVQ       ldc+48(FP), R9
+	SHLQ       $0x02, R9
+	PREFETCHT0 (R8)
+
+gemm1x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm1x16AVX2_tail
 	VMOVUPS      (DX), Y2
@@ -1047,7 +1224,7 @@ gemm1x16AVX2_write:
 	RET
 
 // func gemm2x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm2x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -1062,8 +1239,22 @@ TEXT ·gemm2x16AVX2(SB), NOSPLIT, $0-57
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
+	XORQ   R8, R8
 
 gemm2x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm2x16AVX2_steps
+	TESTQ      R8, R8
+	JNZ        gemm2x16AVX2_steps
+	INCQ       R8
+	MOVQ       c+40(FP), R9
+	MOVQ       ldc+48(FP), R10
+	SHLQ       $0x02, R10
+	PREFETCHT0 (R9)
+	ADDQ       R10, R9
+	PREFETCHT0 (R9)
+
+gemm2x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm2x16AVX2_tail
 	VMOVUPS      (DX), Y4
@@ -1125,7 +1316,7 @@ gemm2x16AVX2_write:
 	RET
 
 // func gemm3x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm3x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -1143,8 +1334,24 @@ TEXT ·gemm3x16AVX2(SB), NOSPLIT, $0-57
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
+	XORQ   R9, R9
 
 gemm3x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm3x16AVX2_steps
+	TESTQ      R9, R9
+	JNZ        gemm3x16AVX2_steps
+	INCQ       R9
+	MOVQ       c+40(FP), R10
+	MOVQ       ldc+48(FP), R11
+	SHLQ       $0x02, R11
+	PREFETCHT0 (R10)
+	ADDQ       R11, R10
+	PREFETCHT0 (R10)
+	ADDQ       R11, R10
+	PREFETCHT0 (R10)
+
+gemm3x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm3x16AVX2_tail
 	VMOVUPS      (DX), Y6
@@ -1221,7 +1428,7 @@ gemm3x16AVX2_write:
 	RET
 
 // func gemm4x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm4x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -1242,8 +1449,26 @@ TEXT ·gemm4x16AVX2(SB), NOSPLIT, $0-57
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
+	XORQ   R10, R10
 
 gemm4x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm4x16AVX2_steps
+	TESTQ      R10, R10
+	JNZ        gemm4x16AVX2_steps
+	INCQ       R10
+	MOVQ       c+40(FP), R11
+	MOVQ       ldc+48(FP), R12
+	SHLQ       $0x02, R12
+	PREFETCHT0 (R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+	ADDQ       R12, R11
+	PREFETCHT0 (R11)
+
+gemm4x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm4x16AVX2_tail
 	VMOVUPS      (DX), Y8
@@ -1335,7 +1560,7 @@ gemm4x16AVX2_write:
 	RET
 
 // func gemm5x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm5x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -1359,8 +1584,28 @@ TEXT ·gemm5x16AVX2(SB), NOSPLIT, $0-57
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
+	XORQ   R11, R11
 
 gemm5x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm5x16AVX2_steps
+	TESTQ      R11, R11
+	JNZ        gemm5x16AVX2_steps
+	INCQ       R11
+	MOVQ       c+40(FP), R12
+	MOVQ       ldc+48(FP), R13
+	SHLQ       $0x02, R13
+	PREFETCHT0 (R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+	ADDQ       R13, R12
+	PREFETCHT0 (R12)
+
+gemm5x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm5x16AVX2_tail
 	VMOVUPS      (DX), Y10
@@ -1467,7 +1712,7 @@ gemm5x16AVX2_write:
 	RET
 
 // func gemm6x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·gemm6x16AVX2(SB), NOSPLIT, $0-57
 	MOVQ   k+0(FP), AX
 	MOVQ   lda+16(FP), CX
@@ -1494,8 +1739,30 @@ TEXT ·gemm6x16AVX2(SB), NOSPLIT, $0-57
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
+	XORQ   R12, R12
 
 gemm6x16AVX2_loop2:
+	CMPQ       AX, $0x21
+	JA         gemm6x16AVX2_steps
+	TESTQ      R12, R12
+	JNZ        gemm6x16AVX2_steps
+	INCQ       R12
+	MOVQ       c+40(FP), R13
+	MOVQ       ldc+48(FP), R14
+	SHLQ       $0x02, R14
+	PREFETCHT0 (R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+	ADDQ       R14, R13
+	PREFETCHT0 (R13)
+
+gemm6x16AVX2_steps:
 	CMPQ         AX, $0x02
 	JL           gemm6x16AVX2_tail
 	VMOVUPS      (DX), Y12
