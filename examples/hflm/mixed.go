@@ -119,9 +119,7 @@ func (mp *mixed) refresh(m *Model) error {
 	}
 	for name, w := range mp.mats {
 		b, _ := w.Weight().BF16s()
-		for i, v := range host(m.byName[name].value) {
-			b[i] = tensor.BF16FromFloat32(v)
-		}
+		tensor.RoundToBF16(b, host(m.byName[name].value))
 		if err := w.Repack(); err != nil {
 			return err
 		}
@@ -130,11 +128,7 @@ func (mp *mixed) refresh(m *Model) error {
 }
 
 // roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) {
-	for i, x := range v {
-		v[i] = tensor.BF16FromFloat32(x).Float32()
-	}
-}
+func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
 // round rounds an op's output to bfloat16 values in bf16 mode (host tensors only: bf16 mode
 // runs on the CPU backend).
@@ -152,9 +146,7 @@ func (m *Model) store(t *tensor.Tensor) *tensor.Tensor {
 	}
 	v := host(t)
 	b := make([]tensor.BF16, len(v))
-	for i, x := range v {
-		b[i] = tensor.BF16FromFloat32(x)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, t.Shape()...))
 }
 

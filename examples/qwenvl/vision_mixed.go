@@ -116,9 +116,7 @@ func (mp *visionMixed) refresh(t *Vision) error {
 	}
 	for name, w := range mp.mats {
 		b, _ := w.Weight().BF16s()
-		for i, x := range host(t.byName[name].value) {
-			b[i] = tensor.BF16FromFloat32(x)
-		}
+		tensor.RoundToBF16(b, host(t.byName[name].value))
 		if err := w.Repack(); err != nil {
 			return err
 		}
@@ -127,11 +125,7 @@ func (mp *visionMixed) refresh(t *Vision) error {
 }
 
 // roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) {
-	for i, x := range v {
-		v[i] = tensor.BF16FromFloat32(x).Float32()
-	}
-}
+func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
 // round rounds an op's output to bfloat16 values in bf16 mode.
 func (t *Vision) round(v []float32) {
@@ -148,9 +142,7 @@ func (t *Vision) store(x *tensor.Tensor) *tensor.Tensor {
 	}
 	v := host(x)
 	b := make([]tensor.BF16, len(v))
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
 
@@ -169,9 +161,7 @@ func widen(x *tensor.Tensor) *tensor.Tensor {
 	}
 	b, _ := x.BF16s()
 	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
+	tensor.WidenBF16(v, b)
 	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
 }
 
@@ -263,8 +253,6 @@ func (fb *fwdBufs) gemmIn(name string, x *tensor.Tensor) *tensor.Tensor {
 		fb.b[name] = b
 	}
 	b = b[:len(v)]
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
