@@ -165,6 +165,22 @@ func widen(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
 }
 
+// SetBF16Backward selects, for bf16 mode, whether the tower's backward rounds the gradient
+// flowing into each linear layer to bfloat16 before its products with the weight and the kept
+// activation, as torch's bfloat16 autograd does (tensor.LinearGrad.GradBF16: those GEMMs on
+// VDPBF16PS; per element within (2⁻⁸ + adds·2⁻²⁴)·Σ|dy|·|w| of the float32 gradient's
+// product). Off by default; no effect in float32 mode.
+func (t *Vision) SetBF16Backward(on bool) { t.gradBF16 = on }
+
+func (t *Vision) bf16Grad() bool { return t.gradBF16 && t.mp != nil }
+
+// SetBF16Backward sets the language model's (hflm.Model.SetBF16Backward) and the tower's
+// (Vision.SetBF16Backward) bfloat16 backward together.
+func (m *Model) SetBF16Backward(on bool) {
+	m.LM.SetBF16Backward(on)
+	m.Vision.SetBF16Backward(on)
+}
+
 // SetMixedPrecision sets the compute dtype of the language model (hflm.Model.SetMixedPrecision)
 // and of the tower (Vision.SetMixedPrecision) together: tensor.Float32 or tensor.BFloat16.
 func (m *Model) SetMixedPrecision(dt tensor.DType) error {
