@@ -11,17 +11,20 @@ import "github.com/mtrl-go/mtrl/internal/parallel"
 const convGrain = 1 << 15
 
 // RoundToBF16 writes src rounded to the nearest bfloat16 (ties to even, NaN kept quiet, as
-// BF16FromFloat32) into dst[:len(src)]; dst must be at least as long as src.
-func RoundToBF16(dst []BF16, src []float32) {
-	dst = dst[:len(src)]
-	parallel.For(len(src), convGrain, func(lo, hi int) { roundBF16(dst[lo:hi], src[lo:hi]) })
+// BF16FromFloat32) into dst. Like copy, it converts min(len(dst), len(src)) elements and
+// returns that number.
+func RoundToBF16(dst []BF16, src []float32) int {
+	n := min(len(dst), len(src))
+	parallel.For(n, convGrain, func(lo, hi int) { roundBF16(dst[lo:hi], src[lo:hi]) })
+	return n
 }
 
-// WidenBF16 writes src widened to float32 (exact) into dst[:len(src)]; dst must be at least as
-// long as src.
-func WidenBF16(dst []float32, src []BF16) {
-	dst = dst[:len(src)]
-	parallel.For(len(src), convGrain, func(lo, hi int) { widenBF16(dst[lo:hi], src[lo:hi]) })
+// WidenBF16 writes src widened to float32 (exact) into dst. Like copy, it converts
+// min(len(dst), len(src)) elements and returns that number.
+func WidenBF16(dst []float32, src []BF16) int {
+	n := min(len(dst), len(src))
+	parallel.For(n, convGrain, func(lo, hi int) { widenBF16(dst[lo:hi], src[lo:hi]) })
+	return n
 }
 
 // RoundFloat32s rounds every value of v to the nearest bfloat16 in place (v then holds bfloat16

@@ -40,5 +40,12 @@ func TestBulkBF16Conversions(t *testing.T) {
 		if b[n] != 0 || w[n] != 0 || v[n] != 42 {
 			t.Fatalf("n=%d: wrote past the end", n)
 		}
+		// copy's semantics: the shorter slice sets the count
+		if got := tensor.RoundToBF16(b[:n/2], src); got != n/2 {
+			t.Fatalf("n=%d: RoundToBF16 into %d converted %d", n, n/2, got)
+		}
+		if got := tensor.WidenBF16(w, b[:n/2]); got != n/2 {
+			t.Fatalf("n=%d: WidenBF16 of %d converted %d", n, n/2, got)
+		}
 	}
 }
