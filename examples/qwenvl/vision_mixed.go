@@ -200,10 +200,12 @@ func (t *Vision) residual(dst, src *tensor.Tensor) error {
 	if t.mp == nil {
 		return add(dst, src)
 	}
-	dv := host(dst)
-	for i, v := range host(src) {
-		dv[i] = tensor.BF16FromFloat32(tensor.BF16FromFloat32(dv[i]).Float32() + v).Float32()
+	// bf16(bf16(dst) + src) in three vector passes (each bit for bit the scalar step)
+	tensor.RoundFloat32s(host(dst))
+	if err := add(dst, src); err != nil {
+		return err
 	}
+	tensor.RoundFloat32s(host(dst))
 	return nil
 }
 
