@@ -523,7 +523,7 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 			out.DBias = m.byName[l.name+".bias"].grad
 		}
 	}
-	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true, GradBF16: m.bf16Grad()}); err != nil {
 		return err
 	}
 	if ad := m.adapterOf(l); ad != nil {

@@ -74,6 +74,20 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 	return tensor.Errorf(tensor.ErrParam, "hflm.Model.SetMixedPrecision", "dt", "is %v, want float32 or bfloat16", dt)
 }
 
+// SetBF16Backward selects, for bf16 mode, whether the backward rounds the gradient flowing into
+// each linear layer and the LM head to bfloat16 before multiplying it by the weight and the kept
+// activation, as torch's bfloat16 autograd does (tensor.LinearGrad.GradBF16,
+// tensor.LMHeadGrad.GradBF16): the data and weight gradients' GEMMs then run on VDPBF16PS, at
+// twice the float32 rate, and each such product moves from the float32 backward's by at most
+// (2⁻⁸ + adds·2⁻²⁴)·Σ|dy|·|w| per element (tensor.LinearGrad). Off (the default), those
+// gradients are float32 throughout. LoRA adapters' own products stay float32 (their weights are
+// float32 masters). It has no effect in float32 mode.
+func (m *Model) SetBF16Backward(on bool) { m.gradBF16 = on }
+
+// bf16Grad reports whether the backward rounds gradients to bfloat16 (SetBF16Backward in bf16
+// mode).
+func (m *Model) bf16Grad() bool { return m.gradBF16 && m.mp != nil }
+
 // MixedPrecision returns the dtype the passes compute in.
 func (m *Model) MixedPrecision() tensor.DType {
 	if m.mp != nil {
@@ -119,9 +133,7 @@ func (mp *mixed) refresh(m *Model) error {
 	}
 	for name, w := range mp.mats {
 		b, _ := w.Weight().BF16s()
-		for i, v := range host(m.byName[name].value) {
-			b[i] = tensor.BF16FromFloat32(v)
-		}
+		tensor.RoundToBF16(b, host(m.byName[name].value))
 		if err := w.Repack(); err != nil {
 			return err
 		}
@@ -130,11 +142,7 @@ func (mp *mixed) refresh(m *Model) error {
 }
 
 // roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) {
-	for i, x := range v {
-		v[i] = tensor.BF16FromFloat32(x).Float32()
-	}
-}
+func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
 // round rounds an op's output to bfloat16 values in bf16 mode (host tensors only: bf16 mode
 // runs on the CPU backend).
@@ -152,9 +160,7 @@ func (m *Model) store(t *tensor.Tensor) *tensor.Tensor {
 	}
 	v := host(t)
 	b := make([]tensor.BF16, len(v))
-	for i, x := range v {
-		b[i] = tensor.BF16FromFloat32(x)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, t.Shape()...))
 }
 

@@ -42,8 +42,9 @@ type Model struct {
 	scratch   [3]*tensor.Tensor         // scratchF32's buffers (flat, grown on demand)
 	bufs      map[string]*tensor.Tensor // reused's buffers (flat, grown on demand)
 
-	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
-	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
+	mp       *mixed // bf16 mixed precision (mixed.go); nil: float32
+	gradBF16 bool   // SetBF16Backward: in bf16 mode, the backward's products on bfloat16 gradients
+	ckpt     bool   // activation checkpointing per decoder layer (checkpoint.go)
 
 	final func(...*tensor.Tensor) // the loop's hook for gradients the backward is done with (overlap.go)
 }

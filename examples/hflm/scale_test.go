@@ -466,3 +466,51 @@ func TestMixedPrecisionCurve(t *testing.T) {
 			i+1, f["reward/seven"], h["reward/seven"], f["actor/kl_loss"], h["actor/kl_loss"], f["actor/grad_norm"], h["actor/grad_norm"])
 	}
 }
+
+// TestBF16Backward checks SetBF16Backward: in bf16 mode the log-probs are the same bits (the
+// forward does not change), the gradients change (the rounding happens) and stay within the
+// error of TestMixedPrecisionBF16's R roundings plus R' = 1 + 7L more, those of the gradient
+// flowing into each linear layer and the LM head: ‖Δg‖ ≤ 2√(R+R')·u·‖g‖ against float32 mode
+// per parameter; and the option does nothing in float32 mode.
+func TestBF16Backward(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	b := newScaleBatch(6, 8, 10, 9)
+	for _, cfg := range []string{"qwen2-untied.json", "llama-linear.json"} {
+		t.Run(strings.TrimSuffix(cfg, ".json"), func(t *testing.T) {
+			var lps [][][]float32
+			var grads []map[string][]float32
+			var layers int
+			for _, mode := range []struct {
+				dt   tensor.DType
+				grad bool
+			}{{tensor.Float32, false}, {tensor.Float32, true}, {tensor.BFloat16, false}, {tensor.BFloat16, true}} {
+				m := loadCheckpoint(t, filepath.Join("testdata", cfg), 21, "float32", 1)
+				require.NoError(t, m.SetMixedPrecision(mode.dt))
+				m.SetBF16Backward(mode.grad)
+				s := b.run(t, m, 0, true)
+				lps = append(lps, s.LogProbs)
+				grads = append(grads, gradCopies(t, m))
+				layers = m.Config.NumHiddenLayers
+			}
+			require.Equal(t, lps[0], lps[1], "float32 mode: log-probs")
+			require.Equal(t, grads[0], grads[1], "float32 mode: SetBF16Backward changes nothing")
+			require.Equal(t, lps[2], lps[3], "bf16 mode: the forward is unchanged")
+			sqrtR := math.Sqrt(float64(bf16Roundings(layers) + 1 + 7*layers))
+			changed, worst := 0, 0.0
+			for name, g := range grads[0] {
+				var dn, gn float64
+				for i, v := range g {
+					d := float64(grads[3][name][i]) - float64(v)
+					dn, gn = dn+d*d, gn+float64(v)*float64(v)
+					if grads[3][name][i] != grads[2][name][i] {
+						changed++
+					}
+				}
+				require.LessOrEqual(t, math.Sqrt(dn), 2*sqrtR*u*math.Sqrt(gn), name)
+				worst = math.Max(worst, math.Sqrt(dn)/(u*math.Sqrt(gn)))
+			}
+			require.Greater(t, changed, 0, "the gradients are rounded")
+			t.Logf("max ‖Δg‖/(u·‖g‖) = %.2f (bound 2√(R+R') = %.2f)", worst, 2*sqrtR)
+		})
+	}
+}

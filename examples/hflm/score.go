@@ -204,7 +204,7 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 		dh := s.m.alloc(&e, mm, d)
 		e.do(tensor.LMHeadBackward(dh, s.m.headGrad(), tensor.LMHeadGrad{
 			LMHeadInputs: s.lmIn, LogProbs: s.lp, Entropy: s.ent,
-			DLogProbs: dlp, DEntropy: dent, Accumulate: true,
+			DLogProbs: dlp, DEntropy: dent, Accumulate: true, GradBF16: s.m.bf16Grad(),
 		}))
 		if e.err == nil && !s.m.Config.TieWordEmbeddings {
 			s.m.reportFinal("lm_head.weight")

@@ -169,6 +169,8 @@ type Vision struct {
 	lora    *towerLoRA
 	loraOff bool
 	bwd     *VisionActs // the activations of the Backward under way (its adapters read them)
+	// gradBF16 (SetBF16Backward): in bf16 mode the backward's products on bfloat16 gradients.
+	gradBF16 bool
 }
 
 // visionSpecs lists the tower's weights, named as Hugging Face's state_dict (visual.*).

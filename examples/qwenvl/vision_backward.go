@@ -131,7 +131,7 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	}
 	if g := t.byName[t.patch.name+".weight"].grad; g != nil {
 		if err := tensor.LinearBackward(tensor.LinearGradOut{DWeight: g},
-			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true}); err != nil {
+			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true, GradBF16: t.bf16Grad()}); err != nil {
 			return err
 		}
 	}
@@ -166,7 +166,7 @@ func (t *Vision) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
 	if l.b != nil {
 		out.DBias = t.byName[l.name+".bias"].grad
 	}
-	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true, GradBF16: t.bf16Grad()}); err != nil {
 		return err
 	}
 	return t.adaptBackward(dx2, dy2, l, t.bwd)

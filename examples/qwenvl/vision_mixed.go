@@ -119,9 +119,7 @@ func (mp *visionMixed) refresh(t *Vision) error {
 	}
 	for name, w := range mp.mats {
 		b, _ := w.Weight().BF16s()
-		for i, x := range host(t.byName[name].value) {
-			b[i] = tensor.BF16FromFloat32(x)
-		}
+		tensor.RoundToBF16(b, host(t.byName[name].value))
 		if err := w.Repack(); err != nil {
 			return err
 		}
@@ -130,11 +128,7 @@ func (mp *visionMixed) refresh(t *Vision) error {
 }
 
 // roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) {
-	for i, x := range v {
-		v[i] = tensor.BF16FromFloat32(x).Float32()
-	}
-}
+func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
 // round rounds an op's output to bfloat16 values in bf16 mode (which runs on the host).
 func (t *Vision) round(x *tensor.Tensor) {
@@ -151,9 +145,7 @@ func (t *Vision) store(x *tensor.Tensor) *tensor.Tensor {
 	}
 	v := host(x)
 	b := make([]tensor.BF16, len(v))
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
 
@@ -172,10 +164,24 @@ func widen(x *tensor.Tensor) *tensor.Tensor {
 	}
 	b, _ := x.BF16s()
 	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
+	tensor.WidenBF16(v, b)
 	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
+}
+
+// SetBF16Backward selects, for bf16 mode, whether the tower's backward rounds the gradient
+// flowing into each linear layer to bfloat16 before its products with the weight and the kept
+// activation, as torch's bfloat16 autograd does (tensor.LinearGrad.GradBF16: those GEMMs on
+// VDPBF16PS; per element within (2⁻⁸ + adds·2⁻²⁴)·Σ|dy|·|w| of the float32 gradient's
+// product). Off by default; no effect in float32 mode.
+func (t *Vision) SetBF16Backward(on bool) { t.gradBF16 = on }
+
+func (t *Vision) bf16Grad() bool { return t.gradBF16 && t.mp != nil }
+
+// SetBF16Backward sets the language model's (hflm.Model.SetBF16Backward) and the tower's
+// (Vision.SetBF16Backward) bfloat16 backward together.
+func (m *Model) SetBF16Backward(on bool) {
+	m.LM.SetBF16Backward(on)
+	m.Vision.SetBF16Backward(on)
 }
 
 // SetMixedPrecision sets the compute dtype of the language model (hflm.Model.SetMixedPrecision)
@@ -194,10 +200,12 @@ func (t *Vision) residual(dst, src *tensor.Tensor) error {
 	if t.mp == nil {
 		return add(dst, src)
 	}
-	dv := host(dst)
-	for i, v := range host(src) {
-		dv[i] = tensor.BF16FromFloat32(tensor.BF16FromFloat32(dv[i]).Float32() + v).Float32()
+	// bf16(bf16(dst) + src) in three vector passes (each bit for bit the scalar step)
+	tensor.RoundFloat32s(host(dst))
+	if err := add(dst, src); err != nil {
+		return err
 	}
+	tensor.RoundFloat32s(host(dst))
 	return nil
 }
 
@@ -249,8 +257,6 @@ func (fb *fwdBufs) gemmIn(name string, x *tensor.Tensor) *tensor.Tensor {
 		fb.b[name] = b
 	}
 	b = b[:len(v)]
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
