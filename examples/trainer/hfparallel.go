@@ -177,6 +177,10 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 		t.devOpt = dev
 		return opt, g, nil
 	}
+	if o, ok := opt.(hfOffloaded); ok { // the same, with AdamW on the host (offload.go)
+		t.off = o.off
+		return opt, g, nil
+	}
 	if !rc.Ordered {
 		ps, err := t.s.model.Params()
 		if err != nil {

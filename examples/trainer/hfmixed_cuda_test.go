@@ -1,0 +1,162 @@
+//go:build cuda
+
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtrl-go/mtrl/cuda"
+	"github.com/mtrl-go/mtrl/examples/hflm"
+
+	"github.com/stretchr/testify/require"
+)
+
+// hfDeviceConfig is a model_path run on the device (hfOverrides) in dir with the KL loss.
+func hfDeviceConfig(t *testing.T, model, dir string, extra ...string) Config {
+	t.Helper()
+	cfg, err := LoadConfig("", hfOverrides(model, dir, append([]string{"worker.actor.device=cuda", "worker.actor.use_kl_loss=true"}, extra...)...))
+	require.NoError(t, err)
+	return cfg
+}
+
+// TestDeviceModelPathOffload: with the optimizer offloaded (offload.offload_optimizer) a
+// model_path run on the device writes the non-offloaded device run's checkpoints bit for bit
+// (weights and AdamW moments, steps 1 and 2) and its metrics within dpTolerance, in full
+// fine-tuning (clipping active, float32 and bf16 mode) and with LoRA: the device sums the
+// micro-batches either way and the host's AdamW is the device kernel's arithmetic; only the
+// gradient norm is summed in another order (actor/grad_norm may differ in its last float64
+// bits; the float32 clip factor did not here: the weights would show it). A run interrupted
+// after 1 step and resumed equals it too (the checkpoint's masters reach the host copy).
+func TestDeviceModelPathOffload(t *testing.T) {
+	model := tinyHF(t)
+	for _, c := range []struct{ name, set string }{
+		{"full", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05"},
+		{"full-bf16", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05 worker.actor.fsdp.mixed_precision_dtype=bf16"},
+		{"lora", "worker.actor.model.lora_rank=4 worker.actor.model.lora_alpha=8 worker.actor.model.lora_dropout=0.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			set := append(strings.Fields(c.set), "training.save_freq=1")
+			offSet := append(set, "worker.actor.offload.offload_optimizer=true")
+			ref, off, resumed := filepath.Join(t.TempDir(), "ref"), filepath.Join(t.TempDir(), "off"), filepath.Join(t.TempDir(), "resumed")
+			a := runLines(t, hfDeviceConfig(t, model, ref, set...))
+			b := runLines(t, hfDeviceConfig(t, model, off, offSet...))
+			run(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.steps=1")...))
+			d := runLines(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.find_last_checkpoint=true")...))
+			diffs, worst := compareLines(a, b)
+			t.Logf("largest relative metric difference %.2g", worst)
+			require.Empty(t, diffs)
+			diffs, _ = compareLines(b, d[len(d)-len(b):])
+			require.Empty(t, diffs, "resumed")
+			for _, dir := range []string{off, resumed} {
+				for _, step := range []int{1, 2} {
+					require.Equal(t, modelWeights(t, ref, step), modelWeights(t, dir, step), "step %d weights", step)
+					require.Equal(t, optimizerMoments(t, ref, step), optimizerMoments(t, dir, step), "step %d moments", step)
+				}
+			}
+		})
+	}
+}
+
+// TestDeviceModelPathMixed: bf16 mixed precision on the device in the trainer. Activation
+// checkpointing writes the stored path's run bit for bit (metrics and weights); padded rows
+// (padding_free=false) score the packed run's first step: the same rewards, KL penalty and
+// response lengths (the rollouts and log-probs are the packed ones: the causal attention never
+// lets a real token see the padding after it); and a run of bf16 + checkpointing + offload
+// resumed after 1 step equals the run in one go bit for bit.
+func TestDeviceModelPathMixed(t *testing.T) {
+	model := tinyHF(t)
+	bf := []string{"worker.actor.model.lora_rank=0", "worker.actor.fsdp.mixed_precision_dtype=bf16"}
+	stored, ckpt := filepath.Join(t.TempDir(), "stored"), filepath.Join(t.TempDir(), "ckpt")
+	run(t, hfDeviceConfig(t, model, stored, bf...))
+	run(t, hfDeviceConfig(t, model, ckpt, append(bf, "worker.actor.model.enable_gradient_checkpointing=true")...))
+	sameRun(t, stored, ckpt, 2)
+
+	padded := runLines(t, hfDeviceConfig(t, model, filepath.Join(t.TempDir(), "padded"), append(bf, "training.steps=1", "worker.actor.padding_free=false")...))
+	packed, err := ReadMetrics(filepath.Join(stored, "metrics.jsonl"))
+	require.NoError(t, err)
+	for _, k := range []string{"reward/overall", "actor/reward_kl_penalty", "response_length/mean"} {
+		require.NotNil(t, packed[0].Metrics[k], k)
+		require.NotNil(t, padded[0].Metrics[k], k)
+		require.Equal(t, *packed[0].Metrics[k], *padded[0].Metrics[k], k)
+	}
+
+	all := append(bf, "worker.actor.model.enable_gradient_checkpointing=true", "worker.actor.offload.offload_optimizer=true")
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	run(t, hfDeviceConfig(t, model, a, all...))
+	run(t, hfDeviceConfig(t, model, b, append(all, "training.steps=1")...))
+	run(t, hfDeviceConfig(t, model, b, append(all, "training.find_last_checkpoint=true")...))
+	sameRun(t, a, b, 2)
+}
+
+// TestDeviceModelPathMemory logs the device bytes of one RL step of a model_path run (full
+// fine-tuning, after a first step that allocates what every step keeps) with each memory
+// feature on and off: resident after the step and the step's peak (docs/2026-11-memory.md). The
+// model is the tests' tiny Qwen2; MTRL_HF_MEMORY_MODEL=DIR measures another checkpoint and
+// MTRL_HF_MEMORY_SET adds overrides (space-separated). Checked: the offloaded optimizer holds
+// exactly AdamW's 8 bytes per parameter less, and bf16 mode adds exactly its copies (2 bytes
+// per matrix element and 4 per norm weight or bias: the float32 masters stay) to what stays
+// resident.
+func TestDeviceModelPathMemory(t *testing.T) {
+	model := os.Getenv("MTRL_HF_MEMORY_MODEL")
+	if model == "" {
+		model = tinyHF(t)
+	}
+	base := append([]string{"worker.actor.model.lora_rank=0"}, strings.Fields(os.Getenv("MTRL_HF_MEMORY_SET"))...)
+	type bytesOf struct{ resident, peak int64 }
+	var params, copies int64
+	measure := func(extra ...string) bytesOf {
+		cfg := hfDeviceConfig(t, model, filepath.Join(t.TempDir(), "run"), append(base, extra...)...)
+		s, err := openHF(cfg)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, s.close()) }()
+		tr, err := newHFTrainer(cfg, s, 2)
+		require.NoError(t, err)
+		m := s.model.(*hflm.Model)
+		b := m.Backend().(*cuda.Backend)
+		_, err = tr.loop.Step(context.Background())
+		require.NoError(t, err)
+		settle()
+		b.ResetPeak()
+		res, err := tr.loop.Step(context.Background())
+		require.NoError(t, err)
+		res.Release()
+		settle()
+		resident, _ := b.Allocated()
+		ps, err := m.Params()
+		require.NoError(t, err)
+		params, copies = 0, 0
+		for _, p := range ps {
+			params += int64(p.Value.Len())
+			if p.Value.Rank() >= 2 && p.Name != "model.embed_tokens.weight" || p.Name == "model.embed_tokens.weight" && m.Config.TieWordEmbeddings {
+				copies += 2 * int64(p.Value.Len()) // a bfloat16 matrix (the tied head's included)
+			} else if p.Value.Rank() == 1 {
+				copies += 4 * int64(p.Value.Len()) // a float32 norm weight or bias holding bfloat16 values
+			}
+		}
+		return bytesOf{resident, b.Peak()}
+	}
+	rows := []struct {
+		name string
+		set  []string
+	}{
+		{"float32, packed (default)", nil},
+		{"bf16", []string{"worker.actor.fsdp.mixed_precision_dtype=bf16"}},
+		{"checkpointing", []string{"worker.actor.model.enable_gradient_checkpointing=true"}},
+		{"padded (padding_free=false)", []string{"worker.actor.padding_free=false"}},
+		{"offload_optimizer", []string{"worker.actor.offload.offload_optimizer=true"}},
+		{"bf16 + checkpointing + offload", []string{"worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.model.enable_gradient_checkpointing=true", "worker.actor.offload.offload_optimizer=true"}},
+	}
+	got := map[string]bytesOf{}
+	for _, r := range rows {
+		got[r.name] = measure(r.set...)
+		t.Logf("%-32s resident %9d B  step peak %9d B", r.name, got[r.name].resident, got[r.name].peak)
+	}
+	t.Logf("P = %d trained parameters", params)
+	def := got[rows[0].name]
+	require.Equal(t, 8*params, def.resident-got["offload_optimizer"].resident, "offload: AdamW's moments leave the device")
+	require.Equal(t, copies, got["bf16"].resident-def.resident, "bf16: the copies stay resident beside the masters")
+}
