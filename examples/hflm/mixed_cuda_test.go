@@ -175,3 +175,18 @@ func TestCUDAMixedPrecision(t *testing.T) {
 		})
 	}
 }
+
+// TestCUDAPaddedEqualsPacked is TestPaddedEqualsPacked on the device, float32 and bf16 mode:
+// right-padded rows give the packed rows' log-probs and entropies bit for bit (every op the
+// padding passes through is per row, and the emulated cuBLAS sums an output element in the
+// same order whatever the number of rows; a GPU's cuBLAS may pick another kernel for another
+// row count), and weight gradients within 2γ_n·Σ|terms| of the packed ones (the Higham bound of
+// any summation order, so it holds for the device's too), the rest bit for bit. Observed on
+// the emulator: every gradient the same bits (its GEMMs add the padding's exact zeros in order).
+func TestCUDAPaddedEqualsPacked(t *testing.T) {
+	b := device(t)
+	paddedEqualsPacked(t, func(cfg string) *Model {
+		_, m := loadPair(t, b, cfg, 21)
+		return m
+	}, false)
+}
