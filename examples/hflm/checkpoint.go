@@ -51,6 +51,7 @@ func (m *Model) recompute(a *acts, l int) (layerActs, *acts, error) {
 	}
 	// Stored as the forward without checkpointing stores them, so the backward reads the same
 	// tensors (bfloat16 in bf16 mode).
-	s = m.storeLayer(&e, s)
-	return s, la, e.err
+	kept := m.storeLayer(&e, s)
+	m.freeStored(s, kept)
+	return kept, la, e.err
 }

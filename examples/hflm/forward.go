@@ -180,8 +180,13 @@ func (a *acts) buf(name string, shape ...int) *tensor.Tensor {
 // device, an inference pass's one bfloat16 buffer of the name, which every layer overwrites.
 func (a *acts) stored(name string, t *tensor.Tensor) *tensor.Tensor {
 	m := a.m
-	if a.keep || m.onHost() || m.mp == nil || t.DType() == tensor.BFloat16 {
+	if m.onHost() || m.mp == nil || t.DType() == tensor.BFloat16 {
 		return m.store(&a.e, t)
+	}
+	if a.keep { // the float32 original is dead: free it now, not when collected
+		out := m.store(&a.e, t)
+		m.free(t)
+		return out
 	}
 	if a.bufs == nil {
 		a.bufs = map[string]*tensor.Tensor{}
@@ -234,10 +239,12 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			// The layer's activations are dropped: its LoRA acts go to a scratch set.
 			a.layers[l] = layerActs{xIn: m.store(&a.e, x)}
 			a.ckpt = append(a.ckpt, m.dropSave())
-			y, _, err := m.layerForward(l, x, in, m.newActs(in, true), nil)
+			la := m.newActs(in, true)
+			y, s, err := m.layerForward(l, x, in, la, nil)
 			if err != nil {
 				return nil, err
 			}
+			m.freeLayer(s, la, a.layers[l].xIn) // on a device now, not when collected
 			x = y
 			continue
 		}
@@ -247,6 +254,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		}
 		if keep {
 			a.layers[l] = m.storeLayer(&a.e, s)
+			m.freeStored(s, a.layers[l])
 		}
 		x = y
 	}
@@ -409,6 +417,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		e.do(m.layerBackward(l, s, la, dx))
 		if e.err == nil {
 			m.reportLayer(l)
+		}
+		if a.ckpt != nil { // the recomputed activations are dead
+			m.freeLayer(s, la, a.layers[l].xIn)
 		}
 	}
 	if a.in.gather != nil && e.err == nil {

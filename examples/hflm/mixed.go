@@ -206,6 +206,51 @@ func (m *Model) storeLayer(e *errs, s layerActs) layerActs {
 	return s
 }
 
+// free releases device tensors now rather than when the collector finalizes them, so that a
+// pass's peak device memory is its live tensors' (no-op on the host, where the collector's
+// heap accounting already sees them).
+func (m *Model) free(ts ...*tensor.Tensor) {
+	if m.onHost() {
+		return
+	}
+	for _, t := range ts {
+		if t != nil {
+			_ = t.Release()
+		}
+	}
+}
+
+// freeStored frees the float32 originals of a layer's activations that storeLayer copied to
+// bfloat16 (s as the layer computed them, kept as storeLayer returned them).
+func (m *Model) freeStored(s, kept layerActs) {
+	a, b := s.all(), kept.all()
+	for i, t := range a {
+		if t != b[i] {
+			m.free(t)
+		}
+	}
+}
+
+// freeLayer frees what a layer's forward allocated for its backward (s and the LoRA
+// activations of la), but for keep, the tensor the pass keeps as the layer's input.
+func (m *Model) freeLayer(s layerActs, la *acts, keep *tensor.Tensor) {
+	for _, t := range s.all() {
+		if t != keep {
+			m.free(t)
+		}
+	}
+	for _, act := range la.lora {
+		if act.x != keep {
+			m.free(act.x, act.t)
+		}
+	}
+}
+
+// all lists the activations (nil ones included) in a fixed order.
+func (s layerActs) all() []*tensor.Tensor {
+	return []*tensor.Tensor{s.xIn, s.h1, s.q, s.k, s.v, s.attn, s.lse, s.xMid, s.h2, s.gate, s.up, s.act}
+}
+
 // widen returns t as float32: t itself, or a new float32 copy of a bfloat16 tensor (exact).
 func (m *Model) widen(e *errs, t *tensor.Tensor) *tensor.Tensor {
 	if t == nil || t.DType() == tensor.Float32 {

@@ -238,7 +238,7 @@ func TestCUDAMemory(t *testing.T) {
 		resident, peak, kept int64
 	}
 	got := map[string]row{}
-	modes := []string{"fp32", "bf16", "fp32,ckpt", "bf16,ckpt", "fp32,padded", "bf16,ckpt,padded"}
+	modes := []string{"fp32", "bf16", "fp32,ckpt", "bf16,ckpt", "fp32,padded", "bf16,padded"}
 	for _, name := range modes {
 		md, err := parseMode(name)
 		require.NoError(t, err)
