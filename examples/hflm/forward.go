@@ -399,7 +399,7 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
 	dx := m.alloc(&e, n, d)
-	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w.xLast", a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
 	if e.err == nil {
 		m.reportFinal("model.norm.weight")
 	}
@@ -518,12 +518,12 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	e.do(m.linearBackward(dact, s.act, dx, ly.down, la))
 	dgate := m.reused(&e, "dgate", n, c.IntermediateSize)
 	dup := m.reused(&e, "dup", n, c.IntermediateSize)
-	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: m.widenTmp(&e, "w.gate", s.gate), Up: m.widenTmp(&e, "w.up", s.up), DY: dact}))
+	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: m.widenTmp(&e, "w0", s.gate), Up: m.widenTmp(&e, "w1", s.up), DY: dact}))
 	dh2 := m.reused(&e, "dh2", n, d)
 	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
 	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
 	e.do(add(dh2, tmp))
-	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w.xMid", s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
 	e.do(add(dx, tmp))
 	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
 	dattn := m.reused(&e, "dattn", n, hq, hd)
@@ -532,8 +532,8 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	dk := m.reused(&e, "dk", n, hkv, hd)
 	dv := m.reused(&e, "dv", n, hkv, hd)
 	e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-		AttentionInputs: tensor.AttentionInputs{Q: m.widenTmp(&e, "w.q", s.q), K: m.widenTmp(&e, "w.k", s.k), V: m.widenTmp(&e, "w.v", s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
-		Out:             m.widenTmp(&e, "w.attn", s.attn), LSE: s.lse, DOut: dattn,
+		AttentionInputs: tensor.AttentionInputs{Q: m.widenTmp(&e, "w0", s.q), K: m.widenTmp(&e, "w1", s.k), V: m.widenTmp(&e, "w2", s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
+		Out:             m.widenTmp(&e, "w3", s.attn), LSE: s.lse, DOut: dattn,
 	}, m.attn))
 	e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: la.in.pos, Config: m.rope}))
 	e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: la.in.pos, Config: m.rope}))
@@ -543,7 +543,7 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	e.do(add(dh1, tmp))
 	e.do(m.linearBackward(tmp, s.h1, dv, ly.v, la))
 	e.do(add(dh1, tmp))
-	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w.xIn", s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
 	e.do(add(dx, tmp))
 	return e.err
 }

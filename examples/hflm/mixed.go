@@ -270,7 +270,7 @@ func (m *Model) widen(e *errs, t *tensor.Tensor) *tensor.Tensor {
 }
 
 // widenTmp is widen into the model's buffer named (a backward's operand, dead after the op
-// that reads it) on a device; a new tensor on the host.
+// that reads it: four slots, w0…w3, serve every op) on a device; a new tensor on the host.
 func (m *Model) widenTmp(e *errs, name string, t *tensor.Tensor) *tensor.Tensor {
 	if t == nil || t.DType() == tensor.Float32 || m.onHost() {
 		return m.widen(e, t)

@@ -46,14 +46,18 @@ func hfDeviceConfig(t *testing.T, model, dir string, extra ...string) Config {
 // fine-tuning (clipping active, float32 and bf16 mode) and with LoRA: the device sums the
 // micro-batches either way and the host's AdamW is the device kernel's arithmetic; only the
 // gradient norm is summed in another order (actor/grad_norm may differ in its last float64
-// bits; the float32 clip factor did not here: the weights would show it). A run interrupted
-// after 1 step and resumed equals it too (the checkpoint's masters reach the host copy).
+// bits; the float32 clip factor did not here: the weights would show it). In bf16 mode a run
+// interrupted after 1 step and resumed equals it too (the checkpoint's masters reach the host
+// copy).
 func TestDeviceModelPathOffload(t *testing.T) {
 	model := tinyHF(t)
-	for _, c := range []struct{ name, set string }{
-		{"full", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05"},
-		{"full-bf16", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05 worker.actor.fsdp.mixed_precision_dtype=bf16"},
-		{"lora", "worker.actor.model.lora_rank=4 worker.actor.model.lora_alpha=8 worker.actor.model.lora_dropout=0.1"},
+	for _, c := range []struct {
+		name, set string
+		resume    bool
+	}{
+		{"full", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05", false},
+		{"full-bf16", "worker.actor.model.lora_rank=0 worker.actor.max_grad_norm=0.05 worker.actor.fsdp.mixed_precision_dtype=bf16", true},
+		{"lora", "worker.actor.model.lora_rank=4 worker.actor.model.lora_alpha=8 worker.actor.model.lora_dropout=0.1", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			set := append(strings.Fields(c.set), "training.save_freq=1")
@@ -61,14 +65,18 @@ func TestDeviceModelPathOffload(t *testing.T) {
 			ref, off, resumed := filepath.Join(t.TempDir(), "ref"), filepath.Join(t.TempDir(), "off"), filepath.Join(t.TempDir(), "resumed")
 			a := runLines(t, hfDeviceConfig(t, model, ref, set...))
 			b := runLines(t, hfDeviceConfig(t, model, off, offSet...))
-			run(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.steps=1")...))
-			d := runLines(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.find_last_checkpoint=true")...))
 			diffs, worst := compareLines(a, b)
 			t.Logf("largest relative metric difference %.2g", worst)
 			require.Empty(t, diffs)
-			diffs, _ = compareLines(b, d[len(d)-len(b):])
-			require.Empty(t, diffs, "resumed")
-			for _, dir := range []string{off, resumed} {
+			dirs := []string{off}
+			if c.resume {
+				run(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.steps=1")...))
+				d := runLines(t, hfDeviceConfig(t, model, resumed, append(offSet, "training.find_last_checkpoint=true")...))
+				diffs, _ = compareLines(b, d[len(d)-len(b):])
+				require.Empty(t, diffs, "resumed")
+				dirs = append(dirs, resumed)
+			}
+			for _, dir := range dirs {
 				for _, step := range []int{1, 2} {
 					require.Equal(t, modelWeights(t, ref, step), modelWeights(t, dir, step), "step %d weights", step)
 					require.Equal(t, optimizerMoments(t, ref, step), optimizerMoments(t, dir, step), "step %d moments", step)
@@ -167,6 +175,7 @@ func TestDeviceModelPathMemory(t *testing.T) {
 		}
 		return bytesOf{resident, b.Peak()}
 	}
+	all := os.Getenv("MTRL_HF_MEMORY") == "1"
 	rows := []struct {
 		name string
 		set  []string
@@ -177,6 +186,12 @@ func TestDeviceModelPathMemory(t *testing.T) {
 		{"padded (padding_free=false)", []string{"worker.actor.padding_free=false"}},
 		{"offload_optimizer", []string{"worker.actor.offload.offload_optimizer=true"}},
 		{"bf16 + checkpointing + offload", []string{"worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.model.enable_gradient_checkpointing=true", "worker.actor.offload.offload_optimizer=true"}},
+	}
+	if !all { // what the assertions need; MTRL_HF_MEMORY=1 measures every row
+		rows = []struct {
+			name string
+			set  []string
+		}{rows[0], rows[1], rows[4]}
 	}
 	got := map[string]bytesOf{}
 	for _, r := range rows {
