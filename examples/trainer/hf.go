@@ -100,12 +100,14 @@ func (c Config) validateModelPath() error {
 	vl := isVLModel(a.Model.ModelPath)
 	stage, _ := a.FSDP.Sharding() // checked by Validate
 	switch {
-	case a.Device == "cuda" && vl:
-		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint: the vision-language model runs on the host only (device=cpu); text models (Qwen2, Llama) run on cuda", why)
-	case a.Device == "cuda" && max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
-		return keyErr("worker.actor.device", "is cuda %s with %d data-parallel ranks: a model_path run on the device is one rank for now (n_gpus_per_node=1, nnodes=1), or use device=cpu", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode))
-	case a.Device == "cuda" && stage != 0:
-		return keyErr("worker.actor.fsdp.sharding_strategy", "is %s with device=cuda %s: the Hugging Face model's sharded optimizer runs on the host (device=cpu); on one device use offload.offload_optimizer=true (AdamW's state in host memory)", a.FSDP.ShardingStrategy, why)
+	case a.Device == "cuda" && vl && max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
+		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint with %d data-parallel ranks: the vision-language model runs on one device for now (n_gpus_per_node=1, nnodes=1), or use device=cpu; text models (Qwen2, Llama) run on several", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode))
+	case a.Device == "cuda" && vl && a.offloadOptimizer():
+		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s of a Qwen2-VL checkpoint: its AdamW state stays on the device (text models, Qwen2 and Llama, offload it); set false", why)
+	case a.Device == "cuda" && vl && a.dtypeName() != "float32":
+		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s of a Qwen2-VL checkpoint: bf16 mixed precision of its vision tower runs on the CPU only (text models, Qwen2 and Llama, run bf16 on the device); set fp32", a.FSDP.MixedPrecisionDType, why)
+	case a.Device == "cuda" && a.offloadOptimizer() && (stage != 0 || max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1):
+		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s and %d ranks, fsdp.sharding_strategy %q: the offloaded optimizer of the Hugging Face model runs on one rank without sharding (the sharded optimizer keeps its shard of the moments on each device); set false", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), a.FSDP.ShardingStrategy)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
 		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:
