@@ -115,8 +115,8 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 	if err != nil {
 		return nil, err
 	}
-	s.lmIn = tensor.LMHeadInputs{Hidden: m.store(hidden), Weight: m.head, Targets: tg, Temperature: temperature}
 	var e errs
+	s.lmIn = tensor.LMHeadInputs{Hidden: m.store(&e, hidden), Weight: m.head, Targets: tg, Temperature: temperature}
 	s.lp, s.ent = m.alloc(&e, mm), m.alloc(&e, mm)
 	e.do(tensor.LMHeadLogProbs(s.lp, s.ent, s.lmIn))
 	if e.err != nil {
