@@ -17,6 +17,8 @@ import (
 // number of ranks; bucketed accumulates them in place and all-reduces (ZeRO-2: reduce-scatters)
 // buckets of grad_bucket_mb. NO_SHARD steps with the model's DeviceAdamW; optim and
 // SHARD_GRAD_OP with hflm.DeviceShardedAdamW, whose moments each rank writes as its shard.
+// With offload_optimizer (NO_SHARD) each rank's AdamW steps on the host (offload.go) after the
+// device's reduction.
 
 // zeroMoments is a ZeRO optimizer as checkpoints see it: this rank's moment shards and the
 // step count.
@@ -105,6 +107,11 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	}
 	if off, ok := opt.(hfOffloaded); ok { // its masters and moments live on the host (offload.go)
 		t.off = off.off
+		if world > 1 {
+			// The ranks' sum on the device (g, as without offload), then down once per
+			// mini-batch: each rank steps the same host AdamW on the same sum.
+			return opt, off.off.DeviceGradients(g), nil
+		}
 	}
 	if _, plain := own.(*hflm.DeviceGradients); !plain {
 		// An optimizer with its own gradient handling (one rank): keep it.

@@ -29,7 +29,10 @@ import (
 //     1e-5 relative L2 of one device's weights, the bound the CPU's bucketed reduction has (TestBucketedReduceRun); and the
 //     2-rank device run logs the 2-rank CPU run's metrics within 1e-4·(1 + |cpu|), the
 //     device-vs-CPU bound of TestDeviceModelPathMatchesCPU; through collective.HostTensors
-//     (what a binary without -tags nccl uses) the bucketed run's weights are NCCL's bit for bit.
+//     (what a binary without -tags nccl uses) the bucketed run's weights are NCCL's bit for bit;
+//   - the optimizer offloaded (NO_SHARD, full fine-tuning, ordered and bucketed): 2 ranks write
+//     the 2-rank device run's weights and moments bit for bit after 2 steps, its metrics within
+//     dpTolerance (the host's gradient norm sums in another order).
 func TestDeviceModelPathDataParallel(t *testing.T) {
 	if b, err := cuda.New(1); err != nil {
 		t.Skipf("SKIP: needs a second CUDA device: %v", err)
@@ -71,6 +74,22 @@ func TestDeviceModelPathDataParallel(t *testing.T) {
 		diffs, _ = compareLines(a, c)
 		require.Empty(t, diffs, "2 → 1 → 2 ranks")
 		sameState(t, one, re, 3, "2 → 1 → 2 ranks")
+	})
+
+	// offload_optimizer at 2 ranks (NO_SHARD): each rank's host AdamW steps on the devices'
+	// sum, the 2-device run's weights and moments bit for bit.
+	t.Run("offload", func(t *testing.T) {
+		for _, mode := range []string{"ordered", "bucketed"} {
+			set := []string{dev, "worker.actor.model.lora_rank=0", "worker.actor.optim.lr=1e-4", "training.steps=2", "training.save_freq=2",
+				"worker.actor.grad_reduce=" + mode}
+			ref, off := dir("ref"), dir("off")
+			a := hfLines(t, over(ref, 2, set...))
+			b := hfLines(t, over(off, 2, append(set, "worker.actor.offload.offload_optimizer=true")...))
+			diffs, worst := compareLines(a, b)
+			require.Empty(t, diffs, mode)
+			t.Logf("%s: largest relative metric difference %.2g", mode, worst)
+			sameState(t, ref, off, 2, mode+": offloaded vs on the device, 2 ranks")
+		}
 	})
 
 	t.Run("lora", func(t *testing.T) {
