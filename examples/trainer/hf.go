@@ -98,14 +98,11 @@ func (c Config) validateModelPath() error {
 	}
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
-	stage, _ := a.FSDP.Sharding() // checked by Validate
 	switch {
 	case a.Device == "cuda" && vl && a.offloadOptimizer():
 		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s of a Qwen2-VL checkpoint: its AdamW state stays on the device (text models, Qwen2 and Llama, offload it); set false", why)
 	case a.Device == "cuda" && vl && a.dtypeName() != "float32":
 		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s of a Qwen2-VL checkpoint: bf16 mixed precision of its vision tower runs on the CPU only (text models, Qwen2 and Llama, run bf16 on the device); set fp32", a.FSDP.MixedPrecisionDType, why)
-	case a.Device == "cuda" && a.offloadOptimizer() && stage != 0:
-		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s and fsdp.sharding_strategy %q: the offloaded optimizer of the Hugging Face model runs without sharding, on one rank or several (the sharded optimizer keeps its shard of the moments on each device); set false, or sharding_strategy NO_SHARD", why, a.FSDP.ShardingStrategy)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
 		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -17,8 +18,8 @@ import (
 // number of ranks; bucketed accumulates them in place and all-reduces (ZeRO-2: reduce-scatters)
 // buckets of grad_bucket_mb. NO_SHARD steps with the model's DeviceAdamW; optim and
 // SHARD_GRAD_OP with hflm.DeviceShardedAdamW, whose moments each rank writes as its shard.
-// With offload_optimizer (NO_SHARD) each rank's AdamW steps on the host (offload.go) after the
-// device's reduction.
+// With offload_optimizer each rank's AdamW steps on the host (offload.go): NO_SHARD after the
+// devices' reduction, ZeRO with the reduction too on the host.
 
 // zeroMoments is a ZeRO optimizer as checkpoints see it: this rank's moment shards and the
 // step count.
@@ -49,6 +50,18 @@ var testDeviceCollectives func(collective.Tensors)
 
 // deviceTraining is actorTraining for parameters ps on a device.
 func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc loop.ReduceConfig, rank, world int) (_ loop.Optimizer, _ loop.Gradients, err error) {
+	var off *loop.Offload
+	if stage != 0 && t.cfg.Worker.Actor.offloadOptimizer() {
+		// ZeRO offloaded: the same reduction and sharded optimizer on host masters (the CPU
+		// backend computes what the device kernels do), each micro-batch's gradient coming
+		// down after its backward, the ranks' buffers reduced over the host Comm.
+		if off, err = loop.NewOffload(ps); err != nil {
+			return nil, nil, err
+		}
+		off.Zero = func(g *tensor.Tensor) error { return tensor.Axpby(g, g, 0, 0) }
+		off.Uploaded = t.s.model.Repack
+		ps = off.Params()
+	}
 	var closers []func() error
 	defer func() {
 		if err != nil {
@@ -71,7 +84,11 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 		}
 	}()
 	var coll collective.Tensors
-	if world > 1 {
+	if world > 1 && off != nil {
+		if coll, err = collective.NewHostTensors(t.comm); err != nil {
+			return nil, nil, err
+		}
+	} else if world > 1 {
 		c, closeC, err := deviceCollectives(t.rctx, ps[0].Value.Backend(), t.comm)
 		if err != nil {
 			return nil, nil, err
@@ -88,12 +105,20 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	}
 	o := t.cfg.Worker.Actor.Optim
 	if stage != 0 {
-		zero, err := hflm.NewDeviceShardedAdamW(g, stage, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, t.s.model.Repack)
+		repack := t.s.model.Repack
+		if off != nil {
+			repack = func() error { return nil } // Offload uploads, then repacks
+		}
+		zero, err := hflm.NewDeviceShardedAdamW(g, stage, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, repack)
 		if err != nil {
 			return nil, nil, err
 		}
 		closers = append(closers, zero.Close)
 		t.zero = deviceZero{zero}
+		if off != nil {
+			t.off = off
+			return off.Optimizer(zero), off.Gradients(g), nil
+		}
 		return zero, g, nil
 	}
 	opt, adam, own, err := t.s.training(o.WeightDecay)

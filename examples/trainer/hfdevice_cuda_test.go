@@ -30,9 +30,10 @@ import (
 //     2-rank device run logs the 2-rank CPU run's metrics within 1e-4·(1 + |cpu|), the
 //     device-vs-CPU bound of TestDeviceModelPathMatchesCPU; through collective.HostTensors
 //     (what a binary without -tags nccl uses) the bucketed run's weights are NCCL's bit for bit;
-//   - the optimizer offloaded (NO_SHARD, full fine-tuning, ordered and bucketed): 2 ranks write
-//     the 2-rank device run's weights and moments bit for bit after 2 steps, its metrics within
-//     dpTolerance (the host's gradient norm sums in another order).
+//   - the optimizer offloaded (full fine-tuning): 2 ranks ordered NO_SHARD, ordered ZeRO-2
+//     resumed after step 1, and bucketed ZeRO-2 write the 2-rank device run's weights and
+//     moments at steps 1 and 2 bit for bit, its metrics within dpTolerance (the host's gradient
+//     norm sums in another order).
 func TestDeviceModelPathDataParallel(t *testing.T) {
 	if b, err := cuda.New(1); err != nil {
 		t.Skipf("SKIP: needs a second CUDA device: %v", err)
@@ -76,20 +77,46 @@ func TestDeviceModelPathDataParallel(t *testing.T) {
 		sameState(t, one, re, 3, "2 → 1 → 2 ranks")
 	})
 
-	// offload_optimizer at 2 ranks (NO_SHARD): each rank's host AdamW steps on the devices'
-	// sum, the 2-device run's weights and moments bit for bit.
+	// offload_optimizer at 2 ranks: NO_SHARD steps each rank's host AdamW on the devices' sum;
+	// ZeRO-2 reduces and steps its shard on the host (a run resumed after step 1 from its
+	// moment shards); each writes the device run's weights and moments bit for bit.
 	t.Run("offload", func(t *testing.T) {
-		for _, mode := range []string{"ordered", "bucketed"} {
-			set := []string{dev, "worker.actor.model.lora_rank=0", "worker.actor.optim.lr=1e-4", "training.steps=2", "training.save_freq=2",
-				"worker.actor.grad_reduce=" + mode}
-			ref, off := dir("ref"), dir("off")
-			a := hfLines(t, over(ref, 2, set...))
-			b := hfLines(t, over(off, 2, append(set, "worker.actor.offload.offload_optimizer=true")...))
-			diffs, worst := compareLines(a, b)
-			require.Empty(t, diffs, mode)
-			t.Logf("%s: largest relative metric difference %.2g", mode, worst)
-			sameState(t, ref, off, 2, mode+": offloaded vs on the device, 2 ranks")
+		set := []string{dev, "worker.actor.model.lora_rank=0", "worker.actor.optim.lr=1e-4", "training.steps=2"}
+		offSet := append(set, "worker.actor.offload.offload_optimizer=true")
+		zero2 := []string{"worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP"}
+		bucketed := append(zero2, "worker.actor.grad_reduce=bucketed", "worker.actor.grad_bucket_mb=0.01")
+		ref, off, sharded, refB, offB := dir("ref"), dir("off"), dir("sharded"), dir("refB"), dir("offB")
+		bootstrapped := func() (n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, k := range kinds {
+				n += k
+			}
+			return n
 		}
+		before := bootstrapped()
+		a := hfLines(t, over(ref, 2, set...))
+		hfLines(t, over(sharded, 2, append(append(offSet, zero2...), "training.steps=1")...))
+		for _, c := range []struct {
+			name     string
+			dir, ref string
+			want     []MetricsLine
+			lines    []MetricsLine
+		}{
+			{"ordered NO_SHARD", off, ref, a, hfLines(t, over(off, 2, offSet...))},
+			{"ordered ZeRO-2, resumed", sharded, ref, a, hfLines(t, over(sharded, 2, append(append(offSet, zero2...), "training.find_last_checkpoint=true")...))},
+			{"bucketed ZeRO-2", offB, refB, hfLines(t, over(refB, 2, append(set, bucketed...)...)), hfLines(t, over(offB, 2, append(offSet, bucketed...)...))},
+		} {
+			diffs, worst := compareLines(c.want, c.lines)
+			require.Empty(t, diffs, c.name)
+			t.Logf("%s: largest relative metric difference %.2g", c.name, worst)
+			for _, step := range []int{1, 2} {
+				sameState(t, c.ref, c.dir, step, c.name+": offloaded vs on the devices")
+			}
+		}
+		// 2 ranks each: the device runs and offloaded NO_SHARD; offloaded ZeRO none (its
+		// reduction is on the host).
+		require.Equal(t, 3*2, bootstrapped()-before, "device collectives bootstrapped")
 	})
 
 	t.Run("lora", func(t *testing.T) {
