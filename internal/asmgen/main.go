@@ -649,26 +649,32 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 // storeBF16 rounds the float32 lanes of e to bfloat16 at dst: b + 0x7fff + ((b>>16)&1), >>16;
 // NaN: (b>>16)|0x40 (tensor.BF16FromFloat32). AVX-512 needs c7fff, cIOne and cQuiet kept.
 func (g *kern) storeBF16(e VecVirtual, dst Mem) {
-	r := g.vec()
-	nan := g.vec()
+	storeBF16(g.isa, e, dst, g.c(cIOne), g.c(c7fff), g.c(cQuiet))
+}
+
+// storeBF16 is kern.storeBF16 with the int32 constants 1, 0x7fff and 0x40 given as operands
+// (registers, or memory of the vector's width).
+func storeBF16(a isa, e VecVirtual, dst Mem, one, c7fff, quiet Op) {
+	r := a.vec()
+	nan := a.vec()
 	VPSRLD(U8(16), e, nan)
-	if g.avx512 {
-		VPANDD(g.c(cIOne), nan, r)
-		VPADDD(g.c(c7fff), r, r)
+	if a.avx512 {
+		VPANDD(one, nan, r)
+		VPADDD(c7fff, r, r)
 		VPADDD(e, r, r)
 		VPSRLD(U8(16), r, r)
-		VPORD(g.c(cQuiet), nan, nan)
+		VPORD(quiet, nan, nan)
 		k := K()
 		VCMPPS(U8(3), e, e, k) // unordered: NaN lanes
 		VPBLENDMD(nan, r, k, r)
 		VPMOVDW(r, dst)
 	} else {
-		VPAND(g.c(cIOne), nan, r)
-		VPADDD(g.c(c7fff), r, r)
+		VPAND(one, nan, r)
+		VPADDD(c7fff, r, r)
 		VPADDD(e, r, r)
 		VPSRLD(U8(16), r, r)
-		VPOR(g.c(cQuiet), nan, nan)
-		msk := g.vec()
+		VPOR(quiet, nan, nan)
+		msk := a.vec()
 		VCMPPS(U8(3), e, e, msk)
 		VBLENDVPS(msk, nan, r, r)
 		hi := XMM()
