@@ -82,7 +82,7 @@ func RMSNorm(y, x, w *Tensor, eps float64) error {
 		return k.RMSNorm(y, x, w, eps)
 	}
 	return OnHost(1, []*Tensor{y, x, w}, func(h []*Tensor) error {
-		normForwardHost(h[0], h[1], h[2], nil, eps)
+		rmsNormHost(h[0], h[1], hostF32(h[2]), eps)
 		return nil
 	})
 }
