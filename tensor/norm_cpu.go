@@ -18,6 +18,14 @@ type rowKernels struct {
 	scaleBF16  func(y, x []uint16, w []float32, r float32)
 	ropeF32    func(y, x, cos, sin []float32, d int)
 	ropeBF16   func(y, x []uint16, cos, sin []float32, d int)
+
+	// RMSNorm's backward and the norms' weight gradients.
+	rmsDot8F32  func(x, dy, w []float32, r *[8]float32, d int, gx *[8]float64)
+	rmsDot8BF16 func(x, dy []uint16, w []float32, r *[8]float32, d int, gx *[8]float64)
+	rmsDXF32    func(dx, x, dy, w []float32, r, c float32)
+	rmsDXBF16   func(dx, x, dy []uint16, w []float32, r, c float32)
+	normAccF32  func(sw, sb, x, dy []float32, mu, r float32)
+	normAccBF16 func(sw, sb []float32, x, dy []uint16, mu, r float32)
 }
 
 // rowImpls lists the row kernels this build and CPU can run, the Go loops last.
@@ -149,4 +157,125 @@ func scaleRowBF16(k *rowKernels, y, x []BF16, w []float32, r float32) {
 	for j := n; j < len(y); j++ {
 		y[j] = BF16FromFloat32(w[j] * (x[j].Float32() * r))
 	}
+}
+
+// at returns element i of a host activation as float32.
+func (v actView) at(i int) float32 {
+	if v.b16 {
+		return v.b[i].Float32()
+	}
+	return v.f[i]
+}
+
+// set writes element i of a host activation (rounded once when bfloat16).
+func (v actView) set(i int, f float32) {
+	if v.b16 {
+		v.b[i] = BF16FromFloat32(f)
+	} else {
+		v.f[i] = f
+	}
+}
+
+// rmsNormDXHost is nnref.RMSNormDX on host activations read and written in place with the row
+// kernels, bit for bit: per row r = 1/sqrt(mean(x²) + eps) (float64 sum in column order),
+// gx = Σ float64(dy·w)·float64(x·r) (likewise), c = float32(gx/d) and
+// dx = r·(dy·w − (x·r)·c); each row's r goes to rstd. Groups of 8 rows take the 8-row kernels,
+// the columns after the last multiple of 8 and the rows after the last group the Go loop.
+func rmsNormDXHost(k *rowKernels, dx, x, dy actView, w []float32, rows, d int, eps float64, rstd []float32) {
+	groups := (rows + 7) / 8
+	parallel.For(groups, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
+		for g := glo; g < ghi; g++ {
+			i0, n := 8*g, min(8, rows-8*g)
+			var ss, gx [8]float64
+			var r [8]float32
+			if n == 8 {
+				if x.b16 {
+					k.sumSq8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), d, &ss)
+				} else {
+					k.sumSq8F32(x.f[i0*d:(i0+8)*d], d, &ss)
+				}
+			}
+			c0 := d / 8 * 8
+			if n < 8 {
+				c0 = 0
+			}
+			for q := range n {
+				o := (i0 + q) * d
+				for j := c0; j < d; j++ {
+					v := float64(x.at(o + j))
+					ss[q] += v * v
+				}
+				r[q] = float32(1 / math.Sqrt(ss[q]/float64(d)+eps))
+			}
+			if n == 8 {
+				if x.b16 {
+					k.rmsDot8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), bf16Bits(dy.b[i0*d:(i0+8)*d]), w, &r, d, &gx)
+				} else {
+					k.rmsDot8F32(x.f[i0*d:(i0+8)*d], dy.f[i0*d:(i0+8)*d], w, &r, d, &gx)
+				}
+			}
+			for q := range n {
+				o, rq := (i0+q)*d, r[q]
+				for j := c0; j < d; j++ {
+					gx[q] += float64(dy.at(o+j)*w[j]) * float64(x.at(o+j)*rq)
+				}
+				c := float32(gx[q] / float64(d))
+				m := d / k.lanes * k.lanes
+				if m > 0 {
+					if x.b16 {
+						k.rmsDXBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], rq, c)
+					} else {
+						k.rmsDXF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], rq, c)
+					}
+				}
+				for j := m; j < d; j++ {
+					dx.set(o+j, rq*(float32(dy.at(o+j)*w[j])-float32(float32(x.at(o+j)*rq)*c)))
+				}
+				rstd[i0+q] = rq
+			}
+		}
+	})
+}
+
+// normWeightGradHost is nnref.NormWeightGrad on host activations read in place with the row
+// kernels, bit for bit: dw = Σ dy·((x − mean)·rstd) and db = Σ dy (db nil for RMSNorm, mean
+// nil: no centring), each column summing the rows in order, in parallel over blocks of 256
+// columns; overwritten, or added to when acc.
+func normWeightGradHost(k *rowKernels, dw, db []float32, x, dy actView, rows, d int, mean, rstd []float32, acc bool) {
+	parallel.For(d, 256, func(lo, hi int) {
+		n := hi - lo
+		sw, sb := make([]float32, n), make([]float32, n)
+		m := n / k.lanes * k.lanes
+		for i := range rows {
+			var mu float32
+			if mean != nil {
+				mu = mean[i]
+			}
+			r, o := rstd[i], i*d+lo
+			if m > 0 {
+				if x.b16 {
+					k.normAccBF16(sw[:m], sb[:m], bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), mu, r)
+				} else {
+					k.normAccF32(sw[:m], sb[:m], x.f[o:o+m], dy.f[o:o+m], mu, r)
+				}
+			}
+			for j := m; j < n; j++ {
+				g := dy.at(o + j)
+				sw[j] += float32(g * float32((x.at(o+j)-mu)*r))
+				sb[j] += g
+			}
+		}
+		for j := range n {
+			if acc {
+				sw[j] += dw[lo+j]
+				if db != nil {
+					sb[j] += db[lo+j]
+				}
+			}
+			dw[lo+j] = sw[j]
+			if db != nil {
+				db[lo+j] = sb[j]
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -18,8 +19,9 @@ func TestRowNormAsmUpToDate(t *testing.T) { asmcheck.UpToDate(t, "rownorm", "ten
 // activations nnref on the widened values rounded once: RoPE and its inverse with Qwen2-VL's
 // sections and positions up to 10⁶ (math.Sincos against math.Cos and math.Sin over many
 // angles), head dimensions whose half is and is not a multiple of the lanes, in place;
-// RMSNorm with row counts around the 8- and 4-row groups and widths around the lanes, special
-// values (zeros, a row of huge values whose squares overflow to +Inf, NaN) included.
+// RMSNorm, and the backwards of RMSNorm and LayerNorm (accumulating into dw and db), with row
+// counts around the 8- and 4-row groups and widths around the lanes, special values (zeros, a
+// row of huge values whose squares overflow to +Inf, NaN) included.
 func TestRowNormMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	randv := func(n int) []float32 {
@@ -98,6 +100,27 @@ func TestRowNormMatchesReference(t *testing.T) {
 					y := mk(make([]float32, len(x)), bf, rows, d)
 					rmsNormHost(y, mk(x, bf, rows, d), w, 1e-6)
 					same(im.Name+" rmsnorm", y, want)
+					// the backwards, accumulating into dw and db
+					dy, b0 := randv(rows*d), randv(d)
+					for _, layer := range []bool{false, true} {
+						wdx, wdw, wdb := make([]float32, len(x)), append([]float32(nil), b0...), append([]float32(nil), b0...)
+						in := NormGrad{X: mk(x, bf, rows, d), Weight: Must(FromFloat32(w, d)), DY: mk(dy, bf, rows, d), Eps: 1e-6, Accumulate: true}
+						dx, dw, db := mk(make([]float32, len(x)), bf, rows, d), Must(FromFloat32(append([]float32(nil), b0...), d)), Must(FromFloat32(append([]float32(nil), b0...), d))
+						if layer {
+							nnref.LayerNormBackward(rows, d, x, w, dy, 1e-6, wdx, wdw, wdb, true)
+							if err := LayerNormBackward(dx, dw, db, in); err != nil {
+								t.Fatal(err)
+							}
+							same(im.Name+" layernorm db", db, wdb)
+						} else {
+							nnref.RMSNormBackward(rows, d, x, w, dy, 1e-6, wdx, wdw, true)
+							if err := RMSNormBackward(dx, dw, in); err != nil {
+								t.Fatal(err)
+							}
+						}
+						same(fmt.Sprintf("%s layer %v dx d %d rows %d", im.Name, layer, d, rows), dx, wdx)
+						same(im.Name+" dw", dw, wdw)
+					}
 				}
 			}
 		}
@@ -105,7 +128,7 @@ func TestRowNormMatchesReference(t *testing.T) {
 	}
 }
 
-// TestSumSq8Order: the vector sums of squares equal the reference's chain (one row summed in
+// TestSumSq8Order: the vector sums of squares (and RMSNorm backward's dot products) equal the reference's chain (one row summed in
 // column order) in float64 bit for bit, on values of widely spread exponents, where another
 // order of the same squares gives other bits (RMSNorm's tests above seldom see that through
 // the float32 rounding of r).
@@ -125,16 +148,23 @@ func TestSumSq8Order(t *testing.T) {
 			for i, v := range x {
 				b[i] = BF16FromFloat32(v)
 			}
-			var s32, s16 [8]float64
+			var s32, s16, g32, g16 [8]float64
 			k.sumSq8F32(x, d, &s32)
 			k.sumSq8BF16(bf16Bits(b), d, &s16)
+			w, rs := x[:d], [8]float32{1, 0.5, 3, 1e-3, 7, 0.1, 2, 1e5}
+			k.rmsDot8F32(x, x[len(x)-8*d:], w, &rs, d, &g32) // dy = x
+			k.rmsDot8BF16(bf16Bits(b), bf16Bits(b[len(b)-8*d:]), w, &rs, d, &g16)
 			for row := range 8 {
-				var want float64
-				for _, v := range x[row*d : (row+1)*d] {
+				var want, wantG float64
+				for j, v := range x[row*d : (row+1)*d] {
 					want += float64(v) * float64(v)
+					wantG += float64(v*w[j]) * float64(v*rs[row])
 				}
 				if math.Float64bits(s32[row]) != math.Float64bits(want) || math.Float64bits(s16[row]) != math.Float64bits(want) {
 					t.Fatalf("%s d %d row %d: %v, %v, want %v", im.Name, d, row, s32[row], s16[row], want)
+				}
+				if math.Float64bits(g32[row]) != math.Float64bits(wantG) || math.Float64bits(g16[row]) != math.Float64bits(wantG) {
+					t.Fatalf("%s d %d row %d: dot %v, %v, want %v", im.Name, d, row, g32[row], g16[row], wantG)
 				}
 			}
 		}

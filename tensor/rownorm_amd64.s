@@ -101,46 +101,48 @@ sumSq8F32AVX2_loop:
 	VSHUFPS      $0x44, Y8, Y6, Y7
 	VSHUFPS      $0xee, Y8, Y6, Y6
 	VPERM2F128   $0x20, Y4, Y9, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y5, Y3, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y7, Y10, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y6, Y2, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
 	VPERM2F128   $0x31, Y4, Y9, Y4
-	VCVTPS2PD    X4, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y0, Y0
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VCVTPS2PD    X8, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y8, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X11, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y11, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X12, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y12, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X13, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y13, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X4, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
 	VEXTRACTF128 $0x01, Y4, X4
 	VCVTPS2PD    X4, Y4
 	VMULPD       Y4, Y4, Y4
 	VADDPD       Y4, Y1, Y1
-	VPERM2F128   $0x31, Y5, Y3, Y3
 	VCVTPS2PD    X3, Y4
 	VMULPD       Y4, Y4, Y4
 	VADDPD       Y4, Y0, Y0
@@ -148,15 +150,13 @@ sumSq8F32AVX2_loop:
 	VCVTPS2PD    X3, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y1, Y1
-	VPERM2F128   $0x31, Y7, Y10, Y3
-	VCVTPS2PD    X3, Y4
-	VMULPD       Y4, Y4, Y4
-	VADDPD       Y4, Y0, Y0
-	VEXTRACTF128 $0x01, Y3, X3
+	VCVTPS2PD    X5, Y3
+	VMULPD       Y3, Y3, Y3
+	VADDPD       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y5, X3
 	VCVTPS2PD    X3, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y1, Y1
-	VPERM2F128   $0x31, Y6, Y2, Y2
 	VCVTPS2PD    X2, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y0, Y0
@@ -178,6 +178,209 @@ sumSq8F32AVX2_loop:
 sumSq8F32AVX2_done:
 	VMOVUPD Y0, (DX)
 	VMOVUPD Y1, 32(DX)
+	VZEROUPPER
+	RET
+
+// func rmsDot8F32AVX2(x []float32, dy []float32, w []float32, r *[8]float32, d int, gx *[8]float64)
+// Requires: AVX
+TEXT ·rmsDot8F32AVX2(SB), NOSPLIT, $256-96
+	MOVQ   x_base+0(FP), AX
+	MOVQ   dy_base+24(FP), CX
+	MOVQ   w_base+48(FP), DX
+	MOVQ   r+72(FP), BX
+	MOVQ   d+80(FP), SI
+	MOVQ   SI, DI
+	SHLQ   $0x02, DI
+	LEAQ   (DI)(DI*2), R8
+	LEAQ   (AX)(DI*4), R9
+	LEAQ   (CX)(DI*4), R10
+	SHRQ   $0x03, SI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+
+rmsDot8F32AVX2_loop:
+	TESTQ        SI, SI
+	JZ           rmsDot8F32AVX2_done
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (AX)(DI*1), Y3
+	VMOVUPS      (AX)(DI*2), Y4
+	VMOVUPS      (AX)(R8*1), Y5
+	VMOVUPS      (R9), Y6
+	VMOVUPS      (R9)(DI*1), Y7
+	VMOVUPS      (R9)(DI*2), Y8
+	VMOVUPS      (R9)(R8*1), Y9
+	VUNPCKLPS    Y3, Y2, Y10
+	VUNPCKHPS    Y3, Y2, Y2
+	VUNPCKLPS    Y5, Y4, Y3
+	VUNPCKHPS    Y5, Y4, Y4
+	VUNPCKLPS    Y7, Y6, Y5
+	VUNPCKHPS    Y7, Y6, Y6
+	VUNPCKLPS    Y9, Y8, Y7
+	VUNPCKHPS    Y9, Y8, Y8
+	VSHUFPS      $0x44, Y3, Y10, Y9
+	VSHUFPS      $0xee, Y3, Y10, Y3
+	VSHUFPS      $0x44, Y4, Y2, Y10
+	VSHUFPS      $0xee, Y4, Y2, Y2
+	VSHUFPS      $0x44, Y7, Y5, Y4
+	VSHUFPS      $0xee, Y7, Y5, Y5
+	VSHUFPS      $0x44, Y8, Y6, Y7
+	VSHUFPS      $0xee, Y8, Y6, Y6
+	VPERM2F128   $0x20, Y4, Y9, Y8
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
+	VPERM2F128   $0x31, Y4, Y9, Y4
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VMULPS       (BX), Y8, Y8
+	VMOVUPS      Y8, (SP)
+	VMULPS       (BX), Y11, Y11
+	VMOVUPS      Y11, 32(SP)
+	VMULPS       (BX), Y12, Y12
+	VMOVUPS      Y12, 64(SP)
+	VMULPS       (BX), Y13, Y13
+	VMOVUPS      Y13, 96(SP)
+	VMULPS       (BX), Y4, Y4
+	VMOVUPS      Y4, 128(SP)
+	VMULPS       (BX), Y3, Y3
+	VMOVUPS      Y3, 160(SP)
+	VMULPS       (BX), Y5, Y5
+	VMOVUPS      Y5, 192(SP)
+	VMULPS       (BX), Y2, Y2
+	VMOVUPS      Y2, 224(SP)
+	VMOVUPS      (CX), Y2
+	VMOVUPS      (CX)(DI*1), Y3
+	VMOVUPS      (CX)(DI*2), Y4
+	VMOVUPS      (CX)(R8*1), Y5
+	VMOVUPS      (R10), Y6
+	VMOVUPS      (R10)(DI*1), Y7
+	VMOVUPS      (R10)(DI*2), Y8
+	VMOVUPS      (R10)(R8*1), Y9
+	VUNPCKLPS    Y3, Y2, Y10
+	VUNPCKHPS    Y3, Y2, Y2
+	VUNPCKLPS    Y5, Y4, Y3
+	VUNPCKHPS    Y5, Y4, Y4
+	VUNPCKLPS    Y7, Y6, Y5
+	VUNPCKHPS    Y7, Y6, Y6
+	VUNPCKLPS    Y9, Y8, Y7
+	VUNPCKHPS    Y9, Y8, Y8
+	VSHUFPS      $0x44, Y3, Y10, Y9
+	VSHUFPS      $0xee, Y3, Y10, Y3
+	VSHUFPS      $0x44, Y4, Y2, Y10
+	VSHUFPS      $0xee, Y4, Y2, Y2
+	VSHUFPS      $0x44, Y7, Y5, Y4
+	VSHUFPS      $0xee, Y7, Y5, Y5
+	VSHUFPS      $0x44, Y8, Y6, Y7
+	VSHUFPS      $0xee, Y8, Y6, Y6
+	VPERM2F128   $0x20, Y4, Y9, Y8
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
+	VPERM2F128   $0x31, Y4, Y9, Y4
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VBROADCASTSS (DX), Y6
+	VMULPS       Y6, Y8, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    (SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    16(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y6, Y11, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    32(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    48(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 8(DX), Y6
+	VMULPS       Y6, Y12, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    64(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    80(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 12(DX), Y6
+	VMULPS       Y6, Y13, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    96(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    112(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 16(DX), Y6
+	VMULPS       Y6, Y4, Y6
+	VCVTPS2PD    X6, Y4
+	VCVTPS2PD    128(SP), Y7
+	VMULPD       Y7, Y4, Y4
+	VADDPD       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X4
+	VCVTPS2PD    X4, Y4
+	VCVTPS2PD    144(SP), Y6
+	VMULPD       Y6, Y4, Y4
+	VADDPD       Y4, Y1, Y1
+	VBROADCASTSS 20(DX), Y4
+	VMULPS       Y4, Y3, Y4
+	VCVTPS2PD    X4, Y3
+	VCVTPS2PD    160(SP), Y6
+	VMULPD       Y6, Y3, Y3
+	VADDPD       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y4, X3
+	VCVTPS2PD    X3, Y3
+	VCVTPS2PD    176(SP), Y4
+	VMULPD       Y4, Y3, Y3
+	VADDPD       Y3, Y1, Y1
+	VBROADCASTSS 24(DX), Y3
+	VMULPS       Y3, Y5, Y3
+	VCVTPS2PD    X3, Y4
+	VCVTPS2PD    192(SP), Y5
+	VMULPD       Y5, Y4, Y4
+	VADDPD       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y3, X3
+	VCVTPS2PD    X3, Y3
+	VCVTPS2PD    208(SP), Y4
+	VMULPD       Y4, Y3, Y3
+	VADDPD       Y3, Y1, Y1
+	VBROADCASTSS 28(DX), Y3
+	VMULPS       Y3, Y2, Y3
+	VCVTPS2PD    X3, Y2
+	VCVTPS2PD    224(SP), Y4
+	VMULPD       Y4, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y3, X2
+	VCVTPS2PD    X2, Y2
+	VCVTPS2PD    240(SP), Y3
+	VMULPD       Y3, Y2, Y2
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, R9
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, R10
+	ADDQ         $0x00000020, DX
+	DECQ         SI
+	JMP          rmsDot8F32AVX2_loop
+
+rmsDot8F32AVX2_done:
+	MOVQ    gx+88(FP), AX
+	VMOVUPD Y0, (AX)
+	VMOVUPD Y1, 32(AX)
 	VZEROUPPER
 	RET
 
@@ -236,46 +439,48 @@ sumSq8BF16AVX2_loop:
 	VSHUFPS      $0x44, Y8, Y6, Y7
 	VSHUFPS      $0xee, Y8, Y6, Y6
 	VPERM2F128   $0x20, Y4, Y9, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y5, Y3, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y7, Y10, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
-	VPERM2F128   $0x20, Y6, Y2, Y8
-	VCVTPS2PD    X8, Y11
-	VMULPD       Y11, Y11, Y11
-	VADDPD       Y11, Y0, Y0
-	VEXTRACTF128 $0x01, Y8, X8
-	VCVTPS2PD    X8, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y1, Y1
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
 	VPERM2F128   $0x31, Y4, Y9, Y4
-	VCVTPS2PD    X4, Y8
-	VMULPD       Y8, Y8, Y8
-	VADDPD       Y8, Y0, Y0
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VCVTPS2PD    X8, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y8, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X11, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y11, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X12, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y12, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X13, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $0x01, Y13, X6
+	VCVTPS2PD    X6, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VCVTPS2PD    X4, Y6
+	VMULPD       Y6, Y6, Y6
+	VADDPD       Y6, Y0, Y0
 	VEXTRACTF128 $0x01, Y4, X4
 	VCVTPS2PD    X4, Y4
 	VMULPD       Y4, Y4, Y4
 	VADDPD       Y4, Y1, Y1
-	VPERM2F128   $0x31, Y5, Y3, Y3
 	VCVTPS2PD    X3, Y4
 	VMULPD       Y4, Y4, Y4
 	VADDPD       Y4, Y0, Y0
@@ -283,15 +488,13 @@ sumSq8BF16AVX2_loop:
 	VCVTPS2PD    X3, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y1, Y1
-	VPERM2F128   $0x31, Y7, Y10, Y3
-	VCVTPS2PD    X3, Y4
-	VMULPD       Y4, Y4, Y4
-	VADDPD       Y4, Y0, Y0
-	VEXTRACTF128 $0x01, Y3, X3
+	VCVTPS2PD    X5, Y3
+	VMULPD       Y3, Y3, Y3
+	VADDPD       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y5, X3
 	VCVTPS2PD    X3, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y1, Y1
-	VPERM2F128   $0x31, Y6, Y2, Y2
 	VCVTPS2PD    X2, Y3
 	VMULPD       Y3, Y3, Y3
 	VADDPD       Y3, Y0, Y0
@@ -313,6 +516,225 @@ sumSq8BF16AVX2_loop:
 sumSq8BF16AVX2_done:
 	VMOVUPD Y0, (DX)
 	VMOVUPD Y1, 32(DX)
+	VZEROUPPER
+	RET
+
+// func rmsDot8BF16AVX2(x []uint16, dy []uint16, w []float32, r *[8]float32, d int, gx *[8]float64)
+// Requires: AVX, AVX2
+TEXT ·rmsDot8BF16AVX2(SB), NOSPLIT, $256-96
+	MOVQ   x_base+0(FP), AX
+	MOVQ   dy_base+24(FP), CX
+	MOVQ   w_base+48(FP), DX
+	MOVQ   r+72(FP), BX
+	MOVQ   d+80(FP), SI
+	MOVQ   SI, DI
+	SHLQ   $0x01, DI
+	LEAQ   (DI)(DI*2), R8
+	LEAQ   (AX)(DI*4), R9
+	LEAQ   (CX)(DI*4), R10
+	SHRQ   $0x03, SI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+
+rmsDot8BF16AVX2_loop:
+	TESTQ        SI, SI
+	JZ           rmsDot8BF16AVX2_done
+	VPMOVZXWD    (AX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VPMOVZXWD    (AX)(DI*1), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VPMOVZXWD    (AX)(DI*2), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    (AX)(R8*1), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VPMOVZXWD    (R9), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (R9)(DI*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (R9)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (R9)(R8*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VUNPCKLPS    Y3, Y2, Y10
+	VUNPCKHPS    Y3, Y2, Y2
+	VUNPCKLPS    Y5, Y4, Y3
+	VUNPCKHPS    Y5, Y4, Y4
+	VUNPCKLPS    Y7, Y6, Y5
+	VUNPCKHPS    Y7, Y6, Y6
+	VUNPCKLPS    Y9, Y8, Y7
+	VUNPCKHPS    Y9, Y8, Y8
+	VSHUFPS      $0x44, Y3, Y10, Y9
+	VSHUFPS      $0xee, Y3, Y10, Y3
+	VSHUFPS      $0x44, Y4, Y2, Y10
+	VSHUFPS      $0xee, Y4, Y2, Y2
+	VSHUFPS      $0x44, Y7, Y5, Y4
+	VSHUFPS      $0xee, Y7, Y5, Y5
+	VSHUFPS      $0x44, Y8, Y6, Y7
+	VSHUFPS      $0xee, Y8, Y6, Y6
+	VPERM2F128   $0x20, Y4, Y9, Y8
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
+	VPERM2F128   $0x31, Y4, Y9, Y4
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VMULPS       (BX), Y8, Y8
+	VMOVUPS      Y8, (SP)
+	VMULPS       (BX), Y11, Y11
+	VMOVUPS      Y11, 32(SP)
+	VMULPS       (BX), Y12, Y12
+	VMOVUPS      Y12, 64(SP)
+	VMULPS       (BX), Y13, Y13
+	VMOVUPS      Y13, 96(SP)
+	VMULPS       (BX), Y4, Y4
+	VMOVUPS      Y4, 128(SP)
+	VMULPS       (BX), Y3, Y3
+	VMOVUPS      Y3, 160(SP)
+	VMULPS       (BX), Y5, Y5
+	VMOVUPS      Y5, 192(SP)
+	VMULPS       (BX), Y2, Y2
+	VMOVUPS      Y2, 224(SP)
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VPMOVZXWD    (CX)(DI*1), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VPMOVZXWD    (CX)(DI*2), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VPMOVZXWD    (CX)(R8*1), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VPMOVZXWD    (R10), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VPMOVZXWD    (R10)(DI*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VPMOVZXWD    (R10)(DI*2), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    (R10)(R8*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VUNPCKLPS    Y3, Y2, Y10
+	VUNPCKHPS    Y3, Y2, Y2
+	VUNPCKLPS    Y5, Y4, Y3
+	VUNPCKHPS    Y5, Y4, Y4
+	VUNPCKLPS    Y7, Y6, Y5
+	VUNPCKHPS    Y7, Y6, Y6
+	VUNPCKLPS    Y9, Y8, Y7
+	VUNPCKHPS    Y9, Y8, Y8
+	VSHUFPS      $0x44, Y3, Y10, Y9
+	VSHUFPS      $0xee, Y3, Y10, Y3
+	VSHUFPS      $0x44, Y4, Y2, Y10
+	VSHUFPS      $0xee, Y4, Y2, Y2
+	VSHUFPS      $0x44, Y7, Y5, Y4
+	VSHUFPS      $0xee, Y7, Y5, Y5
+	VSHUFPS      $0x44, Y8, Y6, Y7
+	VSHUFPS      $0xee, Y8, Y6, Y6
+	VPERM2F128   $0x20, Y4, Y9, Y8
+	VPERM2F128   $0x20, Y5, Y3, Y11
+	VPERM2F128   $0x20, Y7, Y10, Y12
+	VPERM2F128   $0x20, Y6, Y2, Y13
+	VPERM2F128   $0x31, Y4, Y9, Y4
+	VPERM2F128   $0x31, Y5, Y3, Y3
+	VPERM2F128   $0x31, Y7, Y10, Y5
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VBROADCASTSS (DX), Y6
+	VMULPS       Y6, Y8, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    (SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    16(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y6, Y11, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    32(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    48(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 8(DX), Y6
+	VMULPS       Y6, Y12, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    64(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    80(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 12(DX), Y6
+	VMULPS       Y6, Y13, Y6
+	VCVTPS2PD    X6, Y7
+	VCVTPS2PD    96(SP), Y8
+	VMULPD       Y8, Y7, Y7
+	VADDPD       Y7, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VCVTPS2PD    112(SP), Y7
+	VMULPD       Y7, Y6, Y6
+	VADDPD       Y6, Y1, Y1
+	VBROADCASTSS 16(DX), Y6
+	VMULPS       Y6, Y4, Y6
+	VCVTPS2PD    X6, Y4
+	VCVTPS2PD    128(SP), Y7
+	VMULPD       Y7, Y4, Y4
+	VADDPD       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y6, X4
+	VCVTPS2PD    X4, Y4
+	VCVTPS2PD    144(SP), Y6
+	VMULPD       Y6, Y4, Y4
+	VADDPD       Y4, Y1, Y1
+	VBROADCASTSS 20(DX), Y4
+	VMULPS       Y4, Y3, Y4
+	VCVTPS2PD    X4, Y3
+	VCVTPS2PD    160(SP), Y6
+	VMULPD       Y6, Y3, Y3
+	VADDPD       Y3, Y0, Y0
+	VEXTRACTF128 $0x01, Y4, X3
+	VCVTPS2PD    X3, Y3
+	VCVTPS2PD    176(SP), Y4
+	VMULPD       Y4, Y3, Y3
+	VADDPD       Y3, Y1, Y1
+	VBROADCASTSS 24(DX), Y3
+	VMULPS       Y3, Y5, Y3
+	VCVTPS2PD    X3, Y4
+	VCVTPS2PD    192(SP), Y5
+	VMULPD       Y5, Y4, Y4
+	VADDPD       Y4, Y0, Y0
+	VEXTRACTF128 $0x01, Y3, X3
+	VCVTPS2PD    X3, Y3
+	VCVTPS2PD    208(SP), Y4
+	VMULPD       Y4, Y3, Y3
+	VADDPD       Y3, Y1, Y1
+	VBROADCASTSS 28(DX), Y3
+	VMULPS       Y3, Y2, Y3
+	VCVTPS2PD    X3, Y2
+	VCVTPS2PD    224(SP), Y4
+	VMULPD       Y4, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y3, X2
+	VCVTPS2PD    X2, Y2
+	VCVTPS2PD    240(SP), Y3
+	VMULPD       Y3, Y2, Y2
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, R9
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, R10
+	ADDQ         $0x00000020, DX
+	DECQ         SI
+	JMP          rmsDot8BF16AVX2_loop
+
+rmsDot8BF16AVX2_done:
+	MOVQ    gx+88(FP), AX
+	VMOVUPD Y0, (AX)
+	VMOVUPD Y1, 32(AX)
 	VZEROUPPER
 	RET
 
@@ -390,6 +812,77 @@ ropeF32AVX512_next:
 	JMP  ropeF32AVX512_head
 
 ropeF32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func rmsDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·rmsDXF32AVX512(SB), NOSPLIT, $0-104
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         dx_len+8(FP), SI
+	MOVSS        r+96(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        c+100(FP), X1
+	VBROADCASTSS X1, Z1
+
+rmsDXF32AVX512_loop:
+	CMPQ    SI, $0x00000010
+	JB      rmsDXF32AVX512_done
+	VMOVUPS (CX), Z2
+	VMOVUPS (DX), Z3
+	VMULPS  (BX), Z3, Z3
+	VMULPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VSUBPS  Z2, Z3, Z3
+	VMULPS  Z0, Z3, Z3
+	VMOVUPS Z3, (AX)
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	SUBQ    $0x00000010, SI
+	JMP     rmsDXF32AVX512_loop
+
+rmsDXF32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func normAccF32AVX512(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·normAccF32AVX512(SB), NOSPLIT, $0-104
+	MOVQ         sw_base+0(FP), AX
+	MOVQ         sb_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         dy_base+72(FP), BX
+	MOVQ         sw_len+8(FP), SI
+	MOVSS        mu+96(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        r+100(FP), X1
+	VBROADCASTSS X1, Z1
+
+normAccF32AVX512_loop:
+	CMPQ    SI, $0x00000010
+	JB      normAccF32AVX512_done
+	VMOVUPS (DX), Z2
+	VMOVUPS (BX), Z3
+	VSUBPS  Z0, Z2, Z2
+	VMULPS  Z1, Z2, Z2
+	VMULPS  Z3, Z2, Z2
+	VADDPS  (AX), Z2, Z2
+	VMOVUPS Z2, (AX)
+	VADDPS  (CX), Z3, Z3
+	VMOVUPS Z3, (CX)
+	ADDQ    $0x00000040, DX
+	ADDQ    $0x00000040, BX
+	ADDQ    $0x00000040, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000010, SI
+	JMP     normAccF32AVX512_loop
+
+normAccF32AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -497,6 +990,89 @@ ropeBF16AVX512_done:
 	VZEROUPPER
 	RET
 
+// func rmsDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·rmsDXBF16AVX512(SB), NOSPLIT, $0-104
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         dx_len+8(FP), SI
+	MOVSS        r+96(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        c+100(FP), X1
+	VBROADCASTSS X1, Z1
+
+rmsDXBF16AVX512_loop:
+	CMPQ      SI, $0x00000010
+	JB        rmsDXBF16AVX512_done
+	VPMOVZXWD (CX), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VPMOVZXWD (DX), Z3
+	VPSLLD    $0x10, Z3, Z3
+	VMULPS    (BX), Z3, Z3
+	VMULPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VSUBPS    Z2, Z3, Z3
+	VMULPS    Z0, Z3, Z3
+	VPSRLD    $0x10, Z3, Z4
+	VPANDD    normconst<>+0(SB), Z4, Z2
+	VPADDD    normconst<>+64(SB), Z2, Z2
+	VPADDD    Z3, Z2, Z2
+	VPSRLD    $0x10, Z2, Z2
+	VPORD     normconst<>+128(SB), Z4, Z4
+	VCMPPS    $0x03, Z3, Z3, K1
+	VPBLENDMD Z4, Z2, K1, Z2
+	VPMOVDW   Z2, (AX)
+	ADDQ      $0x00000020, AX
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000020, DX
+	ADDQ      $0x00000040, BX
+	SUBQ      $0x00000010, SI
+	JMP       rmsDXBF16AVX512_loop
+
+rmsDXBF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func normAccBF16AVX512(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·normAccBF16AVX512(SB), NOSPLIT, $0-104
+	MOVQ         sw_base+0(FP), AX
+	MOVQ         sb_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         dy_base+72(FP), BX
+	MOVQ         sw_len+8(FP), SI
+	MOVSS        mu+96(FP), X0
+	VBROADCASTSS X0, Z0
+	MOVSS        r+100(FP), X1
+	VBROADCASTSS X1, Z1
+
+normAccBF16AVX512_loop:
+	CMPQ      SI, $0x00000010
+	JB        normAccBF16AVX512_done
+	VPMOVZXWD (DX), Z2
+	VPSLLD    $0x10, Z2, Z2
+	VPMOVZXWD (BX), Z3
+	VPSLLD    $0x10, Z3, Z3
+	VSUBPS    Z0, Z2, Z2
+	VMULPS    Z1, Z2, Z2
+	VMULPS    Z3, Z2, Z2
+	VADDPS    (AX), Z2, Z2
+	VMOVUPS   Z2, (AX)
+	VADDPS    (CX), Z3, Z3
+	VMOVUPS   Z3, (CX)
+	ADDQ      $0x00000020, DX
+	ADDQ      $0x00000020, BX
+	ADDQ      $0x00000040, AX
+	ADDQ      $0x00000040, CX
+	SUBQ      $0x00000010, SI
+	JMP       normAccBF16AVX512_loop
+
+normAccBF16AVX512_done:
+	VZEROUPPER
+	RET
+
 // func scaleRowF32AVX2(y []float32, x []float32, w []float32, r float32)
 // Requires: AVX, AVX2, SSE
 TEXT ·scaleRowF32AVX2(SB), NOSPLIT, $0-76
@@ -571,6 +1147,77 @@ ropeF32AVX2_next:
 	JMP  ropeF32AVX2_head
 
 ropeF32AVX2_done:
+	VZEROUPPER
+	RET
+
+// func rmsDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·rmsDXF32AVX2(SB), NOSPLIT, $0-104
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         dx_len+8(FP), SI
+	MOVSS        r+96(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        c+100(FP), X1
+	VBROADCASTSS X1, Y1
+
+rmsDXF32AVX2_loop:
+	CMPQ    SI, $0x00000008
+	JB      rmsDXF32AVX2_done
+	VMOVUPS (CX), Y2
+	VMOVUPS (DX), Y3
+	VMULPS  (BX), Y3, Y3
+	VMULPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VSUBPS  Y2, Y3, Y3
+	VMULPS  Y0, Y3, Y3
+	VMOVUPS Y3, (AX)
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	ADDQ    $0x00000020, DX
+	ADDQ    $0x00000020, BX
+	SUBQ    $0x00000008, SI
+	JMP     rmsDXF32AVX2_loop
+
+rmsDXF32AVX2_done:
+	VZEROUPPER
+	RET
+
+// func normAccF32AVX2(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·normAccF32AVX2(SB), NOSPLIT, $0-104
+	MOVQ         sw_base+0(FP), AX
+	MOVQ         sb_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         dy_base+72(FP), BX
+	MOVQ         sw_len+8(FP), SI
+	MOVSS        mu+96(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        r+100(FP), X1
+	VBROADCASTSS X1, Y1
+
+normAccF32AVX2_loop:
+	CMPQ    SI, $0x00000008
+	JB      normAccF32AVX2_done
+	VMOVUPS (DX), Y2
+	VMOVUPS (BX), Y3
+	VSUBPS  Y0, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMULPS  Y3, Y2, Y2
+	VADDPS  (AX), Y2, Y2
+	VMOVUPS Y2, (AX)
+	VADDPS  (CX), Y3, Y3
+	VMOVUPS Y3, (CX)
+	ADDQ    $0x00000020, DX
+	ADDQ    $0x00000020, BX
+	ADDQ    $0x00000020, AX
+	ADDQ    $0x00000020, CX
+	SUBQ    $0x00000008, SI
+	JMP     normAccF32AVX2_loop
+
+normAccF32AVX2_done:
 	VZEROUPPER
 	RET
 
@@ -681,5 +1328,90 @@ ropeBF16AVX2_next:
 	JMP  ropeBF16AVX2_head
 
 ropeBF16AVX2_done:
+	VZEROUPPER
+	RET
+
+// func rmsDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·rmsDXBF16AVX2(SB), NOSPLIT, $0-104
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         w_base+72(FP), BX
+	MOVQ         dx_len+8(FP), SI
+	MOVSS        r+96(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        c+100(FP), X1
+	VBROADCASTSS X1, Y1
+
+rmsDXBF16AVX2_loop:
+	CMPQ         SI, $0x00000008
+	JB           rmsDXBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VPMOVZXWD    (DX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       (BX), Y3, Y3
+	VMULPS       Y0, Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VSUBPS       Y2, Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VPSRLD       $0x10, Y3, Y4
+	VPAND        normconst<>+0(SB), Y4, Y2
+	VPADDD       normconst<>+64(SB), Y2, Y2
+	VPADDD       Y3, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VPOR         normconst<>+128(SB), Y4, Y4
+	VCMPPS       $0x03, Y3, Y3, Y3
+	VBLENDVPS    Y3, Y4, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPACKUSDW    X3, X2, X3
+	VMOVDQU      X3, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	ADDQ         $0x00000020, BX
+	SUBQ         $0x00000008, SI
+	JMP          rmsDXBF16AVX2_loop
+
+rmsDXBF16AVX2_done:
+	VZEROUPPER
+	RET
+
+// func normAccBF16AVX2(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
+// Requires: AVX, AVX2, SSE
+TEXT ·normAccBF16AVX2(SB), NOSPLIT, $0-104
+	MOVQ         sw_base+0(FP), AX
+	MOVQ         sb_base+24(FP), CX
+	MOVQ         x_base+48(FP), DX
+	MOVQ         dy_base+72(FP), BX
+	MOVQ         sw_len+8(FP), SI
+	MOVSS        mu+96(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        r+100(FP), X1
+	VBROADCASTSS X1, Y1
+
+normAccBF16AVX2_loop:
+	CMPQ      SI, $0x00000008
+	JB        normAccBF16AVX2_done
+	VPMOVZXWD (DX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD (BX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VSUBPS    Y0, Y2, Y2
+	VMULPS    Y1, Y2, Y2
+	VMULPS    Y3, Y2, Y2
+	VADDPS    (AX), Y2, Y2
+	VMOVUPS   Y2, (AX)
+	VADDPS    (CX), Y3, Y3
+	VMOVUPS   Y3, (CX)
+	ADDQ      $0x00000010, DX
+	ADDQ      $0x00000010, BX
+	ADDQ      $0x00000020, AX
+	ADDQ      $0x00000020, CX
+	SUBQ      $0x00000008, SI
+	JMP       normAccBF16AVX2_loop
+
+normAccBF16AVX2_done:
 	VZEROUPPER
 	RET

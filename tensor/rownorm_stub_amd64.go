@@ -10,11 +10,23 @@ package tensor
 //go:noescape
 func sumSq8F32AVX2(x []float32, d int, ss *[8]float64)
 
+// rmsDot8F32AVX2 writes, for the 8 rows of d in x and dy, the float64 sums over the first d/8·8
+// columns of float64(dy·w)·float64(x·r[row]), each row in column order (rmsDot8's Go loop, bit for bit).
+//
+//go:noescape
+func rmsDot8F32AVX2(x []float32, dy []float32, w []float32, r *[8]float32, d int, gx *[8]float64)
+
 // sumSq8BF16AVX2 writes the float64 sums of squares of the first d/8·8 columns of the 8 rows
 // of d in x into ss, each row summed in column order (sumSq8's Go loop, bit for bit).
 //
 //go:noescape
 func sumSq8BF16AVX2(x []uint16, d int, ss *[8]float64)
+
+// rmsDot8BF16AVX2 writes, for the 8 rows of d in x and dy, the float64 sums over the first d/8·8
+// columns of float64(dy·w)·float64(x·r[row]), each row in column order (rmsDot8's Go loop, bit for bit).
+//
+//go:noescape
+func rmsDot8BF16AVX2(x []uint16, dy []uint16, w []float32, r *[8]float32, d int, gx *[8]float64)
 
 // scaleRowF32AVX512 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 16.
@@ -29,6 +41,18 @@ func scaleRowF32AVX512(y []float32, x []float32, w []float32, r float32)
 //go:noescape
 func ropeF32AVX512(y []float32, x []float32, cos []float32, sin []float32, d int)
 
+// rmsDXF32AVX512 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
+// be a multiple of 16.
+//
+//go:noescape
+func rmsDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+
+// normAccF32AVX512 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
+// len(sw) must be a multiple of 16.
+//
+//go:noescape
+func normAccF32AVX512(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+
 // scaleRowBF16AVX512 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 16.
 //
@@ -41,6 +65,18 @@ func scaleRowBF16AVX512(y []uint16, x []uint16, w []float32, r float32)
 //
 //go:noescape
 func ropeBF16AVX512(y []uint16, x []uint16, cos []float32, sin []float32, d int)
+
+// rmsDXBF16AVX512 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
+// be a multiple of 16.
+//
+//go:noescape
+func rmsDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+
+// normAccBF16AVX512 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
+// len(sw) must be a multiple of 16.
+//
+//go:noescape
+func normAccBF16AVX512(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
 
 // scaleRowF32AVX2 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 8.
@@ -55,6 +91,18 @@ func scaleRowF32AVX2(y []float32, x []float32, w []float32, r float32)
 //go:noescape
 func ropeF32AVX2(y []float32, x []float32, cos []float32, sin []float32, d int)
 
+// rmsDXF32AVX2 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
+// be a multiple of 8.
+//
+//go:noescape
+func rmsDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+
+// normAccF32AVX2 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
+// len(sw) must be a multiple of 8.
+//
+//go:noescape
+func normAccF32AVX2(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+
 // scaleRowBF16AVX2 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 8.
 //
@@ -67,3 +115,15 @@ func scaleRowBF16AVX2(y []uint16, x []uint16, w []float32, r float32)
 //
 //go:noescape
 func ropeBF16AVX2(y []uint16, x []uint16, cos []float32, sin []float32, d int)
+
+// rmsDXBF16AVX2 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
+// be a multiple of 8.
+//
+//go:noescape
+func rmsDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+
+// normAccBF16AVX2 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
+// len(sw) must be a multiple of 8.
+//
+//go:noescape
+func normAccBF16AVX2(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
