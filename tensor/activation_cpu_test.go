@@ -119,7 +119,7 @@ func TestGELUF32Error(t *testing.T) {
 			c := 0.5 * math.Erfc(-v/math.Sqrt2)
 			p := math.Exp(-v*v/2) / math.Sqrt(2*math.Pi)
 			f, df, scale = v*c, c+v*p, c+math.Abs(v*p)
-			bound = (16 + 2*v*v) * u
+			bound = (16 + 3*v*v) * u
 			got, gotD = gelu32(x), geluGrad32(x)
 		case GELUTanh:
 			k := math.Sqrt(2 / math.Pi)

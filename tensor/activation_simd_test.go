@@ -177,7 +177,7 @@ func TestActivationSIMD(t *testing.T) {
 	}
 }
 
-// BenchmarkActivationImpls times the sigmoid-family ops on every implementation of this CPU
+// BenchmarkActivationImpls times the activations on every implementation of this CPU
 // (the Go loops, AVX2, AVX-512), in float32 and with bfloat16 activations, at 256 tokens of
 // 0.5B's MLP width (4864): per round (-benchtime=Nx: N rounds) 3 calls of each implementation
 // in turn, each timed in process CPU time; it reports the medians over the rounds of the CPU
@@ -214,6 +214,22 @@ func BenchmarkActivationImpls(b *testing.B) {
 			}},
 			{"SiLUBackward", func() func() error {
 				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: SiLU}
+				return func() error { return ActivateBackward(dx, in) }
+			}},
+			{"GELU", func() func() error {
+				x, y := mk(dt), mk(dt)
+				return func() error { return Activate(y, x, GELU) }
+			}},
+			{"GELUBackward", func() func() error {
+				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: GELU}
+				return func() error { return ActivateBackward(dx, in) }
+			}},
+			{"GELUTanh", func() func() error {
+				x, y := mk(dt), mk(dt)
+				return func() error { return Activate(y, x, GELUTanh) }
+			}},
+			{"GELUTanhBackward", func() func() error {
+				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: GELUTanh}
 				return func() error { return ActivateBackward(dx, in) }
 			}},
 			{"SwiGLU", func() func() error {
