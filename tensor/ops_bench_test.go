@@ -163,7 +163,9 @@ func BenchmarkOpsBF16(b *testing.B) {
 		}},
 		{"RoPEBackward", t * h * hd, func(dt tensor.DType) func() error {
 			dy := mk(dt, t, h, hd)
-			return func() error { return tensor.RoPEBackward(dy, tensor.RoPEGrad{DY: dy, Positions: pos, Config: tensor.RoPEConfig{Theta: 1e6}}) }
+			return func() error {
+				return tensor.RoPEBackward(dy, tensor.RoPEGrad{DY: dy, Positions: pos, Config: tensor.RoPEConfig{Theta: 1e6}})
+			}
 		}},
 		{"SiLU", t * ff, func(dt tensor.DType) func() error {
 			x, y := mk(dt, t, ff), mk(dt, t, ff)
