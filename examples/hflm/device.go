@@ -26,7 +26,7 @@ type DeviceAdamW struct {
 // gradient into the parameters' gradients, so Collect has nothing to move and Reduce scales
 // the sum in place. It sums in micro-batch order into one tensor, not micro-batch by
 // micro-batch as loop.HostGradients does, so the sum's float32 roundings differ from the
-// host's. One rank only: data-parallel training of a device model is not supported yet.
+// host's. One rank only: data-parallel ranks of device models reduce with DeviceReduce.
 type DeviceGradients struct {
 	Params []loop.Param
 }
@@ -152,7 +152,7 @@ func (g *DeviceGradients) Collect() error { return nil }
 // Reduce implements loop.Gradients on one rank: the gradients become scale × their sum.
 func (g *DeviceGradients) Reduce(_ context.Context, comm collective.Comm, scale float32) (int64, error) {
 	if comm != nil && comm.Size() > 1 {
-		return 0, fmt.Errorf("hflm: %d data-parallel ranks with the model on a device: not supported yet (one rank per device run)", comm.Size())
+		return 0, fmt.Errorf("hflm: DeviceGradients is one rank's; %d data-parallel ranks reduce with DeviceReduce", comm.Size())
 	}
 	if scale == 1 {
 		return 0, nil

@@ -1034,8 +1034,8 @@ func (c Config) Validate() error {
 	if err := a.validateOffload(); err != nil {
 		return err
 	}
-	if a.Device == "cuda" && stage != 0 && !a.offloadOptimizer() {
-		return keyErr("worker.actor.device", "is cuda: the device's optimizer state is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu, or offload.offload_optimizer=true: the sharded state in host memory)", a.FSDP.ShardingStrategy)
+	if a.Device == "cuda" && stage != 0 && !a.offloadOptimizer() && a.Model.ModelPath == "" {
+		return keyErr("worker.actor.device", "is cuda: the built-in model's optimizer state on the device is whole; fsdp.sharding_strategy=%s runs on the host (device=cpu, or offload.offload_optimizer=true: the sharded state in host memory; a model_path model shards it on the devices)", a.FSDP.ShardingStrategy)
 	}
 	if w := max(1, t.Nnodes) * max(1, t.NGPUsPerNode); w > 1 {
 		// Each rank takes whole prompt groups of every mini-batch, in whole micro-batches.

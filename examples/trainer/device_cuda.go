@@ -365,3 +365,20 @@ func (d *cudaActor) close() error {
 	errs = append(errs, d.ops.Close(), d.b.Close())
 	return errors.Join(errs...)
 }
+
+// deviceCollectives are the tensor collectives of comm's ranks for a model_path model on
+// backend b: NCCL between CUDA devices (bootstrapped over comm), or, in a binary built without
+// -tags nccl (and for host tensors), collective.HostTensors, which downloads each buffer,
+// reduces it over comm and uploads it. The closer releases them.
+func deviceCollectives(ctx context.Context, b tensor.Backend, comm collective.Comm) (collective.Tensors, func() error, error) {
+	cb, ok := b.(*cuda.Backend)
+	if !ok || !haveNCCL || testHostCollectives {
+		h, err := collective.NewHostTensors(comm)
+		return h, func() error { return nil }, err
+	}
+	nc, err := bootstrapNCCL(ctx, cb, comm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, nc.Close, nil
+}

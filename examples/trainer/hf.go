@@ -101,8 +101,6 @@ func (c Config) validateModelPath() error {
 	switch {
 	case a.Device == "cuda" && vl:
 		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint: the vision-language model runs on the host only (device=cpu); text models (Qwen2, Llama) run on cuda", why)
-	case a.Device == "cuda" && max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1:
-		return keyErr("worker.actor.device", "is cuda %s with %d data-parallel ranks: a model_path run on the device is one rank for now (n_gpus_per_node=1, nnodes=1), or use device=cpu", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode))
 	case a.Device == "cuda" && a.offloadOptimizer():
 		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s: the Hugging Face model's AdamW state stays on the device (offload is the built-in model's for now); set false", why)
 	case a.Device == "cuda" && a.dtypeName() != "float32":

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,7 +146,6 @@ func TestModelPathRefusals(t *testing.T) {
 	model := tinyHF(t)
 	for _, c := range []struct{ set, key string }{
 		{"worker.actor.device=cuda", "worker.actor.device"}, // no -tags cuda: not compiled in
-		{"worker.actor.device=cuda training.n_gpus_per_node=2", "worker.actor.device"},
 		{"worker.actor.device=cuda worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.fsdp.mixed_precision_dtype"},
 		{"worker.actor.device=cuda worker.actor.offload.offload_optimizer=true", "worker.actor.offload.offload_optimizer"},
 		{"training.n_gpus_per_node=2 worker.actor.model.lora_rank=4 worker.actor.model.lora_dropout=0.1", "worker.actor.model.lora_dropout"},
@@ -577,4 +578,77 @@ func TestCheckpointSubdirectories(t *testing.T) {
 	_, err = verifyCheckpoint(dir)
 	require.ErrorAs(t, err, &de)
 	assert.Equal(t, ckptManifest, de.file)
+}
+
+// tinyHFSmallVocab is tinyHF with a 1,056-token vocabulary, for runs where the 151,936-token LM
+// head would dominate (the emulated devices): the Qwen2.5 tokenizer cut to its first 1,024 tokens
+// (the 256 byte symbols and the merges that make the next 768), its 22 special tokens moved
+// to ids 1024–1045 (the chat template, EOS and the padding are the same tokens), and the tiny
+// Qwen2's config with vocab_size 1056 and those ids.
+func tinyHFSmallVocab(t *testing.T) string {
+	t.Helper()
+	const keep, vocab = 1024, 1056
+	src := filepath.Join(hfTestdata, "qwen2_5")
+	f, err := os.Open(filepath.Join(src, "tokenizer.json.gz"))
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(t, err)
+	var tok map[string]any
+	require.NoError(t, json.NewDecoder(zr).Decode(&tok))
+	model := tok["model"].(map[string]any)
+	small := map[string]any{}
+	for s, id := range model["vocab"].(map[string]any) {
+		if id.(float64) < keep {
+			small[s] = id
+		}
+	}
+	var merges []any
+	for _, m := range model["merges"].([]any) {
+		a, b, _ := strings.Cut(m.(string), " ")
+		if small[a] != nil && small[b] != nil && small[a+b] != nil {
+			merges = append(merges, m)
+		}
+	}
+	model["vocab"], model["merges"] = small, merges
+	moved := map[float64]float64{}
+	for i, a := range tok["added_tokens"].([]any) {
+		at := a.(map[string]any)
+		moved[at["id"].(float64)] = float64(keep + i)
+		at["id"] = float64(keep + i)
+	}
+	dir := filepath.Join(t.TempDir(), "model")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	js, err := json.Marshal(tok)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), js, 0o644))
+	data, err := os.ReadFile(filepath.Join(src, "tokenizer_config.json"))
+	require.NoError(t, err)
+	var tc map[string]any
+	require.NoError(t, json.Unmarshal(data, &tc))
+	dec := map[string]any{}
+	for id, v := range tc["added_tokens_decoder"].(map[string]any) {
+		n, err := strconv.Atoi(id)
+		require.NoError(t, err)
+		require.Contains(t, moved, float64(n))
+		dec[strconv.Itoa(int(moved[float64(n)]))] = v
+	}
+	tc["added_tokens_decoder"] = dec
+	js, err = json.Marshal(tc)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), js, 0o644))
+
+	data, err = os.ReadFile(filepath.Join(hfTestdata, "tiny-qwen2-config.json"))
+	require.NoError(t, err)
+	var mc map[string]any
+	require.NoError(t, json.Unmarshal(data, &mc))
+	mc["vocab_size"], mc["bos_token_id"], mc["eos_token_id"] = vocab, moved[mc["bos_token_id"].(float64)], moved[mc["eos_token_id"].(float64)]
+	js, err = json.Marshal(mc)
+	require.NoError(t, err)
+	cfg, err := hfmodel.ParseConfig(js)
+	require.NoError(t, err)
+	ck, err := hfmodel.RandomCheckpoint(cfg, 7)
+	require.NoError(t, err)
+	require.NoError(t, ck.Save(dir, hfmodel.SaveOptions{DType: hfmodel.Float32, Shards: 1}))
+	return dir
 }

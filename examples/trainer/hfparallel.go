@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -47,7 +46,9 @@ func runHFRanks[P any](ctx context.Context, cfg Config, open func(Config) (*hfSe
 		if comm.Rank() != 0 {
 			out, errw = io.Discard, io.Discard
 		}
-		s, err := runHFRank(ctx, cfg, open, comm, rctx, out, errw)
+		rcfg := cfg
+		rcfg.deviceOrdinal = comm.Rank() % n // worker.actor.device=cuda: one device per rank of this process
+		s, err := runHFRank(ctx, rcfg, open, comm, rctx, out, errw)
 		if comm.Rank() == 0 {
 			sum, interrupted = s, errors.Is(err, ErrInterrupted)
 		}
@@ -153,6 +154,11 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 	}
 	rc := loop.ReduceConfig{Ordered: a.GradReduce == "ordered", BucketBytes: int(a.GradBucketMB * (1 << 20))}
 	o := a.Optim
+	if ps, err := t.s.model.Params(); err != nil {
+		return nil, nil, err
+	} else if len(ps) > 0 && !ps[0].Value.IsHost() {
+		return t.deviceTraining(ps, stage, rc, rank, world) // hfdevice.go
+	}
 	if stage != 0 {
 		// The model's own AdamW is never built: its whole moments are what ZeRO saves.
 		ps, err := t.s.model.Params()
@@ -163,7 +169,7 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		t.zero = zero
+		t.zero = hostZero{zero}
 		return repackedZeRO{zero, t.s.model.Repack}, g, nil
 	}
 	opt, adam, g, err := t.s.training(o.WeightDecay)
@@ -172,11 +178,6 @@ func (t *hfTrainer[P]) actorTraining() (loop.Optimizer, loop.Gradients, error) {
 	}
 	adam.Beta1, adam.Beta2, adam.Eps = o.Betas[0], o.Betas[1], o.Eps
 	t.adam = adam
-	if dev, ok := opt.(*hflm.DeviceAdamW); ok {
-		// The model on a device (one rank): its gradients are summed there, in place.
-		t.devOpt = dev
-		return opt, g, nil
-	}
 	if !rc.Ordered {
 		ps, err := t.s.model.Params()
 		if err != nil {
@@ -218,7 +219,7 @@ func (o repackedZeRO) StepGroup(ctx context.Context, comm collective.Comm, lr, m
 // optimizerSteps is AdamW's step count.
 func (t *hfTrainer[P]) optimizerSteps() int {
 	if t.zero != nil {
-		return t.zero.T
+		return *t.zero.steps()
 	}
 	return t.adam.T
 }
@@ -233,7 +234,11 @@ func (t *hfTrainer[P]) saveShards(dir string) error {
 	if err != nil {
 		return err
 	}
-	return saveMomentShards(t.rctx, t.comm, dir, shardParamsOf(ps), t.zero.Moments())
+	ms, err := t.zero.moments()
+	if err != nil {
+		return err
+	}
+	return saveMomentShards(t.rctx, t.comm, dir, shardParamsOf(ps), ms)
 }
 
 // readMoments reads and verifies the checkpoint files names of dir and the optimizer's
@@ -248,7 +253,11 @@ func (t *hfTrainer[P]) readMoments(dir string, ps []loop.Param, names ...string)
 	want := allValues(params)
 	if t.zero != nil {
 		want = want[:0]
-		for _, s := range t.zero.Moments() {
+		ms, err := t.zero.moments()
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range ms {
 			want = append(want, [2]int{s.Lo, s.Hi})
 		}
 	}
@@ -284,7 +293,7 @@ func (t *hfTrainer[P]) setMoments(ms [][][]float32, shards []loop.MomentShard, s
 		if err := t.zero.SetMoments(shards); err != nil {
 			return err
 		}
-		t.zero.T = steps
+		*t.zero.steps() = steps
 		return nil
 	}
 	if shards != nil {

@@ -89,7 +89,7 @@ type hfTrainer[P any] struct {
 	// with fsdp.sharding_strategy SHARD_GRAD_OP, holds this rank's moments (hfparallel.go).
 	comm collective.Comm
 	rctx context.Context
-	zero *loop.ShardedAdamW
+	zero zeroMoments
 	// devOpt is the optimizer of a model on a device (worker.actor.device=cuda), whose moments
 	// live there: t.adam is its host copy, refreshed for a checkpoint.
 	devOpt *hflm.DeviceAdamW
@@ -485,8 +485,8 @@ func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSes
 		if err := sameChoice(rctx, comm, dir, "loaded"); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d); rank 0 writes the outputs\n",
-			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode))
+		fmt.Fprintf(stderr, "data parallel: %d ranks (training.nnodes %d x n_gpus_per_node %d)%s; rank 0 writes the outputs\n",
+			comm.Size(), max(1, c.Nnodes), max(1, c.NGPUsPerNode), deviceNote(cfg.Worker.Actor))
 	}
 	if len(damaged) > 0 && lead {
 		if err := moveAside(damaged); err != nil {
