@@ -155,7 +155,8 @@ func TestActivationSIMD(t *testing.T) {
 	}
 	checkActSame(t, x)
 	for i := range x {
-		c := []float64{88, 52.3, 87.3, 51.3, 25, 18.2, 13}[i%7] // 25, 18.2: 2u of GELUTanh near ±88; 13: GELU's exp underflow
+		// 10.03: 2u of GELUTanh near ±88; 13.2: GELU's exps underflow
+		c := []float64{88, 52.3, 87.3, 51.3, 10.03, 13.2}[i%6]
 		x[i] = float32(math.Copysign(c+r.Float64()*1.5-0.5, r.Float64()-0.5))
 	}
 	checkActSame(t, x)

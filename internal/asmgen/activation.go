@@ -10,17 +10,20 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// activationFamily emits the sigmoid-family activations of tensor's host ops
-// (activation_amd64.s): x·σ(βx) (SiLU, QuickGELU), its derivative, SwiGLU and its backward,
-// for AVX-512F (16 lanes) and AVX2 (8 lanes), whole vectors only.
+// activationFamily emits the activations of tensor's host ops (activation_amd64.s): x·σ(βx)
+// (SiLU, QuickGELU), its derivative, SwiGLU and its backward, GELU (its erfc fit) and GELUTanh
+// (x·σ(2u)) and their derivatives, for AVX-512F (16 lanes) and AVX2 (8 lanes), whole vectors
+// only; the sigmoid family also on bfloat16 (widened as loaded, rounded once as stored).
 //
-// They reproduce the Go loops of tensor/activation_cpu.go bit for bit: the exp is
+// They reproduce the Go loops of tensor/activation_cpu.go and activation_gelu.go bit for bit
+// (the products and sums in the Go code's order): the exp is
 // hostops.Exp32's own arithmetic (x·log2e + 1/2 floored, the two-part ln2 reduction, the
 // degree-7 Taylor polynomial in Horner form, times 2^k built from its exponent bits) with
 // separate multiplies and adds (no FMA: the Go code rounds each product explicitly), and
 // the quotients are VDIVPS, correctly rounded like DIVSS. Exp32 takes math.Exp above 88; the
 // kernels cannot, so each returns whether a lane's exp argument exceeded 88 and the caller
-// redoes those elements in Go (only inputs below −88/β, where σ underflows).
+// redoes those elements in Go (only inputs below −88/β, where σ underflows; GELUTanh's below
+// about −10.03; GELU's exp arguments never pass 0).
 func activationFamily() {
 	emitActConstants()
 	for _, a := range []isa{avx512, avx2} {
