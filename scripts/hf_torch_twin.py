@@ -134,8 +134,8 @@ class Twin:
         for name in [k[: -len(".weight")] for k in self.w if k.endswith("_proj.weight")]:
             out, inp = self.w[name + ".weight"].shape
             bound = 1 / math.sqrt(inp)
-            a = ((torch.rand(r, inp, generator=g) * 2 - 1) * bound).requires_grad_(True)
-            b = torch.zeros(out, r, requires_grad=True)
+            a = ((torch.rand(r, inp, generator=g) * 2 - 1) * bound).to(self.dtype).requires_grad_(True)
+            b = torch.zeros(out, r, dtype=self.dtype, requires_grad=True)
             self.lora[name] = (a, b, alpha / r, dropout)
         return [t for a, b, _, _ in self.lora.values() for t in (a, b)]
 
@@ -340,18 +340,21 @@ def compare_row(row, m=None):
     """One row of the comparison at Qwen2.5-0.5B's shapes with random weights, as a JSON line:
     forward (T = 256, logits included), lora (LoRA forward + backward of the sum of the
     log-probs of tokens 1…255 of a 256-token sequence), decode (8 rows after 32-token prompts,
-    16 greedy steps with the cache), rlstep (one LoRA RL step; its peak resident memory)."""
+    16 greedy steps with the cache), rlstep (one LoRA RL step; its peak resident memory).
+    DTYPE=bfloat16 runs the weights, adapters and activations in bfloat16 (torch's bf16
+    autograd), the log-softmax in float32."""
     threads = int(os.environ.get("THREADS", "2"))
     torch.set_num_threads(threads)
     reps = int(os.environ.get("REPS", "1"))
     cfg = bench_config()
     V = cfg["vocab_size"]
     g = torch.Generator().manual_seed(0)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[os.environ.get("DTYPE", "float32")]
     if m is None:
-        m = Twin(cfg, random_weights(cfg, g))
+        m = Twin(cfg, random_weights(cfg, g), dtype=dtype)
         gc_collect()
     ids = torch.randint(0, V, (256,), generator=g)
-    extra = dict(threads=threads, layers=cfg["num_hidden_layers"], torch=torch.__version__)
+    extra = dict(threads=threads, layers=cfg["num_hidden_layers"], torch=torch.__version__, dtype=str(dtype).replace("torch.", ""))
     if row == "forward":
         with torch.no_grad():
             m.logits(ids[:16].tolist())
@@ -364,7 +367,7 @@ def compare_row(row, m=None):
 
         def once():
             logits = torch.nn.functional.linear(m.batch_hidden(ids[None], 0)[0], m.head())
-            logp = torch.log_softmax(logits[:-1], dim=-1).gather(-1, ids[1:, None])
+            logp = torch.log_softmax(logits[:-1].float(), dim=-1).gather(-1, ids[1:, None])
             logp.sum().backward()
 
         once()

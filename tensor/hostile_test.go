@@ -18,6 +18,9 @@ func tensorFuncs() map[string]any {
 	funcs := map[string]any{
 		"BF16.Float32":           tensor.BF16.Float32,
 		"BF16FromFloat32":        tensor.BF16FromFloat32,
+		"RoundToBF16":            tensor.RoundToBF16,
+		"WidenBF16":              tensor.WidenBF16,
+		"RoundFloat32s":          tensor.RoundFloat32s,
 		"CPU":                    tensor.CPU,
 		"CPU().Alloc":            cpu.Alloc,
 		"CPU().Upload":           cpu.Upload,

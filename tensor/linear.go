@@ -87,10 +87,11 @@ func packF32(w *Tensor) *gemm.Packed {
 // as bfloat16 pairs (bf16) for inputs that are bfloat16 too, at half the bytes; its float32
 // panels (fwd) are then built only when a float32 input needs them.
 type hostPacked struct {
-	fwd  *gemm.Packed
-	bf16 *gemm.PackedBF16
-	mu   sync.Mutex
-	bwd  *gemm.Packed
+	fwd     *gemm.Packed
+	bf16    *gemm.PackedBF16
+	mu      sync.Mutex
+	bwd     *gemm.Packed
+	bwdBF16 *gemm.PackedBF16 // Wᵀ's bfloat16 pairs, for LinearGrad.GradBF16
 }
 
 // forward returns W's float32 panels, packing them on first use for a bfloat16 weight.
@@ -141,6 +142,30 @@ func (p *PackedWeight) transposed() (t *gemm.Packed, release func()) {
 	return t, func() { transposePool.Put(t) }
 }
 
+// transposedBF16 is transposed for Wᵀ's bfloat16 pair panels (from the bfloat16 weight),
+// kept or pooled alike.
+func (p *PackedWeight) transposedBF16() (t *gemm.PackedBF16, release func()) {
+	h := p.packed.(*hostPacked)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bwdBF16 != nil {
+		return h.bwdBF16, func() {}
+	}
+	var buf *gemm.PackedBF16
+	if p.noKeepT {
+		buf, _ = transposeBF16Pool.Get().(*gemm.PackedBF16)
+	}
+	b, _ := p.w.BF16s()
+	t = gemm.PackTBF16Into(buf, p.w.Dim(0), p.w.Dim(1), b)
+	if !p.noKeepT {
+		h.bwdBF16 = t
+		return t, func() {}
+	}
+	return t, func() { transposeBF16Pool.Put(t) }
+}
+
+var transposeBF16Pool sync.Pool
+
 // transposePool holds the transposed panels that backward passes of weights that keep none
 // pack for themselves (a frozen base: every projection of every layer per pass), so they
 // reuse one buffer instead of leaving the collector a weight's worth of garbage each.
@@ -157,7 +182,7 @@ func (p *PackedWeight) KeepTransposed(keep bool) {
 	p.noKeepT = !keep
 	if h, ok := p.packed.(*hostPacked); ok && !keep {
 		h.mu.Lock()
-		h.bwd = nil
+		h.bwd, h.bwdBF16 = nil, nil
 		h.mu.Unlock()
 	}
 }
@@ -378,6 +403,17 @@ type LinearGrad struct {
 	// Accumulate adds into DWeight and DBias (gradient accumulation over micro-batches) instead
 	// of overwriting them; DX is always overwritten.
 	Accumulate bool
+	// GradBF16 rounds DY to bfloat16 (nearest even) before its products with the weight and X,
+	// as torch's bfloat16 autograd does; DBias stays the float32 sum of DY, and DX and DWeight
+	// are float32 sums of exact products of the rounded DY. With a bfloat16 weight, X bfloat16
+	// and a CPU with AVX512_BF16, both products run on VDPBF16PS (the weight's transposed pairs
+	// packed once, as the float32 Wᵀ panels are), at twice the float32 GEMM's rate. The rounding
+	// moves each DY element by at most 2⁻⁸ of its magnitude, so DX differs from the float32
+	// backward's dy·W by at most (2⁻⁸ + adds·2⁻²⁴)·Σ|dy|·|w| per element to first order (adds:
+	// the float32 sums' additions, N plus one per 256-long block of N; likewise for DWeight
+	// over the rows, plus one with Accumulate). A backend's own LinearKernel may compute in
+	// float32 instead (within the same bound).
+	GradBF16 bool
 }
 
 // LinearGradOut are LinearBackward's outputs (float32); a nil field is not computed.
@@ -425,12 +461,25 @@ func LinearBackward(out LinearGradOut, in LinearGrad) error {
 	}
 	return OnHost(3, ts, func(h []*Tensor) error {
 		m := rowsOf(h[4])
-		if _, ok := gemmOf(in.Weight); ok {
-			linearBackwardGEMM(m, n, k, in.Weight, hostF32(h[4]), hostF32(h[3]), hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+		dy := hostF32(h[3])
+		if hp, ok := gemmOf(in.Weight); ok {
+			if in.GradBF16 {
+				linearBackwardBF16(m, n, k, in.Weight, hp, h[4], dy, hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+				return nil
+			}
+			linearBackwardGEMM(m, n, k, in.Weight, hostF32(h[4]), dy, hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
 			return nil
 		}
-		nnref.LinearBackward(m, n, k, hostF32(h[4]), in.Weight.hostValues(h[5]), hostF32(h[3]),
-			hostF32(h[0]), hostF32(h[1]), hostF32(h[2]), in.Accumulate)
+		db := hostF32(h[2])
+		if in.GradBF16 { // db from the float32 dy, the products from the rounded one
+			if db != nil {
+				nnref.ColSum(m, n, dy, in.Accumulate, db)
+				db = nil
+			}
+			dy = roundedCopy(dy)
+		}
+		nnref.LinearBackward(m, n, k, hostF32(h[4]), in.Weight.hostValues(h[5]), dy,
+			hostF32(h[0]), hostF32(h[1]), db, in.Accumulate)
 		return nil
 	})
 }
@@ -457,4 +506,56 @@ func linearBackwardGEMM(m, n, k int, w *PackedWeight, x, dy, dx, dw, db []float3
 	if db != nil {
 		nnref.ColSum(m, n, dy, acc, db)
 	}
+}
+
+// roundedCopy returns v's values rounded to bfloat16, as float32.
+func roundedCopy(v []float32) []float32 {
+	r := append([]float32(nil), v...)
+	RoundFloat32s(r)
+	return r
+}
+
+// linearBackwardBF16 is linearBackwardGEMM with dy rounded to bfloat16 (LinearGrad.GradBF16):
+// dx = bf16(dy)·W on VDPBF16PS with Wᵀ's pairs when the weight is packed as pairs, and
+// dw = bf16(dy)ᵀ·x with x's transposed pairs when x is bfloat16; a product whose operands are
+// not both bfloat16 (or a CPU without AVX512_BF16) runs the float32 GEMM on the rounded dy,
+// the same exact products. db is dy's float32 column sum.
+func linearBackwardBF16(m, n, k int, w *PackedWeight, hp *hostPacked, x *Tensor, dy, dx, dw, db []float32, acc bool) {
+	if db != nil {
+		nnref.ColSum(m, n, dy, acc, db)
+	}
+	dyb := make([]BF16, m*n)
+	RoundToBF16(dyb, dy)
+	var dyr []float32 // the rounded dy as float32, for the float32 products
+	f32dy := func() []float32 {
+		if dyr == nil {
+			dyr = make([]float32, m*n)
+			WidenBF16(dyr, dyb)
+		}
+		return dyr
+	}
+	xb, xErr := x.BF16s()
+	if dx != nil {
+		if hp.bf16 != nil && gemm.BF16() {
+			wT, release := w.transposedBF16()
+			gemm.MulBF16(m, dyb, n, wT, dx, k, false)
+			release()
+		} else {
+			linearBackwardGEMM(m, n, k, w, nil, f32dy(), dx, nil, nil, acc)
+		}
+	}
+	if dw == nil {
+		return
+	}
+	if xErr != nil || !gemm.BF16() {
+		linearBackwardGEMM(m, n, k, w, hostF32(x), f32dy(), nil, dw, nil, acc)
+		return
+	}
+	dyT := make([]BF16, n*m)
+	for i := range m {
+		for j, v := range dyb[i*n : (i+1)*n] {
+			dyT[j*m+i] = v
+		}
+	}
+	gemm.MulBF16(n, dyT, m, gemm.PackTBF16(m, k, xb), dw, k, acc)
 }

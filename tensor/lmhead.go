@@ -299,7 +299,7 @@ type LMHeadGrad struct {
 	// Accumulate adds into dweight instead of overwriting it; dhidden is always overwritten.
 	Accumulate bool
 	// GradBF16 rounds the logits gradient to bfloat16 before its products with the weight and
-	// the hidden states, as torch's bfloat16 autograd does (a relative change of at most 2⁻⁹ per
+	// the hidden states, as torch's bfloat16 autograd does (a relative change of at most 2⁻⁸ per
 	// element); dhidden and dweight are still float32 sums. With bfloat16 hidden states and
 	// weight on a CPU with AVX512_BF16 both products then run on VDPBF16PS, the backward's two
 	// float32 GEMMs at twice the rate. Off, the gradient is float32 throughout.

@@ -213,6 +213,24 @@ func BenchmarkLoRA05B(b *testing.B) {
 	reportTokens(b, b.N*len(ids), &cpu)
 }
 
+// BenchmarkLoRA05BMixed is BenchmarkLoRA05B in bf16 mode (SetMixedPrecision(BFloat16)), with
+// the backward's gradients float32 ("bf16") and rounded to bfloat16 ("bf16-grad",
+// SetBF16Backward: the frozen base's dx and the head's products on VDPBF16PS). It leaves the
+// shared model in bf16 mode, so it runs last.
+func BenchmarkLoRA05BMixed(b *testing.B) {
+	m := bench05B(b)
+	if m.lora == nil {
+		require.NoError(b, m.AddLoRA(benchLoRA))
+	}
+	require.NoError(b, m.SetMixedPrecision(tensor.BFloat16))
+	for _, grad := range []bool{false, true} {
+		b.Run(map[bool]string{false: "bf16", true: "bf16-grad"}[grad], func(b *testing.B) {
+			m.SetBF16Backward(grad)
+			BenchmarkLoRA05B(b)
+		})
+	}
+}
+
 // The RL step of TestRLStepPeak: rollout.n = 4 completions of 64 new tokens for each of 2
 // prompts of 64 tokens, sampled at temperature 1; the reference (the adapters off) scores
 // them; the policy trains in micro-batches of 2 rows; one AdamW step on the adapters.

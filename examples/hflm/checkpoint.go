@@ -2,8 +2,6 @@ package hflm
 
 import (
 	"math/rand/v2"
-
-	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // SetCheckpointing turns activation checkpointing per decoder layer on or off (Hugging Face's
@@ -42,24 +40,18 @@ func (m *Model) dropRestore(s dropState) {
 func (m *Model) recompute(a *acts, l int) (layerActs, *acts, error) {
 	m.dropRestore(a.ckpt[l])
 	la := m.newActs(a.in, true)
-	_, s, err := m.layerForward(l, widen(a.layers[l].xIn), a.in, la, nil)
+	var e errs
+	x := m.widen(&e, a.layers[l].xIn)
+	if e.err != nil {
+		return layerActs{}, nil, e.err
+	}
+	_, s, err := m.layerForward(l, x, a.in, la, nil)
 	if err != nil {
 		return layerActs{}, nil, err
 	}
 	// Stored as the forward without checkpointing stores them, so the backward reads the same
 	// tensors (bfloat16 in bf16 mode).
-	return m.storeLayer(s), la, nil
-}
-
-// widen returns t as float32: t itself, or a float32 copy of a bfloat16 tensor (exact).
-func widen(t *tensor.Tensor) *tensor.Tensor {
-	if t == nil || t.DType() == tensor.Float32 {
-		return t
-	}
-	b, _ := t.BF16s()
-	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
-	return tensor.Must(tensor.FromFloat32(v, t.Shape()...))
+	kept := m.storeLayer(&e, s)
+	m.freeStored(s, kept)
+	return kept, la, e.err
 }

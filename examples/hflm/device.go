@@ -14,7 +14,9 @@ import (
 // torch's AdamW step (tensor.ClipGradNorm, tensor.AdamWStep) run where the parameters live, the
 // moments stay there, and the weights are repacked after each step. The embedded loop.AdamW
 // holds the hyper-parameters and the step count; its M and V are the host's copy of the
-// moments, written by SaveMoments and read by LoadMoments (a checkpoint, a resume).
+// moments, written by SaveMoments and read by LoadMoments (a checkpoint, a resume). Over host
+// parameters (the masters of an optimizer offloaded with loop.Offload) the same ops run on the
+// CPU with the same arithmetic, and M and V are the moments themselves.
 type DeviceAdamW struct {
 	*loop.AdamW
 	Params []loop.Param
@@ -54,17 +56,27 @@ func NewDeviceAdamW(ps []loop.Param, weightDecay float64, repack func() error) (
 			return nil, nil, fmt.Errorf("hflm: parameter %s: nil, or not on %s", p.Name, ps[0].Value.Backend().Name())
 		}
 		sizes[i] = p.Value.Len()
-		m, err := tensor.NewLike(p.Value, tensor.Float32)
-		if err != nil {
-			return nil, nil, err
+	}
+	o.AdamW = loop.NewAdamW(sizes, 0.9, 0.999, 1e-8, weightDecay)
+	for i, p := range ps {
+		var m, v *tensor.Tensor
+		var err error
+		if p.Value.IsHost() { // the moments are the host copy itself (an offloaded optimizer)
+			m, err = tensor.FromFloat32(o.M[i], p.Value.Shape()...)
+			if err == nil {
+				v, err = tensor.FromFloat32(o.V[i], p.Value.Shape()...)
+			}
+		} else {
+			m, err = tensor.NewLike(p.Value, tensor.Float32)
+			if err == nil {
+				v, err = tensor.NewLike(p.Value, tensor.Float32)
+			}
 		}
-		v, err := tensor.NewLike(p.Value, tensor.Float32)
 		if err != nil {
 			return nil, nil, err
 		}
 		o.m, o.v = append(o.m, m), append(o.v, v)
 	}
-	o.AdamW = loop.NewAdamW(sizes, 0.9, 0.999, 1e-8, weightDecay)
 	return o, &DeviceGradients{Params: ps}, nil
 }
 

@@ -176,6 +176,35 @@ func (a *acts) buf(name string, shape ...int) *tensor.Tensor {
 	return t
 }
 
+// stored is m.store for an activation of the pass: a training pass's own bfloat16 copy; on a
+// device, an inference pass's one bfloat16 buffer of the name, which every layer overwrites.
+func (a *acts) stored(name string, t *tensor.Tensor) *tensor.Tensor {
+	m := a.m
+	if m.onHost() || m.mp == nil || t.DType() == tensor.BFloat16 {
+		return m.store(&a.e, t)
+	}
+	if a.keep { // the float32 original is dead: free it now, not when collected
+		out := m.store(&a.e, t)
+		m.free(t)
+		return out
+	}
+	if a.bufs == nil {
+		a.bufs = map[string]*tensor.Tensor{}
+	}
+	key := name + ".bf16"
+	b := a.bufs[key]
+	if b == nil {
+		var err error
+		if b, err = tensor.New(m.b, tensor.BFloat16, t.Shape()...); err != nil {
+			a.e.do(err)
+			return t
+		}
+		a.bufs[key] = b
+	}
+	a.e.do(m.convert(b, t))
+	return b
+}
+
 // newActs returns the activations of a pass over in (keep: a training pass).
 func (m *Model) newActs(in *packed, keep bool) *acts {
 	return &acts{in: in, keep: keep, lora: map[*adapter]loraAct{}, m: m}
@@ -201,19 +230,21 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			return nil, err
 		}
 	}
-	m.round(x)
+	m.round(&a.e, x)
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
 	for l := range m.layers {
 		if keep && m.ckpt {
 			// The layer's activations are dropped: its LoRA acts go to a scratch set.
-			a.layers[l] = layerActs{xIn: m.store(x)}
+			a.layers[l] = layerActs{xIn: m.store(&a.e, x)}
 			a.ckpt = append(a.ckpt, m.dropSave())
-			y, _, err := m.layerForward(l, x, in, m.newActs(in, true), nil)
+			la := m.newActs(in, true)
+			y, s, err := m.layerForward(l, x, in, la, nil)
 			if err != nil {
 				return nil, err
 			}
+			m.freeLayer(s, la, a.layers[l].xIn) // on a device now, not when collected
 			x = y
 			continue
 		}
@@ -222,17 +253,18 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 			return nil, err
 		}
 		if keep {
-			a.layers[l] = m.storeLayer(s)
+			a.layers[l] = m.storeLayer(&a.e, s)
+			m.freeStored(s, a.layers[l])
 		}
 		x = y
 	}
 	a.xLast = x
 	if keep {
-		a.xLast = m.store(x)
+		a.xLast = m.store(&a.e, x)
 	}
 	a.hidden = m.alloc(&a.e, n, d)
 	a.e.do(tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps))
-	m.round(a.hidden)
+	m.round(&a.e, a.hidden)
 	return a, a.e.err
 }
 
@@ -249,21 +281,21 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	s.xIn = x
 	s.h1 = a.buf("h1", n, d)
 	e.do(tensor.RMSNorm(s.h1, x, ly.inNorm, c.RMSNormEps))
-	m.round(s.h1)
-	s.h1 = m.store(s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
+	m.round(e, s.h1)
+	s.h1 = a.stored("h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 	s.q = a.buf("q", n, hq, hd)
 	s.k = a.buf("k", n, hkv, hd)
 	s.v = a.buf("v", n, hkv, hd)
 	e.do(m.linearFwd(s.q, s.h1, ly.q, a))
 	e.do(m.linearFwd(s.k, s.h1, ly.k, a))
 	e.do(m.linearFwd(s.v, s.h1, ly.v, a))
-	m.round(s.q)
-	m.round(s.k)
-	m.round(s.v)
+	m.round(e, s.q)
+	m.round(e, s.k)
+	m.round(e, s.v)
 	e.do(tensor.RoPE(s.q, s.q, in.pos, m.rope))
 	e.do(tensor.RoPE(s.k, s.k, in.pos, m.rope))
-	m.round(s.q)
-	m.round(s.k)
+	m.round(e, s.q)
+	m.round(e, s.k)
 	if onKV != nil && e.err == nil {
 		e.do(onKV(l, s.k, s.v))
 	}
@@ -275,28 +307,28 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 	} else {
 		e.do(tensor.Attention(s.attn, ai, m.attn))
 	}
-	m.round(s.attn)
-	s.attn = m.store(s.attn)
+	m.round(e, s.attn)
+	s.attn = a.stored("attn", s.attn)
 	o := a.buf("o", n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))
-	m.round(o)
+	m.round(e, o)
 	e.do(add(o, x))
-	m.round(o)
+	m.round(e, o)
 	s.xMid = o
 	s.h2 = a.buf("h2", n, d)
 	e.do(tensor.RMSNorm(s.h2, s.xMid, ly.postNorm, c.RMSNormEps))
-	m.round(s.h2)
-	s.h2 = m.store(s.h2)
+	m.round(e, s.h2)
+	s.h2 = a.stored("h2", s.h2)
 	s.gate = a.buf("gate", n, c.IntermediateSize)
 	s.up = a.buf("up", n, c.IntermediateSize)
 	e.do(m.linearFwd(s.gate, s.h2, ly.gate, a))
 	e.do(m.linearFwd(s.up, s.h2, ly.up, a))
-	m.round(s.gate)
-	m.round(s.up)
+	m.round(e, s.gate)
+	m.round(e, s.up)
 	s.act = a.buf("act", n, c.IntermediateSize)
 	e.do(tensor.SwiGLU(s.act, s.gate, s.up))
-	m.round(s.act)
-	s.act = m.store(s.act)
+	m.round(e, s.act)
+	s.act = a.stored("act", s.act)
 	// An inference pass writes the layer's output over its input, dead since the attention's
 	// residual was added.
 	y := x
@@ -304,9 +336,9 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 		y = m.alloc(e, n, d)
 	}
 	e.do(m.linearFwd(y, s.act, ly.down, a))
-	m.round(y)
+	m.round(e, y)
 	e.do(add(y, s.xMid))
-	m.round(y)
+	m.round(e, y)
 	return y, s, e.err
 }
 
@@ -314,12 +346,28 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 // with the right last dimensions' product (the heads of q, k and v are views). a is the
 // forward's activations (nil in decoding).
 func (m *Model) linearFwd(y, x *tensor.Tensor, l linear, a *acts) error {
-	// In bf16 mode the input is bfloat16: the GEMM runs on bfloat16 pairs (mixed.go).
-	if err := linearInto(y, m.store(x), l); err != nil {
-		return err
+	// In bf16 mode the input is bfloat16: the GEMM runs on bfloat16 pairs (mixed.go). A
+	// float32 input (decoding's) is rounded into a scratch copy on a device.
+	var e errs
+	xs := x
+	if m.mp != nil && x.DType() == tensor.Float32 {
+		if m.onHost() {
+			xs = m.store(&e, x)
+		} else {
+			xs = m.scratchBF16(&e, 1, x.Len())
+			e.do(m.convert(xs, x))
+		}
+	}
+	e.do(linearInto(y, xs, l))
+	if e.err != nil {
+		return e.err
 	}
 	if ad := m.adapterOf(l); ad != nil {
-		return m.loraForward(y, widen(x), ad, a)
+		wx := m.widen(&e, x)
+		if e.err != nil {
+			return e.err
+		}
+		return m.loraForward(y, wx, ad, a)
 	}
 	return nil
 }
@@ -351,7 +399,7 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 	var e errs
 	// dx is the gradient of the residual stream, carried down the layers.
 	dx := m.alloc(&e, n, d)
-	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: widen(a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(dx, "model.norm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", a.xLast), Weight: m.norm, DY: dHidden, Eps: c.RMSNormEps}))
 	if e.err == nil {
 		m.reportFinal("model.norm.weight")
 	}
@@ -369,6 +417,9 @@ func (m *Model) backward(a *acts, dHidden *tensor.Tensor) error {
 		e.do(m.layerBackward(l, s, la, dx))
 		if e.err == nil {
 			m.reportLayer(l)
+		}
+		if a.ckpt != nil { // the recomputed activations are dead
+			m.freeLayer(s, la, a.layers[l].xIn)
 		}
 	}
 	if a.in.gather != nil && e.err == nil {
@@ -467,12 +518,12 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	e.do(m.linearBackward(dact, s.act, dx, ly.down, la))
 	dgate := m.reused(&e, "dgate", n, c.IntermediateSize)
 	dup := m.reused(&e, "dup", n, c.IntermediateSize)
-	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: widen(s.gate), Up: widen(s.up), DY: dact}))
+	e.do(tensor.SwiGLUBackward(dgate, dup, tensor.SwiGLUGrad{Gate: m.widenTmp(&e, "w0", s.gate), Up: m.widenTmp(&e, "w1", s.up), DY: dact}))
 	dh2 := m.reused(&e, "dh2", n, d)
 	e.do(m.linearBackward(dh2, s.h2, dgate, ly.gate, la))
 	e.do(m.linearBackward(tmp, s.h2, dup, ly.up, la))
 	e.do(add(dh2, tmp))
-	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: widen(s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(tmp, ly.prefix+"post_attention_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", s.xMid), Weight: ly.postNorm, DY: dh2, Eps: c.RMSNormEps}))
 	e.do(add(dx, tmp))
 	// Attention: xMid = xIn + o(attn(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(xIn).
 	dattn := m.reused(&e, "dattn", n, hq, hd)
@@ -481,8 +532,8 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	dk := m.reused(&e, "dk", n, hkv, hd)
 	dv := m.reused(&e, "dv", n, hkv, hd)
 	e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-		AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
-		Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
+		AttentionInputs: tensor.AttentionInputs{Q: m.widenTmp(&e, "w0", s.q), K: m.widenTmp(&e, "w1", s.k), V: m.widenTmp(&e, "w2", s.v), CuSeqlensQ: la.in.cu, CuSeqlensK: la.in.cu},
+		Out:             m.widenTmp(&e, "w3", s.attn), LSE: s.lse, DOut: dattn,
 	}, m.attn))
 	e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: la.in.pos, Config: m.rope}))
 	e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: la.in.pos, Config: m.rope}))
@@ -492,7 +543,7 @@ func (m *Model) layerBackward(l int, s layerActs, la *acts, dx *tensor.Tensor) e
 	e.do(add(dh1, tmp))
 	e.do(m.linearBackward(tmp, s.h1, dv, ly.v, la))
 	e.do(add(dh1, tmp))
-	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: widen(s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
+	e.do(m.normBackward(tmp, ly.prefix+"input_layernorm.weight", tensor.NormGrad{X: m.widenTmp(&e, "w0", s.xIn), Weight: ly.inNorm, DY: dh1, Eps: c.RMSNormEps}))
 	e.do(add(dx, tmp))
 	return e.err
 }
@@ -523,7 +574,7 @@ func (m *Model) linearBackward(dx, x, dy *tensor.Tensor, l linear, a *acts) erro
 			out.DBias = m.byName[l.name+".bias"].grad
 		}
 	}
-	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true, GradBF16: m.bf16Grad()}); err != nil {
 		return err
 	}
 	if ad := m.adapterOf(l); ad != nil {

@@ -101,8 +101,8 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 	}
 	scratch := &sampler{}
 	for step := 0; ; step++ {
-		if err := tensor.Linear(logits, m.store(hidden), m.head); err != nil { // bfloat16 in bf16 mode
-			return nil, err
+		if e.do(tensor.Linear(logits, m.store(&e, hidden), m.head)); e.err != nil { // bfloat16 in bf16 mode
+			return nil, e.err
 		}
 		// The sampler runs on the host: each step downloads the [B, V] logits on a device.
 		lv, err := download(logits)

@@ -40,10 +40,13 @@ type Model struct {
 	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
 	scratch   [3]*tensor.Tensor         // scratchF32's buffers (flat, grown on demand)
+	scratch16 [2]*tensor.Tensor         // scratchBF16's device buffers (flat, grown on demand)
+	zeroID    *tensor.Tensor            // int32 [1] zero on the device: convert's row id
 	bufs      map[string]*tensor.Tensor // reused's buffers (flat, grown on demand)
 
-	mp   *mixed // bf16 mixed precision (mixed.go); nil: float32
-	ckpt bool   // activation checkpointing per decoder layer (checkpoint.go)
+	mp       *mixed // bf16 mixed precision (mixed.go); nil: float32
+	gradBF16 bool   // SetBF16Backward: in bf16 mode, the backward's products on bfloat16 gradients
+	ckpt     bool   // activation checkpointing per decoder layer (checkpoint.go)
 
 	final func(...*tensor.Tensor) // the loop's hook for gradients the backward is done with (overlap.go)
 }
@@ -88,7 +91,7 @@ func Load(ck *hfmodel.Checkpoint) (*Model, error) {
 // optimizer state of the model's passes live there too. What comes back to the host is what
 // the host reads: the scored log-probs, one row of logits per sampled token, the weights
 // that SaveLoRA, Checkpoint and the trainer's checkpoints write. bf16 mixed precision
-// (SetMixedPrecision) runs on the CPU backend only.
+// (SetMixedPrecision) runs on either.
 func LoadOn(ck *hfmodel.Checkpoint, b tensor.Backend) (*Model, error) {
 	const op = "hflm.Load"
 	if ck == nil || ck.Config == nil {

@@ -83,6 +83,6 @@ func (m *Model) LogitsInput(inp Input) (*tensor.Tensor, error) {
 		return nil, err
 	}
 	logits := m.alloc(&a.e, in.n, m.Config.VocabSize)
-	a.e.do(tensor.Linear(logits, m.store(a.hidden), m.head))
+	a.e.do(tensor.Linear(logits, m.store(&a.e, a.hidden), m.head))
 	return logits, a.e.err
 }

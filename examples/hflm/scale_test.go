@@ -66,11 +66,20 @@ func gradCopies(t *testing.T, m *Model) map[string][]float32 {
 	require.NoError(t, err)
 	out := map[string][]float32{}
 	for _, p := range ps {
-		v, err := p.Grad.Float32s()
+		v, err := download(p.Grad)
 		require.NoError(t, err)
 		out[p.Name] = append([]float32(nil), v...)
 	}
 	return out
+}
+
+// onHost returns a tensor's values as float32 on the host (a download from a device, bfloat16
+// widened).
+func onHost(t *tensor.Tensor) []float32 {
+	if !t.IsHost() {
+		t = tensor.Must(tensor.To(tensor.CPU(), t))
+	}
+	return host(widen(t))
 }
 
 // TestCheckpointingGradients: with activation checkpointing the parameter gradients are the
@@ -136,17 +145,18 @@ type magnitudes map[string][]float64
 
 func (mg magnitudes) trace(m *Model) func(name string, x, dy *tensor.Tensor) {
 	return func(name string, x, dy *tensor.Tensor) {
-		if ids, err := x.Int32s(); err == nil { // the embeddings: a scatter of dy's rows
-			d := dy.Dim(-1)
+		if x.DType() == tensor.Int32 { // the embeddings: a scatter of dy's rows
+			ids, _ := tensor.Must(tensor.To(tensor.CPU(), x)).Int32s()
+			d, dyv := dy.Dim(-1), onHost(dy)
 			a := mg.get(name, m.Config.VocabSize*d)
 			for i, id := range ids {
-				for j, g := range host(dy)[i*d : (i+1)*d] {
+				for j, g := range dyv[i*d : (i+1)*d] {
 					a[int(id)*d+j] += math.Abs(float64(g))
 				}
 			}
 			return
 		}
-		xv, dyv := host(widen(x)), host(dy)
+		xv, dyv := onHost(x), onHost(dy)
 		k, n := x.Dim(-1), dy.Dim(-1)
 		rows := len(xv) / k
 		if strings.HasSuffix(name, "norm.weight") {
@@ -196,7 +206,7 @@ func (mg magnitudes) addHead(m *Model, s *Scores, dlp, dent [][]float32) {
 	if m.Config.TieWordEmbeddings {
 		name = "model.embed_tokens.weight"
 	}
-	h := host(widen(s.lmIn.Hidden))
+	h := onHost(s.lmIn.Hidden)
 	d, v := s.lmIn.Hidden.Dim(1), m.Config.VocabSize
 	a := mg.get(name, v*d)
 	entMax := 1/math.E + math.Log(float64(v))
@@ -244,6 +254,13 @@ func requireWithin(t *testing.T, want, got map[string][]float32, bounds magnitud
 // rows, the head's row chunks): those are within 2γ_n·Σ|terms| (n bounds the terms and block
 // sums of a chain). With few enough rows there is one block and they too are the same bits.
 func TestPaddedEqualsPacked(t *testing.T) {
+	paddedEqualsPacked(t, func(cfg string) *Model { return loadCheckpoint(t, filepath.Join("testdata", cfg), 21, "float32", 1) }, true)
+}
+
+// paddedEqualsPacked is TestPaddedEqualsPacked on the models load returns; hostBlocks: the
+// host's GEMM blocks decide which gradients regroup (else every weight gradient the bound
+// covers is checked against it, whatever the device's summation order).
+func paddedEqualsPacked(t *testing.T, load func(cfg string) *Model, hostBlocks bool) {
 	for _, c := range []struct {
 		name           string
 		rows, maxP, t  int
@@ -266,7 +283,7 @@ func TestPaddedEqualsPacked(t *testing.T) {
 			var lps [][][]float32
 			bounds := magnitudes{}
 			for _, w := range []int{0, c.t} {
-				m := loadCheckpoint(t, filepath.Join("testdata", c.cfg), 21, "float32", 1)
+				m := load(c.cfg)
 				require.NoError(t, m.SetMixedPrecision(c.dt))
 				if w > 0 {
 					traceGrad = bounds.trace(m)
@@ -282,12 +299,14 @@ func TestPaddedEqualsPacked(t *testing.T) {
 			require.Equal(t, lps[0], lps[2], "log-probs")
 			require.Equal(t, lps[1], lps[3], "entropies")
 			rows := c.rows * width
-			if c.blockIdentical {
+			if c.blockIdentical && hostBlocks {
 				require.LessOrEqual(t, rows, 128)
 				require.Equal(t, grads[0], grads[1])
 				return
 			}
-			require.Greater(t, rows, 128)
+			if hostBlocks {
+				require.Greater(t, rows, 128)
+			}
 			// Only the projections' and the LM head's weights regroup (the head scores the
 			// padding's positions too); biases, norms and embedding rows sum row by row.
 			for name := range bounds {
@@ -464,5 +483,53 @@ func TestMixedPrecisionCurve(t *testing.T) {
 		f, h := curves[0][i], curves[1][i]
 		t.Logf("step %2d  reward fp32 %.3f bf16 %.3f  kl_loss fp32 %.5f bf16 %.5f  grad_norm fp32 %.4f bf16 %.4f",
 			i+1, f["reward/seven"], h["reward/seven"], f["actor/kl_loss"], h["actor/kl_loss"], f["actor/grad_norm"], h["actor/grad_norm"])
+	}
+}
+
+// TestBF16Backward checks SetBF16Backward: in bf16 mode the log-probs are the same bits (the
+// forward does not change), the gradients change (the rounding happens) and stay within the
+// error of TestMixedPrecisionBF16's R roundings plus R' = 1 + 7L more, those of the gradient
+// flowing into each linear layer and the LM head: ‖Δg‖ ≤ 2√(R+R')·u·‖g‖ against float32 mode
+// per parameter; and the option does nothing in float32 mode.
+func TestBF16Backward(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	b := newScaleBatch(6, 8, 10, 9)
+	for _, cfg := range []string{"qwen2-untied.json", "llama-linear.json"} {
+		t.Run(strings.TrimSuffix(cfg, ".json"), func(t *testing.T) {
+			var lps [][][]float32
+			var grads []map[string][]float32
+			var layers int
+			for _, mode := range []struct {
+				dt   tensor.DType
+				grad bool
+			}{{tensor.Float32, false}, {tensor.Float32, true}, {tensor.BFloat16, false}, {tensor.BFloat16, true}} {
+				m := loadCheckpoint(t, filepath.Join("testdata", cfg), 21, "float32", 1)
+				require.NoError(t, m.SetMixedPrecision(mode.dt))
+				m.SetBF16Backward(mode.grad)
+				s := b.run(t, m, 0, true)
+				lps = append(lps, s.LogProbs)
+				grads = append(grads, gradCopies(t, m))
+				layers = m.Config.NumHiddenLayers
+			}
+			require.Equal(t, lps[0], lps[1], "float32 mode: log-probs")
+			require.Equal(t, grads[0], grads[1], "float32 mode: SetBF16Backward changes nothing")
+			require.Equal(t, lps[2], lps[3], "bf16 mode: the forward is unchanged")
+			sqrtR := math.Sqrt(float64(bf16Roundings(layers) + 1 + 7*layers))
+			changed, worst := 0, 0.0
+			for name, g := range grads[0] {
+				var dn, gn float64
+				for i, v := range g {
+					d := float64(grads[3][name][i]) - float64(v)
+					dn, gn = dn+d*d, gn+float64(v)*float64(v)
+					if grads[3][name][i] != grads[2][name][i] {
+						changed++
+					}
+				}
+				require.LessOrEqual(t, math.Sqrt(dn), 2*sqrtR*u*math.Sqrt(gn), name)
+				worst = math.Max(worst, math.Sqrt(dn)/(u*math.Sqrt(gn)))
+			}
+			require.Greater(t, changed, 0, "the gradients are rounded")
+			t.Logf("max ‖Δg‖/(u·‖g‖) = %.2f (bound 2√(R+R') = %.2f)", worst, 2*sqrtR)
+		})
 	}
 }

@@ -115,8 +115,8 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 	if err != nil {
 		return nil, err
 	}
-	s.lmIn = tensor.LMHeadInputs{Hidden: m.store(hidden), Weight: m.head, Targets: tg, Temperature: temperature}
 	var e errs
+	s.lmIn = tensor.LMHeadInputs{Hidden: m.store(&e, hidden), Weight: m.head, Targets: tg, Temperature: temperature}
 	s.lp, s.ent = m.alloc(&e, mm), m.alloc(&e, mm)
 	e.do(tensor.LMHeadLogProbs(s.lp, s.ent, s.lmIn))
 	if e.err != nil {
@@ -204,7 +204,7 @@ func (s *Scores) Backward(dLogProbs, dEntropy [][]float32) error {
 		dh := s.m.alloc(&e, mm, d)
 		e.do(tensor.LMHeadBackward(dh, s.m.headGrad(), tensor.LMHeadGrad{
 			LMHeadInputs: s.lmIn, LogProbs: s.lp, Entropy: s.ent,
-			DLogProbs: dlp, DEntropy: dent, Accumulate: true,
+			DLogProbs: dlp, DEntropy: dent, Accumulate: true, GradBF16: s.m.bf16Grad(),
 		}))
 		if e.err == nil && !s.m.Config.TieWordEmbeddings {
 			s.m.reportFinal("lm_head.weight")

@@ -74,7 +74,7 @@ func benchTower(b *testing.B, cfgFile string) (*Vision, Patches) {
 	if c.Variant == Qwen25VL {
 		v.FullAttBlocks = []int{v.Depth - 1}
 	}
-	t, err := newVision(c.Variant, v, randomWeights(visionSpecs(c.Variant, v), 0.02, 1))
+	t, err := newVision(c.Variant, v, randomWeights(visionSpecs(c.Variant, v), 0.02, 1), tensor.CPU())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func benchModel(b *testing.B, c *Config) *Model {
 		}
 		byName[s.name] = t
 	}
-	m, err := load(c, byName)
+	m, err := load(c, byName, tensor.CPU())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func BenchmarkForward3B(b *testing.B) {
 // and forward + backward (a trained tower), in float32 and in bf16 mode.
 func BenchmarkTower3B(b *testing.B) {
 	c := bench3BConfig(b)
-	t, err := newVision(c.Variant, c.Vision, randomWeights(visionSpecs(c.Variant, c.Vision), c.Text.InitializerRange, 1))
+	t, err := newVision(c.Variant, c.Vision, randomWeights(visionSpecs(c.Variant, c.Vision), c.Text.InitializerRange, 1), tensor.CPU())
 	if err != nil {
 		b.Fatal(err)
 	}

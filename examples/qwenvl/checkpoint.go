@@ -227,11 +227,15 @@ func (m *Model) Checkpoint() (*Checkpoint, error) {
 		ck.Weights[t.Name] = t.Float32s()
 	}
 	for _, p := range m.Vision.params {
-		ck.Weights[p.name] = slices.Clone(host(p.value))
+		v, err := download(p.value)
+		if err != nil {
+			return nil, err
+		}
+		ck.Weights[p.name] = slices.Clone(v)
 	}
 	for _, l := range m.Vision.linears() { // the tower's adapters merged into the copies
 		if ad := m.Vision.adapterOf(*l); ad != nil {
-			delta, err := ad.delta()
+			delta, err := m.Vision.delta(ad)
 			if err != nil {
 				return nil, err
 			}

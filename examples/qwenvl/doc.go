@@ -6,8 +6,10 @@
 // a tprl/loop Policy whose perturbed pass re-scores the sampled text with perturbed pixels,
 // LoRA on the language model and the tower where PEFT would put it (AddLoRA, SaveLoRA,
 // LoadLoRA, MergeLoRA, Base), and checkpoints in either weight-name layout (OpenCheckpoint,
-// RandomCheckpoint, Save). The
-// goldens come from scripts/qwen2vl_torch_twin.py; docs/qwen2vl.md describes it.
+// RandomCheckpoint, Save). LoadOn puts the model on any tensor.Backend (a CUDA device: the
+// tower, the feature scatter and the language model run there as SDK ops; DeviceTraining
+// trains it there). The goldens come from scripts/qwen2vl_torch_twin.py; docs/qwen2vl.md
+// describes it.
 //
 // The input side matches Hugging Face's slow Qwen2VLImageProcessor and get_rope_index exactly:
 //

@@ -95,25 +95,22 @@ func (t *Vision) adapt(y, x *tensor.Tensor, l linear, a *VisionActs) error {
 	n := x2.Dim(0)
 	act := loraAct{x: x2}
 	xin := x2
+	var e errs
 	if a != nil && t.lora.dropout > 0 {
 		act.kept = make([]bool, n*in)
 		act.keep = float32(1 / (1 - t.lora.dropout))
 		for i := range act.kept {
 			act.kept[i] = t.lora.rng.Float64() >= t.lora.dropout
 		}
-		xin = act.dropped()
+		xin = t.dropped(&e, act)
 	}
-	act.t, _ = f32(n, r)
-	u, uv := f32(n, out)
-	var e errs
+	act.t = t.alloc(&e, n, r)
+	u := t.alloc(&e, n, out)
 	e.do(tensor.Linear(act.t, xin, ad.pa))
 	e.do(tensor.Linear(u, act.t, ad.pb))
+	e.do(tensor.Axpby(view(&e, y, n, out), u, ad.scale, 1)) // y += scale·u
 	if e.err != nil {
 		return e.err
-	}
-	yv := host(y)
-	for i, v := range uv {
-		yv[i] += ad.scale * v
 	}
 	if a != nil {
 		a.lora[ad] = act
@@ -138,14 +135,24 @@ func asF32(x *tensor.Tensor) *tensor.Tensor {
 	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
 }
 
-// dropped is the adapter's dropped-out input x·mask/(1-p).
-func (act loraAct) dropped() *tensor.Tensor {
-	xd, xdv := f32(act.x.Shape()...)
-	for i, v := range host(act.x) {
-		if act.kept[i] {
-			xdv[i] = v * act.keep
+// dropMask returns the dropout's multipliers of act's input on the tower's backend: 1/(1-p)
+// where an element was kept, 0 where it was dropped (drawn on the host, uploaded on a device).
+func (t *Vision) dropMask(e *errs, act loraAct) *tensor.Tensor {
+	h, hv := f32(act.x.Shape()...)
+	for i, k := range act.kept {
+		if k {
+			hv[i] = act.keep
 		}
 	}
+	mask, err := t.upload(h, nil)
+	e.do(err)
+	return mask
+}
+
+// dropped is the adapter's dropped-out input x·mask/(1-p).
+func (t *Vision) dropped(e *errs, act loraAct) *tensor.Tensor {
+	xd := t.alloc(e, act.x.Shape()...)
+	e.do(tensor.Mul(xd, act.x, t.dropMask(e, act)))
 	return xd
 }
 
@@ -161,37 +168,28 @@ func (t *Vision) adaptBackward(dx, dy *tensor.Tensor, l linear, a *VisionActs) e
 	}
 	r, in, out := ad.a.Dim(0), ad.a.Dim(1), ad.b.Dim(0)
 	n := act.x.Dim(0)
-	dys, dysv := f32(n, out)
-	for i, v := range host(dy) {
-		dysv[i] = ad.scale * v
-	}
-	dt, _ := f32(n, r)
 	var e errs
+	dys := t.alloc(&e, n, out)
+	e.do(tensor.Axpby(dys, view(&e, dy, n, out), ad.scale, 0)) // dys = scale·dy
+	dt := t.alloc(&e, n, r)
 	e.do(tensor.LinearBackward(tensor.LinearGradOut{DX: dt, DWeight: ad.gb}, tensor.LinearGrad{X: act.t, Weight: ad.pb, DY: dys, Accumulate: true}))
 	xin := act.x
 	if act.kept != nil {
-		xin = act.dropped()
+		xin = t.dropped(&e, act)
 	}
 	out2 := tensor.LinearGradOut{DWeight: ad.ga}
-	var dxav []float32
 	if dx != nil {
-		out2.DX, dxav = f32(n, in)
+		out2.DX = t.alloc(&e, n, in)
 	}
 	e.do(tensor.LinearBackward(out2, tensor.LinearGrad{X: xin, Weight: ad.pa, DY: dt, Accumulate: true}))
 	if e.err != nil || dx == nil {
 		return e.err
 	}
-	dxv := host(dx)
-	for i, v := range dxav {
-		if act.kept != nil {
-			if !act.kept[i] {
-				continue
-			}
-			v *= act.keep
-		}
-		dxv[i] += v
+	if act.kept != nil { // the dropped elements get no gradient
+		e.do(tensor.Mul(out2.DX, out2.DX, t.dropMask(&e, act)))
 	}
-	return nil
+	e.do(add(view(&e, dx, n, in), out2.DX))
+	return e.err
 }
 
 func (ad *towerAdapter) pack() error {
@@ -212,10 +210,22 @@ func (ad *towerAdapter) peftShapes() (a, b []int) {
 	return ad.a.Shape(), ad.b.Shape()
 }
 
-// delta is scale·B·A [out, in], the adapter's change of its base weight.
-func (ad *towerAdapter) delta() ([]float32, error) {
-	ba, v := f32(ad.b.Dim(0), ad.a.Dim(1))
-	if err := tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}); err != nil {
+// product is B·A [out, in] on the adapter's backend.
+func (t *Vision) product(ad *towerAdapter) (*tensor.Tensor, error) {
+	var e errs
+	ba := t.alloc(&e, ad.b.Dim(0), ad.a.Dim(1))
+	e.do(tensor.MatMul(ba, ad.b, ad.a, tensor.MatMulOptions{}))
+	return ba, e.err
+}
+
+// delta is scale·B·A [out, in] on the host, the adapter's change of its base weight.
+func (t *Vision) delta(ad *towerAdapter) ([]float32, error) {
+	ba, err := t.product(ad)
+	if err != nil {
+		return nil, err
+	}
+	v, err := download(ba)
+	if err != nil {
 		return nil, err
 	}
 	for i := range v {
@@ -280,22 +290,28 @@ func (t *Vision) addLoRA(cfg hflm.LoRAConfig, on func(i int) bool, dropout float
 			continue
 		}
 		out, in := l.w.Dims()
-		a, av := f32(cfg.Rank, in)
+		ah, av := f32(cfg.Rank, in)
 		bound := 1 / math.Sqrt(float64(in)) // PEFT's Kaiming-uniform (a = √5) of A; B zero
 		for j := range av {
 			av[j] = float32((2*init.Float64() - 1) * bound)
 		}
-		b, _ := f32(out, cfg.Rank)
-		ad := &towerAdapter{a: a, b: b, scale: scale, module: l.name}
+		a, err := t.upload(ah, nil) // drawn on the host, uploaded once
+		if err != nil {
+			return err
+		}
+		var e errs
+		ad := &towerAdapter{a: a, b: t.alloc(&e, out, cfg.Rank), scale: scale, module: l.name}
 		if l == &t.patch {
 			v := t.cfg
 			ad.conv = []int{v.InChannels, v.TemporalPatchSize, v.PatchSize, v.PatchSize}
 		}
+		ad.ga, ad.gb = t.alloc(&e, cfg.Rank, in), t.alloc(&e, out, cfg.Rank)
+		if e.err != nil {
+			return e.err
+		}
 		if err := ad.pack(); err != nil {
 			return err
 		}
-		ad.ga, _ = f32(cfg.Rank, in)
-		ad.gb, _ = f32(out, cfg.Rank)
 		l.lora = ad
 		t.lora.adapters = append(t.lora.adapters, ad)
 	}
@@ -332,12 +348,14 @@ func (m *Model) MergeLoRA() error {
 		if l.lora == nil {
 			continue
 		}
-		delta, err := l.lora.delta()
+		ba, err := t.product(l.lora)
 		if err != nil {
 			return err
 		}
 		p := t.byName[l.name+".weight"]
-		addTo(host(p.value), delta)
+		if err := tensor.Axpby(p.value, ba, l.lora.scale, 1); err != nil { // W += scale·(B·A)
+			return err
+		}
 		if p.packed != nil { // (in bf16 mode the copies are rounded again below)
 			if err := p.packed.Repack(); err != nil {
 				return err
@@ -398,7 +416,11 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 	}
 	var hts []*hfmodel.Tensor
 	for _, p := range ts {
-		t, err := hfmodel.NewTensor(p.name, p.shape, host(p.value), hfmodel.Float32)
+		v, err := download(p.value)
+		if err != nil {
+			return err
+		}
+		t, err := hfmodel.NewTensor(p.name, p.shape, v, hfmodel.Float32)
 		if err != nil {
 			return err
 		}
@@ -436,7 +458,13 @@ func (m *Model) LoadLoRA(dir string) error {
 		if f == nil || !slices.Equal(f.Shape, p.shape) {
 			return tensor.Errorf(tensor.ErrShape, op, p.name, "missing or not of shape %v", p.shape)
 		}
-		copy(host(p.value), f.Float32s())
+		h, err := tensor.FromFloat32(f.Float32s(), p.value.Shape()...)
+		if err == nil {
+			err = tensor.CopyInto(p.value, h)
+		}
+		if err != nil {
+			return err
+		}
 		delete(byName, p.name)
 	}
 	for name := range byName {

@@ -9,8 +9,9 @@ import (
 )
 
 // Model is Qwen2VLForConditionalGeneration or Qwen2_5_VLForConditionalGeneration in float32
-// on the host: the vision tower, and the Qwen2 language model of examples/hflm with M-RoPE,
-// whose input embeddings at the image (video) placeholder tokens are the tower's features.
+// on a tensor.Backend (the host unless LoadOn chose another): the vision tower, and the Qwen2
+// language model of examples/hflm with M-RoPE, whose input embeddings at the image (video)
+// placeholder tokens are the tower's features.
 type Model struct {
 	Config *Config
 	Vision *Vision
@@ -18,8 +19,20 @@ type Model struct {
 	lora   *hflm.LoRAConfig // AddLoRA's configuration; nil: no adapters
 }
 
-// Load builds the model from a checkpoint's weights (copied; ck may be dropped).
-func Load(ck *Checkpoint) (*Model, error) {
+// Load builds the model from a checkpoint's weights (copied; ck may be dropped) on the host.
+func Load(ck *Checkpoint) (*Model, error) { return LoadOn(ck, tensor.CPU()) }
+
+// LoadOn is Load onto backend b (a *cuda.Backend, say), as hflm.LoadOn: every weight is
+// uploaded once and packed with b's packed-weight type, and the tower's and the language
+// model's activations, gradients and adapters live there too; the host keeps the pixels'
+// preprocessing, the positions and the samplers. bf16 mixed precision runs on the CPU only.
+func LoadOn(ck *Checkpoint, b tensor.Backend) (*Model, error) {
+	switch {
+	case ck == nil || ck.Config == nil:
+		return nil, tensor.Errorf(tensor.ErrParam, "qwenvl.LoadOn", "ck", "is nil or has no config")
+	case b == nil:
+		return nil, tensor.Errorf(tensor.ErrParam, "qwenvl.LoadOn", "b", "is nil")
+	}
 	byName := map[string]*hfmodel.Tensor{}
 	for _, s := range expectedTensors(ck.Config) {
 		t, err := hfmodel.NewTensor(s.name, s.shape, ck.Weights[s.name], hfmodel.Float32)
@@ -28,25 +41,31 @@ func Load(ck *Checkpoint) (*Model, error) {
 		}
 		byName[s.name] = t
 	}
-	return load(ck.Config, byName)
+	return load(ck.Config, byName, b)
 }
 
 // LoadDir opens a checkpoint directory (either weight-name layout) and loads it, widening
 // each weight from the mapped file straight into the model's float32 (a bfloat16 checkpoint
 // is not first copied whole).
-func LoadDir(dir string) (*Model, error) {
+func LoadDir(dir string) (*Model, error) { return LoadDirOn(dir, tensor.CPU()) }
+
+// LoadDirOn is LoadDir onto backend b (LoadOn).
+func LoadDirOn(dir string, b tensor.Backend) (*Model, error) {
+	if b == nil {
+		return nil, tensor.Errorf(tensor.ErrParam, "qwenvl.LoadDirOn", "b", "is nil")
+	}
 	var m *Model
 	err := mapCheckpoint(dir, func(cfg *Config, byName map[string]*hfmodel.Tensor) error {
 		var err error
-		m, err = load(cfg, byName)
+		m, err = load(cfg, byName, b)
 		return err
 	})
 	return m, err
 }
 
-// load builds the model from weights by legacy name: the language model through hflm.Load of
-// the text weights, the tower from the visual.* ones.
-func load(c *Config, byName map[string]*hfmodel.Tensor) (*Model, error) {
+// load builds the model on backend b from weights by legacy name: the language model through
+// hflm.LoadOn of the text weights, the tower from the visual.* ones.
+func load(c *Config, byName map[string]*hfmodel.Tensor, b tensor.Backend) (*Model, error) {
 	var text []*hfmodel.Tensor
 	for _, s := range hfmodel.ExpectedTensors(c.Text) {
 		text = append(text, byName[s.Name])
@@ -55,7 +74,7 @@ func load(c *Config, byName map[string]*hfmodel.Tensor) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	lm, err := hflm.Load(tck)
+	lm, err := hflm.LoadOn(tck, b)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +85,7 @@ func load(c *Config, byName map[string]*hfmodel.Tensor) (*Model, error) {
 	for _, s := range visionSpecs(c.Variant, c.Vision) {
 		vis[s.name] = byName[s.name].Float32s()
 	}
-	v, err := newVision(c.Variant, c.Vision, vis)
+	v, err := newVision(c.Variant, c.Vision, vis, b)
 	if err != nil {
 		return nil, err
 	}
@@ -182,39 +201,84 @@ func (m *Model) prepare(samples []Sample, completionLens []int, keep bool) (*bat
 		starts[i+1] = starts[i] + len(s.IDs)
 	}
 	b.in.Positions = pos[:]
-	d := m.Config.Text.HiddenSize
-	b.in.Scatter = func(x *tensor.Tensor) error {
-		xv := host(x)
-		for i, enc := range b.enc {
-			for k, f := range enc.feats {
-				fv := host(f)
-				for j, r := range enc.rows[k] {
-					copy(xv[(starts[i]+r)*d:(starts[i]+r+1)*d], fv[j*d:(j+1)*d])
-				}
-			}
-		}
-		return nil
-	}
-	b.in.Gather = func(dx *tensor.Tensor) error {
-		dxv := host(dx)
-		for i, enc := range b.enc {
-			b.dfeats[i] = nil
-			for k := range enc.feats {
-				g, gv := f32(len(enc.rows[k]), d)
-				for j, r := range enc.rows[k] {
-					row := dxv[(starts[i]+r)*d : (starts[i]+r+1)*d]
-					copy(gv[j*d:(j+1)*d], row)
-					clear(row)
-				}
-				b.dfeats[i] = append(b.dfeats[i], g)
-			}
-		}
-		return nil
-	}
+	b.in.Scatter, b.in.Gather = m.hooks(b, starts)
 	return b, nil
 }
 
-// Logits returns the next-token logits [len(IDs), V] of one sample (the full forward).
+// hooks returns the batch's embedding hooks on the model's backend. Scatter: the embeddings x
+// [N, D] and the features, stacked, are gathered back into x with every placeholder row taking
+// its feature's row (exact copies). Gather: each feature set's gradient is gathered from dx's
+// placeholder rows, then those rows are gathered from a zero row (their tokens' embeddings
+// were not used).
+func (m *Model) hooks(b *batch, starts []int) (scatter, gather func(*tensor.Tensor) error) {
+	scatter = func(x *tensor.Tensor) error {
+		var e errs
+		n, d := x.Dim(0), x.Dim(1)
+		nf := 0
+		for _, enc := range b.enc {
+			for _, f := range enc.feats {
+				nf += f.Dim(0)
+			}
+		}
+		if nf == 0 {
+			return nil
+		}
+		stack := m.Vision.alloc(&e, n+nf, d)
+		e.do(tensor.CopyInto(rows(&e, stack, 0, n), x))
+		src := make([]int32, n)
+		for i := range src {
+			src[i] = int32(i)
+		}
+		at := n
+		for i, enc := range b.enc {
+			for k, f := range enc.feats {
+				e.do(tensor.CopyInto(rows(&e, stack, at, at+f.Dim(0)), f))
+				for j, r := range enc.rows[k] {
+					src[starts[i]+r] = int32(at + j)
+				}
+				at += f.Dim(0)
+			}
+		}
+		e.do(tensor.Embedding(x, stack, m.Vision.ints(&e, src, n)))
+		return e.err
+	}
+	gather = func(dx *tensor.Tensor) error {
+		var e errs
+		n, d := dx.Dim(0), dx.Dim(1)
+		has := false
+		for i, enc := range b.enc {
+			b.dfeats[i] = nil
+			has = has || len(enc.feats) > 0
+		}
+		if !has {
+			return nil
+		}
+		src := make([]int32, n)
+		for i := range src {
+			src[i] = int32(i)
+		}
+		for i, enc := range b.enc {
+			for k := range enc.feats {
+				idx := make([]int32, len(enc.rows[k]))
+				for j, r := range enc.rows[k] {
+					idx[j] = int32(starts[i] + r)
+					src[starts[i]+r] = int32(n)
+				}
+				g := m.Vision.alloc(&e, len(idx), d)
+				e.do(tensor.Embedding(g, dx, m.Vision.ints(&e, idx, len(idx))))
+				b.dfeats[i] = append(b.dfeats[i], g)
+			}
+		}
+		padded := m.Vision.alloc(&e, n+1, d) // row n stays zero
+		e.do(tensor.CopyInto(rows(&e, padded, 0, n), dx))
+		e.do(tensor.Embedding(dx, padded, m.Vision.ints(&e, src, n)))
+		return e.err
+	}
+	return scatter, gather
+}
+
+// Logits returns the next-token logits [len(IDs), V] of one sample (the full forward), on the
+// model's backend.
 func (m *Model) Logits(s Sample) (*tensor.Tensor, error) {
 	b, err := m.prepare([]Sample{s}, nil, false)
 	if err != nil {

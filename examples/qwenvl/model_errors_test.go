@@ -195,3 +195,21 @@ func TestParsePublishedConfigs(t *testing.T) {
 	require.Equal(t, 5e5, c.Text.RopeTheta)
 	require.Equal(t, []int{2, 2, 4}, c.MRoPESection)
 }
+
+// TestLoadOnErrors: a nil checkpoint or backend is an error, not a panic; a model loaded on
+// the CPU backend reports it and trains with Training.
+func TestLoadOnErrors(t *testing.T) {
+	_, err := LoadOn(nil, tensor.CPU())
+	require.ErrorContains(t, err, "ck")
+	cfg, err := LoadConfigFile(filepath.Join("testdata", "models", "qwen2-vl.json"))
+	require.NoError(t, err)
+	_, err = LoadOn(RandomCheckpoint(cfg, 1), nil)
+	require.ErrorIs(t, err, tensor.ErrParam)
+	_, err = LoadDirOn(t.TempDir(), nil)
+	require.ErrorIs(t, err, tensor.ErrParam)
+	m, err := LoadOn(RandomCheckpoint(cfg, 1), tensor.CPU())
+	require.NoError(t, err)
+	require.Equal(t, tensor.CPU(), m.Backend())
+	_, _, err = m.Training(0)
+	require.NoError(t, err)
+}

@@ -21,7 +21,8 @@ type Prompt struct {
 // preprocesses them again and scores the completions already sampled: the text is the row's own.
 //
 // As hflm.Policy, it does not implement loop.Trainable; give loop.Parts the optimizer and
-// gradients of Model.Training. A Policy over a second, frozen Model is the reference scorer.
+// gradients of Model.Training (Model.DeviceTraining for a model on a device). A Policy over a
+// second, frozen Model is the reference scorer.
 type Policy[P any] struct {
 	Model     *Model
 	Processor *Processor
@@ -33,8 +34,8 @@ type Policy[P any] struct {
 	Stop []int32
 }
 
-// Backend is the host: the model computes there.
-func (p *Policy[P]) Backend() tensor.Backend { return tensor.CPU() }
+// Backend is the model's backend (LoadOn): the per-token tensors of the loop's step live there.
+func (p *Policy[P]) Backend() tensor.Backend { return p.Model.Backend() }
 
 // sample preprocesses a prompt (its images perturbed by in for row id) into a Sample whose IDs
 // are the expanded prompt followed by completion.
@@ -189,29 +190,51 @@ func (m *Model) Params() ([]loop.Param, error) {
 		}
 		return ps, nil
 	}
-	t.ensureGrads()
+	if err := t.ensureGrads(); err != nil {
+		return nil, err
+	}
 	for _, p := range t.params {
 		ps = append(ps, loop.Param{Name: p.name, Value: p.value, Grad: p.grad, Decay: p.value.Rank() >= 2})
 	}
 	return ps, nil
 }
 
-// Training returns what loop.Parts needs to train the model (the tower too unless it is
-// frozen): hflm's AdamW (torch's defaults with weightDecay), repacking the language model and
-// the tower after each step, and the host gradients. Set Vision.Frozen (and add adapters)
-// before calling it.
+// Training returns what loop.Parts needs to train the model on the host (the tower too
+// unless it is frozen): hflm's AdamW (torch's defaults with weightDecay), repacking the
+// language model and the tower after each step, and the host gradients. Set Vision.Frozen
+// (and add adapters) before calling it. A model on another backend trains with
+// DeviceTraining.
 func (m *Model) Training(weightDecay float64) (*hflm.AdamW, *loop.HostGradients, error) {
+	if m.Backend() != tensor.CPU() {
+		return nil, nil, tensor.Errorf(tensor.ErrBackend, "qwenvl.Model.Training", "m", "is on %s: its parameters are not host tensors (use DeviceTraining)", m.Backend().Name())
+	}
 	ps, err := m.Params()
 	if err != nil {
 		return nil, nil, err
 	}
-	return hflm.NewAdamW(ps, weightDecay, func() error {
-		if err := m.LM.Repack(); err != nil {
-			return err
-		}
-		return m.Vision.Repack()
-	})
+	return hflm.NewAdamW(ps, weightDecay, m.repack)
 }
+
+// DeviceTraining is Training for a model on a device (LoadOn): hflm.DeviceAdamW over the same
+// parameters (gradient norm, clipping and AdamW where they live) and hflm.DeviceGradients.
+func (m *Model) DeviceTraining(weightDecay float64) (*hflm.DeviceAdamW, *hflm.DeviceGradients, error) {
+	ps, err := m.Params()
+	if err != nil {
+		return nil, nil, err
+	}
+	return hflm.NewDeviceAdamW(ps, weightDecay, m.repack)
+}
+
+// repack rebuilds the language model's and the tower's packed weights after a step.
+func (m *Model) repack() error {
+	if err := m.LM.Repack(); err != nil {
+		return err
+	}
+	return m.Vision.Repack()
+}
+
+// Backend is where the model computes (LoadOn).
+func (m *Model) Backend() tensor.Backend { return m.LM.Backend() }
 
 // RowTokens implements loop.TokenCounter: the row's prompt tokens with each image's
 // placeholder expanded by the grid its resize gives (no pixels are processed), and its

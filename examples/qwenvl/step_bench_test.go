@@ -79,12 +79,17 @@ func stepBenchConfig(b *testing.B) *Config {
 // tokens, 4 samples each, up to 32 new tokens at temperature 1, one PPO epoch in one
 // mini-batch. It reports each phase's seconds per step (wall, and CPU of the process):
 // rollout (timing_s/gen: generation and rewards), the original and the perturbed scoring
-// passes, and the update (timing_s/update_actor: forward, backward, AdamW); float32 and
-// hflm's bf16 mixed precision for the language model.
+// passes, and the update (timing_s/update_actor: forward, backward, AdamW); float32, bf16
+// mixed precision (tower and language model), and bf16 with the backward's gradients rounded
+// to bfloat16 (bf16-grad: Model.SetBF16Backward).
 func BenchmarkVPPOStep(b *testing.B) {
-	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
-		name := map[tensor.DType]string{tensor.Float32: "float32", tensor.BFloat16: "bf16"}[dt]
-		b.Run(name, func(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		dt   tensor.DType
+		grad bool
+	}{{"float32", tensor.Float32, false}, {"bf16", tensor.BFloat16, false}, {"bf16-grad", tensor.BFloat16, true}} {
+		dt := mode.dt
+		b.Run(mode.name, func(b *testing.B) {
 			cfg := stepBenchConfig(b)
 			m, err := Load(RandomCheckpoint(cfg, 1))
 			if err != nil {
@@ -93,6 +98,7 @@ func BenchmarkVPPOStep(b *testing.B) {
 			if err := m.SetMixedPrecision(dt); err != nil {
 				b.Fatal(err)
 			}
+			m.SetBF16Backward(mode.grad)
 			pc := DefaultProcessorConfig()
 			proc, err := NewProcessor(pc)
 			if err != nil {

@@ -39,6 +39,77 @@ func addTo(dst, src []float32) {
 	}
 }
 
+// add is dst += src on their backend: the same float32 additions as addTo.
+func add(dst, src *tensor.Tensor) error { return tensor.Axpby(dst, src, 1, 1) }
+
+// zero sets a float32 tensor to zero on its backend.
+func zero(x *tensor.Tensor) error { return tensor.Axpby(x, x, 0, 0) }
+
+// onHost reports whether the tower computes on the CPU backend.
+func (t *Vision) onHost() bool { return t.b == tensor.CPU() }
+
+// alloc returns a zeroed float32 tensor on the tower's backend. A failed allocation is kept in
+// e, and a host tensor of the shape stands in so the ops after it only return errors.
+func (t *Vision) alloc(e *errs, shape ...int) *tensor.Tensor {
+	if t.onHost() {
+		x, _ := f32(shape...)
+		return x
+	}
+	x, err := tensor.New(t.b, tensor.Float32, shape...)
+	if err != nil {
+		e.do(err)
+		x, _ = f32(shape...)
+	}
+	return x
+}
+
+// upload puts a host tensor (pixels, ids, weights) on the tower's backend: x itself on the CPU.
+func (t *Vision) upload(x *tensor.Tensor, err error) (*tensor.Tensor, error) {
+	if err != nil || t.onHost() {
+		return x, err
+	}
+	return tensor.To(t.b, x)
+}
+
+// ints returns int32 values as a tensor on the tower's backend.
+func (t *Vision) ints(e *errs, v []int32, shape ...int) *tensor.Tensor {
+	x, err := t.upload(tensor.FromInt32(v, shape...))
+	e.do(err)
+	return x
+}
+
+// view returns x reshaped (a view), keeping a failure in e.
+func view(e *errs, x *tensor.Tensor, shape ...int) *tensor.Tensor {
+	y, err := x.Reshape(shape...)
+	if err != nil {
+		e.do(err)
+		return x
+	}
+	return y
+}
+
+// rows returns the view of x's rows [lo, hi), keeping a failure in e.
+func rows(e *errs, x *tensor.Tensor, lo, hi int) *tensor.Tensor {
+	y, err := x.Rows(lo, hi)
+	if err != nil {
+		e.do(err)
+		return x
+	}
+	return y
+}
+
+// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
+func download(x *tensor.Tensor) ([]float32, error) {
+	if x.IsHost() {
+		return x.Float32s()
+	}
+	h, err := tensor.To(tensor.CPU(), x)
+	if err != nil {
+		return nil, err
+	}
+	return h.Float32s()
+}
+
 // param is one weight, named as Hugging Face's state_dict names it (the older layout, visual.*
 // and model.*), with its gradient (nil until the first backward) and packed form (matrices).
 type param struct {
@@ -92,10 +163,14 @@ type Vision struct {
 	mp     *visionMixed // bf16 mixed precision (vision_mixed.go); nil: float32
 	// Frozen vision towers run no backward (freeze_vision_tower), adapters included.
 	Frozen bool
+	// b is where the weights, activations and gradients live (LoadOn).
+	b tensor.Backend
 	// LoRA (lora.go): with it the base is frozen; loraOff disables the adapters (Model.Base).
 	lora    *towerLoRA
 	loraOff bool
 	bwd     *VisionActs // the activations of the Backward under way (its adapters read them)
+	// gradBF16 (SetBF16Backward): in bf16 mode the backward's products on bfloat16 gradients.
+	gradBF16 bool
 }
 
 // visionSpecs lists the tower's weights, named as Hugging Face's state_dict (visual.*).
@@ -149,15 +224,16 @@ type specShape struct {
 	shape []int
 }
 
-// newVision builds the tower from its weights (float32, by name, already checked for shape).
-func newVision(variant string, v VisionConfig, weights map[string][]float32) (*Vision, error) {
-	t := &Vision{cfg: v, gated: variant == Qwen25VL, byName: map[string]*param{}}
+// newVision builds the tower on backend b from its weights (float32, by name, already checked
+// for shape), uploading each once.
+func newVision(variant string, v VisionConfig, weights map[string][]float32, b tensor.Backend) (*Vision, error) {
+	t := &Vision{cfg: v, gated: variant == Qwen25VL, byName: map[string]*param{}, b: b}
 	for _, s := range visionSpecs(variant, v) {
 		shape := s.shape
 		if len(shape) == 5 { // the Conv3d kernel is a [Dim, C·T·P·P] matrix over pixel_values rows
 			shape = []int{v.Dim, v.PatchDim()}
 		}
-		val, err := tensor.FromFloat32(weights[s.name], shape...)
+		val, err := t.upload(tensor.FromFloat32(weights[s.name], shape...))
 		if err != nil {
 			return nil, fmt.Errorf("qwenvl: %s: %w", s.name, err)
 		}
@@ -221,14 +297,20 @@ func newVision(variant string, v VisionConfig, weights map[string][]float32) (*V
 // Config returns the tower's configuration.
 func (t *Vision) Config() VisionConfig { return t.cfg }
 
-// layout is the token order of a forward: the 2D rotary positions, the attention segments and,
-// for Qwen2.5-VL, the window permutation of the merge units.
+// layout is the token order of a forward: the 2D rotary positions, the attention segments,
+// the rows that split the qkv projection and, for Qwen2.5-VL, the window permutation of the
+// merge units; the index tensors on the tower's backend.
 type layout struct {
 	n        int            // patches
 	pos      *tensor.Tensor // int32 [2, n]: row, column of each patch (in the permuted order)
 	cuFull   *tensor.Tensor // one segment per frame
 	cuWindow *tensor.Tensor // Qwen2.5-VL: one segment per window; nil for Qwen2-VL
 	window   []int          // Qwen2.5-VL: merge unit at permuted position i; nil: identity
+	// win and winInv gather merge units into the window order and back (nil: identity).
+	win, winInv *tensor.Tensor
+	// split gathers the [3n, Dim] rows of the qkv projection (q, k, v of token r at 3r, 3r+1,
+	// 3r+2) into q's n rows, k's, then v's; merge gathers them back.
+	split, merge *tensor.Tensor
 }
 
 // newLayout checks the grids against the number of pixel rows and computes the positions,
@@ -263,7 +345,16 @@ func (t *Vision) newLayout(grids []Grid, rows int) (*layout, error) {
 			cu = append(cu, cu[len(cu)-1]+int32(g.H*g.W))
 		}
 	}
-	l := &layout{n: n, cuFull: tensor.Must(tensor.FromInt32(cu, len(cu)))}
+	var e errs
+	l := &layout{n: n, cuFull: t.ints(&e, cu, len(cu))}
+	split, merge := make([]int32, 3*n), make([]int32, 3*n)
+	for j := range 3 {
+		for r := range n {
+			split[j*n+r] = int32(3*r + j)
+			merge[3*r+j] = int32(j*n + r)
+		}
+	}
+	l.split, l.merge = t.ints(&e, split, 3*n), t.ints(&e, merge, 3*n)
 	if t.gated {
 		unit := m * m
 		ws := t.cfg.WindowSize / m / t.cfg.PatchSize
@@ -293,28 +384,28 @@ func (t *Vision) newLayout(grids []Grid, rows int) (*layout, error) {
 			}
 			base += g.T * lh * lw
 		}
-		l.cuWindow = tensor.Must(tensor.FromInt32(cuw, len(cuw)))
+		l.cuWindow = t.ints(&e, cuw, len(cuw))
 		hp, wp := make([]int32, n), make([]int32, n)
+		win, inv := make([]int32, len(l.window)), make([]int32, len(l.window))
 		for i, u := range l.window {
 			copy(hp[i*unit:(i+1)*unit], hpos[u*unit:(u+1)*unit])
 			copy(wp[i*unit:(i+1)*unit], wpos[u*unit:(u+1)*unit])
+			win[i], inv[u] = int32(u), int32(i)
 		}
 		hpos, wpos = hp, wp
+		l.win, l.winInv = t.ints(&e, win, len(win)), t.ints(&e, inv, len(inv))
 	}
-	l.pos = tensor.Must(tensor.FromInt32(append(hpos, wpos...), 2, n))
-	return l, nil
+	l.pos = t.ints(&e, append(hpos, wpos...), 2, n)
+	return l, e.err
 }
 
-// permuteUnits writes dst's unit i = src's unit window[i] (inverse: dst's unit window[i] = src's
-// unit i), units being blocks of unit·d values.
-func permuteUnits(dst, src []float32, window []int, size int, inverse bool) {
-	for i, u := range window {
-		if inverse {
-			copy(dst[u*size:(u+1)*size], src[i*size:(i+1)*size])
-		} else {
-			copy(dst[i*size:(i+1)*size], src[u*size:(u+1)*size])
-		}
-	}
+// permute returns x [units·size] with its units (blocks of size values) gathered by ids:
+// unit i of the result is unit ids[i] of x.
+func (t *Vision) permute(e *errs, x, ids *tensor.Tensor, size int) *tensor.Tensor {
+	k := ids.Dim(0)
+	y := t.alloc(e, x.Shape()...)
+	e.do(tensor.Embedding(view(e, y, k, size), view(e, x, k, size), ids))
+	return y
 }
 
 // blockActs are what a block's backward reads.
@@ -335,9 +426,9 @@ type VisionActs struct {
 }
 
 // Forward runs the tower over pixel_values [rows, PatchDim] of the images or videos with these
-// grids and returns their language-model embeddings [rows/merge_size², OutDim], in the order of
-// the grids (each image's tokens consecutive). With keep it also returns the activations
-// Backward needs.
+// grids and returns their language-model embeddings [rows/merge_size², OutDim] on the tower's
+// backend, in the order of the grids (each image's tokens consecutive). With keep it also
+// returns the activations Backward needs.
 func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Tensor, *VisionActs, error) {
 	v := t.cfg
 	pd := v.PatchDim()
@@ -352,21 +443,23 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	unit := v.MergeSize * v.MergeSize
 	var e errs
 	fb := &fwdBufs{t: t, keep: keep}
-	px := t.store(tensor.Must(tensor.FromFloat32(pixels, n, pd))) // bf16 mode: rounded
+	px, err := t.upload(tensor.FromFloat32(pixels, n, pd))
+	if err != nil {
+		return nil, nil, err
+	}
+	px = t.store(px) // bf16 mode: rounded
 	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
 	var ka *VisionActs // the adapters keep their activations in a training pass
 	if keep {
 		ka = a
 	}
-	x, xv := f32(n, d)
+	x := t.alloc(&e, n, d)
 	e.do(tensor.Linear(x, px, t.patch.w))
 	e.do(t.adapt(x, px, t.patch, ka))
-	if l.window != nil {
-		perm, pv := f32(n, d)
-		permuteUnits(pv, xv, l.window, unit*d, false)
-		x, xv = perm, pv
+	if l.win != nil {
+		x = t.permute(&e, x, l.win, unit*d)
 	}
-	t.round(xv)
+	t.round(x)
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -378,92 +471,88 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		}
 		var s blockActs
 		s.xIn = x
-		s.h1, _ = fb.f32("h1", n, d)
+		s.h1 = fb.get(&e, "h1", n, d)
 		e.do(t.normFwd(s.h1, x, blk.norm1))
 		s.h1 = fb.gemmIn("h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
-		qkv, qkvv := fb.f32("qkv", n, 3*d)
+		qkv := fb.get(&e, "qkv", n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
 		e.do(t.adapt(qkv, s.h1, blk.qkv, ka))
-		var qv, kv, vv []float32
-		s.q, qv = fb.f32("q", n, v.Heads, hd)
-		s.k, kv = fb.f32("k", n, v.Heads, hd)
-		s.v, vv = fb.f32("v", n, v.Heads, hd)
-		t.splitQKV(qv, kv, vv, qkvv, d)
+		// q, k and v: the qkv rows gathered into three consecutive blocks of n rows.
+		qkvp := fb.get(&e, "qkvp", 3*n, v.Heads, hd)
+		e.do(tensor.Embedding(view(&e, qkvp, 3*n, d), view(&e, qkv, 3*n, d), l.split))
+		s.q, s.k, s.v = rows(&e, qkvp, 0, n), rows(&e, qkvp, n, 2*n), rows(&e, qkvp, 2*n, 3*n)
+		t.round(qkvp)
 		e.do(tensor.RoPE(s.q, s.q, l.pos, t.rope))
 		e.do(tensor.RoPE(s.k, s.k, l.pos, t.rope))
-		t.round(qv)
-		t.round(kv)
-		s.attn, _ = fb.f32("attn", n, v.Heads, hd)
+		t.round(s.q)
+		t.round(s.k)
+		s.attn = fb.get(&e, "attn", n, v.Heads, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu}
 		if keep {
-			s.lse, _ = f32(n, v.Heads)
+			s.lse = t.alloc(&e, n, v.Heads)
 			e.do(tensor.AttentionLSE(s.attn, s.lse, ai, t.attn))
 		} else {
 			e.do(tensor.Attention(s.attn, ai, t.attn))
 		}
 		s.attn = fb.gemmIn("attn", s.attn)
-		o, ov := fb.f32("o", n, d)
+		o := fb.get(&e, "o", n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
 		e.do(t.adapt(o, s.attn, blk.proj, ka))
-		t.residual(ov, host(x))
+		e.do(t.residual(o, x))
 		s.xMid = o
-		s.h2, _ = fb.f32("h2", n, d)
+		s.h2 = fb.get(&e, "h2", n, d)
 		e.do(t.normFwd(s.h2, s.xMid, blk.norm2))
 		s.h2 = fb.gemmIn("h2", s.h2)
 		// An inference forward writes the block's output over its input, dead since the
 		// attention's residual was added.
-		y, yv := x, host(x)
+		y := x
 		if keep {
-			y, yv = f32(n, d)
+			y = t.alloc(&e, n, d)
 		}
 		switch {
 		case t.gated && v.Act == tensor.SiLU: // silu(gate)·up in one op, as hflm's SwiGLU
-			s.a, _ = fb.f32("a", n, v.MLPDim)
-			s.b, _ = fb.f32("b", n, v.MLPDim)
+			s.a = fb.get(&e, "a", n, v.MLPDim)
+			s.b = fb.get(&e, "b", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
 			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
 			e.do(t.adapt(s.b, s.h2, blk.up, ka))
-			t.round(host(s.a))
-			t.round(host(s.b))
-			s.prod, _ = fb.f32("prod", n, v.MLPDim)
+			t.round(s.a)
+			t.round(s.b)
+			s.prod = fb.get(&e, "prod", n, v.MLPDim)
 			e.do(tensor.SwiGLU(s.prod, s.a, s.b))
 			s.prod = fb.gemmIn("prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
 			e.do(t.adapt(y, s.prod, blk.down, ka))
 		case t.gated:
-			s.a, _ = fb.f32("a", n, v.MLPDim)
-			s.b, _ = fb.f32("b", n, v.MLPDim)
+			s.a = fb.get(&e, "a", n, v.MLPDim)
+			s.b = fb.get(&e, "b", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.gate))
 			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
 			e.do(t.adapt(s.b, s.h2, blk.up, ka))
-			t.round(host(s.a))
-			t.round(host(s.b))
-			var actv []float32
-			s.act, actv = fb.f32("act", n, v.MLPDim)
+			t.round(s.a)
+			t.round(s.b)
+			s.act = fb.get(&e, "act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
-			t.round(actv)
-			var pv []float32
-			s.prod, pv = fb.f32("prod", n, v.MLPDim)
-			for j, u := range host(s.b) {
-				pv[j] = actv[j] * u
-			}
+			t.round(s.act)
+			s.prod = fb.get(&e, "prod", n, v.MLPDim)
+			e.do(tensor.Mul(s.prod, s.act, s.b))
 			s.prod = fb.gemmIn("prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
 			e.do(t.adapt(y, s.prod, blk.down, ka))
 		default:
-			s.a, _ = fb.f32("a", n, v.MLPDim)
+			s.a = fb.get(&e, "a", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
 			e.do(t.adapt(s.a, s.h2, blk.fc1, ka))
-			t.round(host(s.a))
-			s.act, _ = fb.f32("act", n, v.MLPDim)
+			t.round(s.a)
+			s.act = fb.get(&e, "act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
 			s.act = fb.gemmIn("act", s.act)
 			e.do(linearInto(y, s.act, blk.fc2))
 			e.do(t.adapt(y, s.act, blk.fc2, ka))
 		}
-		t.residual(yv, host(s.xMid))
+		e.do(t.residual(y, s.xMid))
 		x = y
 		if e.err != nil {
 			return nil, nil, e.err
@@ -475,31 +564,29 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	if keep {
 		a.xLast = t.store(x)
 	}
-	ln, _ := fb.f32("h1", n, d)
+	ln := fb.get(&e, "h1", n, d)
 	e.do(t.normFwd(ln, x, t.lnQ))
 	nm := n / unit
-	a.lnOut = fb.gemmIn("h1", tensor.Must(ln.Reshape(nm, unit*d)))
-	a.pre, _ = f32(nm, unit*d)
+	a.lnOut = fb.gemmIn("h1", view(&e, ln, nm, unit*d))
+	a.pre = t.alloc(&e, nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
 	e.do(t.adapt(a.pre, a.lnOut, t.mlp0, ka))
-	t.round(host(a.pre))
-	a.gelu, _ = fb.f32("gelu", nm, unit*d)
+	t.round(a.pre)
+	a.gelu = fb.get(&e, "gelu", nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
 	a.gelu = fb.gemmIn("gelu", a.gelu)
 	if keep {
 		a.pre = t.store(a.pre)
 	}
-	out, outv := f32(nm, v.OutDim)
+	out := t.alloc(&e, nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
 	e.do(t.adapt(out, a.gelu, t.mlp2, ka))
-	t.round(outv)
+	t.round(out)
+	if l.winInv != nil {
+		out = t.permute(&e, out, l.winInv, v.OutDim)
+	}
 	if e.err != nil {
 		return nil, nil, e.err
-	}
-	if l.window != nil {
-		perm := make([]float32, len(outv))
-		permuteUnits(perm, outv, l.window, v.OutDim, true)
-		copy(outv, perm)
 	}
 	if !keep {
 		a = nil

@@ -5,35 +5,39 @@ import (
 )
 
 // ensureGrads allocates the tower's zero gradients on first use.
-func (t *Vision) ensureGrads() {
+func (t *Vision) ensureGrads() error {
 	if t.lora != nil { // the base is frozen: the adapters have theirs
-		return
+		return nil
 	}
+	var e errs
 	for _, p := range t.params {
 		if p.grad == nil {
-			p.grad, _ = f32(p.value.Shape()...)
+			p.grad = t.alloc(&e, p.value.Shape()...)
 		}
 	}
+	return e.err
 }
 
 // ZeroGrads sets the tower's gradients to zero.
-func (t *Vision) ZeroGrads() {
+func (t *Vision) ZeroGrads() error {
+	var e errs
 	if t.lora != nil {
 		for _, ad := range t.lora.adapters {
-			clear(host(ad.ga))
-			clear(host(ad.gb))
+			e.do(zero(ad.ga))
+			e.do(zero(ad.gb))
 		}
 	}
 	for _, p := range t.params {
 		if p.grad != nil {
-			clear(host(p.grad))
+			e.do(zero(p.grad))
 		}
 	}
+	return e.err
 }
 
 // Backward adds the gradients of every tower weight given dOut, the gradient of Forward's
-// output [rows/merge_size², OutDim], to the tower's gradients. a must come from Forward with
-// keep.
+// output [rows/merge_size², OutDim] on the tower's backend, to the tower's gradients. a must
+// come from Forward with keep.
 func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	const op = "qwenvl.Vision.Backward"
 	if a == nil {
@@ -46,62 +50,59 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	if err := tensor.CheckShape(op, "dOut", dOut, nm, v.OutDim); err != nil {
 		return err
 	}
-	t.ensureGrads()
+	if err := t.ensureGrads(); err != nil {
+		return err
+	}
 	t.bwd = a
 	defer func() { t.bwd = nil }()
 	var e errs
 	dy := dOut
-	if l.window != nil { // into the window order of the merger's rows
-		p, pv := f32(nm, v.OutDim)
-		permuteUnits(pv, host(dOut), l.window, v.OutDim, false)
-		dy = p
+	if l.win != nil { // into the window order of the merger's rows
+		dy = t.permute(&e, dOut, l.win, v.OutDim)
 	}
-	dgelu, _ := f32(nm, unit*d)
+	dgelu := t.alloc(&e, nm, unit*d)
 	e.do(t.linearBackward(dgelu, a.gelu, dy, t.mlp2))
-	dpre, _ := f32(nm, unit*d)
+	dpre := t.alloc(&e, nm, unit*d)
 	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: widen(a.pre), DY: dgelu, Activation: tensor.GELU}))
-	dln, _ := f32(nm, unit*d)
+	dln := t.alloc(&e, nm, unit*d)
 	e.do(t.linearBackward(dln, a.lnOut, dpre, t.mlp0))
-	dx, dxv := f32(n, d)
-	e.do(t.normBackward(dx, widen(a.xLast), tensor.Must(dln.Reshape(n, d)), t.lnQ))
-	tmp, tmpv := f32(n, d)
+	dx := t.alloc(&e, n, d)
+	e.do(t.normBackward(dx, widen(a.xLast), view(&e, dln, n, d), t.lnQ))
+	tmp := t.alloc(&e, n, d)
 	for i := len(t.blocks) - 1; i >= 0; i-- {
 		blk, s := &t.blocks[i], &a.blocks[i]
 		// MLP: y = xMid + mlp(norm2(xMid)).
-		dh2, dh2v := f32(n, d)
+		dh2 := t.alloc(&e, n, d)
 		if t.gated {
-			dprod, dpv := f32(n, v.MLPDim)
+			dprod := t.alloc(&e, n, v.MLPDim)
 			e.do(t.linearBackward(dprod, s.prod, dx, blk.down))
-			da, _ := f32(n, v.MLPDim)
-			db, dbv := f32(n, v.MLPDim)
+			da := t.alloc(&e, n, v.MLPDim)
+			db := t.alloc(&e, n, v.MLPDim)
 			if s.act == nil { // the forward's SwiGLU
 				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: widen(s.a), Up: widen(s.b), DY: dprod}))
 			} else {
-				dact, dav := f32(n, v.MLPDim)
-				actv, bv := host(widen(s.act)), host(widen(s.b))
-				for j, g := range dpv {
-					dav[j], dbv[j] = g*bv[j], g*actv[j]
-				}
+				dact := t.alloc(&e, n, v.MLPDim)
+				e.do(tensor.Mul(dact, dprod, widen(s.b)))
+				e.do(tensor.Mul(db, dprod, widen(s.act)))
 				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
 			}
 			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
 			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
-			addTo(dh2v, tmpv)
+			e.do(add(dh2, tmp))
 		} else {
-			dact, _ := f32(n, v.MLPDim)
+			dact := t.alloc(&e, n, v.MLPDim)
 			e.do(t.linearBackward(dact, s.act, dx, blk.fc2))
-			da, _ := f32(n, v.MLPDim)
+			da := t.alloc(&e, n, v.MLPDim)
 			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
 			e.do(t.linearBackward(dh2, s.h2, da, blk.fc1))
 		}
 		e.do(t.normBackward(tmp, widen(s.xMid), dh2, blk.norm2))
-		addTo(dxv, tmpv)
+		e.do(add(dx, tmp))
 		// Attention: xMid = xIn + proj(attn(rope(q), rope(k), v)), q, k, v = qkv(norm1(xIn)).
-		dattn, _ := f32(n, v.Heads, v.HeadDim())
+		dattn := t.alloc(&e, n, v.Heads, v.HeadDim())
 		e.do(t.linearBackward(dattn, s.attn, dx, blk.proj))
-		dq, dqv := f32(n, v.Heads, v.HeadDim())
-		dk, dkv := f32(n, v.Heads, v.HeadDim())
-		dv, dvv := f32(n, v.Heads, v.HeadDim())
+		dqkvp := t.alloc(&e, 3*n, v.Heads, v.HeadDim()) // dq, dk, dv: n rows each
+		dq, dk, dv := rows(&e, dqkvp, 0, n), rows(&e, dqkvp, n, 2*n), rows(&e, dqkvp, 2*n, 3*n)
 		cu := l.cuFull
 		if l.cuWindow != nil && !t.fullBlock(i) {
 			cu = l.cuWindow
@@ -112,29 +113,25 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		}, t.attn))
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: l.pos, Config: t.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: l.pos, Config: t.rope}))
-		dqkv, dqkvv := f32(n, 3*d)
-		for r := range n {
-			row := dqkvv[r*3*d:]
-			copy(row[:d], dqv[r*d:(r+1)*d])
-			copy(row[d:2*d], dkv[r*d:(r+1)*d])
-			copy(row[2*d:3*d], dvv[r*d:(r+1)*d])
-		}
-		dh1, _ := f32(n, d)
+		dqkv := t.alloc(&e, n, 3*d)
+		e.do(tensor.Embedding(view(&e, dqkv, 3*n, d), view(&e, dqkvp, 3*n, d), l.merge))
+		dh1 := t.alloc(&e, n, d)
 		e.do(t.linearBackward(dh1, s.h1, dqkv, blk.qkv))
 		e.do(t.normBackward(tmp, widen(s.xIn), dh1, blk.norm1))
-		addTo(dxv, tmpv)
+		e.do(add(dx, tmp))
 		if e.err != nil {
 			return e.err
 		}
 	}
-	if l.window != nil { // back to the patches' order
-		p, pv := f32(n, d)
-		permuteUnits(pv, dxv, l.window, unit*d, true)
-		dx = p
+	if l.winInv != nil { // back to the patches' order
+		dx = t.permute(&e, dx, l.winInv, unit*d)
+	}
+	if e.err != nil {
+		return e.err
 	}
 	if g := t.byName[t.patch.name+".weight"].grad; g != nil {
 		if err := tensor.LinearBackward(tensor.LinearGradOut{DWeight: g},
-			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true}); err != nil {
+			tensor.LinearGrad{X: a.pixels, Weight: t.patch.w, DY: dx, Accumulate: true, GradBF16: t.bf16Grad()}); err != nil {
 			return err
 		}
 	}
@@ -169,7 +166,7 @@ func (t *Vision) linearBackward(dx, x, dy *tensor.Tensor, l linear) error {
 	if l.b != nil {
 		out.DBias = t.byName[l.name+".bias"].grad
 	}
-	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true}); err != nil {
+	if err := tensor.LinearBackward(out, tensor.LinearGrad{X: x2, Weight: l.w, DY: dy2, Accumulate: true, GradBF16: t.bf16Grad()}); err != nil {
 		return err
 	}
 	return t.adaptBackward(dx2, dy2, l, t.bwd)
@@ -183,8 +180,11 @@ func (t *Vision) normBackward(dx, x, dy *tensor.Tensor, n norm) error {
 		db = t.byName[n.name+".bias"].grad
 	}
 	if dw == nil { // a frozen base (LoRA): the ops' weight gradients go to scratch
-		dw, _ = f32(n.w.Shape()...)
-		db, _ = f32(n.w.Shape()...)
+		var e errs
+		dw, db = t.alloc(&e, n.w.Shape()...), t.alloc(&e, n.w.Shape()...)
+		if e.err != nil {
+			return e.err
+		}
 	}
 	if n.b != nil {
 		return tensor.LayerNormBackward(dx, dw, db, in)

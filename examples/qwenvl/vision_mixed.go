@@ -40,6 +40,9 @@ func (t *Vision) SetMixedPrecision(dt tensor.DType) error {
 		if t.mp != nil {
 			return nil
 		}
+		if !t.onHost() {
+			return tensor.Errorf(tensor.ErrBackend, "qwenvl.Vision.SetMixedPrecision", "dt", "bf16 mixed precision runs on the CPU backend only, not on %s (compute in float32 there)", t.b.Name())
+		}
 		mp := &visionMixed{vecs: map[string]*tensor.Tensor{}, mats: map[string]*tensor.PackedWeight{}}
 		err := t.bind(func(name string) *tensor.Tensor {
 			v, _ := f32(t.byName[name].value.Shape()...)
@@ -116,9 +119,7 @@ func (mp *visionMixed) refresh(t *Vision) error {
 	}
 	for name, w := range mp.mats {
 		b, _ := w.Weight().BF16s()
-		for i, x := range host(t.byName[name].value) {
-			b[i] = tensor.BF16FromFloat32(x)
-		}
+		tensor.RoundToBF16(b, host(t.byName[name].value))
 		if err := w.Repack(); err != nil {
 			return err
 		}
@@ -127,16 +128,12 @@ func (mp *visionMixed) refresh(t *Vision) error {
 }
 
 // roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) {
-	for i, x := range v {
-		v[i] = tensor.BF16FromFloat32(x).Float32()
-	}
-}
+func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
-// round rounds an op's output to bfloat16 values in bf16 mode.
-func (t *Vision) round(v []float32) {
+// round rounds an op's output to bfloat16 values in bf16 mode (which runs on the host).
+func (t *Vision) round(x *tensor.Tensor) {
 	if t.mp != nil {
-		roundBF16(v)
+		roundBF16(host(x))
 	}
 }
 
@@ -148,9 +145,7 @@ func (t *Vision) store(x *tensor.Tensor) *tensor.Tensor {
 	}
 	v := host(x)
 	b := make([]tensor.BF16, len(v))
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }
 
@@ -169,10 +164,24 @@ func widen(x *tensor.Tensor) *tensor.Tensor {
 	}
 	b, _ := x.BF16s()
 	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
+	tensor.WidenBF16(v, b)
 	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
+}
+
+// SetBF16Backward selects, for bf16 mode, whether the tower's backward rounds the gradient
+// flowing into each linear layer to bfloat16 before its products with the weight and the kept
+// activation, as torch's bfloat16 autograd does (tensor.LinearGrad.GradBF16: those GEMMs on
+// VDPBF16PS; per element within (2⁻⁸ + adds·2⁻²⁴)·Σ|dy|·|w| of the float32 gradient's
+// product). Off by default; no effect in float32 mode.
+func (t *Vision) SetBF16Backward(on bool) { t.gradBF16 = on }
+
+func (t *Vision) bf16Grad() bool { return t.gradBF16 && t.mp != nil }
+
+// SetBF16Backward sets the language model's (hflm.Model.SetBF16Backward) and the tower's
+// (Vision.SetBF16Backward) bfloat16 backward together.
+func (m *Model) SetBF16Backward(on bool) {
+	m.LM.SetBF16Backward(on)
+	m.Vision.SetBF16Backward(on)
 }
 
 // SetMixedPrecision sets the compute dtype of the language model (hflm.Model.SetMixedPrecision)
@@ -184,64 +193,49 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 	return m.Vision.SetMixedPrecision(dt)
 }
 
-// splitQKV copies the rows [q | k | v] of qkv into q, k and v (rounded in bf16 mode).
-func (t *Vision) splitQKV(q, k, v, qkv []float32, d int) {
-	for r := range len(q) / d {
-		row := qkv[r*3*d : (r+1)*3*d]
-		dst := [3][]float32{q[r*d : (r+1)*d], k[r*d : (r+1)*d], v[r*d : (r+1)*d]}
-		for j, part := range dst {
-			src := row[j*d : (j+1)*d]
-			if t.mp == nil {
-				copy(part, src)
-				continue
-			}
-			for c, x := range src {
-				part[c] = tensor.BF16FromFloat32(x).Float32()
-			}
-		}
-	}
-}
-
-// residual adds src, the residual stream, to dst, a projection's output: in bf16 mode both the
-// output and the sum are rounded (torch's bfloat16 linear, then its bfloat16 add).
-func (t *Vision) residual(dst, src []float32) {
+// residual adds src, the residual stream, to dst, a projection's output, on their backend: in
+// bf16 mode both the output and the sum are rounded (torch's bfloat16 linear, then its bfloat16
+// add).
+func (t *Vision) residual(dst, src *tensor.Tensor) error {
 	if t.mp == nil {
-		addTo(dst, src)
-		return
+		return add(dst, src)
 	}
-	for i, v := range src {
-		dst[i] = tensor.BF16FromFloat32(tensor.BF16FromFloat32(dst[i]).Float32() + v).Float32()
+	// bf16(bf16(dst) + src) in three vector passes (each bit for bit the scalar step)
+	tensor.RoundFloat32s(host(dst))
+	if err := add(dst, src); err != nil {
+		return err
 	}
+	tensor.RoundFloat32s(host(dst))
+	return nil
 }
 
-// fwdBufs are a forward's buffers: a training forward allocates each (it keeps them), an
-// inference forward reuses them by name from block to block.
+// fwdBufs are a forward's buffers on the tower's backend: a training forward allocates each
+// (it keeps them), an inference forward reuses them by name from block to block.
 type fwdBufs struct {
 	t    *Vision
 	keep bool
-	f    map[string][]float32
+	f    map[string]*tensor.Tensor // flat float32 buffers
 	b    map[string][]tensor.BF16
 }
 
-// f32 returns a float32 tensor of the shape (contents undefined when reused) and its values.
-func (fb *fwdBufs) f32(name string, shape ...int) (*tensor.Tensor, []float32) {
+// get returns a float32 tensor of the shape (contents undefined when reused).
+func (fb *fwdBufs) get(e *errs, name string, shape ...int) *tensor.Tensor {
 	if fb.keep {
-		return f32(shape...)
+		return fb.t.alloc(e, shape...)
 	}
 	n := 1
 	for _, d := range shape {
 		n *= d
 	}
 	if fb.f == nil {
-		fb.f = map[string][]float32{}
+		fb.f = map[string]*tensor.Tensor{}
 	}
-	v := fb.f[name]
-	if cap(v) < n {
-		v = make([]float32, n)
-		fb.f[name] = v
+	buf := fb.f[name]
+	if buf == nil || buf.Len() < n {
+		buf = fb.t.alloc(e, n)
+		fb.f[name] = buf
 	}
-	v = v[:n]
-	return tensor.Must(tensor.FromFloat32(v, shape...)), v
+	return view(e, rows(e, buf, 0, n), shape...)
 }
 
 // gemmIn returns x as a projection reads it: in bf16 mode x rounded to a bfloat16 tensor
@@ -263,8 +257,6 @@ func (fb *fwdBufs) gemmIn(name string, x *tensor.Tensor) *tensor.Tensor {
 		fb.b[name] = b
 	}
 	b = b[:len(v)]
-	for i, f := range v {
-		b[i] = tensor.BF16FromFloat32(f)
-	}
+	tensor.RoundToBF16(b, v)
 	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -291,6 +292,58 @@ func TestVisionMixedPrecisionLoRA(t *testing.T) {
 					require.Equal(t, tensor.BF16FromFloat32(x), got[i], name)
 				}
 			}
+		})
+	}
+}
+
+// TestBF16Backward checks Model.SetBF16Backward on the golden models: in bf16 mode the
+// backward's gradients into the linear layers (the tower's patch embedding, qkv, output, MLP
+// and merger projections; the language model's seven per layer and its head) are rounded to
+// bfloat16 before their products. Every weight's gradient stays within
+// TestVisionMixedPrecision's random-walk bound for R roundings plus R' more, one per linear
+// layer the gradient passes back through (at most 5 per block and 3 outside the blocks in the
+// tower, 7 per layer and the head in the language model): ‖Δg‖ ≤ 2√(R+R')·u·‖g‖ against float32
+// mode; some gradient differs from bf16 mode's without it (the rounding happens).
+func TestBF16Backward(t *testing.T) {
+	u := math.Ldexp(1, -8)
+	g := readModelGolden(t)
+	for _, c := range g.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var grads []map[string][]float32
+			var bf *Model
+			for _, mode := range []struct {
+				dt   tensor.DType
+				grad bool
+			}{{tensor.Float32, false}, {tensor.BFloat16, false}, {tensor.BFloat16, true}} {
+				m := loadCase(t, filepath.Join("testdata", c.Config), c.Seed, c.DType, c.Layout)
+				require.NoError(t, m.SetMixedPrecision(mode.dt))
+				m.SetBF16Backward(mode.grad)
+				s := goldenSample(g, m, c.IDs)
+				sc, err := m.Score([]Sample{s}, []int{g.Completion}, 1, true)
+				require.NoError(t, err)
+				d := make([]float32, g.Completion)
+				for i := range d {
+					d[i] = float32(math.Cos(0.7 * float64(i)))
+				}
+				require.NoError(t, sc.Backward([][]float32{d}, nil))
+				gr := map[string][]float32{}
+				for _, name := range paramNames(m) {
+					gr[name] = append([]float32(nil), host(m.Grad(name))...)
+				}
+				grads = append(grads, gr)
+				bf = m
+			}
+			depth, layers := bf.Config.Vision.Depth, bf.Config.Text.NumHiddenLayers
+			r := towerRoundings(depth) + lmRoundings(layers) + 5*depth + 3 + 7*layers + 1
+			worst, changed := 0.0, false
+			for _, name := range paramNames(bf) {
+				gn, _ := relNorm(grads[0][name], grads[2][name])
+				require.LessOrEqual(t, gn, 2*math.Sqrt(float64(r))*u, name)
+				worst = max(worst, gn)
+				changed = changed || !slices.Equal(grads[1][name], grads[2][name])
+			}
+			require.True(t, changed, "the gradients are rounded")
+			t.Logf("gradients: largest ‖Δg‖/‖g‖ = %.2f·u (bound 2√(R+R') = %.2f)", worst/u, 2*math.Sqrt(float64(r)))
 		})
 	}
 }

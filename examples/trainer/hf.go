@@ -98,13 +98,14 @@ func (c Config) validateModelPath() error {
 	}
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
+	stage, _ := a.FSDP.Sharding() // checked by Validate
 	switch {
-	case a.Device == "cuda" && vl:
-		return keyErr("worker.actor.device", "is cuda %s of a Qwen2-VL checkpoint: the vision-language model runs on the host only (device=cpu); text models (Qwen2, Llama) run on cuda", why)
-	case a.Device == "cuda" && a.offloadOptimizer():
-		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s: the Hugging Face model's AdamW state stays on the device (offload is the built-in model's for now); set false", why)
-	case a.Device == "cuda" && a.dtypeName() != "float32":
-		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s: bf16 mixed precision of the Hugging Face model runs on the CPU only; set fp32", a.FSDP.MixedPrecisionDType, why)
+	case a.Device == "cuda" && vl && a.offloadOptimizer():
+		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s of a Qwen2-VL checkpoint: its AdamW state stays on the device (text models, Qwen2 and Llama, offload it); set false", why)
+	case a.Device == "cuda" && vl && a.dtypeName() != "float32":
+		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s of a Qwen2-VL checkpoint: bf16 mixed precision of its vision tower runs on the CPU only (text models, Qwen2 and Llama, run bf16 on the device); set fp32", a.FSDP.MixedPrecisionDType, why)
+	case a.Device == "cuda" && a.offloadOptimizer() && (stage != 0 || max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1):
+		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s and %d ranks, fsdp.sharding_strategy %q: the offloaded optimizer of the Hugging Face model runs on one rank without sharding (the sharded optimizer keeps its shard of the moments on each device); set false", why, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), a.FSDP.ShardingStrategy)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
 		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:
@@ -342,12 +343,16 @@ type textModel struct {
 	export   hfmodel.SaveOptions
 	lora     bool
 	modelDir string
+	offload  bool // offload.offload_optimizer on a device (offload.go)
 }
 
 // Training implements hfSession.training: the model's own AdamW (which repacks the weights),
 // on the host or on the model's device.
 func (m *textModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
 	if m.Backend() != tensor.CPU() {
+		if m.offload {
+			return m.offloadTraining(weightDecay)
+		}
 		opt, grads, err := m.Model.DeviceTraining(weightDecay)
 		if err != nil {
 			return nil, nil, nil, err
@@ -539,7 +544,8 @@ func openHF(cfg Config) (_ *hfSession[hfPrompt], err error) {
 		return nil, err
 	}
 	padded := !cfg.Worker.Actor.PaddingFree
-	m := &textModel{Model: model, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath}
+	m := &textModel{Model: model, gen: gen, tokDir: tokDir, export: exp, lora: mc.LoraRank > 0, modelDir: mc.ModelPath,
+		offload: cfg.Worker.Actor.Device == "cuda" && cfg.Worker.Actor.offloadOptimizer()}
 	s := &hfSession[hfPrompt]{
 		model:    model,
 		policy:   policyOf(model, gen, tok, padded),

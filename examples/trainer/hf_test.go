@@ -146,8 +146,7 @@ func TestModelPathRefusals(t *testing.T) {
 	model := tinyHF(t)
 	for _, c := range []struct{ set, key string }{
 		{"worker.actor.device=cuda", "worker.actor.device"}, // no -tags cuda: not compiled in
-		{"worker.actor.device=cuda worker.actor.fsdp.mixed_precision_dtype=bf16", "worker.actor.fsdp.mixed_precision_dtype"},
-		{"worker.actor.device=cuda worker.actor.offload.offload_optimizer=true", "worker.actor.offload.offload_optimizer"},
+		{"worker.actor.device=cuda worker.actor.fsdp.sharding_strategy=SHARD_GRAD_OP worker.actor.offload.offload_optimizer=true", "worker.actor.offload.offload_optimizer"},
 		{"training.n_gpus_per_node=2 worker.actor.model.lora_rank=4 worker.actor.model.lora_dropout=0.1", "worker.actor.model.lora_dropout"},
 		{"worker.reward.mdi_weight=1", "worker.reward.mdi_weight"},
 		{"optimization.enable_perception_filtering=true", "optimization.enable_perception_filtering"},

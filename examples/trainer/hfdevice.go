@@ -103,6 +103,9 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	if dev, ok := opt.(*hflm.DeviceAdamW); ok { // its moments live on the device
 		t.devOpt = dev
 	}
+	if off, ok := opt.(hfOffloaded); ok { // its masters and moments live on the host (offload.go)
+		t.off = off.off
+	}
 	if _, plain := own.(*hflm.DeviceGradients); !plain {
 		// An optimizer with its own gradient handling (one rank): keep it.
 		if world > 1 {

@@ -93,6 +93,9 @@ type hfTrainer[P any] struct {
 	// devOpt is the optimizer of a model on a device (worker.actor.device=cuda), whose moments
 	// live there: t.adam is its host copy, refreshed for a checkpoint.
 	devOpt *hflm.DeviceAdamW
+	// off holds the masters of a device model whose optimizer is offloaded
+	// (offload.offload_optimizer): t.adam is the host AdamW's own state.
+	off *loop.Offload
 }
 
 // newHFTrainer builds the RL loop of one rank: the session's perturbation (none for a text
@@ -245,6 +248,11 @@ func (t *hfTrainer[P]) setWeights(ps []loop.Param, ws [][]float32) error {
 			return err
 		}
 		copy(w, ws[i])
+	}
+	if t.off != nil { // the host masters follow the device's float32 weights (exact)
+		if err := t.off.Download(); err != nil {
+			return err
+		}
 	}
 	return t.s.model.Repack()
 }

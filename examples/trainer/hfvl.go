@@ -13,6 +13,7 @@ import (
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/examples/internal/vqa"
 	"github.com/mtrl-go/mtrl/examples/qwenvl"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -367,7 +368,16 @@ func (m *vlModel) Repack() error {
 	return m.Vision.Repack()
 }
 
+// training is the model's own AdamW (which repacks the weights), on the host or on the
+// model's device.
 func (m *vlModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
+	if m.Backend() != tensor.CPU() {
+		opt, grads, err := m.Model.DeviceTraining(weightDecay)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return opt, opt.AdamW, grads, nil
+	}
 	opt, grads, err := m.Model.Training(weightDecay)
 	if err != nil {
 		return nil, nil, nil, err
@@ -428,7 +438,7 @@ func vlPolicy(m *qwenvl.Model, proc *qwenvl.Processor, gen *hfmodel.GenerationCo
 // openHFVL opens a Qwen2-VL or Qwen2.5-VL checkpoint, its processor, tokenizer and chat
 // template, adds the adapters, freezes the tower when asked, and loads the prompts with their
 // images; the perturbed pass perturbs them with optimization.perturbation.
-func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
+func openHFVL(cfg Config) (_ *hfSession[vlPrompt], err error) {
 	mc := cfg.Worker.Actor.Model
 	key := func(err error) error { return keyErr("worker.actor.model.model_path", "%s: %v", mc.ModelPath, err) }
 	vc, err := qwenvl.LoadConfig(mc.ModelPath)
@@ -439,7 +449,16 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 	if err != nil {
 		return nil, err
 	}
-	model, err := qwenvl.LoadDir(mc.ModelPath)
+	backend, closeBackend, err := cfg.actorBackend() // worker.actor.device
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = closeBackend()
+		}
+	}()
+	model, err := qwenvl.LoadDirOn(mc.ModelPath, backend)
 	if err != nil {
 		return nil, key(err)
 	}
@@ -514,12 +533,13 @@ func openHFVL(cfg Config) (*hfSession[vlPrompt], error) {
 		val:      val,
 		export:   m.save,
 		perturb:  pert,
+		close:    closeBackend,
 	}
 	s.reference = func() (loop.Scorer[vlPrompt], error) {
 		if mc.LoraRank > 0 { // only adapters train: the reference is the model without them, no copy
 			return vlPolicy(model.Base(), proc, gen, tok), nil
 		}
-		base, err := qwenvl.LoadDir(mc.ModelPath) // trained in full: a second, frozen load
+		base, err := qwenvl.LoadDirOn(mc.ModelPath, backend) // trained in full: a second, frozen load
 		if err != nil {
 			return nil, key(err)
 		}

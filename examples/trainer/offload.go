@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/internal/vlm"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
@@ -96,4 +98,37 @@ func (t *Trainer) offloadTraining(m *vlm.Model, o *loop.AdamW, stage loop.Shardi
 		return nil, nil, err
 	}
 	return off.Gradients(hostGradients{g, t}), opt, nil
+}
+
+// hfOffloaded is the optimizer of a model_path model on the device with offload_optimizer:
+// loop.Offload's, whose host masters a loaded checkpoint must reach (hfTrainer.setWeights).
+type hfOffloaded struct {
+	loop.Optimizer
+	off *loop.Offload
+}
+
+// offloadTraining is the model_path model's training with the optimizer offloaded (one rank on
+// the device): the micro-batches' gradients sum on the device as without offload
+// (hflm.DeviceGradients) and come down once per mini-batch; AdamW steps float32 masters with
+// its moments in host memory (hflm.DeviceAdamW on the host); the weights go
+// up after each step and the model rebuilds what it derives from them (bf16 mode's copies).
+// The device keeps the weights (the float32 masters too in bf16 mode) and their gradients.
+func (m *textModel) offloadTraining(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
+	ps, err := m.Params()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	off, err := loop.NewOffload(ps)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	off.Zero = func(g *tensor.Tensor) error { return tensor.Axpby(g, g, 0, 0) }
+	off.Uploaded = m.Repack
+	// The device optimizer's ops (tensor.ClipGradNorm, tensor.AdamWStep) on the host masters:
+	// the CPU's arithmetic is the device kernels', so the steps are the non-offloaded run's.
+	opt, _, err := hflm.NewDeviceAdamW(off.Params(), weightDecay, func() error { return nil })
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return hfOffloaded{off.Optimizer(opt), off}, opt.AdamW, off.DeviceGradients(&hflm.DeviceGradients{Params: ps}), nil
 }

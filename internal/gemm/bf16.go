@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"encoding/binary"
 	"math"
 	"unsafe"
 
@@ -86,27 +87,43 @@ func PackTBF16[T ~uint16](rows, cols int, x []T) *PackedBF16 {
 }
 
 // PackTBF16Into is PackTBF16 into dst's storage when it is large enough (dst may be nil), for
-// callers that pack one block of a large matrix at a time.
+// callers that pack one block of a large matrix at a time. It writes every element of the
+// panels (the padding past cols and an odd last row's partner as zeros), so a reused buffer
+// needs no clearing, and fills each pair row from two rows of x at once, contiguously.
 func PackTBF16Into[T ~uint16](dst *PackedBF16, rows, cols int, x []T) *PackedBF16 {
 	kp := (rows + 1) / 2
 	np := (cols + Panel - 1) / Panel
 	var p *PackedBF16
 	if dst != nil && cap(dst.panels) >= np*kp*2*Panel {
 		p = &PackedBF16{N: cols, K: rows, panels: dst.panels[:np*kp*2*Panel]}
-		clear(p.panels) // the padding (past cols, an odd last row) must be zero
 	} else {
 		p = &PackedBF16{N: cols, K: rows, panels: make([]uint16, np*kp*2*Panel)}
 	}
+	xs := u16(x)
+	var zeros [Panel]uint16
 	parallel.For(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
-			dst := p.panels[q*kp*2*Panel : (q+1)*kp*2*Panel]
+			panel := p.panels[q*kp*2*Panel : (q+1)*kp*2*Panel]
 			w := min(Panel, cols-q*Panel)
-			for r := range rows {
-				src := x[r*cols+q*Panel : r*cols+q*Panel+w]
-				d := dst[(r/2)*2*Panel+r%2:]
-				for j, v := range src {
-					d[2*j] = uint16(v)
+			for pp := range kp {
+				x0 := xs[2*pp*cols+q*Panel : 2*pp*cols+q*Panel+w]
+				x1 := zeros[:w] // an odd last row's partner
+				if 2*pp+1 < rows {
+					x1 = xs[(2*pp+1)*cols+q*Panel : (2*pp+1)*cols+q*Panel+w]
 				}
+				x1 = x1[:len(x0)]
+				if littleEndian { // a pair as one 32-bit store
+					d := unsafe.Slice((*uint32)(unsafe.Pointer(&panel[pp*2*Panel])), len(x0))
+					for j, v := range x0 {
+						d[j] = uint32(v) | uint32(x1[j])<<16
+					}
+				} else {
+					d := panel[pp*2*Panel : pp*2*Panel+2*len(x0)]
+					for j, v := range x0 {
+						d[2*j], d[2*j+1] = v, x1[j]
+					}
+				}
+				clear(panel[pp*2*Panel+2*w : (pp+1)*2*Panel])
 			}
 		}
 	})
@@ -136,6 +153,9 @@ func MulRangeBF16[T ~uint16](m int, a []T, lda int, p *PackedBF16, n0, n1, k0, k
 	}
 	activeBF16().panels(m, u16(a), lda, p, n0, n1, k0, k1, c, ldc, acc)
 }
+
+// littleEndian: the low half of a uint32 is the first of its two uint16.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 func u16[T ~uint16](a []T) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(a))), len(a))

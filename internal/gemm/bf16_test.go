@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
+	"github.com/mtrl-go/mtrl/internal/cputime"
 )
 
 func TestAsmUpToDateBF16(t *testing.T) { asmcheck.UpToDate(t, "gemmbf16", "gemm") }
@@ -168,4 +169,25 @@ func TestPackTBF16(t *testing.T) {
 			t.Fatalf("panel element %d = %d, want %d", i, got.panels[i], want.panels[i])
 		}
 	}
+}
+
+// BenchmarkTileBF16L1 times the 6×64 VDPBF16PS micro-kernel alone on operands that stay in L1
+// (one A block of 6 rows and one pair-panel block, KBlockBF16 long, C accumulated): the
+// kernel's ceiling, against BenchmarkFMAPeak/avx512bf16's register-only peak; what MulBF16
+// loses below it is the memory hierarchy's and the loops'.
+func BenchmarkTileBF16L1(b *testing.B) {
+	k := bf16Impls.Active()
+	if k == nil {
+		b.Skip("no AVX512_BF16")
+	}
+	a := make([]uint16, MR*KBlockBF16)
+	panel := make([]uint16, KBlockBF16*Panel)
+	c := make([]float32, MR*Panel)
+	cpu0, _ := cputime.Process()
+	for b.Loop() {
+		for range 1000 {
+			k.tile[MR](KBlockBF16/2, &a[0], KBlockBF16, &panel[0], 2*Panel, &c[0], Panel, true)
+		}
+	}
+	reportCPU(b, cpu0, 2*MR*Panel*KBlockBF16*1000*float64(b.N))
 }

@@ -4,11 +4,11 @@
 // transpose: it is done once per weight (and again after an optimizer step), never per call.
 //
 // Mul splits the panels over the cores (internal/parallel). For each panel it walks K in blocks
-// of KBlock rows (the panel block, 32 KiB, stays in L1) and, for every group of up to six rows
-// of A, calls a register-blocked micro-kernel that keeps the 6×64 tile of C in registers:
-// generated with avo (internal/asmgen, gemm family) for AVX-512 (one call per 64 columns) and
-// AVX2 with FMA (four calls of 16 columns), with a pure-Go twin of the same loops where neither
-// is available. A row of C is summed over each K block in ascending order (FMAs in the vector
+// of KBlock rows (the panel block, 32 KiB, stays in L1) and, for every group of up to seven rows
+// of A (six on AVX2), calls a register-blocked micro-kernel that keeps the 7×64 tile of C in
+// registers and prefetches it before it adds into it: generated with avo (internal/asmgen, gemm
+// family) for AVX-512 (one call per 64 columns) and AVX2 with FMA (four calls of 16 columns),
+// with a pure-Go twin of the same loops where neither is available. A row of C is summed over each K block in ascending order (FMAs in the vector
 // kernels) and the blocks are added in order, so results do not depend on GOMAXPROCS; they
 // differ from a plain float32 dot product in the last bits. For at most DecodeRows rows of A
 // (decode) each goroutine walks its panels one at a time over all of K: one contiguous stream of

@@ -69,3 +69,8 @@ func gemm6x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, l
 
 // fmaPeakAVX2 runs n rounds of 12 independent register FMAs (192 flops per round).
 func fmaPeakAVX2(n int)
+
+// gemm7x64AVX512 computes the 7x64 tile C = A·B (or C += A·B when acc): A is 7 rows of k
+// float32 with row stride lda, B is k rows of 64 float32 with row stride ldb, C has row stride
+// ldc (strides in elements). Each element is one sum over k in ascending order, with FMAs.
+func gemm7x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)

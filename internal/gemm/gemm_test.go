@@ -63,6 +63,37 @@ func TestMul(t *testing.T) {
 	}
 }
 
+// TestMulRowsIndependent: a row of c has the same bits whichever row group and kernel computes
+// it (7-row groups where there is a 7-row kernel, 6, 1…5 and the pure-Go tile elsewhere; decode's
+// panel-major walk or prefill's M blocks): each element is one chain over each K block, the
+// blocks added in order. Mul of all rows is compared with Mul of one row at a time.
+func TestMulRowsIndependent(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, name := range Impls() {
+		for _, m := range []int{7, 8, 13, 14, 33, 40, 203} {
+			defer Use(name)()
+			n, k := 130, 300
+			a, w := make([]float32, m*k), make([]float32, n*k)
+			for _, v := range [][]float32{a, w} {
+				for i := range v {
+					v[i] = float32(r.NormFloat64())
+				}
+			}
+			p := PackF32(n, k, w)
+			got, one := make([]float32, m*n), make([]float32, n)
+			Mul(m, a, k, p, got, n, false)
+			for i := range m {
+				Mul(1, a[i*k:], k, p, one, n, false)
+				for j := range n {
+					if math.Float32bits(got[i*n+j]) != math.Float32bits(one[j]) {
+						t.Fatalf("%s, m = %d: c[%d,%d] = %v, alone %v", name, m, i, j, got[i*n+j], one[j])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMulRange checks a sub-block of rows and columns of W against the same block of Mul's full
 // product computed from a sliced weight.
 func TestMulRange(t *testing.T) {
