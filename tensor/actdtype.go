@@ -14,7 +14,8 @@ import (
 // weight and bias, embedding table) are float32 or the activations' dtype; parameter gradients
 // are float32. The arithmetic is the float32 op's: on the host a bfloat16 op widens its inputs a
 // block at a time into float32 scratch, runs the float32 kernel on the block and rounds each
-// output to nearest even once, at the store.
+// output to nearest even once, at the store (the ops with vector kernels of their own, in
+// norm_cpu.go, rope_cpu.go and activation_cpu.go, widen and round inside them instead).
 
 // checkActs checks that the non-nil activations ts share one dtype, float32 or bfloat16, and
 // returns it (0 when all are nil).

@@ -125,6 +125,12 @@ func elementwiseHost(nOut int, ts []*Tensor, kernel func(v [][]float32)) {
 	})
 }
 
+// bf16Of returns a host bfloat16 tensor's elements.
+func bf16Of(t *Tensor) []BF16 {
+	b, _ := t.BF16s()
+	return b
+}
+
 func checkActivation(op string, a Activation) error {
 	if _, ok := activationNames[a]; !ok {
 		return Errorf(ErrParam, op, "a", "unknown activation %d", int(a))
@@ -132,10 +138,10 @@ func checkActivation(op string, a Activation) error {
 	return nil
 }
 
-// Activate writes y = a(x) elementwise in float32 (on the CPU, SiLU and QuickGELU with a float32
-// exp, as AVX-512/AVX2 kernels equal to the Go loops bit for bit; GELU and GELUTanh evaluated
-// in float64). y and x are float32 or both bfloat16 (y rounded
-// once from the float32 result on the widened x). y may be x.
+// Activate writes y = a(x) elementwise in float32 (on the CPU with a float32 exp, and GELU's
+// erf in float32 arithmetic, as AVX-512/AVX2 kernels equal to the Go loops bit for bit). y and
+// x are float32 or both bfloat16 (y rounded once from the float32 result on the widened x).
+// y may be x.
 func Activate(y, x *Tensor, a Activation) error {
 	const op = "tensor.Activate"
 	if err := checkActivation(op, a); err != nil {
@@ -148,6 +154,9 @@ func Activate(y, x *Tensor, a Activation) error {
 		return k.Activate(y, x, a)
 	}
 	return OnHost(1, []*Tensor{y, x}, func(h []*Tensor) error {
+		if h[0].dtype == BFloat16 && activateBF16(a, bf16Of(h[1]), bf16Of(h[0])) {
+			return nil
+		}
 		elementwiseHost(1, h, func(v [][]float32) { activateCPU(a, v[1], v[0]) })
 		return nil
 	})
@@ -174,6 +183,9 @@ func ActivateBackward(dx *Tensor, in ActivationGrad) error {
 		return k.ActivateBackward(dx, in)
 	}
 	return OnHost(1, []*Tensor{dx, in.X, in.DY}, func(h []*Tensor) error {
+		if h[0].dtype == BFloat16 && activateBackwardBF16(in.Activation, bf16Of(h[1]), bf16Of(h[2]), bf16Of(h[0])) {
+			return nil
+		}
 		elementwiseHost(1, h, func(v [][]float32) { activateBackwardCPU(in.Activation, v[1], v[2], v[0]) })
 		return nil
 	})
@@ -190,6 +202,9 @@ func SwiGLU(y, gate, up *Tensor) error {
 		return k.SwiGLU(y, gate, up)
 	}
 	return OnHost(1, []*Tensor{y, gate, up}, func(h []*Tensor) error {
+		if h[0].dtype == BFloat16 && swiGLUBF16(bf16Of(h[1]), bf16Of(h[2]), bf16Of(h[0])) {
+			return nil
+		}
 		elementwiseHost(1, h, func(v [][]float32) { swiGLUCPU(v[1], v[2], v[0]) })
 		return nil
 	})
@@ -211,6 +226,9 @@ func SwiGLUBackward(dgate, dup *Tensor, in SwiGLUGrad) error {
 		return k.SwiGLUBackward(dgate, dup, in)
 	}
 	return OnHost(2, []*Tensor{dgate, dup, in.Gate, in.Up, in.DY}, func(h []*Tensor) error {
+		if h[0].dtype == BFloat16 && swiGLUBackwardBF16(bf16Of(h[2]), bf16Of(h[3]), bf16Of(h[4]), bf16Of(h[0]), bf16Of(h[1])) {
+			return nil
+		}
 		elementwiseHost(2, h, func(v [][]float32) { swiGLUBackwardCPU(v[2], v[3], v[4], v[0], v[1]) })
 		return nil
 	})

@@ -228,7 +228,359 @@ DATA actconst<>+880(SB)/4, $0x80000000
 DATA actconst<>+884(SB)/4, $0x80000000
 DATA actconst<>+888(SB)/4, $0x80000000
 DATA actconst<>+892(SB)/4, $0x80000000
-GLOBL actconst<>(SB), RODATA|NOPTR, $896
+DATA actconst<>+896(SB)/4, $0x00000000
+DATA actconst<>+900(SB)/4, $0x00000000
+DATA actconst<>+904(SB)/4, $0x00000000
+DATA actconst<>+908(SB)/4, $0x00000000
+DATA actconst<>+912(SB)/4, $0x00000000
+DATA actconst<>+916(SB)/4, $0x00000000
+DATA actconst<>+920(SB)/4, $0x00000000
+DATA actconst<>+924(SB)/4, $0x00000000
+DATA actconst<>+928(SB)/4, $0x00000000
+DATA actconst<>+932(SB)/4, $0x00000000
+DATA actconst<>+936(SB)/4, $0x00000000
+DATA actconst<>+940(SB)/4, $0x00000000
+DATA actconst<>+944(SB)/4, $0x00000000
+DATA actconst<>+948(SB)/4, $0x00000000
+DATA actconst<>+952(SB)/4, $0x00000000
+DATA actconst<>+956(SB)/4, $0x00000000
+DATA actconst<>+960(SB)/4, $0x7fffffff
+DATA actconst<>+964(SB)/4, $0x7fffffff
+DATA actconst<>+968(SB)/4, $0x7fffffff
+DATA actconst<>+972(SB)/4, $0x7fffffff
+DATA actconst<>+976(SB)/4, $0x7fffffff
+DATA actconst<>+980(SB)/4, $0x7fffffff
+DATA actconst<>+984(SB)/4, $0x7fffffff
+DATA actconst<>+988(SB)/4, $0x7fffffff
+DATA actconst<>+992(SB)/4, $0x7fffffff
+DATA actconst<>+996(SB)/4, $0x7fffffff
+DATA actconst<>+1000(SB)/4, $0x7fffffff
+DATA actconst<>+1004(SB)/4, $0x7fffffff
+DATA actconst<>+1008(SB)/4, $0x7fffffff
+DATA actconst<>+1012(SB)/4, $0x7fffffff
+DATA actconst<>+1016(SB)/4, $0x7fffffff
+DATA actconst<>+1020(SB)/4, $0x7fffffff
+DATA actconst<>+1024(SB)/4, $0x40000000
+DATA actconst<>+1028(SB)/4, $0x40000000
+DATA actconst<>+1032(SB)/4, $0x40000000
+DATA actconst<>+1036(SB)/4, $0x40000000
+DATA actconst<>+1040(SB)/4, $0x40000000
+DATA actconst<>+1044(SB)/4, $0x40000000
+DATA actconst<>+1048(SB)/4, $0x40000000
+DATA actconst<>+1052(SB)/4, $0x40000000
+DATA actconst<>+1056(SB)/4, $0x40000000
+DATA actconst<>+1060(SB)/4, $0x40000000
+DATA actconst<>+1064(SB)/4, $0x40000000
+DATA actconst<>+1068(SB)/4, $0x40000000
+DATA actconst<>+1072(SB)/4, $0x40000000
+DATA actconst<>+1076(SB)/4, $0x40000000
+DATA actconst<>+1080(SB)/4, $0x40000000
+DATA actconst<>+1084(SB)/4, $0x40000000
+DATA actconst<>+1088(SB)/4, $0xbf000000
+DATA actconst<>+1092(SB)/4, $0xbf000000
+DATA actconst<>+1096(SB)/4, $0xbf000000
+DATA actconst<>+1100(SB)/4, $0xbf000000
+DATA actconst<>+1104(SB)/4, $0xbf000000
+DATA actconst<>+1108(SB)/4, $0xbf000000
+DATA actconst<>+1112(SB)/4, $0xbf000000
+DATA actconst<>+1116(SB)/4, $0xbf000000
+DATA actconst<>+1120(SB)/4, $0xbf000000
+DATA actconst<>+1124(SB)/4, $0xbf000000
+DATA actconst<>+1128(SB)/4, $0xbf000000
+DATA actconst<>+1132(SB)/4, $0xbf000000
+DATA actconst<>+1136(SB)/4, $0xbf000000
+DATA actconst<>+1140(SB)/4, $0xbf000000
+DATA actconst<>+1144(SB)/4, $0xbf000000
+DATA actconst<>+1148(SB)/4, $0xbf000000
+DATA actconst<>+1152(SB)/4, $0xbf3504f3
+DATA actconst<>+1156(SB)/4, $0xbf3504f3
+DATA actconst<>+1160(SB)/4, $0xbf3504f3
+DATA actconst<>+1164(SB)/4, $0xbf3504f3
+DATA actconst<>+1168(SB)/4, $0xbf3504f3
+DATA actconst<>+1172(SB)/4, $0xbf3504f3
+DATA actconst<>+1176(SB)/4, $0xbf3504f3
+DATA actconst<>+1180(SB)/4, $0xbf3504f3
+DATA actconst<>+1184(SB)/4, $0xbf3504f3
+DATA actconst<>+1188(SB)/4, $0xbf3504f3
+DATA actconst<>+1192(SB)/4, $0xbf3504f3
+DATA actconst<>+1196(SB)/4, $0xbf3504f3
+DATA actconst<>+1200(SB)/4, $0xbf3504f3
+DATA actconst<>+1204(SB)/4, $0xbf3504f3
+DATA actconst<>+1208(SB)/4, $0xbf3504f3
+DATA actconst<>+1212(SB)/4, $0xbf3504f3
+DATA actconst<>+1216(SB)/4, $0x3ecc422a
+DATA actconst<>+1220(SB)/4, $0x3ecc422a
+DATA actconst<>+1224(SB)/4, $0x3ecc422a
+DATA actconst<>+1228(SB)/4, $0x3ecc422a
+DATA actconst<>+1232(SB)/4, $0x3ecc422a
+DATA actconst<>+1236(SB)/4, $0x3ecc422a
+DATA actconst<>+1240(SB)/4, $0x3ecc422a
+DATA actconst<>+1244(SB)/4, $0x3ecc422a
+DATA actconst<>+1248(SB)/4, $0x3ecc422a
+DATA actconst<>+1252(SB)/4, $0x3ecc422a
+DATA actconst<>+1256(SB)/4, $0x3ecc422a
+DATA actconst<>+1260(SB)/4, $0x3ecc422a
+DATA actconst<>+1264(SB)/4, $0x3ecc422a
+DATA actconst<>+1268(SB)/4, $0x3ecc422a
+DATA actconst<>+1272(SB)/4, $0x3ecc422a
+DATA actconst<>+1276(SB)/4, $0x3ecc422a
+DATA actconst<>+1280(SB)/4, $0x3fcc422a
+DATA actconst<>+1284(SB)/4, $0x3fcc422a
+DATA actconst<>+1288(SB)/4, $0x3fcc422a
+DATA actconst<>+1292(SB)/4, $0x3fcc422a
+DATA actconst<>+1296(SB)/4, $0x3fcc422a
+DATA actconst<>+1300(SB)/4, $0x3fcc422a
+DATA actconst<>+1304(SB)/4, $0x3fcc422a
+DATA actconst<>+1308(SB)/4, $0x3fcc422a
+DATA actconst<>+1312(SB)/4, $0x3fcc422a
+DATA actconst<>+1316(SB)/4, $0x3fcc422a
+DATA actconst<>+1320(SB)/4, $0x3fcc422a
+DATA actconst<>+1324(SB)/4, $0x3fcc422a
+DATA actconst<>+1328(SB)/4, $0x3fcc422a
+DATA actconst<>+1332(SB)/4, $0x3fcc422a
+DATA actconst<>+1336(SB)/4, $0x3fcc422a
+DATA actconst<>+1340(SB)/4, $0x3fcc422a
+DATA actconst<>+1344(SB)/4, $0x3d372713
+DATA actconst<>+1348(SB)/4, $0x3d372713
+DATA actconst<>+1352(SB)/4, $0x3d372713
+DATA actconst<>+1356(SB)/4, $0x3d372713
+DATA actconst<>+1360(SB)/4, $0x3d372713
+DATA actconst<>+1364(SB)/4, $0x3d372713
+DATA actconst<>+1368(SB)/4, $0x3d372713
+DATA actconst<>+1372(SB)/4, $0x3d372713
+DATA actconst<>+1376(SB)/4, $0x3d372713
+DATA actconst<>+1380(SB)/4, $0x3d372713
+DATA actconst<>+1384(SB)/4, $0x3d372713
+DATA actconst<>+1388(SB)/4, $0x3d372713
+DATA actconst<>+1392(SB)/4, $0x3d372713
+DATA actconst<>+1396(SB)/4, $0x3d372713
+DATA actconst<>+1400(SB)/4, $0x3d372713
+DATA actconst<>+1404(SB)/4, $0x3d372713
+DATA actconst<>+1408(SB)/4, $0x3e095d4f
+DATA actconst<>+1412(SB)/4, $0x3e095d4f
+DATA actconst<>+1416(SB)/4, $0x3e095d4f
+DATA actconst<>+1420(SB)/4, $0x3e095d4f
+DATA actconst<>+1424(SB)/4, $0x3e095d4f
+DATA actconst<>+1428(SB)/4, $0x3e095d4f
+DATA actconst<>+1432(SB)/4, $0x3e095d4f
+DATA actconst<>+1436(SB)/4, $0x3e095d4f
+DATA actconst<>+1440(SB)/4, $0x3e095d4f
+DATA actconst<>+1444(SB)/4, $0x3e095d4f
+DATA actconst<>+1448(SB)/4, $0x3e095d4f
+DATA actconst<>+1452(SB)/4, $0x3e095d4f
+DATA actconst<>+1456(SB)/4, $0x3e095d4f
+DATA actconst<>+1460(SB)/4, $0x3e095d4f
+DATA actconst<>+1464(SB)/4, $0x3e095d4f
+DATA actconst<>+1468(SB)/4, $0x3e095d4f
+DATA actconst<>+1472(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1476(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1480(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1484(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1488(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1492(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1496(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1500(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1504(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1508(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1512(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1516(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1520(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1524(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1528(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1532(SB)/4, $0xbfa1fc4e
+DATA actconst<>+1536(SB)/4, $0x3f8000c7
+DATA actconst<>+1540(SB)/4, $0x3f8000c7
+DATA actconst<>+1544(SB)/4, $0x3f8000c7
+DATA actconst<>+1548(SB)/4, $0x3f8000c7
+DATA actconst<>+1552(SB)/4, $0x3f8000c7
+DATA actconst<>+1556(SB)/4, $0x3f8000c7
+DATA actconst<>+1560(SB)/4, $0x3f8000c7
+DATA actconst<>+1564(SB)/4, $0x3f8000c7
+DATA actconst<>+1568(SB)/4, $0x3f8000c7
+DATA actconst<>+1572(SB)/4, $0x3f8000c7
+DATA actconst<>+1576(SB)/4, $0x3f8000c7
+DATA actconst<>+1580(SB)/4, $0x3f8000c7
+DATA actconst<>+1584(SB)/4, $0x3f8000c7
+DATA actconst<>+1588(SB)/4, $0x3f8000c7
+DATA actconst<>+1592(SB)/4, $0x3f8000c7
+DATA actconst<>+1596(SB)/4, $0x3f8000c7
+DATA actconst<>+1600(SB)/4, $0x3ebf88fb
+DATA actconst<>+1604(SB)/4, $0x3ebf88fb
+DATA actconst<>+1608(SB)/4, $0x3ebf88fb
+DATA actconst<>+1612(SB)/4, $0x3ebf88fb
+DATA actconst<>+1616(SB)/4, $0x3ebf88fb
+DATA actconst<>+1620(SB)/4, $0x3ebf88fb
+DATA actconst<>+1624(SB)/4, $0x3ebf88fb
+DATA actconst<>+1628(SB)/4, $0x3ebf88fb
+DATA actconst<>+1632(SB)/4, $0x3ebf88fb
+DATA actconst<>+1636(SB)/4, $0x3ebf88fb
+DATA actconst<>+1640(SB)/4, $0x3ebf88fb
+DATA actconst<>+1644(SB)/4, $0x3ebf88fb
+DATA actconst<>+1648(SB)/4, $0x3ebf88fb
+DATA actconst<>+1652(SB)/4, $0x3ebf88fb
+DATA actconst<>+1656(SB)/4, $0x3ebf88fb
+DATA actconst<>+1660(SB)/4, $0x3ebf88fb
+DATA actconst<>+1664(SB)/4, $0x3dc636c9
+DATA actconst<>+1668(SB)/4, $0x3dc636c9
+DATA actconst<>+1672(SB)/4, $0x3dc636c9
+DATA actconst<>+1676(SB)/4, $0x3dc636c9
+DATA actconst<>+1680(SB)/4, $0x3dc636c9
+DATA actconst<>+1684(SB)/4, $0x3dc636c9
+DATA actconst<>+1688(SB)/4, $0x3dc636c9
+DATA actconst<>+1692(SB)/4, $0x3dc636c9
+DATA actconst<>+1696(SB)/4, $0x3dc636c9
+DATA actconst<>+1700(SB)/4, $0x3dc636c9
+DATA actconst<>+1704(SB)/4, $0x3dc636c9
+DATA actconst<>+1708(SB)/4, $0x3dc636c9
+DATA actconst<>+1712(SB)/4, $0x3dc636c9
+DATA actconst<>+1716(SB)/4, $0x3dc636c9
+DATA actconst<>+1720(SB)/4, $0x3dc636c9
+DATA actconst<>+1724(SB)/4, $0x3dc636c9
+DATA actconst<>+1728(SB)/4, $0xbe3ec24c
+DATA actconst<>+1732(SB)/4, $0xbe3ec24c
+DATA actconst<>+1736(SB)/4, $0xbe3ec24c
+DATA actconst<>+1740(SB)/4, $0xbe3ec24c
+DATA actconst<>+1744(SB)/4, $0xbe3ec24c
+DATA actconst<>+1748(SB)/4, $0xbe3ec24c
+DATA actconst<>+1752(SB)/4, $0xbe3ec24c
+DATA actconst<>+1756(SB)/4, $0xbe3ec24c
+DATA actconst<>+1760(SB)/4, $0xbe3ec24c
+DATA actconst<>+1764(SB)/4, $0xbe3ec24c
+DATA actconst<>+1768(SB)/4, $0xbe3ec24c
+DATA actconst<>+1772(SB)/4, $0xbe3ec24c
+DATA actconst<>+1776(SB)/4, $0xbe3ec24c
+DATA actconst<>+1780(SB)/4, $0xbe3ec24c
+DATA actconst<>+1784(SB)/4, $0xbe3ec24c
+DATA actconst<>+1788(SB)/4, $0xbe3ec24c
+DATA actconst<>+1792(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1796(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1800(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1804(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1808(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1812(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1816(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1820(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1824(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1828(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1832(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1836(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1840(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1844(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1848(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1852(SB)/4, $0x3e8ec7cc
+DATA actconst<>+1856(SB)/4, $0xbf914e5d
+DATA actconst<>+1860(SB)/4, $0xbf914e5d
+DATA actconst<>+1864(SB)/4, $0xbf914e5d
+DATA actconst<>+1868(SB)/4, $0xbf914e5d
+DATA actconst<>+1872(SB)/4, $0xbf914e5d
+DATA actconst<>+1876(SB)/4, $0xbf914e5d
+DATA actconst<>+1880(SB)/4, $0xbf914e5d
+DATA actconst<>+1884(SB)/4, $0xbf914e5d
+DATA actconst<>+1888(SB)/4, $0xbf914e5d
+DATA actconst<>+1892(SB)/4, $0xbf914e5d
+DATA actconst<>+1896(SB)/4, $0xbf914e5d
+DATA actconst<>+1900(SB)/4, $0xbf914e5d
+DATA actconst<>+1904(SB)/4, $0xbf914e5d
+DATA actconst<>+1908(SB)/4, $0xbf914e5d
+DATA actconst<>+1912(SB)/4, $0xbf914e5d
+DATA actconst<>+1916(SB)/4, $0xbf914e5d
+DATA actconst<>+1920(SB)/4, $0x3fbe87b0
+DATA actconst<>+1924(SB)/4, $0x3fbe87b0
+DATA actconst<>+1928(SB)/4, $0x3fbe87b0
+DATA actconst<>+1932(SB)/4, $0x3fbe87b0
+DATA actconst<>+1936(SB)/4, $0x3fbe87b0
+DATA actconst<>+1940(SB)/4, $0x3fbe87b0
+DATA actconst<>+1944(SB)/4, $0x3fbe87b0
+DATA actconst<>+1948(SB)/4, $0x3fbe87b0
+DATA actconst<>+1952(SB)/4, $0x3fbe87b0
+DATA actconst<>+1956(SB)/4, $0x3fbe87b0
+DATA actconst<>+1960(SB)/4, $0x3fbe87b0
+DATA actconst<>+1964(SB)/4, $0x3fbe87b0
+DATA actconst<>+1968(SB)/4, $0x3fbe87b0
+DATA actconst<>+1972(SB)/4, $0x3fbe87b0
+DATA actconst<>+1976(SB)/4, $0x3fbe87b0
+DATA actconst<>+1980(SB)/4, $0x3fbe87b0
+DATA actconst<>+1984(SB)/4, $0xbf527892
+DATA actconst<>+1988(SB)/4, $0xbf527892
+DATA actconst<>+1992(SB)/4, $0xbf527892
+DATA actconst<>+1996(SB)/4, $0xbf527892
+DATA actconst<>+2000(SB)/4, $0xbf527892
+DATA actconst<>+2004(SB)/4, $0xbf527892
+DATA actconst<>+2008(SB)/4, $0xbf527892
+DATA actconst<>+2012(SB)/4, $0xbf527892
+DATA actconst<>+2016(SB)/4, $0xbf527892
+DATA actconst<>+2020(SB)/4, $0xbf527892
+DATA actconst<>+2024(SB)/4, $0xbf527892
+DATA actconst<>+2028(SB)/4, $0xbf527892
+DATA actconst<>+2032(SB)/4, $0xbf527892
+DATA actconst<>+2036(SB)/4, $0xbf527892
+DATA actconst<>+2040(SB)/4, $0xbf527892
+DATA actconst<>+2044(SB)/4, $0xbf527892
+DATA actconst<>+2048(SB)/4, $0x3e2ef945
+DATA actconst<>+2052(SB)/4, $0x3e2ef945
+DATA actconst<>+2056(SB)/4, $0x3e2ef945
+DATA actconst<>+2060(SB)/4, $0x3e2ef945
+DATA actconst<>+2064(SB)/4, $0x3e2ef945
+DATA actconst<>+2068(SB)/4, $0x3e2ef945
+DATA actconst<>+2072(SB)/4, $0x3e2ef945
+DATA actconst<>+2076(SB)/4, $0x3e2ef945
+DATA actconst<>+2080(SB)/4, $0x3e2ef945
+DATA actconst<>+2084(SB)/4, $0x3e2ef945
+DATA actconst<>+2088(SB)/4, $0x3e2ef945
+DATA actconst<>+2092(SB)/4, $0x3e2ef945
+DATA actconst<>+2096(SB)/4, $0x3e2ef945
+DATA actconst<>+2100(SB)/4, $0x3e2ef945
+DATA actconst<>+2104(SB)/4, $0x3e2ef945
+DATA actconst<>+2108(SB)/4, $0x3e2ef945
+DATA actconst<>+2112(SB)/4, $0x00007fff
+DATA actconst<>+2116(SB)/4, $0x00007fff
+DATA actconst<>+2120(SB)/4, $0x00007fff
+DATA actconst<>+2124(SB)/4, $0x00007fff
+DATA actconst<>+2128(SB)/4, $0x00007fff
+DATA actconst<>+2132(SB)/4, $0x00007fff
+DATA actconst<>+2136(SB)/4, $0x00007fff
+DATA actconst<>+2140(SB)/4, $0x00007fff
+DATA actconst<>+2144(SB)/4, $0x00007fff
+DATA actconst<>+2148(SB)/4, $0x00007fff
+DATA actconst<>+2152(SB)/4, $0x00007fff
+DATA actconst<>+2156(SB)/4, $0x00007fff
+DATA actconst<>+2160(SB)/4, $0x00007fff
+DATA actconst<>+2164(SB)/4, $0x00007fff
+DATA actconst<>+2168(SB)/4, $0x00007fff
+DATA actconst<>+2172(SB)/4, $0x00007fff
+DATA actconst<>+2176(SB)/4, $0x00000001
+DATA actconst<>+2180(SB)/4, $0x00000001
+DATA actconst<>+2184(SB)/4, $0x00000001
+DATA actconst<>+2188(SB)/4, $0x00000001
+DATA actconst<>+2192(SB)/4, $0x00000001
+DATA actconst<>+2196(SB)/4, $0x00000001
+DATA actconst<>+2200(SB)/4, $0x00000001
+DATA actconst<>+2204(SB)/4, $0x00000001
+DATA actconst<>+2208(SB)/4, $0x00000001
+DATA actconst<>+2212(SB)/4, $0x00000001
+DATA actconst<>+2216(SB)/4, $0x00000001
+DATA actconst<>+2220(SB)/4, $0x00000001
+DATA actconst<>+2224(SB)/4, $0x00000001
+DATA actconst<>+2228(SB)/4, $0x00000001
+DATA actconst<>+2232(SB)/4, $0x00000001
+DATA actconst<>+2236(SB)/4, $0x00000001
+DATA actconst<>+2240(SB)/4, $0x00000040
+DATA actconst<>+2244(SB)/4, $0x00000040
+DATA actconst<>+2248(SB)/4, $0x00000040
+DATA actconst<>+2252(SB)/4, $0x00000040
+DATA actconst<>+2256(SB)/4, $0x00000040
+DATA actconst<>+2260(SB)/4, $0x00000040
+DATA actconst<>+2264(SB)/4, $0x00000040
+DATA actconst<>+2268(SB)/4, $0x00000040
+DATA actconst<>+2272(SB)/4, $0x00000040
+DATA actconst<>+2276(SB)/4, $0x00000040
+DATA actconst<>+2280(SB)/4, $0x00000040
+DATA actconst<>+2284(SB)/4, $0x00000040
+DATA actconst<>+2288(SB)/4, $0x00000040
+DATA actconst<>+2292(SB)/4, $0x00000040
+DATA actconst<>+2296(SB)/4, $0x00000040
+DATA actconst<>+2300(SB)/4, $0x00000040
+GLOBL actconst<>(SB), RODATA|NOPTR, $2304
 
 // func actFwdAVX512(y []float32, x []float32, beta float32) (big int32)
 // Requires: AVX, AVX512DQ, AVX512F, SSE
@@ -255,88 +607,6 @@ TEXT ·actFwdAVX512(SB), NOSPLIT, $0-60
 	VBROADCASTSS actconst<>+640(SB), Z15
 
 actFwdAVX512_loop:
-	CMPQ        DX, $0x00000020
-	JB          actFwdAVX512_one
-	VMOVUPS     (CX), Z16
-	VMULPS      Z16, Z0, Z17
-	VXORPS      Z14, Z17, Z17
-	VMAXPS      Z15, Z17, Z15
-	VMULPS      Z1, Z17, Z18
-	VADDPS      Z2, Z18, Z18
-	VRNDSCALEPS $0x09, Z18, Z18
-	VMULPS      Z3, Z18, Z19
-	VSUBPS      Z19, Z17, Z19
-	VMULPS      Z4, Z18, Z20
-	VSUBPS      Z20, Z19, Z19
-	VMULPS      Z5, Z19, Z20
-	VADDPS      Z6, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z7, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z8, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z9, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z2, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z10, Z20, Z20
-	VMULPS      Z20, Z19, Z19
-	VADDPS      Z10, Z19, Z19
-	VCVTTPS2DQ  Z18, Z18
-	VPADDD      Z13, Z18, Z18
-	VPSLLD      $0x17, Z18, Z18
-	VMULPS      Z18, Z19, Z18
-	VCMPPS      $0x11, Z11, Z17, K1
-	VXORPS      Z17, Z17, Z17
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z17, Z18, K1, Z18
-	VADDPS      Z10, Z18, Z17
-	VDIVPS      Z17, Z10, Z17
-	VMULPS      Z17, Z16, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     64(CX), Z16
-	VMULPS      Z16, Z0, Z17
-	VXORPS      Z14, Z17, Z17
-	VMAXPS      Z15, Z17, Z15
-	VMULPS      Z1, Z17, Z18
-	VADDPS      Z2, Z18, Z18
-	VRNDSCALEPS $0x09, Z18, Z18
-	VMULPS      Z3, Z18, Z19
-	VSUBPS      Z19, Z17, Z19
-	VMULPS      Z4, Z18, Z20
-	VSUBPS      Z20, Z19, Z19
-	VMULPS      Z5, Z19, Z20
-	VADDPS      Z6, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z7, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z8, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z9, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z2, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z10, Z20, Z20
-	VMULPS      Z20, Z19, Z19
-	VADDPS      Z10, Z19, Z19
-	VCVTTPS2DQ  Z18, Z18
-	VPADDD      Z13, Z18, Z18
-	VPSLLD      $0x17, Z18, Z18
-	VMULPS      Z18, Z19, Z18
-	VCMPPS      $0x11, Z11, Z17, K1
-	VXORPS      Z17, Z17, Z17
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z17, Z18, K1, Z18
-	VADDPS      Z10, Z18, Z17
-	VDIVPS      Z17, Z10, Z17
-	VMULPS      Z17, Z16, Z16
-	VMOVUPS     Z16, 64(AX)
-	ADDQ        $0x00000080, AX
-	ADDQ        $0x00000080, CX
-	SUBQ        $0x00000020, DX
-	JMP         actFwdAVX512_loop
-
-actFwdAVX512_one:
 	CMPQ        DX, $0x00000010
 	JB          actFwdAVX512_done
 	VMOVUPS     (CX), Z16
@@ -379,7 +649,7 @@ actFwdAVX512_one:
 	ADDQ        $0x00000040, AX
 	ADDQ        $0x00000040, CX
 	SUBQ        $0x00000010, DX
-	JMP         actFwdAVX512_one
+	JMP         actFwdAVX512_loop
 
 actFwdAVX512_done:
 	VCMPPS $0x1e, Z12, Z15, K1
@@ -414,107 +684,6 @@ TEXT ·actBwdAVX512(SB), NOSPLIT, $0-84
 	VBROADCASTSS actconst<>+640(SB), Z15
 
 actBwdAVX512_loop:
-	CMPQ        BX, $0x00000020
-	JB          actBwdAVX512_one
-	VMOVUPS     (CX), Z16
-	VMULPS      Z16, Z0, Z16
-	VXORPS      Z14, Z16, Z17
-	VMAXPS      Z15, Z17, Z15
-	VMULPS      Z1, Z17, Z18
-	VADDPS      Z2, Z18, Z18
-	VRNDSCALEPS $0x09, Z18, Z18
-	VMULPS      Z3, Z18, Z19
-	VSUBPS      Z19, Z17, Z19
-	VMULPS      Z4, Z18, Z20
-	VSUBPS      Z20, Z19, Z19
-	VMULPS      Z5, Z19, Z20
-	VADDPS      Z6, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z7, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z8, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z9, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z2, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z10, Z20, Z20
-	VMULPS      Z20, Z19, Z19
-	VADDPS      Z10, Z19, Z19
-	VCVTTPS2DQ  Z18, Z18
-	VPADDD      Z13, Z18, Z18
-	VPSLLD      $0x17, Z18, Z18
-	VMULPS      Z18, Z19, Z18
-	VCMPPS      $0x11, Z11, Z17, K1
-	VXORPS      Z17, Z17, Z17
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z17, Z18, K1, Z18
-	VADDPS      Z10, Z18, Z17
-	VDIVPS      Z17, Z10, Z17
-	VCMPPS      $0x1e, Z10, Z18, K1
-	VSUBPS      Z17, Z10, Z19
-	VMULPS      Z17, Z18, Z18
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z19, Z18, K1, Z18
-	VMULPS      Z17, Z16, Z16
-	VMULPS      Z18, Z16, Z16
-	VADDPS      Z16, Z17, Z16
-	VMOVUPS     (DX), Z17
-	VMULPS      Z16, Z17, Z16
-	VMOVUPS     Z16, (AX)
-	VMOVUPS     64(CX), Z16
-	VMULPS      Z16, Z0, Z16
-	VXORPS      Z14, Z16, Z17
-	VMAXPS      Z15, Z17, Z15
-	VMULPS      Z1, Z17, Z18
-	VADDPS      Z2, Z18, Z18
-	VRNDSCALEPS $0x09, Z18, Z18
-	VMULPS      Z3, Z18, Z19
-	VSUBPS      Z19, Z17, Z19
-	VMULPS      Z4, Z18, Z20
-	VSUBPS      Z20, Z19, Z19
-	VMULPS      Z5, Z19, Z20
-	VADDPS      Z6, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z7, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z8, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z9, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z2, Z20, Z20
-	VMULPS      Z20, Z19, Z20
-	VADDPS      Z10, Z20, Z20
-	VMULPS      Z20, Z19, Z19
-	VADDPS      Z10, Z19, Z19
-	VCVTTPS2DQ  Z18, Z18
-	VPADDD      Z13, Z18, Z18
-	VPSLLD      $0x17, Z18, Z18
-	VMULPS      Z18, Z19, Z18
-	VCMPPS      $0x11, Z11, Z17, K1
-	VXORPS      Z17, Z17, Z17
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z17, Z18, K1, Z18
-	VADDPS      Z10, Z18, Z17
-	VDIVPS      Z17, Z10, Z17
-	VCMPPS      $0x1e, Z10, Z18, K1
-	VSUBPS      Z17, Z10, Z19
-	VMULPS      Z17, Z18, Z18
-	VMOVAPS     Z18, Z18
-	VBLENDMPS   Z19, Z18, K1, Z18
-	VMULPS      Z17, Z16, Z16
-	VMULPS      Z18, Z16, Z16
-	VADDPS      Z16, Z17, Z16
-	VMOVUPS     64(DX), Z17
-	VMULPS      Z16, Z17, Z16
-	VMOVUPS     Z16, 64(AX)
-	ADDQ        $0x00000080, AX
-	ADDQ        $0x00000080, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000020, BX
-	JMP         actBwdAVX512_loop
-
-actBwdAVX512_one:
 	CMPQ        BX, $0x00000010
 	JB          actBwdAVX512_done
 	VMOVUPS     (CX), Z16
@@ -567,7 +736,7 @@ actBwdAVX512_one:
 	ADDQ        $0x00000040, CX
 	ADDQ        $0x00000040, DX
 	SUBQ        $0x00000010, BX
-	JMP         actBwdAVX512_one
+	JMP         actBwdAVX512_loop
 
 actBwdAVX512_done:
 	VCMPPS $0x1e, Z12, Z15, K1
@@ -600,91 +769,6 @@ TEXT ·swiGLUAVX512(SB), NOSPLIT, $0-76
 	VBROADCASTSS actconst<>+640(SB), Z14
 
 swiGLUAVX512_loop:
-	CMPQ        BX, $0x00000020
-	JB          swiGLUAVX512_one
-	VMOVUPS     (CX), Z15
-	VXORPS      Z13, Z15, Z16
-	VMAXPS      Z14, Z16, Z14
-	VMULPS      Z0, Z16, Z17
-	VADDPS      Z1, Z17, Z17
-	VRNDSCALEPS $0x09, Z17, Z17
-	VMULPS      Z2, Z17, Z18
-	VSUBPS      Z18, Z16, Z18
-	VMULPS      Z3, Z17, Z19
-	VSUBPS      Z19, Z18, Z18
-	VMULPS      Z4, Z18, Z19
-	VADDPS      Z5, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z6, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z7, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z8, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z1, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z9, Z19, Z19
-	VMULPS      Z19, Z18, Z18
-	VADDPS      Z9, Z18, Z18
-	VCVTTPS2DQ  Z17, Z17
-	VPADDD      Z12, Z17, Z17
-	VPSLLD      $0x17, Z17, Z17
-	VMULPS      Z17, Z18, Z17
-	VCMPPS      $0x11, Z10, Z16, K1
-	VXORPS      Z16, Z16, Z16
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z16, Z17, K1, Z17
-	VADDPS      Z9, Z17, Z16
-	VDIVPS      Z16, Z9, Z16
-	VMULPS      Z16, Z15, Z15
-	VMOVUPS     (DX), Z16
-	VMULPS      Z16, Z15, Z15
-	VMOVUPS     Z15, (AX)
-	VMOVUPS     64(CX), Z15
-	VXORPS      Z13, Z15, Z16
-	VMAXPS      Z14, Z16, Z14
-	VMULPS      Z0, Z16, Z17
-	VADDPS      Z1, Z17, Z17
-	VRNDSCALEPS $0x09, Z17, Z17
-	VMULPS      Z2, Z17, Z18
-	VSUBPS      Z18, Z16, Z18
-	VMULPS      Z3, Z17, Z19
-	VSUBPS      Z19, Z18, Z18
-	VMULPS      Z4, Z18, Z19
-	VADDPS      Z5, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z6, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z7, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z8, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z1, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z9, Z19, Z19
-	VMULPS      Z19, Z18, Z18
-	VADDPS      Z9, Z18, Z18
-	VCVTTPS2DQ  Z17, Z17
-	VPADDD      Z12, Z17, Z17
-	VPSLLD      $0x17, Z17, Z17
-	VMULPS      Z17, Z18, Z17
-	VCMPPS      $0x11, Z10, Z16, K1
-	VXORPS      Z16, Z16, Z16
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z16, Z17, K1, Z17
-	VADDPS      Z9, Z17, Z16
-	VDIVPS      Z16, Z9, Z16
-	VMULPS      Z16, Z15, Z15
-	VMOVUPS     64(DX), Z16
-	VMULPS      Z16, Z15, Z15
-	VMOVUPS     Z15, 64(AX)
-	ADDQ        $0x00000080, AX
-	ADDQ        $0x00000080, CX
-	ADDQ        $0x00000080, DX
-	SUBQ        $0x00000020, BX
-	JMP         swiGLUAVX512_loop
-
-swiGLUAVX512_one:
 	CMPQ        BX, $0x00000010
 	JB          swiGLUAVX512_done
 	VMOVUPS     (CX), Z15
@@ -729,7 +813,7 @@ swiGLUAVX512_one:
 	ADDQ        $0x00000040, CX
 	ADDQ        $0x00000040, DX
 	SUBQ        $0x00000010, BX
-	JMP         swiGLUAVX512_one
+	JMP         swiGLUAVX512_loop
 
 swiGLUAVX512_done:
 	VCMPPS $0x1e, Z11, Z14, K1
@@ -764,115 +848,6 @@ TEXT ·swiGLUBwdAVX512(SB), NOSPLIT, $0-124
 	VBROADCASTSS actconst<>+640(SB), Z14
 
 swiGLUBwdAVX512_loop:
-	CMPQ        DI, $0x00000020
-	JB          swiGLUBwdAVX512_one
-	VMOVUPS     (DX), Z15
-	VXORPS      Z13, Z15, Z16
-	VMAXPS      Z14, Z16, Z14
-	VMULPS      Z0, Z16, Z17
-	VADDPS      Z1, Z17, Z17
-	VRNDSCALEPS $0x09, Z17, Z17
-	VMULPS      Z2, Z17, Z18
-	VSUBPS      Z18, Z16, Z18
-	VMULPS      Z3, Z17, Z19
-	VSUBPS      Z19, Z18, Z18
-	VMULPS      Z4, Z18, Z19
-	VADDPS      Z5, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z6, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z7, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z8, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z1, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z9, Z19, Z19
-	VMULPS      Z19, Z18, Z18
-	VADDPS      Z9, Z18, Z18
-	VCVTTPS2DQ  Z17, Z17
-	VPADDD      Z12, Z17, Z17
-	VPSLLD      $0x17, Z17, Z17
-	VMULPS      Z17, Z18, Z17
-	VCMPPS      $0x11, Z10, Z16, K1
-	VXORPS      Z16, Z16, Z16
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z16, Z17, K1, Z17
-	VADDPS      Z9, Z17, Z16
-	VDIVPS      Z16, Z9, Z16
-	VCMPPS      $0x1e, Z9, Z17, K1
-	VSUBPS      Z16, Z9, Z18
-	VMULPS      Z16, Z17, Z17
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z18, Z17, K1, Z17
-	VMOVUPS     (SI), Z18
-	VMULPS      Z16, Z15, Z15
-	VMULPS      Z17, Z15, Z17
-	VADDPS      Z17, Z16, Z16
-	VMOVUPS     (BX), Z17
-	VMULPS      Z17, Z18, Z17
-	VMULPS      Z16, Z17, Z16
-	VMOVUPS     Z16, (AX)
-	VMULPS      Z15, Z18, Z15
-	VMOVUPS     Z15, (CX)
-	VMOVUPS     64(DX), Z15
-	VXORPS      Z13, Z15, Z16
-	VMAXPS      Z14, Z16, Z14
-	VMULPS      Z0, Z16, Z17
-	VADDPS      Z1, Z17, Z17
-	VRNDSCALEPS $0x09, Z17, Z17
-	VMULPS      Z2, Z17, Z18
-	VSUBPS      Z18, Z16, Z18
-	VMULPS      Z3, Z17, Z19
-	VSUBPS      Z19, Z18, Z18
-	VMULPS      Z4, Z18, Z19
-	VADDPS      Z5, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z6, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z7, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z8, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z1, Z19, Z19
-	VMULPS      Z19, Z18, Z19
-	VADDPS      Z9, Z19, Z19
-	VMULPS      Z19, Z18, Z18
-	VADDPS      Z9, Z18, Z18
-	VCVTTPS2DQ  Z17, Z17
-	VPADDD      Z12, Z17, Z17
-	VPSLLD      $0x17, Z17, Z17
-	VMULPS      Z17, Z18, Z17
-	VCMPPS      $0x11, Z10, Z16, K1
-	VXORPS      Z16, Z16, Z16
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z16, Z17, K1, Z17
-	VADDPS      Z9, Z17, Z16
-	VDIVPS      Z16, Z9, Z16
-	VCMPPS      $0x1e, Z9, Z17, K1
-	VSUBPS      Z16, Z9, Z18
-	VMULPS      Z16, Z17, Z17
-	VMOVAPS     Z17, Z17
-	VBLENDMPS   Z18, Z17, K1, Z17
-	VMOVUPS     64(SI), Z18
-	VMULPS      Z16, Z15, Z15
-	VMULPS      Z17, Z15, Z17
-	VADDPS      Z17, Z16, Z16
-	VMOVUPS     64(BX), Z17
-	VMULPS      Z17, Z18, Z17
-	VMULPS      Z16, Z17, Z16
-	VMOVUPS     Z16, 64(AX)
-	VMULPS      Z15, Z18, Z15
-	VMOVUPS     Z15, 64(CX)
-	ADDQ        $0x00000080, AX
-	ADDQ        $0x00000080, CX
-	ADDQ        $0x00000080, DX
-	ADDQ        $0x00000080, BX
-	ADDQ        $0x00000080, SI
-	SUBQ        $0x00000020, DI
-	JMP         swiGLUBwdAVX512_loop
-
-swiGLUBwdAVX512_one:
 	CMPQ        DI, $0x00000010
 	JB          swiGLUBwdAVX512_done
 	VMOVUPS     (DX), Z15
@@ -930,9 +905,804 @@ swiGLUBwdAVX512_one:
 	ADDQ        $0x00000040, BX
 	ADDQ        $0x00000040, SI
 	SUBQ        $0x00000010, DI
-	JMP         swiGLUBwdAVX512_one
+	JMP         swiGLUBwdAVX512_loop
 
 swiGLUBwdAVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+120(FP)
+	RET
+
+// func geluAVX512(y []float32, x []float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluAVX512(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z13
+
+geluAVX512_loop:
+	CMPQ         DX, $0x00000010
+	JB           geluAVX512_done
+	VMOVUPS      (CX), Z14
+	VMULPS       actconst<>+1152(SB), Z14, Z15
+	VANDPS       actconst<>+960(SB), Z15, Z16
+	VMULPS       Z1, Z16, Z17
+	VADDPS       Z9, Z17, Z17
+	VDIVPS       Z17, Z9, Z17
+	VMULPS       actconst<>+2048(SB), Z17, Z18
+	VADDPS       actconst<>+1984(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1920(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1856(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1792(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1728(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1664(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1600(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1536(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1472(SB), Z18, Z18
+	VMULPS       Z16, Z16, Z16
+	VSUBPS       Z16, Z18, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z18
+	VADDPS       Z1, Z18, Z18
+	VRNDSCALEPS  $0x09, Z18, Z18
+	VMULPS       Z2, Z18, Z19
+	VSUBPS       Z19, Z16, Z19
+	VMULPS       Z3, Z18, Z20
+	VSUBPS       Z20, Z19, Z19
+	VMULPS       Z4, Z19, Z20
+	VADDPS       Z5, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z6, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z7, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z8, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z1, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z9, Z20, Z20
+	VMULPS       Z20, Z19, Z19
+	VADDPS       Z9, Z19, Z19
+	VCVTTPS2DQ   Z18, Z18
+	VPADDD       Z12, Z18, Z18
+	VPSLLD       $0x17, Z18, Z18
+	VMULPS       Z18, Z19, Z18
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z18, Z18
+	VBLENDMPS    Z16, Z18, K1, Z18
+	VMULPS       Z18, Z17, Z16
+	VXORPS       Z17, Z17, Z17
+	VCMPPS       $0x11, Z17, Z15, K1
+	VBROADCASTSS actconst<>+1024(SB), Z15
+	VSUBPS       Z16, Z15, Z15
+	VMOVAPS      Z16, Z16
+	VBLENDMPS    Z15, Z16, K1, Z16
+	VMULPS       Z1, Z16, Z15
+	VMULPS       Z15, Z14, Z14
+	VMOVUPS      Z14, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	SUBQ         $0x00000010, DX
+	JMP          geluAVX512_loop
+
+geluAVX512_done:
+	VCMPPS $0x1e, Z11, Z13, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+48(FP)
+	RET
+
+// func geluBwdAVX512(dx []float32, x []float32, dy []float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluBwdAVX512(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z13
+
+geluBwdAVX512_loop:
+	CMPQ         BX, $0x00000010
+	JB           geluBwdAVX512_done
+	VMOVUPS      (CX), Z14
+	VMULPS       actconst<>+1152(SB), Z14, Z15
+	VANDPS       actconst<>+960(SB), Z15, Z16
+	VMULPS       Z1, Z16, Z17
+	VADDPS       Z9, Z17, Z17
+	VDIVPS       Z17, Z9, Z17
+	VMULPS       actconst<>+2048(SB), Z17, Z18
+	VADDPS       actconst<>+1984(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1920(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1856(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1792(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1728(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1664(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1600(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1536(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1472(SB), Z18, Z18
+	VMULPS       Z16, Z16, Z16
+	VSUBPS       Z16, Z18, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z18
+	VADDPS       Z1, Z18, Z18
+	VRNDSCALEPS  $0x09, Z18, Z18
+	VMULPS       Z2, Z18, Z19
+	VSUBPS       Z19, Z16, Z19
+	VMULPS       Z3, Z18, Z20
+	VSUBPS       Z20, Z19, Z19
+	VMULPS       Z4, Z19, Z20
+	VADDPS       Z5, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z6, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z7, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z8, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z1, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z9, Z20, Z20
+	VMULPS       Z20, Z19, Z19
+	VADDPS       Z9, Z19, Z19
+	VCVTTPS2DQ   Z18, Z18
+	VPADDD       Z12, Z18, Z18
+	VPSLLD       $0x17, Z18, Z18
+	VMULPS       Z18, Z19, Z18
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z18, Z18
+	VBLENDMPS    Z16, Z18, K1, Z18
+	VMULPS       Z18, Z17, Z16
+	VXORPS       Z17, Z17, Z17
+	VCMPPS       $0x11, Z17, Z15, K1
+	VBROADCASTSS actconst<>+1024(SB), Z15
+	VSUBPS       Z16, Z15, Z15
+	VMOVAPS      Z16, Z16
+	VBLENDMPS    Z15, Z16, K1, Z16
+	VMULPS       Z1, Z16, Z15
+	VMULPS       Z14, Z14, Z16
+	VMULPS       actconst<>+1088(SB), Z16, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z17
+	VADDPS       Z1, Z17, Z17
+	VRNDSCALEPS  $0x09, Z17, Z17
+	VMULPS       Z2, Z17, Z18
+	VSUBPS       Z18, Z16, Z18
+	VMULPS       Z3, Z17, Z19
+	VSUBPS       Z19, Z18, Z18
+	VMULPS       Z4, Z18, Z19
+	VADDPS       Z5, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z6, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z7, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z8, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z1, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z9, Z19, Z19
+	VMULPS       Z19, Z18, Z18
+	VADDPS       Z9, Z18, Z18
+	VCVTTPS2DQ   Z17, Z17
+	VPADDD       Z12, Z17, Z17
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z17
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z17, Z17
+	VBLENDMPS    Z16, Z17, K1, Z17
+	VMULPS       actconst<>+1216(SB), Z17, Z16
+	VMOVUPS      (DX), Z17
+	VMULPS       Z16, Z14, Z14
+	VADDPS       Z14, Z15, Z14
+	VMULPS       Z14, Z17, Z14
+	VMOVUPS      Z14, (AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x00000010, BX
+	JMP          geluBwdAVX512_loop
+
+geluBwdAVX512_done:
+	VCMPPS $0x1e, Z11, Z13, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+72(FP)
+	RET
+
+// func geluTanhAVX512(y []float32, x []float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluTanhAVX512(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+geluTanhAVX512_loop:
+	CMPQ        DX, $0x00000010
+	JB          geluTanhAVX512_done
+	VMOVUPS     (CX), Z15
+	VMULPS      Z15, Z15, Z16
+	VMULPS      Z15, Z16, Z16
+	VMULPS      actconst<>+1344(SB), Z16, Z16
+	VADDPS      Z16, Z15, Z16
+	VMULPS      actconst<>+1280(SB), Z16, Z16
+	VXORPS      Z13, Z16, Z16
+	VMAXPS      Z14, Z16, Z14
+	VMULPS      Z0, Z16, Z17
+	VADDPS      Z1, Z17, Z17
+	VRNDSCALEPS $0x09, Z17, Z17
+	VMULPS      Z2, Z17, Z18
+	VSUBPS      Z18, Z16, Z18
+	VMULPS      Z3, Z17, Z19
+	VSUBPS      Z19, Z18, Z18
+	VMULPS      Z4, Z18, Z19
+	VADDPS      Z5, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z6, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z7, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z8, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z1, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z9, Z19, Z19
+	VMULPS      Z19, Z18, Z18
+	VADDPS      Z9, Z18, Z18
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      Z12, Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VMULPS      Z17, Z18, Z17
+	VCMPPS      $0x11, Z10, Z16, K1
+	VXORPS      Z16, Z16, Z16
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z16, Z17, K1, Z17
+	VADDPS      Z9, Z17, Z16
+	VDIVPS      Z16, Z9, Z16
+	VMULPS      Z16, Z15, Z15
+	VMOVUPS     Z15, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, DX
+	JMP         geluTanhAVX512_loop
+
+geluTanhAVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+48(FP)
+	RET
+
+// func geluTanhBwdAVX512(dx []float32, x []float32, dy []float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluTanhBwdAVX512(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+geluTanhBwdAVX512_loop:
+	CMPQ        BX, $0x00000010
+	JB          geluTanhBwdAVX512_done
+	VMOVUPS     (CX), Z15
+	VMULPS      Z15, Z15, Z16
+	VMULPS      Z15, Z16, Z17
+	VMULPS      actconst<>+1344(SB), Z17, Z17
+	VADDPS      Z17, Z15, Z17
+	VMULPS      actconst<>+1280(SB), Z17, Z17
+	VXORPS      Z13, Z17, Z17
+	VMAXPS      Z14, Z17, Z14
+	VMULPS      Z0, Z17, Z18
+	VADDPS      Z1, Z18, Z18
+	VRNDSCALEPS $0x09, Z18, Z18
+	VMULPS      Z2, Z18, Z19
+	VSUBPS      Z19, Z17, Z19
+	VMULPS      Z3, Z18, Z20
+	VSUBPS      Z20, Z19, Z19
+	VMULPS      Z4, Z19, Z20
+	VADDPS      Z5, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z6, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z7, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z8, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z1, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z9, Z20, Z20
+	VMULPS      Z20, Z19, Z19
+	VADDPS      Z9, Z19, Z19
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      Z12, Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VMULPS      Z18, Z19, Z18
+	VCMPPS      $0x11, Z10, Z17, K1
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z17, Z18, K1, Z18
+	VADDPS      Z9, Z18, Z17
+	VDIVPS      Z17, Z9, Z17
+	VCMPPS      $0x1e, Z9, Z18, K1
+	VSUBPS      Z17, Z9, Z19
+	VMULPS      Z17, Z18, Z18
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z19, Z18, K1, Z18
+	VMULPS      actconst<>+1408(SB), Z16, Z16
+	VADDPS      Z9, Z16, Z16
+	VMULPS      actconst<>+1280(SB), Z16, Z16
+	VMULPS      Z16, Z15, Z15
+	VMULPS      Z17, Z15, Z15
+	VMULPS      Z18, Z15, Z15
+	VADDPS      Z15, Z17, Z15
+	VMOVUPS     (DX), Z16
+	VMULPS      Z15, Z16, Z15
+	VMOVUPS     Z15, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000010, BX
+	JMP         geluTanhBwdAVX512_loop
+
+geluTanhBwdAVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+72(FP)
+	RET
+
+// func actFwdBF16AVX512(y []uint16, x []uint16, beta float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·actFwdBF16AVX512(SB), NOSPLIT, $0-60
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	MOVSS        beta+48(FP), X0
+	VBROADCASTSS X0, Z0
+	VBROADCASTSS actconst<>+0(SB), Z1
+	VBROADCASTSS actconst<>+64(SB), Z2
+	VBROADCASTSS actconst<>+128(SB), Z3
+	VBROADCASTSS actconst<>+192(SB), Z4
+	VBROADCASTSS actconst<>+256(SB), Z5
+	VBROADCASTSS actconst<>+320(SB), Z6
+	VBROADCASTSS actconst<>+384(SB), Z7
+	VBROADCASTSS actconst<>+448(SB), Z8
+	VBROADCASTSS actconst<>+512(SB), Z9
+	VBROADCASTSS actconst<>+576(SB), Z10
+	VBROADCASTSS actconst<>+640(SB), Z11
+	VBROADCASTSS actconst<>+704(SB), Z12
+	VBROADCASTSS actconst<>+768(SB), Z13
+	VBROADCASTSS actconst<>+832(SB), Z14
+	VBROADCASTSS actconst<>+640(SB), Z15
+
+actFwdBF16AVX512_loop:
+	CMPQ        DX, $0x00000010
+	JB          actFwdBF16AVX512_done
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMULPS      Z16, Z0, Z17
+	VXORPS      Z14, Z17, Z17
+	VMAXPS      Z15, Z17, Z15
+	VMULPS      Z1, Z17, Z18
+	VADDPS      Z2, Z18, Z18
+	VRNDSCALEPS $0x09, Z18, Z18
+	VMULPS      Z3, Z18, Z19
+	VSUBPS      Z19, Z17, Z19
+	VMULPS      Z4, Z18, Z20
+	VSUBPS      Z20, Z19, Z19
+	VMULPS      Z5, Z19, Z20
+	VADDPS      Z6, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z7, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z8, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z9, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z2, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z10, Z20, Z20
+	VMULPS      Z20, Z19, Z19
+	VADDPS      Z10, Z19, Z19
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      Z13, Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VMULPS      Z18, Z19, Z18
+	VCMPPS      $0x11, Z11, Z17, K1
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z17, Z18, K1, Z18
+	VADDPS      Z10, Z18, Z17
+	VDIVPS      Z17, Z10, Z17
+	VMULPS      Z17, Z16, Z16
+	VPSRLD      $0x10, Z16, Z18
+	VPANDD      actconst<>+2176(SB), Z18, Z17
+	VPADDD      actconst<>+2112(SB), Z17, Z17
+	VPADDD      Z16, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD       actconst<>+2240(SB), Z18, Z18
+	VCMPPS      $0x03, Z16, Z16, K1
+	VPBLENDMD   Z18, Z17, K1, Z17
+	VPMOVDW     Z17, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	SUBQ        $0x00000010, DX
+	JMP         actFwdBF16AVX512_loop
+
+actFwdBF16AVX512_done:
+	VCMPPS $0x1e, Z12, Z15, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+56(FP)
+	RET
+
+// func actBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16, beta float32) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·actBwdBF16AVX512(SB), NOSPLIT, $0-84
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	MOVSS        beta+72(FP), X0
+	VBROADCASTSS X0, Z0
+	VBROADCASTSS actconst<>+0(SB), Z1
+	VBROADCASTSS actconst<>+64(SB), Z2
+	VBROADCASTSS actconst<>+128(SB), Z3
+	VBROADCASTSS actconst<>+192(SB), Z4
+	VBROADCASTSS actconst<>+256(SB), Z5
+	VBROADCASTSS actconst<>+320(SB), Z6
+	VBROADCASTSS actconst<>+384(SB), Z7
+	VBROADCASTSS actconst<>+448(SB), Z8
+	VBROADCASTSS actconst<>+512(SB), Z9
+	VBROADCASTSS actconst<>+576(SB), Z10
+	VBROADCASTSS actconst<>+640(SB), Z11
+	VBROADCASTSS actconst<>+704(SB), Z12
+	VBROADCASTSS actconst<>+768(SB), Z13
+	VBROADCASTSS actconst<>+832(SB), Z14
+	VBROADCASTSS actconst<>+640(SB), Z15
+
+actBwdBF16AVX512_loop:
+	CMPQ        BX, $0x00000010
+	JB          actBwdBF16AVX512_done
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMULPS      Z16, Z0, Z16
+	VXORPS      Z14, Z16, Z17
+	VMAXPS      Z15, Z17, Z15
+	VMULPS      Z1, Z17, Z18
+	VADDPS      Z2, Z18, Z18
+	VRNDSCALEPS $0x09, Z18, Z18
+	VMULPS      Z3, Z18, Z19
+	VSUBPS      Z19, Z17, Z19
+	VMULPS      Z4, Z18, Z20
+	VSUBPS      Z20, Z19, Z19
+	VMULPS      Z5, Z19, Z20
+	VADDPS      Z6, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z7, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z8, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z9, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z2, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z10, Z20, Z20
+	VMULPS      Z20, Z19, Z19
+	VADDPS      Z10, Z19, Z19
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      Z13, Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VMULPS      Z18, Z19, Z18
+	VCMPPS      $0x11, Z11, Z17, K1
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z17, Z18, K1, Z18
+	VADDPS      Z10, Z18, Z17
+	VDIVPS      Z17, Z10, Z17
+	VCMPPS      $0x1e, Z10, Z18, K1
+	VSUBPS      Z17, Z10, Z19
+	VMULPS      Z17, Z18, Z18
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z19, Z18, K1, Z18
+	VMULPS      Z17, Z16, Z16
+	VMULPS      Z18, Z16, Z16
+	VADDPS      Z16, Z17, Z16
+	VPMOVZXWD   (DX), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VMULPS      Z16, Z17, Z16
+	VPSRLD      $0x10, Z16, Z18
+	VPANDD      actconst<>+2176(SB), Z18, Z17
+	VPADDD      actconst<>+2112(SB), Z17, Z17
+	VPADDD      Z16, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD       actconst<>+2240(SB), Z18, Z18
+	VCMPPS      $0x03, Z16, Z16, K1
+	VPBLENDMD   Z18, Z17, K1, Z17
+	VPMOVDW     Z17, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	SUBQ        $0x00000010, BX
+	JMP         actBwdBF16AVX512_loop
+
+actBwdBF16AVX512_done:
+	VCMPPS $0x1e, Z12, Z15, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+80(FP)
+	RET
+
+// func swiGLUBF16AVX512(y []uint16, gate []uint16, up []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·swiGLUBF16AVX512(SB), NOSPLIT, $0-76
+	MOVQ         y_base+0(FP), AX
+	MOVQ         gate_base+24(FP), CX
+	MOVQ         up_base+48(FP), DX
+	MOVQ         gate_len+32(FP), BX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+swiGLUBF16AVX512_loop:
+	CMPQ        BX, $0x00000010
+	JB          swiGLUBF16AVX512_done
+	VPMOVZXWD   (CX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VXORPS      Z13, Z15, Z16
+	VMAXPS      Z14, Z16, Z14
+	VMULPS      Z0, Z16, Z17
+	VADDPS      Z1, Z17, Z17
+	VRNDSCALEPS $0x09, Z17, Z17
+	VMULPS      Z2, Z17, Z18
+	VSUBPS      Z18, Z16, Z18
+	VMULPS      Z3, Z17, Z19
+	VSUBPS      Z19, Z18, Z18
+	VMULPS      Z4, Z18, Z19
+	VADDPS      Z5, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z6, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z7, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z8, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z1, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z9, Z19, Z19
+	VMULPS      Z19, Z18, Z18
+	VADDPS      Z9, Z18, Z18
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      Z12, Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VMULPS      Z17, Z18, Z17
+	VCMPPS      $0x11, Z10, Z16, K1
+	VXORPS      Z16, Z16, Z16
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z16, Z17, K1, Z17
+	VADDPS      Z9, Z17, Z16
+	VDIVPS      Z16, Z9, Z16
+	VMULPS      Z16, Z15, Z15
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMULPS      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z17
+	VPANDD      actconst<>+2176(SB), Z17, Z16
+	VPADDD      actconst<>+2112(SB), Z16, Z16
+	VPADDD      Z15, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPORD       actconst<>+2240(SB), Z17, Z17
+	VCMPPS      $0x03, Z15, Z15, K1
+	VPBLENDMD   Z17, Z16, K1, Z16
+	VPMOVDW     Z16, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	SUBQ        $0x00000010, BX
+	JMP         swiGLUBF16AVX512_loop
+
+swiGLUBF16AVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+72(FP)
+	RET
+
+// func swiGLUBwdBF16AVX512(dgate []uint16, dup []uint16, gate []uint16, up []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·swiGLUBwdBF16AVX512(SB), NOSPLIT, $0-124
+	MOVQ         dgate_base+0(FP), AX
+	MOVQ         dup_base+24(FP), CX
+	MOVQ         gate_base+48(FP), DX
+	MOVQ         up_base+72(FP), BX
+	MOVQ         dy_base+96(FP), SI
+	MOVQ         gate_len+56(FP), DI
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+swiGLUBwdBF16AVX512_loop:
+	CMPQ        DI, $0x00000010
+	JB          swiGLUBwdBF16AVX512_done
+	VPMOVZXWD   (DX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VXORPS      Z13, Z15, Z16
+	VMAXPS      Z14, Z16, Z14
+	VMULPS      Z0, Z16, Z17
+	VADDPS      Z1, Z17, Z17
+	VRNDSCALEPS $0x09, Z17, Z17
+	VMULPS      Z2, Z17, Z18
+	VSUBPS      Z18, Z16, Z18
+	VMULPS      Z3, Z17, Z19
+	VSUBPS      Z19, Z18, Z18
+	VMULPS      Z4, Z18, Z19
+	VADDPS      Z5, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z6, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z7, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z8, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z1, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z9, Z19, Z19
+	VMULPS      Z19, Z18, Z18
+	VADDPS      Z9, Z18, Z18
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      Z12, Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VMULPS      Z17, Z18, Z17
+	VCMPPS      $0x11, Z10, Z16, K1
+	VXORPS      Z16, Z16, Z16
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z16, Z17, K1, Z17
+	VADDPS      Z9, Z17, Z16
+	VDIVPS      Z16, Z9, Z16
+	VCMPPS      $0x1e, Z9, Z17, K1
+	VSUBPS      Z16, Z9, Z18
+	VMULPS      Z16, Z17, Z17
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z18, Z17, K1, Z17
+	VPMOVZXWD   (SI), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VMULPS      Z16, Z15, Z15
+	VMULPS      Z17, Z15, Z17
+	VADDPS      Z17, Z16, Z16
+	VPMOVZXWD   (BX), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VMULPS      Z17, Z18, Z17
+	VMULPS      Z16, Z17, Z16
+	VPSRLD      $0x10, Z16, Z19
+	VPANDD      actconst<>+2176(SB), Z19, Z17
+	VPADDD      actconst<>+2112(SB), Z17, Z17
+	VPADDD      Z16, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD       actconst<>+2240(SB), Z19, Z19
+	VCMPPS      $0x03, Z16, Z16, K1
+	VPBLENDMD   Z19, Z17, K1, Z17
+	VPMOVDW     Z17, (AX)
+	VMULPS      Z15, Z18, Z15
+	VPSRLD      $0x10, Z15, Z17
+	VPANDD      actconst<>+2176(SB), Z17, Z16
+	VPADDD      actconst<>+2112(SB), Z16, Z16
+	VPADDD      Z15, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPORD       actconst<>+2240(SB), Z17, Z17
+	VCMPPS      $0x03, Z15, Z15, K1
+	VPBLENDMD   Z17, Z16, K1, Z16
+	VPMOVDW     Z16, (CX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	SUBQ        $0x00000010, DI
+	JMP         swiGLUBwdBF16AVX512_loop
+
+swiGLUBwdBF16AVX512_done:
 	VCMPPS $0x1e, Z11, Z14, K1
 	KMOVW  K1, AX
 	VZEROUPPER
@@ -951,49 +1721,6 @@ TEXT ·actFwdAVX2(SB), NOSPLIT, $0-60
 	VBROADCASTSS actconst<>+640(SB), Y2
 
 actFwdAVX2_loop:
-	CMPQ       DX, $0x00000008
-	JB         actFwdAVX2_one
-	VMOVUPS    (CX), Y3
-	VMULPS     Y3, Y0, Y4
-	VXORPS     actconst<>+832(SB), Y4, Y4
-	VMAXPS     Y2, Y4, Y2
-	VMULPS     actconst<>+0(SB), Y4, Y5
-	VADDPS     actconst<>+64(SB), Y5, Y5
-	VROUNDPS   $0x09, Y5, Y5
-	VMULPS     actconst<>+128(SB), Y5, Y6
-	VSUBPS     Y6, Y4, Y6
-	VMULPS     actconst<>+192(SB), Y5, Y7
-	VSUBPS     Y7, Y6, Y6
-	VMULPS     actconst<>+256(SB), Y6, Y7
-	VADDPS     actconst<>+320(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+384(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+448(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+512(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+64(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     Y1, Y7, Y7
-	VMULPS     Y7, Y6, Y6
-	VADDPS     Y1, Y6, Y6
-	VCVTTPS2DQ Y5, Y5
-	VPADDD     actconst<>+768(SB), Y5, Y5
-	VPSLLD     $0x17, Y5, Y5
-	VMULPS     Y5, Y6, Y5
-	VCMPPS     $0x11, actconst<>+640(SB), Y4, Y4
-	VANDNPS    Y5, Y4, Y4
-	VADDPS     Y1, Y4, Y4
-	VDIVPS     Y4, Y1, Y4
-	VMULPS     Y4, Y3, Y3
-	VMOVUPS    Y3, (AX)
-	ADDQ       $0x00000020, AX
-	ADDQ       $0x00000020, CX
-	SUBQ       $0x00000008, DX
-	JMP        actFwdAVX2_loop
-
-actFwdAVX2_one:
 	CMPQ       DX, $0x00000008
 	JB         actFwdAVX2_done
 	VMOVUPS    (CX), Y3
@@ -1034,7 +1761,7 @@ actFwdAVX2_one:
 	ADDQ       $0x00000020, AX
 	ADDQ       $0x00000020, CX
 	SUBQ       $0x00000008, DX
-	JMP        actFwdAVX2_one
+	JMP        actFwdAVX2_loop
 
 actFwdAVX2_done:
 	VCMPPS    $0x1e, actconst<>+704(SB), Y2, Y0
@@ -1056,58 +1783,6 @@ TEXT ·actBwdAVX2(SB), NOSPLIT, $0-84
 	VBROADCASTSS actconst<>+640(SB), Y2
 
 actBwdAVX2_loop:
-	CMPQ       BX, $0x00000008
-	JB         actBwdAVX2_one
-	VMOVUPS    (CX), Y3
-	VMULPS     Y3, Y0, Y3
-	VXORPS     actconst<>+832(SB), Y3, Y4
-	VMAXPS     Y2, Y4, Y2
-	VMULPS     actconst<>+0(SB), Y4, Y5
-	VADDPS     actconst<>+64(SB), Y5, Y5
-	VROUNDPS   $0x09, Y5, Y5
-	VMULPS     actconst<>+128(SB), Y5, Y6
-	VSUBPS     Y6, Y4, Y6
-	VMULPS     actconst<>+192(SB), Y5, Y7
-	VSUBPS     Y7, Y6, Y6
-	VMULPS     actconst<>+256(SB), Y6, Y7
-	VADDPS     actconst<>+320(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+384(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+448(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+512(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     actconst<>+64(SB), Y7, Y7
-	VMULPS     Y7, Y6, Y7
-	VADDPS     Y1, Y7, Y7
-	VMULPS     Y7, Y6, Y6
-	VADDPS     Y1, Y6, Y6
-	VCVTTPS2DQ Y5, Y5
-	VPADDD     actconst<>+768(SB), Y5, Y5
-	VPSLLD     $0x17, Y5, Y5
-	VMULPS     Y5, Y6, Y5
-	VCMPPS     $0x11, actconst<>+640(SB), Y4, Y4
-	VANDNPS    Y5, Y4, Y4
-	VADDPS     Y1, Y4, Y5
-	VDIVPS     Y5, Y1, Y5
-	VCMPPS     $0x1e, Y1, Y4, Y6
-	VSUBPS     Y5, Y1, Y7
-	VMULPS     Y5, Y4, Y4
-	VBLENDVPS  Y6, Y7, Y4, Y4
-	VMULPS     Y5, Y3, Y3
-	VMULPS     Y4, Y3, Y3
-	VADDPS     Y3, Y5, Y3
-	VMOVUPS    (DX), Y4
-	VMULPS     Y3, Y4, Y3
-	VMOVUPS    Y3, (AX)
-	ADDQ       $0x00000020, AX
-	ADDQ       $0x00000020, CX
-	ADDQ       $0x00000020, DX
-	SUBQ       $0x00000008, BX
-	JMP        actBwdAVX2_loop
-
-actBwdAVX2_one:
 	CMPQ       BX, $0x00000008
 	JB         actBwdAVX2_done
 	VMOVUPS    (CX), Y3
@@ -1157,7 +1832,7 @@ actBwdAVX2_one:
 	ADDQ       $0x00000020, CX
 	ADDQ       $0x00000020, DX
 	SUBQ       $0x00000008, BX
-	JMP        actBwdAVX2_one
+	JMP        actBwdAVX2_loop
 
 actBwdAVX2_done:
 	VCMPPS    $0x1e, actconst<>+704(SB), Y2, Y0
@@ -1177,51 +1852,6 @@ TEXT ·swiGLUAVX2(SB), NOSPLIT, $0-76
 	VBROADCASTSS actconst<>+640(SB), Y1
 
 swiGLUAVX2_loop:
-	CMPQ       BX, $0x00000008
-	JB         swiGLUAVX2_one
-	VMOVUPS    (CX), Y2
-	VXORPS     actconst<>+832(SB), Y2, Y3
-	VMAXPS     Y1, Y3, Y1
-	VMULPS     actconst<>+0(SB), Y3, Y4
-	VADDPS     actconst<>+64(SB), Y4, Y4
-	VROUNDPS   $0x09, Y4, Y4
-	VMULPS     actconst<>+128(SB), Y4, Y5
-	VSUBPS     Y5, Y3, Y5
-	VMULPS     actconst<>+192(SB), Y4, Y6
-	VSUBPS     Y6, Y5, Y5
-	VMULPS     actconst<>+256(SB), Y5, Y6
-	VADDPS     actconst<>+320(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+384(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+448(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+512(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+64(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     Y0, Y6, Y6
-	VMULPS     Y6, Y5, Y5
-	VADDPS     Y0, Y5, Y5
-	VCVTTPS2DQ Y4, Y4
-	VPADDD     actconst<>+768(SB), Y4, Y4
-	VPSLLD     $0x17, Y4, Y4
-	VMULPS     Y4, Y5, Y4
-	VCMPPS     $0x11, actconst<>+640(SB), Y3, Y3
-	VANDNPS    Y4, Y3, Y3
-	VADDPS     Y0, Y3, Y3
-	VDIVPS     Y3, Y0, Y3
-	VMULPS     Y3, Y2, Y2
-	VMOVUPS    (DX), Y3
-	VMULPS     Y3, Y2, Y2
-	VMOVUPS    Y2, (AX)
-	ADDQ       $0x00000020, AX
-	ADDQ       $0x00000020, CX
-	ADDQ       $0x00000020, DX
-	SUBQ       $0x00000008, BX
-	JMP        swiGLUAVX2_loop
-
-swiGLUAVX2_one:
 	CMPQ       BX, $0x00000008
 	JB         swiGLUAVX2_done
 	VMOVUPS    (CX), Y2
@@ -1264,7 +1894,7 @@ swiGLUAVX2_one:
 	ADDQ       $0x00000020, CX
 	ADDQ       $0x00000020, DX
 	SUBQ       $0x00000008, BX
-	JMP        swiGLUAVX2_one
+	JMP        swiGLUAVX2_loop
 
 swiGLUAVX2_done:
 	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
@@ -1286,63 +1916,6 @@ TEXT ·swiGLUBwdAVX2(SB), NOSPLIT, $0-124
 	VBROADCASTSS actconst<>+640(SB), Y1
 
 swiGLUBwdAVX2_loop:
-	CMPQ       DI, $0x00000008
-	JB         swiGLUBwdAVX2_one
-	VMOVUPS    (DX), Y2
-	VXORPS     actconst<>+832(SB), Y2, Y3
-	VMAXPS     Y1, Y3, Y1
-	VMULPS     actconst<>+0(SB), Y3, Y4
-	VADDPS     actconst<>+64(SB), Y4, Y4
-	VROUNDPS   $0x09, Y4, Y4
-	VMULPS     actconst<>+128(SB), Y4, Y5
-	VSUBPS     Y5, Y3, Y5
-	VMULPS     actconst<>+192(SB), Y4, Y6
-	VSUBPS     Y6, Y5, Y5
-	VMULPS     actconst<>+256(SB), Y5, Y6
-	VADDPS     actconst<>+320(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+384(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+448(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+512(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     actconst<>+64(SB), Y6, Y6
-	VMULPS     Y6, Y5, Y6
-	VADDPS     Y0, Y6, Y6
-	VMULPS     Y6, Y5, Y5
-	VADDPS     Y0, Y5, Y5
-	VCVTTPS2DQ Y4, Y4
-	VPADDD     actconst<>+768(SB), Y4, Y4
-	VPSLLD     $0x17, Y4, Y4
-	VMULPS     Y4, Y5, Y4
-	VCMPPS     $0x11, actconst<>+640(SB), Y3, Y3
-	VANDNPS    Y4, Y3, Y3
-	VADDPS     Y0, Y3, Y4
-	VDIVPS     Y4, Y0, Y4
-	VCMPPS     $0x1e, Y0, Y3, Y5
-	VSUBPS     Y4, Y0, Y6
-	VMULPS     Y4, Y3, Y3
-	VBLENDVPS  Y5, Y6, Y3, Y3
-	VMOVUPS    (SI), Y5
-	VMULPS     Y4, Y2, Y2
-	VMULPS     Y3, Y2, Y3
-	VADDPS     Y3, Y4, Y3
-	VMOVUPS    (BX), Y4
-	VMULPS     Y4, Y5, Y4
-	VMULPS     Y3, Y4, Y3
-	VMOVUPS    Y3, (AX)
-	VMULPS     Y2, Y5, Y2
-	VMOVUPS    Y2, (CX)
-	ADDQ       $0x00000020, AX
-	ADDQ       $0x00000020, CX
-	ADDQ       $0x00000020, DX
-	ADDQ       $0x00000020, BX
-	ADDQ       $0x00000020, SI
-	SUBQ       $0x00000008, DI
-	JMP        swiGLUBwdAVX2_loop
-
-swiGLUBwdAVX2_one:
 	CMPQ       DI, $0x00000008
 	JB         swiGLUBwdAVX2_done
 	VMOVUPS    (DX), Y2
@@ -1397,9 +1970,687 @@ swiGLUBwdAVX2_one:
 	ADDQ       $0x00000020, BX
 	ADDQ       $0x00000020, SI
 	SUBQ       $0x00000008, DI
-	JMP        swiGLUBwdAVX2_one
+	JMP        swiGLUBwdAVX2_loop
 
 swiGLUBwdAVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+120(FP)
+	RET
+
+// func geluAVX2(y []float32, x []float32) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluAVX2(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluAVX2_loop:
+	CMPQ         DX, $0x00000008
+	JB           geluAVX2_done
+	VMOVUPS      (CX), Y2
+	VMULPS       actconst<>+1152(SB), Y2, Y3
+	VANDPS       actconst<>+960(SB), Y3, Y4
+	VMULPS       actconst<>+64(SB), Y4, Y5
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y0, Y5
+	VMULPS       actconst<>+2048(SB), Y5, Y6
+	VADDPS       actconst<>+1984(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1920(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1856(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1792(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1728(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1664(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1600(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1536(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1472(SB), Y6, Y6
+	VMULPS       Y4, Y4, Y4
+	VSUBPS       Y4, Y6, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VROUNDPS     $0x09, Y6, Y6
+	VMULPS       actconst<>+128(SB), Y6, Y7
+	VSUBPS       Y7, Y4, Y7
+	VMULPS       actconst<>+192(SB), Y6, Y8
+	VSUBPS       Y8, Y7, Y7
+	VMULPS       actconst<>+256(SB), Y7, Y8
+	VADDPS       actconst<>+320(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+384(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+448(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+512(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+64(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y0, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VADDPS       Y0, Y7, Y7
+	VCVTTPS2DQ   Y6, Y6
+	VPADDD       actconst<>+768(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y6
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y6, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x11, Y5, Y3, Y3
+	VBROADCASTSS actconst<>+1024(SB), Y5
+	VSUBPS       Y4, Y5, Y5
+	VBLENDVPS    Y3, Y5, Y4, Y3
+	VMULPS       actconst<>+64(SB), Y3, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	SUBQ         $0x00000008, DX
+	JMP          geluAVX2_loop
+
+geluAVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+48(FP)
+	RET
+
+// func geluBwdAVX2(dx []float32, x []float32, dy []float32) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluBwdAVX2(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluBwdAVX2_loop:
+	CMPQ         BX, $0x00000008
+	JB           geluBwdAVX2_done
+	VMOVUPS      (CX), Y2
+	VMULPS       actconst<>+1152(SB), Y2, Y3
+	VANDPS       actconst<>+960(SB), Y3, Y4
+	VMULPS       actconst<>+64(SB), Y4, Y5
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y0, Y5
+	VMULPS       actconst<>+2048(SB), Y5, Y6
+	VADDPS       actconst<>+1984(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1920(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1856(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1792(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1728(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1664(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1600(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1536(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1472(SB), Y6, Y6
+	VMULPS       Y4, Y4, Y4
+	VSUBPS       Y4, Y6, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VROUNDPS     $0x09, Y6, Y6
+	VMULPS       actconst<>+128(SB), Y6, Y7
+	VSUBPS       Y7, Y4, Y7
+	VMULPS       actconst<>+192(SB), Y6, Y8
+	VSUBPS       Y8, Y7, Y7
+	VMULPS       actconst<>+256(SB), Y7, Y8
+	VADDPS       actconst<>+320(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+384(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+448(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+512(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+64(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y0, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VADDPS       Y0, Y7, Y7
+	VCVTTPS2DQ   Y6, Y6
+	VPADDD       actconst<>+768(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y6
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y6, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x11, Y5, Y3, Y3
+	VBROADCASTSS actconst<>+1024(SB), Y5
+	VSUBPS       Y4, Y5, Y5
+	VBLENDVPS    Y3, Y5, Y4, Y3
+	VMULPS       actconst<>+64(SB), Y3, Y3
+	VMULPS       Y2, Y2, Y4
+	VMULPS       actconst<>+1088(SB), Y4, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y5
+	VADDPS       actconst<>+64(SB), Y5, Y5
+	VROUNDPS     $0x09, Y5, Y5
+	VMULPS       actconst<>+128(SB), Y5, Y6
+	VSUBPS       Y6, Y4, Y6
+	VMULPS       actconst<>+192(SB), Y5, Y7
+	VSUBPS       Y7, Y6, Y6
+	VMULPS       actconst<>+256(SB), Y6, Y7
+	VADDPS       actconst<>+320(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+384(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+448(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+512(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+64(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y0, Y7, Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y0, Y6, Y6
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       actconst<>+768(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y5
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y5, Y4, Y4
+	VMULPS       actconst<>+1216(SB), Y4, Y4
+	VMOVUPS      (DX), Y5
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y3, Y2
+	VMULPS       Y2, Y5, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000008, BX
+	JMP          geluBwdAVX2_loop
+
+geluBwdAVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+72(FP)
+	RET
+
+// func geluTanhAVX2(y []float32, x []float32) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluTanhAVX2(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluTanhAVX2_loop:
+	CMPQ       DX, $0x00000008
+	JB         geluTanhAVX2_done
+	VMOVUPS    (CX), Y2
+	VMULPS     Y2, Y2, Y3
+	VMULPS     Y2, Y3, Y3
+	VMULPS     actconst<>+1344(SB), Y3, Y3
+	VADDPS     Y3, Y2, Y3
+	VMULPS     actconst<>+1280(SB), Y3, Y3
+	VXORPS     actconst<>+832(SB), Y3, Y3
+	VMAXPS     Y1, Y3, Y1
+	VMULPS     actconst<>+0(SB), Y3, Y4
+	VADDPS     actconst<>+64(SB), Y4, Y4
+	VROUNDPS   $0x09, Y4, Y4
+	VMULPS     actconst<>+128(SB), Y4, Y5
+	VSUBPS     Y5, Y3, Y5
+	VMULPS     actconst<>+192(SB), Y4, Y6
+	VSUBPS     Y6, Y5, Y5
+	VMULPS     actconst<>+256(SB), Y5, Y6
+	VADDPS     actconst<>+320(SB), Y6, Y6
+	VMULPS     Y6, Y5, Y6
+	VADDPS     actconst<>+384(SB), Y6, Y6
+	VMULPS     Y6, Y5, Y6
+	VADDPS     actconst<>+448(SB), Y6, Y6
+	VMULPS     Y6, Y5, Y6
+	VADDPS     actconst<>+512(SB), Y6, Y6
+	VMULPS     Y6, Y5, Y6
+	VADDPS     actconst<>+64(SB), Y6, Y6
+	VMULPS     Y6, Y5, Y6
+	VADDPS     Y0, Y6, Y6
+	VMULPS     Y6, Y5, Y5
+	VADDPS     Y0, Y5, Y5
+	VCVTTPS2DQ Y4, Y4
+	VPADDD     actconst<>+768(SB), Y4, Y4
+	VPSLLD     $0x17, Y4, Y4
+	VMULPS     Y4, Y5, Y4
+	VCMPPS     $0x11, actconst<>+640(SB), Y3, Y3
+	VANDNPS    Y4, Y3, Y3
+	VADDPS     Y0, Y3, Y3
+	VDIVPS     Y3, Y0, Y3
+	VMULPS     Y3, Y2, Y2
+	VMOVUPS    Y2, (AX)
+	ADDQ       $0x00000020, AX
+	ADDQ       $0x00000020, CX
+	SUBQ       $0x00000008, DX
+	JMP        geluTanhAVX2_loop
+
+geluTanhAVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+48(FP)
+	RET
+
+// func geluTanhBwdAVX2(dx []float32, x []float32, dy []float32) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluTanhBwdAVX2(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluTanhBwdAVX2_loop:
+	CMPQ       BX, $0x00000008
+	JB         geluTanhBwdAVX2_done
+	VMOVUPS    (CX), Y2
+	VMULPS     Y2, Y2, Y3
+	VMULPS     Y2, Y3, Y4
+	VMULPS     actconst<>+1344(SB), Y4, Y4
+	VADDPS     Y4, Y2, Y4
+	VMULPS     actconst<>+1280(SB), Y4, Y4
+	VXORPS     actconst<>+832(SB), Y4, Y4
+	VMAXPS     Y1, Y4, Y1
+	VMULPS     actconst<>+0(SB), Y4, Y5
+	VADDPS     actconst<>+64(SB), Y5, Y5
+	VROUNDPS   $0x09, Y5, Y5
+	VMULPS     actconst<>+128(SB), Y5, Y6
+	VSUBPS     Y6, Y4, Y6
+	VMULPS     actconst<>+192(SB), Y5, Y7
+	VSUBPS     Y7, Y6, Y6
+	VMULPS     actconst<>+256(SB), Y6, Y7
+	VADDPS     actconst<>+320(SB), Y7, Y7
+	VMULPS     Y7, Y6, Y7
+	VADDPS     actconst<>+384(SB), Y7, Y7
+	VMULPS     Y7, Y6, Y7
+	VADDPS     actconst<>+448(SB), Y7, Y7
+	VMULPS     Y7, Y6, Y7
+	VADDPS     actconst<>+512(SB), Y7, Y7
+	VMULPS     Y7, Y6, Y7
+	VADDPS     actconst<>+64(SB), Y7, Y7
+	VMULPS     Y7, Y6, Y7
+	VADDPS     Y0, Y7, Y7
+	VMULPS     Y7, Y6, Y6
+	VADDPS     Y0, Y6, Y6
+	VCVTTPS2DQ Y5, Y5
+	VPADDD     actconst<>+768(SB), Y5, Y5
+	VPSLLD     $0x17, Y5, Y5
+	VMULPS     Y5, Y6, Y5
+	VCMPPS     $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS    Y5, Y4, Y4
+	VADDPS     Y0, Y4, Y5
+	VDIVPS     Y5, Y0, Y5
+	VCMPPS     $0x1e, Y0, Y4, Y6
+	VSUBPS     Y5, Y0, Y7
+	VMULPS     Y5, Y4, Y4
+	VBLENDVPS  Y6, Y7, Y4, Y4
+	VMULPS     actconst<>+1408(SB), Y3, Y3
+	VADDPS     Y0, Y3, Y3
+	VMULPS     actconst<>+1280(SB), Y3, Y3
+	VMULPS     Y3, Y2, Y2
+	VMULPS     Y5, Y2, Y2
+	VMULPS     Y4, Y2, Y2
+	VADDPS     Y2, Y5, Y2
+	VMOVUPS    (DX), Y3
+	VMULPS     Y2, Y3, Y2
+	VMOVUPS    Y2, (AX)
+	ADDQ       $0x00000020, AX
+	ADDQ       $0x00000020, CX
+	ADDQ       $0x00000020, DX
+	SUBQ       $0x00000008, BX
+	JMP        geluTanhBwdAVX2_loop
+
+geluTanhBwdAVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+72(FP)
+	RET
+
+// func actFwdBF16AVX2(y []uint16, x []uint16, beta float32) (big int32)
+// Requires: AVX, AVX2, SSE
+TEXT ·actFwdBF16AVX2(SB), NOSPLIT, $0-60
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	MOVSS        beta+48(FP), X0
+	VBROADCASTSS X0, Y0
+	VBROADCASTSS actconst<>+576(SB), Y1
+	VBROADCASTSS actconst<>+640(SB), Y2
+
+actFwdBF16AVX2_loop:
+	CMPQ         DX, $0x00000008
+	JB           actFwdBF16AVX2_done
+	VPMOVZXWD    (CX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       Y3, Y0, Y4
+	VXORPS       actconst<>+832(SB), Y4, Y4
+	VMAXPS       Y2, Y4, Y2
+	VMULPS       actconst<>+0(SB), Y4, Y5
+	VADDPS       actconst<>+64(SB), Y5, Y5
+	VROUNDPS     $0x09, Y5, Y5
+	VMULPS       actconst<>+128(SB), Y5, Y6
+	VSUBPS       Y6, Y4, Y6
+	VMULPS       actconst<>+192(SB), Y5, Y7
+	VSUBPS       Y7, Y6, Y6
+	VMULPS       actconst<>+256(SB), Y6, Y7
+	VADDPS       actconst<>+320(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+384(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+448(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+512(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+64(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y1, Y7, Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y1, Y6, Y6
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       actconst<>+768(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y5
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y5, Y4, Y4
+	VADDPS       Y1, Y4, Y4
+	VDIVPS       Y4, Y1, Y4
+	VMULPS       Y4, Y3, Y3
+	VPSRLD       $0x10, Y3, Y5
+	VPAND        actconst<>+2176(SB), Y5, Y4
+	VPADDD       actconst<>+2112(SB), Y4, Y4
+	VPADDD       Y3, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         actconst<>+2240(SB), Y5, Y5
+	VCMPPS       $0x03, Y3, Y3, Y3
+	VBLENDVPS    Y3, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPACKUSDW    X3, X4, X3
+	VMOVDQU      X3, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	SUBQ         $0x00000008, DX
+	JMP          actFwdBF16AVX2_loop
+
+actFwdBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y2, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+56(FP)
+	RET
+
+// func actBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16, beta float32) (big int32)
+// Requires: AVX, AVX2, SSE
+TEXT ·actBwdBF16AVX2(SB), NOSPLIT, $0-84
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	MOVSS        beta+72(FP), X0
+	VBROADCASTSS X0, Y0
+	VBROADCASTSS actconst<>+576(SB), Y1
+	VBROADCASTSS actconst<>+640(SB), Y2
+
+actBwdBF16AVX2_loop:
+	CMPQ         BX, $0x00000008
+	JB           actBwdBF16AVX2_done
+	VPMOVZXWD    (CX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       Y3, Y0, Y3
+	VXORPS       actconst<>+832(SB), Y3, Y4
+	VMAXPS       Y2, Y4, Y2
+	VMULPS       actconst<>+0(SB), Y4, Y5
+	VADDPS       actconst<>+64(SB), Y5, Y5
+	VROUNDPS     $0x09, Y5, Y5
+	VMULPS       actconst<>+128(SB), Y5, Y6
+	VSUBPS       Y6, Y4, Y6
+	VMULPS       actconst<>+192(SB), Y5, Y7
+	VSUBPS       Y7, Y6, Y6
+	VMULPS       actconst<>+256(SB), Y6, Y7
+	VADDPS       actconst<>+320(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+384(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+448(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+512(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+64(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y1, Y7, Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y1, Y6, Y6
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       actconst<>+768(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y5
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y5, Y4, Y4
+	VADDPS       Y1, Y4, Y5
+	VDIVPS       Y5, Y1, Y5
+	VCMPPS       $0x1e, Y1, Y4, Y6
+	VSUBPS       Y5, Y1, Y7
+	VMULPS       Y5, Y4, Y4
+	VBLENDVPS    Y6, Y7, Y4, Y4
+	VMULPS       Y5, Y3, Y3
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y5, Y3
+	VPMOVZXWD    (DX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VMULPS       Y3, Y4, Y3
+	VPSRLD       $0x10, Y3, Y5
+	VPAND        actconst<>+2176(SB), Y5, Y4
+	VPADDD       actconst<>+2112(SB), Y4, Y4
+	VPADDD       Y3, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         actconst<>+2240(SB), Y5, Y5
+	VCMPPS       $0x03, Y3, Y3, Y3
+	VBLENDVPS    Y3, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPACKUSDW    X3, X4, X3
+	VMOVDQU      X3, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x00000008, BX
+	JMP          actBwdBF16AVX2_loop
+
+actBwdBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y2, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+80(FP)
+	RET
+
+// func swiGLUBF16AVX2(y []uint16, gate []uint16, up []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·swiGLUBF16AVX2(SB), NOSPLIT, $0-76
+	MOVQ         y_base+0(FP), AX
+	MOVQ         gate_base+24(FP), CX
+	MOVQ         up_base+48(FP), DX
+	MOVQ         gate_len+32(FP), BX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+swiGLUBF16AVX2_loop:
+	CMPQ         BX, $0x00000008
+	JB           swiGLUBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VXORPS       actconst<>+832(SB), Y2, Y3
+	VMAXPS       Y1, Y3, Y1
+	VMULPS       actconst<>+0(SB), Y3, Y4
+	VADDPS       actconst<>+64(SB), Y4, Y4
+	VROUNDPS     $0x09, Y4, Y4
+	VMULPS       actconst<>+128(SB), Y4, Y5
+	VSUBPS       Y5, Y3, Y5
+	VMULPS       actconst<>+192(SB), Y4, Y6
+	VSUBPS       Y6, Y5, Y5
+	VMULPS       actconst<>+256(SB), Y5, Y6
+	VADDPS       actconst<>+320(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+384(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+448(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+512(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y0, Y6, Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y0, Y5, Y5
+	VCVTTPS2DQ   Y4, Y4
+	VPADDD       actconst<>+768(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VCMPPS       $0x11, actconst<>+640(SB), Y3, Y3
+	VANDNPS      Y4, Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VDIVPS       Y3, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VPMOVZXWD    (DX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       Y3, Y2, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x00000008, BX
+	JMP          swiGLUBF16AVX2_loop
+
+swiGLUBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+72(FP)
+	RET
+
+// func swiGLUBwdBF16AVX2(dgate []uint16, dup []uint16, gate []uint16, up []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·swiGLUBwdBF16AVX2(SB), NOSPLIT, $0-124
+	MOVQ         dgate_base+0(FP), AX
+	MOVQ         dup_base+24(FP), CX
+	MOVQ         gate_base+48(FP), DX
+	MOVQ         up_base+72(FP), BX
+	MOVQ         dy_base+96(FP), SI
+	MOVQ         gate_len+56(FP), DI
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+swiGLUBwdBF16AVX2_loop:
+	CMPQ         DI, $0x00000008
+	JB           swiGLUBwdBF16AVX2_done
+	VPMOVZXWD    (DX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VXORPS       actconst<>+832(SB), Y2, Y3
+	VMAXPS       Y1, Y3, Y1
+	VMULPS       actconst<>+0(SB), Y3, Y4
+	VADDPS       actconst<>+64(SB), Y4, Y4
+	VROUNDPS     $0x09, Y4, Y4
+	VMULPS       actconst<>+128(SB), Y4, Y5
+	VSUBPS       Y5, Y3, Y5
+	VMULPS       actconst<>+192(SB), Y4, Y6
+	VSUBPS       Y6, Y5, Y5
+	VMULPS       actconst<>+256(SB), Y5, Y6
+	VADDPS       actconst<>+320(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+384(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+448(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+512(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y0, Y6, Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y0, Y5, Y5
+	VCVTTPS2DQ   Y4, Y4
+	VPADDD       actconst<>+768(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VCMPPS       $0x11, actconst<>+640(SB), Y3, Y3
+	VANDNPS      Y4, Y3, Y3
+	VADDPS       Y0, Y3, Y4
+	VDIVPS       Y4, Y0, Y4
+	VCMPPS       $0x1e, Y0, Y3, Y5
+	VSUBPS       Y4, Y0, Y6
+	VMULPS       Y4, Y3, Y3
+	VBLENDVPS    Y5, Y6, Y3, Y3
+	VPMOVZXWD    (SI), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VMULPS       Y4, Y2, Y2
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y4, Y3
+	VPMOVZXWD    (BX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VMULPS       Y3, Y4, Y3
+	VPSRLD       $0x10, Y3, Y6
+	VPAND        actconst<>+2176(SB), Y6, Y4
+	VPADDD       actconst<>+2112(SB), Y4, Y4
+	VPADDD       Y3, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         actconst<>+2240(SB), Y6, Y6
+	VCMPPS       $0x03, Y3, Y3, Y3
+	VBLENDVPS    Y3, Y6, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPACKUSDW    X3, X4, X3
+	VMOVDQU      X3, (AX)
+	VMULPS       Y2, Y5, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (CX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, SI
+	SUBQ         $0x00000008, DI
+	JMP          swiGLUBwdBF16AVX2_loop
+
+swiGLUBwdBF16AVX2_done:
 	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
 	VMOVMSKPS Y0, AX
 	VZEROUPPER

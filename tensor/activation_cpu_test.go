@@ -3,6 +3,8 @@ package tensor
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
@@ -91,4 +93,65 @@ func make64(n int, v float64) []float64 {
 		x[i] = v
 	}
 	return x
+}
+
+// TestGELUF32Error bounds the float32 GELU and GELUTanh (activation_gelu.go) against the float64
+// reference in units of u = 2⁻²⁴, over every stride-th float32 in [−20, 20] (MTRL_GELU_STRIDE,
+// default 4099; 1 sweeps all 2.2·10⁹ of them): the value relative to |f|, the derivative relative
+// to the sum of its terms' magnitudes (it crosses zero), both with a floor of 1e-30 (f underflows
+// there). GELU's error grows with x² (the rounding of x/√2 and of z² inside exp(−z²)), GELUTanh's
+// with |2u|·(1−σ(2u)) (the rounding of 2u inside exp(−2u)), as the sigmoid family's with |βx|.
+// It also checks the suites' float32 tolerance, 2·10⁻⁵·(1 + |f|), which these bounds imply.
+func TestGELUF32Error(t *testing.T) {
+	stride := 4099
+	if s, _ := strconv.Atoi(os.Getenv("MTRL_GELU_STRIDE")); s > 0 {
+		stride = s
+	}
+	type acc struct{ val, der, tol float64 }
+	worst := map[Activation]*acc{GELU: {}, GELUTanh: {}}
+	const u = 0x1p-24
+	check := func(a Activation, x float32) {
+		v := float64(x)
+		var f, df, scale, bound float64
+		var got, gotD float32
+		switch a {
+		case GELU:
+			c := 0.5 * math.Erfc(-v/math.Sqrt2)
+			p := math.Exp(-v*v/2) / math.Sqrt(2*math.Pi)
+			f, df, scale = v*c, c+v*p, c+math.Abs(v*p)
+			bound = (16 + 3*v*v) * u
+			got, gotD = gelu32(x), geluGrad32(x)
+		case GELUTanh:
+			k := math.Sqrt(2 / math.Pi)
+			w := 2 * k * (v + 0.044715*v*v*v)
+			s := 1 / (1 + math.Exp(-w))
+			dw := 2 * k * (1 + 3*0.044715*v*v)
+			f, df, scale = v*s, s+v*s*(1-s)*dw, s+math.Abs(v*s*(1-s)*dw)
+			bound = (16 + 4*math.Abs(w)*(1-s)) * u
+			got, gotD = geluTanh32(x), geluTanhGrad32(x)
+		}
+		e := math.Abs(float64(got)-f) / math.Max(math.Abs(f), 1e-30)
+		ed := math.Abs(float64(gotD)-df) / math.Max(scale, 1e-30)
+		if e > bound || ed > 2*bound {
+			t.Fatalf("%v(%v) = %v, f' %v; want %v, %v (errors %.3g, %.3g u; bound %.3g u)", a, x, got, gotD, f, df, e/u, ed/u, bound/u)
+		}
+		w := worst[a]
+		w.val, w.der = max(w.val, e/bound), max(w.der, ed/bound/2)
+		w.tol = max(w.tol, math.Abs(float64(got)-f)/(2e-5*(1+math.Abs(f))), math.Abs(float64(gotD)-df)/(2e-5*(1+math.Abs(df))))
+	}
+	lo, hi := math.Float32bits(20), math.Float32bits(-20)
+	for b := uint64(0); b <= uint64(hi); b += uint64(stride) {
+		if uint32(b) <= lo || uint32(b) >= 0x80000000 {
+			for _, a := range []Activation{GELU, GELUTanh} {
+				check(a, math.Float32frombits(uint32(b)))
+			}
+		}
+	}
+	for _, x := range []float32{0, -0.0, 1, -1, 3, -3, 20, -20, 1e-30, -1e-30} {
+		check(GELU, x)
+		check(GELUTanh, x)
+	}
+	for a, w := range worst {
+		t.Logf("%v: worst error %.3g of the bound (value), %.3g (derivative); %.3g of the suites' float32 tolerance", a, w.val, w.der, w.tol)
+	}
 }

@@ -17,12 +17,19 @@ import (
 // internal/asmgen generates: edit the generator, then run go generate ./tensor.
 func TestActivationAsmUpToDate(t *testing.T) { asmcheck.UpToDate(t, "activation", "tensor") }
 
-// actAll runs the four sigmoid-family loops on x (split into gate, up and dy by rotation)
-// with the implementation selected now.
-func actAll(x []float32) [][]float32 {
+// actNames names actAll's outputs.
+var actNames = []string{"silu", "quickgelu", "silu'", "quickgelu'", "swiglu", "swiglu dgate", "swiglu dup",
+	"gelu", "gelu'", "gelu_tanh", "gelu_tanh'"}
+
+// actAll runs the activation loops on x (split into gate, up and dy by rotation) with the
+// implementation selected now: float32, or bfloat16 (x rounded to it; the outputs widened).
+func actAll(x []float32, bf16 bool) [][]float32 {
 	n := len(x)
+	if bf16 {
+		return actAllBF16(x)
+	}
 	up, dy := append(x[n/3:], x[:n/3]...), append(x[2*n/3:], x[:2*n/3]...)
-	out := make([][]float32, 7)
+	out := make([][]float32, len(actNames))
 	for i := range out {
 		out[i] = make([]float32, n+1) // one past the end must stay 0
 	}
@@ -32,6 +39,53 @@ func actAll(x []float32) [][]float32 {
 	activateBackwardCPU(QuickGELU, x, dy, out[3][:n])
 	swiGLUCPU(x, up, out[4][:n])
 	swiGLUBackwardCPU(x, up, dy, out[5][:n], out[6][:n])
+	activateCPU(GELU, x, out[7][:n])
+	activateBackwardCPU(GELU, x, dy, out[8][:n])
+	activateCPU(GELUTanh, x, out[9][:n])
+	activateBackwardCPU(GELUTanh, x, dy, out[10][:n])
+	return out
+}
+
+// actAllBF16 is actAll on bfloat16 through the sigmoid family's bfloat16 entry points (the
+// Go loops' run is the blocked float32 path: widen, float32 loop, round), in place where an
+// op allows it; the GELUs' outputs are left 0.
+func actAllBF16(x []float32) [][]float32 {
+	n := len(x)
+	b := make([]BF16, n)
+	for i, v := range x {
+		b[i] = BF16FromFloat32(v)
+	}
+	up, dy := append(b[n/3:], b[:n/3]...), append(b[2*n/3:], b[:2*n/3]...)
+	bt := func(v []BF16) *Tensor { return Must(FromBF16(v, len(v))) }
+	outs := make([][]BF16, 7)
+	for i := range outs {
+		outs[i] = make([]BF16, n)
+	}
+	copy(outs[0], b)
+	copy(outs[1], b)
+	copy(outs[2], dy)
+	copy(outs[3], dy)
+	for _, err := range []error{
+		Activate(bt(outs[0]), bt(outs[0]), SiLU),
+		Activate(bt(outs[1]), bt(outs[1]), QuickGELU),
+		ActivateBackward(bt(outs[2]), ActivationGrad{X: bt(b), DY: bt(outs[2]), Activation: SiLU}),
+		ActivateBackward(bt(outs[3]), ActivationGrad{X: bt(b), DY: bt(outs[3]), Activation: QuickGELU}),
+		SwiGLU(bt(outs[4]), bt(b), bt(up)),
+		SwiGLUBackward(bt(outs[5]), bt(outs[6]), SwiGLUGrad{Gate: bt(b), Up: bt(up), DY: bt(dy)}),
+	} {
+		if err != nil {
+			panic(err)
+		}
+	}
+	out := make([][]float32, len(actNames))
+	for j := range out {
+		out[j] = make([]float32, n+1)
+		if j < len(outs) {
+			for i, v := range outs[j] {
+				out[j][i] = v.Float32()
+			}
+		}
+	}
 	return out
 }
 
@@ -40,16 +94,23 @@ func actAll(x []float32) [][]float32 {
 // the operand order the Go compiler picks.
 func checkActSame(t *testing.T, x []float32) {
 	t.Helper()
+	for _, bf16 := range []bool{false, true} {
+		checkActSameDType(t, x, bf16)
+	}
+}
+
+func checkActSameDType(t *testing.T, x []float32, bf16 bool) {
+	t.Helper()
 	restore := actImpls.Use(dispatch.GoName)
-	want := actAll(x)
+	want := actAll(x, bf16)
 	restore()
-	names := []string{"silu", "quickgelu", "silu'", "quickgelu'", "swiglu", "swiglu dgate", "swiglu dup"}
+	names := actNames
 	for _, im := range actImpls.Impls() {
 		if im.Name == dispatch.GoName {
 			continue
 		}
 		restore := actImpls.Use(im.Name)
-		got := actAll(x)
+		got := actAll(x, bf16)
 		restore()
 		for j := range want {
 			for i, w := range want[j] {
@@ -57,16 +118,18 @@ func checkActSame(t *testing.T, x []float32) {
 					if i == len(x) {
 						t.Fatalf("%s %s wrote past n = %d", im.Name, names[j], len(x))
 					}
-					t.Fatalf("%s %s(%v = %#08x) = %v (%#08x), want %v (%#08x), n = %d", im.Name, names[j],
-						x[i], math.Float32bits(x[i]), g, math.Float32bits(g), w, math.Float32bits(w), len(x))
+					t.Fatalf("%s %s(%v = %#08x) = %v (%#08x), want %v (%#08x), n = %d, bfloat16 %v", im.Name, names[j],
+						x[i], math.Float32bits(x[i]), g, math.Float32bits(g), w, math.Float32bits(w), len(x), bf16)
 				}
 			}
 		}
 	}
 }
 
-// TestActivationSIMD: the vector SiLU, QuickGELU, SwiGLU and their backwards equal the Go loops
-// bit for bit — on random bit patterns (NaNs, infinities, subnormals, huge values), on values
+// TestActivationSIMD: the vector SiLU, QuickGELU, GELU, GELUTanh, SwiGLU and their backwards
+// equal the Go loops bit for bit, in float32 and (the sigmoid family's own kernels, run in
+// place where the op allows, so the Go fix-up must read the inputs as they were) in bfloat16 —
+// on random bit patterns (NaNs, infinities, subnormals, huge values), on values
 // where exp over- and underflows (|x| near 87–89 and 51–53 for β = 1.702, the Go fix-up),
 // on a dense grid of [−20, 20], and at lengths around the lane counts (the Go tail).
 // MTRL_ACT_SWEEP=N also checks every N-th float32 bit pattern (1: all of them, many minutes).
@@ -92,7 +155,8 @@ func TestActivationSIMD(t *testing.T) {
 	}
 	checkActSame(t, x)
 	for i := range x {
-		c := []float64{88, 52.3, 87.3, 51.3}[i%4]
+		// 10.03: 2u of GELUTanh near ±88; 13.2: GELU's exps underflow
+		c := []float64{88, 52.3, 87.3, 51.3, 10.03, 13.2}[i%6]
 		x[i] = float32(math.Copysign(c+r.Float64()*1.5-0.5, r.Float64()-0.5))
 	}
 	checkActSame(t, x)
@@ -114,7 +178,7 @@ func TestActivationSIMD(t *testing.T) {
 	}
 }
 
-// BenchmarkActivationImpls times the sigmoid-family ops on every implementation of this CPU
+// BenchmarkActivationImpls times the activations on every implementation of this CPU
 // (the Go loops, AVX2, AVX-512), in float32 and with bfloat16 activations, at 256 tokens of
 // 0.5B's MLP width (4864): per round (-benchtime=Nx: N rounds) 3 calls of each implementation
 // in turn, each timed in process CPU time; it reports the medians over the rounds of the CPU
@@ -151,6 +215,22 @@ func BenchmarkActivationImpls(b *testing.B) {
 			}},
 			{"SiLUBackward", func() func() error {
 				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: SiLU}
+				return func() error { return ActivateBackward(dx, in) }
+			}},
+			{"GELU", func() func() error {
+				x, y := mk(dt), mk(dt)
+				return func() error { return Activate(y, x, GELU) }
+			}},
+			{"GELUBackward", func() func() error {
+				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: GELU}
+				return func() error { return ActivateBackward(dx, in) }
+			}},
+			{"GELUTanh", func() func() error {
+				x, y := mk(dt), mk(dt)
+				return func() error { return Activate(y, x, GELUTanh) }
+			}},
+			{"GELUTanhBackward", func() func() error {
+				dx, in := mk(dt), ActivationGrad{X: mk(dt), DY: mk(dt), Activation: GELUTanh}
 				return func() error { return ActivateBackward(dx, in) }
 			}},
 			{"SwiGLU", func() func() error {

@@ -4,58 +4,170 @@
 
 package tensor
 
-// actFwdAVX512 is activateCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 16. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// actFwdAVX512 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func actFwdAVX512(y []float32, x []float32, beta float32) (big int32)
 
-// actBwdAVX512 is activateBackwardCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 16. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// actBwdAVX512 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func actBwdAVX512(dx []float32, x []float32, dy []float32, beta float32) (big int32)
 
-// swiGLUAVX512 is swiGLUCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 16. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// swiGLUAVX512 is swiGLUCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func swiGLUAVX512(y []float32, gate []float32, up []float32) (big int32)
 
-// swiGLUBwdAVX512 is swiGLUBackwardCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 16. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// swiGLUBwdAVX512 is swiGLUBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func swiGLUBwdAVX512(dgate []float32, dup []float32, gate []float32, up []float32, dy []float32) (big int32)
 
-// actFwdAVX2 is activateCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 8. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// geluAVX512 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluAVX512(y []float32, x []float32) (big int32)
+
+// geluBwdAVX512 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBwdAVX512(dx []float32, x []float32, dy []float32) (big int32)
+
+// geluTanhAVX512 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhAVX512(y []float32, x []float32) (big int32)
+
+// geluTanhBwdAVX512 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBwdAVX512(dx []float32, x []float32, dy []float32) (big int32)
+
+// actFwdBF16AVX512 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func actFwdBF16AVX512(y []uint16, x []uint16, beta float32) (big int32)
+
+// actBwdBF16AVX512 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func actBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16, beta float32) (big int32)
+
+// swiGLUBF16AVX512 is swiGLUCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func swiGLUBF16AVX512(y []uint16, gate []uint16, up []uint16) (big int32)
+
+// swiGLUBwdBF16AVX512 is swiGLUBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func swiGLUBwdBF16AVX512(dgate []uint16, dup []uint16, gate []uint16, up []uint16, dy []uint16) (big int32)
+
+// actFwdAVX2 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func actFwdAVX2(y []float32, x []float32, beta float32) (big int32)
 
-// actBwdAVX2 is activateBackwardCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 8. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// actBwdAVX2 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func actBwdAVX2(dx []float32, x []float32, dy []float32, beta float32) (big int32)
 
-// swiGLUAVX2 is swiGLUCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 8. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// swiGLUAVX2 is swiGLUCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func swiGLUAVX2(y []float32, gate []float32, up []float32) (big int32)
 
-// swiGLUBwdAVX2 is swiGLUBackwardCPU's loop over whole vectors, bit for bit; the inputs' length
-// must be a multiple of 8. big is nonzero when an exp argument exceeded 88: the
-// caller redoes those elements in Go.
+// swiGLUBwdAVX2 is swiGLUBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
 //
 //go:noescape
 func swiGLUBwdAVX2(dgate []float32, dup []float32, gate []float32, up []float32, dy []float32) (big int32)
+
+// geluAVX2 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluAVX2(y []float32, x []float32) (big int32)
+
+// geluBwdAVX2 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBwdAVX2(dx []float32, x []float32, dy []float32) (big int32)
+
+// geluTanhAVX2 is activateCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhAVX2(y []float32, x []float32) (big int32)
+
+// geluTanhBwdAVX2 is activateBackwardCPU's loop over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBwdAVX2(dx []float32, x []float32, dy []float32) (big int32)
+
+// actFwdBF16AVX2 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func actFwdBF16AVX2(y []uint16, x []uint16, beta float32) (big int32)
+
+// actBwdBF16AVX2 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func actBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16, beta float32) (big int32)
+
+// swiGLUBF16AVX2 is swiGLUCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func swiGLUBF16AVX2(y []uint16, gate []uint16, up []uint16) (big int32)
+
+// swiGLUBwdBF16AVX2 is swiGLUBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func swiGLUBwdBF16AVX2(dgate []uint16, dup []uint16, gate []uint16, up []uint16, dy []uint16) (big int32)

@@ -82,7 +82,7 @@ func RMSNorm(y, x, w *Tensor, eps float64) error {
 		return k.RMSNorm(y, x, w, eps)
 	}
 	return OnHost(1, []*Tensor{y, x, w}, func(h []*Tensor) error {
-		normForwardHost(h[0], h[1], h[2], nil, eps)
+		rmsNormHost(h[0], h[1], hostF32(h[2]), eps)
 		return nil
 	})
 }
@@ -161,8 +161,10 @@ func normForwardHost(y, x, w, b *Tensor, eps float64) {
 }
 
 // normBackwardHost is RMSNormBackward (db nil) or LayerNormBackward on host tensors: the dx
-// pass in blocks of rows as normForwardHost, then the weight gradients reading x and dy a row
-// segment at a time.
+// pass, then the weight gradients. With the vector row kernels (norm_cpu.go) RMSNorm's dx
+// pass and both weight gradients read and write bfloat16 in place; otherwise the dx pass runs
+// nnref's kernels in blocks of rows as normForwardHost, and the weight gradients read x and dy
+// a row segment at a time.
 func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
 	rows, d := rowsOf(x), x.Dim(-1)
 	dxv, xv, dyv, wv := viewOf(dx), viewOf(x), viewOf(dy), hostF32(w)
@@ -171,18 +173,27 @@ func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
 		mean = make([]float32, rows)
 	}
 	rstd := make([]float32, rows)
-	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
-		n := (hi - lo) * d
-		xs := xv.load(lo*d, hi*d, s.take(n))
-		dys := dyv.load(lo*d, hi*d, s.take(n))
-		dxs := dxv.out(lo*d, hi*d, s.take(n))
-		if db == nil {
-			nnref.RMSNormDX(hi-lo, d, xs, wv, dys, eps, dxs, rstd[lo:hi])
-		} else {
-			nnref.LayerNormDX(hi-lo, d, xs, wv, dys, eps, dxs, mean[lo:hi], rstd[lo:hi])
-		}
-		dxv.store(lo*d, dxs)
-	})
+	k := rowImpls.Active()
+	if db == nil && k != nil {
+		rmsNormDXHost(k, dxv, xv, dyv, wv, rows, d, eps, rstd)
+	} else {
+		blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
+			n := (hi - lo) * d
+			xs := xv.load(lo*d, hi*d, s.take(n))
+			dys := dyv.load(lo*d, hi*d, s.take(n))
+			dxs := dxv.out(lo*d, hi*d, s.take(n))
+			if db == nil {
+				nnref.RMSNormDX(hi-lo, d, xs, wv, dys, eps, dxs, rstd[lo:hi])
+			} else {
+				nnref.LayerNormDX(hi-lo, d, xs, wv, dys, eps, dxs, mean[lo:hi], rstd[lo:hi])
+			}
+			dxv.store(lo*d, dxs)
+		})
+	}
+	if k != nil {
+		normWeightGradHost(k, hostF32(dw), hostF32(db), xv, dyv, rows, d, mean, rstd, acc)
+		return
+	}
 	at := func(i, lo, hi int, buf []float32) ([]float32, []float32) {
 		n := hi - lo
 		return xv.load(i*d+lo, i*d+hi, buf[:n]), dyv.load(i*d+lo, i*d+hi, buf[n:])

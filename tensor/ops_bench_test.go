@@ -161,6 +161,12 @@ func BenchmarkOpsBF16(b *testing.B) {
 			x := mk(dt, t, h, hd)
 			return func() error { return tensor.RoPE(x, x, pos, tensor.RoPEConfig{Theta: 1e6}) }
 		}},
+		{"RoPEBackward", t * h * hd, func(dt tensor.DType) func() error {
+			dy := mk(dt, t, h, hd)
+			return func() error {
+				return tensor.RoPEBackward(dy, tensor.RoPEGrad{DY: dy, Positions: pos, Config: tensor.RoPEConfig{Theta: 1e6}})
+			}
+		}},
 		{"SiLU", t * ff, func(dt tensor.DType) func() error {
 			x, y := mk(dt, t, ff), mk(dt, t, ff)
 			return func() error { return tensor.Activate(y, x, tensor.SiLU) }
@@ -168,6 +174,18 @@ func BenchmarkOpsBF16(b *testing.B) {
 		{"GELUTanh", t * ff, func(dt tensor.DType) func() error {
 			x, y := mk(dt, t, ff), mk(dt, t, ff)
 			return func() error { return tensor.Activate(y, x, tensor.GELUTanh) }
+		}},
+		{"GELUTanhBackward", t * ff, func(dt tensor.DType) func() error {
+			dx, in := mk(dt, t, ff), tensor.ActivationGrad{X: mk(dt, t, ff), DY: mk(dt, t, ff), Activation: tensor.GELUTanh}
+			return func() error { return tensor.ActivateBackward(dx, in) }
+		}},
+		{"GELU", t * ff, func(dt tensor.DType) func() error {
+			x, y := mk(dt, t, ff), mk(dt, t, ff)
+			return func() error { return tensor.Activate(y, x, tensor.GELU) }
+		}},
+		{"GELUBackward", t * ff, func(dt tensor.DType) func() error {
+			dx, in := mk(dt, t, ff), tensor.ActivationGrad{X: mk(dt, t, ff), DY: mk(dt, t, ff), Activation: tensor.GELU}
+			return func() error { return tensor.ActivateBackward(dx, in) }
 		}},
 		{"SwiGLU", t * ff, func(dt tensor.DType) func() error {
 			g, u, y := mk(dt, t, ff), mk(dt, t, ff), mk(dt, t, ff)

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
-	"github.com/mtrl-go/mtrl/internal/parallel"
 )
 
 // RoPEConfig is the rotary position embedding of a model.
@@ -113,21 +112,9 @@ func rope(op string, y, x, positions *Tensor, cfg RoPEConfig, inverse bool) erro
 		return k.RoPE(y, x, positions, cfg, inverse)
 	}
 	return OnHost(1, []*Tensor{y, x, positions}, func(h []*Tensor) error {
-		p, hd := hostI32(h[2]), x.Dim(1)*d
+		p := hostI32(h[2])
 		freq := nnref.RoPEGivenFrequencies[float32](d, cfg.Theta, cfg.Frequencies)
-		yv, xv := viewOf(h[0]), viewOf(h[1])
-		// Blocks of tokens, bfloat16 ones widened into scratch; each is one of RoPEFrequencies's
-		// parallel chunks, so it runs inline.
-		blocks(t, parallel.Grain(hd, blockElems), func(lo, hi int, s *arena) {
-			rows := make([][]int32, max(1, len(cfg.Sections)))
-			for s := range rows {
-				rows[s] = p[s*t+lo : s*t+hi]
-			}
-			xs := xv.load(lo*hd, hi*hd, s.take((hi-lo)*hd))
-			ys := yv.out(lo*hd, hi*hd, s.take((hi-lo)*hd))
-			nnref.RoPEFrequencies(hi-lo, x.Dim(1), d, xs, rows, cfg.Sections, freq, inverse, ys)
-			yv.store(lo*hd, ys)
-		})
+		ropeHost(h[0], h[1], p, cfg.Sections, freq, inverse)
 		return nil
 	})
 }

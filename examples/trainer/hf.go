@@ -99,8 +99,6 @@ func (c Config) validateModelPath() error {
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
 	switch {
-	case a.Device == "cuda" && vl && a.offloadOptimizer():
-		return keyErr("worker.actor.offload.offload_optimizer", "(or fsdp.cpu_offload) is true with device=cuda %s of a Qwen2-VL checkpoint: its AdamW state stays on the device (text models, Qwen2 and Llama, offload it); set false", why)
 	case a.Device == "cuda" && vl && a.dtypeName() != "float32":
 		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s of a Qwen2-VL checkpoint: bf16 mixed precision of its vision tower runs on the CPU only (text models, Qwen2 and Llama, run bf16 on the device); set fp32", a.FSDP.MixedPrecisionDType, why)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:

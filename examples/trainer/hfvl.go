@@ -357,6 +357,7 @@ type vlModel struct {
 	modelDir string
 	dtype    hfmodel.DType
 	lora     bool
+	offload  bool // offload.offload_optimizer on a device (offload.go)
 }
 
 func (m *vlModel) DropoutState() ([]byte, error)  { return m.LM.DropoutState() }
@@ -523,7 +524,8 @@ func openHFVL(cfg Config) (_ *hfSession[vlPrompt], err error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &vlModel{Model: model, gen: gen, tokDir: tokDir, modelDir: mc.ModelPath, dtype: exp.DType, lora: mc.LoraRank > 0}
+	m := &vlModel{Model: model, gen: gen, tokDir: tokDir, modelDir: mc.ModelPath, dtype: exp.DType, lora: mc.LoraRank > 0,
+		offload: cfg.Worker.Actor.Device == "cuda" && cfg.Worker.Actor.offloadOptimizer()}
 	s := &hfSession[vlPrompt]{
 		model:    m,
 		policy:   vlPolicy(model, proc, gen, tok),

@@ -117,3 +117,24 @@ func TestDeviceVLModelPathDataParallel(t *testing.T) {
 	t.Logf("bucketed ZeRO-2 (2 devices) vs ordered (1): weights %.2g apart (relative L2)", wd)
 	require.Less(t, wd, 1e-5)
 }
+
+// TestDeviceVLModelPathOffload: with the optimizer offloaded (offload.offload_optimizer) a
+// Qwen2-VL LoRA run on the device (the tower's adapters and dropout included, the perturbed
+// pass on, clipping active) writes the non-offloaded device run's checkpoints bit for bit
+// (adapters and AdamW moments, steps 1 and 2) and its metrics within dpTolerance: the text
+// model's offload path (offloadedTraining), whose host AdamW is the device kernel's arithmetic;
+// only actor/grad_norm is summed in another order (TestDeviceModelPathOffload).
+func TestDeviceVLModelPathOffload(t *testing.T) {
+	model := tinyVL(t, "qwen2-vl.json")
+	ref, off := filepath.Join(t.TempDir(), "ref"), filepath.Join(t.TempDir(), "off")
+	set := []string{"worker.actor.device=cuda", "worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8", "worker.actor.model.lora_dropout=0.1",
+		"worker.actor.max_grad_norm=0.05", "dataset.max_response_length=4", "training.save_freq=1"}
+	a := hfLines(t, vlOverrides(model, ref, set...))
+	b := hfLines(t, vlOverrides(model, off, append(set, "worker.actor.offload.offload_optimizer=true")...))
+	diffs, worst := compareLines(a, b)
+	t.Logf("largest relative metric difference %.2g", worst)
+	require.Empty(t, diffs)
+	for _, step := range []int{1, 2} {
+		sameState(t, ref, off, step, "offloaded")
+	}
+}

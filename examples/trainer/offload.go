@@ -108,22 +108,30 @@ type hfOffloaded struct {
 }
 
 // offloadTraining is the model_path model's training with the optimizer offloaded (one rank on
-// the device): the micro-batches' gradients sum on the device as without offload
-// (hflm.DeviceGradients) and come down once per mini-batch; AdamW steps float32 masters with
-// its moments in host memory (hflm.DeviceAdamW on the host); the weights go
-// up after each step and the model rebuilds what it derives from them (bf16 mode's copies).
-// The device keeps the weights (the float32 masters too in bf16 mode) and their gradients.
+// the device): offloadedTraining of its parameters, rebuilding what it derives from the
+// weights (bf16 mode's copies) after each upload.
 func (m *textModel) offloadTraining(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
 	ps, err := m.Params()
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	return offloadedTraining(ps, m.Repack, weightDecay)
+}
+
+// offloadedTraining is the training of a model_path model's device parameters ps (the text
+// model's or Qwen2-VL's, tower included) with the optimizer offloaded: the micro-batches'
+// gradients sum on the device as without offload (hflm.DeviceGradients) and come down once per
+// mini-batch; AdamW steps float32 masters with its moments in host memory (hflm.DeviceAdamW on
+// the host); the weights go up after each step and uploaded rebuilds what the model derives
+// from them (packed weights, bf16 copies). The device keeps the weights (the float32 masters
+// too in bf16 mode) and their gradients.
+func offloadedTraining(ps []loop.Param, uploaded func() error, weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
 	off, err := loop.NewOffload(ps)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	off.Zero = func(g *tensor.Tensor) error { return tensor.Axpby(g, g, 0, 0) }
-	off.Uploaded = m.Repack
+	off.Uploaded = uploaded
 	// The device optimizer's ops (tensor.ClipGradNorm, tensor.AdamWStep) on the host masters:
 	// the CPU's arithmetic is the device kernels', so the steps are the non-offloaded run's.
 	opt, _, err := hflm.NewDeviceAdamW(off.Params(), weightDecay, func() error { return nil })

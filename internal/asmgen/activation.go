@@ -3,31 +3,56 @@ package main
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// activationFamily emits the sigmoid-family activations of tensor's host ops
-// (activation_amd64.s): x·σ(βx) (SiLU, QuickGELU), its derivative, SwiGLU and its backward,
-// for AVX-512F (16 lanes) and AVX2 (8 lanes), whole vectors only.
+// activationFamily emits the activations of tensor's host ops (activation_amd64.s): x·σ(βx)
+// (SiLU, QuickGELU), its derivative, SwiGLU and its backward, GELU (its erfc fit) and GELUTanh
+// (x·σ(2u)) and their derivatives, for AVX-512F (16 lanes) and AVX2 (8 lanes), whole vectors
+// only; the sigmoid family also on bfloat16 (widened as loaded, rounded once as stored).
 //
-// They reproduce the Go loops of tensor/activation_cpu.go bit for bit: the exp is
+// They reproduce the Go loops of tensor/activation_cpu.go and activation_gelu.go bit for bit
+// (the products and sums in the Go code's order): the exp is
 // hostops.Exp32's own arithmetic (x·log2e + 1/2 floored, the two-part ln2 reduction, the
 // degree-7 Taylor polynomial in Horner form, times 2^k built from its exponent bits) with
 // separate multiplies and adds (no FMA: the Go code rounds each product explicitly), and
 // the quotients are VDIVPS, correctly rounded like DIVSS. Exp32 takes math.Exp above 88; the
 // kernels cannot, so each returns whether a lane's exp argument exceeded 88 and the caller
-// redoes those elements in Go (only inputs below −88/β, where σ underflows).
+// redoes those elements in Go (only inputs below −88/β, where σ underflows; GELUTanh's below
+// about −10.03; GELU's exp arguments never pass 0).
 func activationFamily() {
 	emitActConstants()
 	for _, a := range []isa{avx512, avx2} {
-		actKernel(a, "actFwd", "func(y, x []float32, beta float32) (big int32)", 1)
-		actKernel(a, "actBwd", "func(dx, x, dy []float32, beta float32) (big int32)", 1)
-		actKernel(a, "swiGLU", "func(y, gate, up []float32) (big int32)", 1)
-		actKernel(a, "swiGLUBwd", "func(dgate, dup, gate, up, dy []float32) (big int32)", 2)
+		for _, name := range actKernelNames {
+			actKernel(a, name, false)
+		}
+		for _, name := range actKernelNames[:4] { // bfloat16 for the sigmoid family only
+			actKernel(a, name, true)
+		}
 	}
+}
+
+// The kernels, in the order they are emitted; actSig gives each one's outputs, inputs and
+// whether it takes β.
+var actKernelNames = []string{"actFwd", "actBwd", "swiGLU", "swiGLUBwd", "gelu", "geluBwd", "geluTanh", "geluTanhBwd"}
+
+var actSig = map[string]struct {
+	params []string
+	nOut   int
+	beta   bool
+}{
+	"actFwd":      {[]string{"y", "x"}, 1, true},
+	"actBwd":      {[]string{"dx", "x", "dy"}, 1, true},
+	"swiGLU":      {[]string{"y", "gate", "up"}, 1, false},
+	"swiGLUBwd":   {[]string{"dgate", "dup", "gate", "up", "dy"}, 2, false},
+	"gelu":        {[]string{"y", "x"}, 1, false},
+	"geluBwd":     {[]string{"dx", "x", "dy"}, 1, false},
+	"geluTanh":    {[]string{"y", "x"}, 1, false},
+	"geluTanhBwd": {[]string{"dx", "x", "dy"}, 1, false},
 }
 
 // Entries of the actconst table (64 bytes each, so AVX-512 can use them as memory operands).
@@ -46,6 +71,28 @@ const (
 	aExpMax
 	aBias // int32 127
 	aSign // int32 0x80000000
+	nKeep // AVX-512 keeps the constants above in registers; the ones below are memory operands
+	aAbs  // int32 0x7fffffff
+	aTwo
+	aNegHalf
+	aNegInvSqrt2
+	aInvSqrt2Pi
+	aK2   // 2·√(2/π)
+	aK3   // 0.044715
+	aK3x3 // 3·0.044715
+	aP0   // erfcP[0]; aP0+i is erfcP[i]
+	_
+	_
+	_
+	_
+	_
+	_
+	_
+	_
+	aP9
+	aI7fff
+	aIOne
+	aQuiet
 	nAct
 )
 
@@ -69,6 +116,25 @@ func emitActConstants() {
 		aExpMax: math.Float32bits(88.0),
 		aBias:   127,
 		aSign:   0x80000000,
+
+		aAbs:         0x7fffffff,
+		aTwo:         math.Float32bits(2),
+		aNegHalf:     math.Float32bits(-0.5),
+		aNegInvSqrt2: math.Float32bits(-0.70710678118654752),
+		aInvSqrt2Pi:  math.Float32bits(0.39894228040143268),
+		aK2:          math.Float32bits(1.5957691216057308),
+		aK3:          math.Float32bits(0.044715),
+		aK3x3:        math.Float32bits(3 * 0.044715),
+		aI7fff:       0x7fff,
+		aIOne:        1,
+		aQuiet:       0x40,
+	}
+	// tensor's erfcP (activation_gelu.go), constant term first
+	for i, c := range []uint32{math.Float32bits(-1.26551223), math.Float32bits(1.00002368),
+		math.Float32bits(0.37409196), math.Float32bits(0.09678418), math.Float32bits(-0.18628806),
+		math.Float32bits(0.27886807), math.Float32bits(-1.13520398), math.Float32bits(1.48851587),
+		math.Float32bits(-0.82215223), math.Float32bits(0.17087277)} {
+		vals[aP0+i] = c
 	}
 	actTable = GLOBL("actconst", RODATA|NOPTR)
 	for i, v := range vals {
@@ -80,10 +146,14 @@ func emitActConstants() {
 
 // goLoop names the Go function in tensor/activation_cpu.go that each kernel reproduces.
 var goLoop = map[string]string{
-	"actFwd":    "activateCPU",
-	"actBwd":    "activateBackwardCPU",
-	"swiGLU":    "swiGLUCPU",
-	"swiGLUBwd": "swiGLUBackwardCPU",
+	"actFwd":      "activateCPU",
+	"actBwd":      "activateBackwardCPU",
+	"swiGLU":      "swiGLUCPU",
+	"swiGLUBwd":   "swiGLUBackwardCPU",
+	"gelu":        "activateCPU",
+	"geluBwd":     "activateBackwardCPU",
+	"geluTanh":    "activateCPU",
+	"geluTanhBwd": "activateBackwardCPU",
 }
 
 // act is the state of one activation kernel.
@@ -186,36 +256,79 @@ func (g *act) sigmoid(v VecVirtual, pair bool) (s, oms VecVirtual) {
 	return s, g.sel(m, g.sub(g.c(aOne), s), g.mul(e, s))
 }
 
-// actKernel emits name+ISA with sig; its slices are nOut outputs then the inputs, all of the
-// length of the first input, a multiple of the lane count.
-func actKernel(a isa, name, sig string, nOut int) {
+// reg returns constant i in a register (AVX2 keeps most constants in memory, which an
+// instruction can read only as its last source).
+func (g *act) reg(i int) VecVirtual {
+	if r, ok := g.c(i).(VecVirtual); ok {
+		return r
+	}
+	v := g.vec()
+	VBROADCASTSS(actTable.Offset(64*i), v)
+	g.k[i] = v
+	return v
+}
+
+// geluCDF2 returns 2Φ(x) = erfc(−x/√2) as tensor's geluCDF2: t·exp(P(t) − a²) with a = |x/√2|,
+// t = 1/(1 + a/2), and 2 minus that where −x/√2 < 0.
+func (g *act) geluCDF2(x VecVirtual) VecVirtual {
+	z := g.mul(x, g.c(aNegInvSqrt2))
+	a := g.vec()
+	VANDPS(g.c(aAbs), z, a)
+	t := g.div(g.c(aOne), g.add(g.mul(a, g.c(aHalf)), g.c(aOne)))
+	p := Op(g.c(aP9))
+	for i := aP9 - 1; i >= aP0; i-- {
+		p = g.add(g.mul(t, p), g.c(i))
+	}
+	e := g.mul(t, g.exp32(g.sub(p.(VecVirtual), g.mul(a, a))))
+	zero := g.vec()
+	VXORPS(zero, zero, zero)
+	return g.sel(g.cmpMask(ltOQ, z, zero), g.sub(g.reg(aTwo), e), e)
+}
+
+// geluTanhArg returns 2u = 2√(2/π)·(x + 0.044715·x³) and x².
+func (g *act) geluTanhArg(x VecVirtual) (w, xx VecVirtual) {
+	xx = g.mul(x, x)
+	return g.mul(g.add(x, g.mul(g.mul(xx, x), g.c(aK3))), g.c(aK2)), xx
+}
+
+// actKernel emits name+ISA (name+"BF16"+ISA when bf16: the slices hold bfloat16, widened as
+// loaded and rounded to nearest even once, as stored); its slices are its outputs then its
+// inputs, all of the length of the first input, a multiple of the lane count.
+func actKernel(a isa, base string, bf16 bool) {
 	g := &act{isa: a}
-	name += a.name
-	TEXT(name, NOSPLIT, sig)
+	sig := actSig[base]
+	name, elem, esize := base, "float32", 4
+	if bf16 {
+		name, elem, esize = base+"BF16", "uint16", 2
+	}
+	fn := "func(" + strings.Join(sig.params, ", ") + " []" + elem
+	if sig.beta {
+		fn += ", beta float32"
+	}
+	fn += ") (big int32)"
+	TEXT(name+a.name, NOSPLIT, fn)
 	Pragma("noescape")
-	base := name[:len(name)-len(a.name)]
-	Doc(name+" is "+goLoop[base]+"'s loop over whole vectors, bit for bit; the inputs' length",
-		fmt.Sprintf("must be a multiple of %d. big is nonzero when an exp argument exceeded 88: the", a.lanes),
-		"caller redoes those elements in Go.")
-	params := map[string][]string{
-		"actFwd":    {"y", "x"},
-		"actBwd":    {"dx", "x", "dy"},
-		"swiGLU":    {"y", "gate", "up"},
-		"swiGLUBwd": {"dgate", "dup", "gate", "up", "dy"},
-	}[base]
+	what := goLoop[base] + "'s loop"
+	if bf16 {
+		what += " on bfloat16 (widened at the load, rounded once at the store)"
+	}
+	Doc(name+a.name+" is "+what+" over whole vectors, bit for bit; the",
+		fmt.Sprintf("inputs' length must be a multiple of %d. big is nonzero when an exp argument", a.lanes),
+		"exceeded 88: the caller redoes those elements in Go.")
+	name += a.name
 	var ptrs []Register
-	for _, p := range params {
+	for _, p := range sig.params {
 		ptrs = append(ptrs, Load(Param(p).Base(), GP64()))
 	}
-	n := Load(Param(params[nOut]).Len(), GP64())
+	n := Load(Param(sig.params[sig.nOut]).Len(), GP64())
 	var beta VecVirtual
-	if base[:3] == "act" {
+	if sig.beta {
 		x := Load(Param("beta"), XMM())
 		beta = g.vec()
 		VBROADCASTSS(x, beta)
 	}
 	g.k = map[int]VecVirtual{}
-	for i := 0; i < nAct; i++ {
+	for i := 0; i < nKeep; i++ {
 		if a.avx512 || i == aOne { // AVX2 needs 1 as a first source; the rest stay in memory
 			v := g.vec()
 			VBROADCASTSS(actTable.Offset(64*i), v)
@@ -226,10 +339,23 @@ func actKernel(a isa, name, sig string, nOut int) {
 	VBROADCASTSS(actTable.Offset(64*aExpMin), g.big)
 	ld := func(p Register, off int) VecVirtual {
 		v := g.vec()
-		VMOVUPS(Mem{Base: p, Disp: off * 4}, v)
+		m := Mem{Base: p, Disp: off * esize}
+		if bf16 {
+			VPMOVZXWD(m, v)
+			VPSLLD(U8(16), v, v)
+		} else {
+			VMOVUPS(m, v)
+		}
 		return v
 	}
-	st := func(v VecVirtual, p Register, off int) { VMOVUPS(v, Mem{Base: p, Disp: off * 4}) }
+	st := func(v VecVirtual, p Register, off int) {
+		m := Mem{Base: p, Disp: off * esize}
+		if bf16 {
+			storeBF16(a, v, m, g.c(aIOne), g.c(aI7fff), g.c(aQuiet))
+		} else {
+			VMOVUPS(v, m)
+		}
+	}
 	body := func(off int) {
 		switch base {
 		case "actFwd": // y = x·σ(βx)
@@ -254,13 +380,40 @@ func actKernel(a isa, name, sig string, nOut int) {
 			t := g.add(s, g.mul(gs, oms))
 			st(g.mul(g.mul(d, ld(ptrs[3], off)), t), ptrs[0], off)
 			st(g.mul(d, gs), ptrs[1], off)
+		case "gelu": // y = x·(½·2Φ)
+			x := ld(ptrs[1], off)
+			st(g.mul(x, g.mul(g.geluCDF2(x), g.c(aHalf))), ptrs[0], off)
+		case "geluBwd": // dx = dy·(½·2Φ + x·exp(x²·−½)/√(2π))
+			x := ld(ptrs[1], off)
+			cdf := g.mul(g.geluCDF2(x), g.c(aHalf))
+			pdf := g.mul(g.exp32(g.mul(g.mul(x, x), g.c(aNegHalf))), g.c(aInvSqrt2Pi))
+			st(g.mul(ld(ptrs[2], off), g.add(cdf, g.mul(x, pdf))), ptrs[0], off)
+		case "geluTanh": // y = x·σ(2u)
+			x := ld(ptrs[1], off)
+			w, _ := g.geluTanhArg(x)
+			s, _ := g.sigmoid(w, false)
+			st(g.mul(x, s), ptrs[0], off)
+		case "geluTanhBwd": // dx = dy·(s + x·2u′·s·oms), 2u′ = K2·(1 + 3·K3·x²)
+			x := ld(ptrs[1], off)
+			w, xx := g.geluTanhArg(x)
+			s, oms := g.sigmoid(w, true)
+			du := g.mul(g.add(g.mul(xx, g.c(aK3x3)), g.c(aOne)), g.c(aK2))
+			t := g.add(s, g.mul(g.mul(g.mul(x, du), s), oms))
+			st(g.mul(ld(ptrs[2], off), t), ptrs[0], off)
 		}
 	}
-	u := 2
-	if !a.avx512 {
-		u = 1
+	// One vector per iteration: the bodies are long (VDIVPS-bound), and an unrolled copy would
+	// triple the generated code.
+	Label(name + "_loop")
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(name + "_done"))
+	body(0)
+	for _, p := range ptrs {
+		ADDQ(U32(a.lanes*esize), p)
 	}
-	loop(name, a.lanes, u, n, ptrs, body)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(name + "_loop"))
+	Label(name + "_done")
 	m := g.cmpMask(gtOQ, g.big, g.c(aExpMax))
 	out := GP32()
 	if a.avx512 {

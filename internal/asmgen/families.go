@@ -32,10 +32,11 @@ var families = []family{
 	{"gemmbf16", "internal/gemm", "gemm", "gemmbf16", gemmbf16Family},
 	{"bf16conv", "tensor", "tensor", "bf16conv", bf16convFamily},
 	{"activation", "tensor", "tensor", "activation", activationFamily},
+	{"rownorm", "tensor", "tensor", "rownorm", rownormFamily},
 }
 
 var (
-	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16, attention, bf16conv or activation (with -out, -stubs, -pkg)")
+	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16, attention, bf16conv, activation or rownorm (with -out, -stubs, -pkg)")
 	allFlag    = flag.String("all", "", "regenerate every family's files under this repository root (runs itself once per family)")
 )
 

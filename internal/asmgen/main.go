@@ -12,7 +12,8 @@
 //	gemmbf16 internal/gemm/gemmbf16_amd64.s    (the bfloat16 micro-kernels on VDPBF16PS; gemmbf16.go)
 //	attention tensor/attention_amd64.s         (the softmax and score-gradient rows of attention; attention.go)
 //	bf16conv tensor/bf16conv_amd64.s           (bfloat16 widening and rounding of the host ops; bf16conv.go)
-//	activation tensor/activation_amd64.s       (SiLU, QuickGELU, SwiGLU and their backwards, bit-exact; activation.go)
+//	activation tensor/activation_amd64.s       (SiLU, QuickGELU, GELU, GELUTanh, SwiGLU, backwards, bit-exact; activation.go)
+//	rownorm  tensor/rownorm_amd64.s            (RMSNorm's row sums and scaling, RoPE's rotation, bit-exact; rownorm.go)
 //
 // go run . -all <repository root> regenerates every family (the program runs itself once per
 // family, since avo builds one file per process). Each package has a staleness test that
@@ -649,26 +650,32 @@ func bwdKernel(a isa, bf16, out16, scaled, nt bool) {
 // storeBF16 rounds the float32 lanes of e to bfloat16 at dst: b + 0x7fff + ((b>>16)&1), >>16;
 // NaN: (b>>16)|0x40 (tensor.BF16FromFloat32). AVX-512 needs c7fff, cIOne and cQuiet kept.
 func (g *kern) storeBF16(e VecVirtual, dst Mem) {
-	r := g.vec()
-	nan := g.vec()
+	storeBF16(g.isa, e, dst, g.c(cIOne), g.c(c7fff), g.c(cQuiet))
+}
+
+// storeBF16 is kern.storeBF16 with the int32 constants 1, 0x7fff and 0x40 given as operands
+// (registers, or memory of the vector's width).
+func storeBF16(a isa, e VecVirtual, dst Mem, one, c7fff, quiet Op) {
+	r := a.vec()
+	nan := a.vec()
 	VPSRLD(U8(16), e, nan)
-	if g.avx512 {
-		VPANDD(g.c(cIOne), nan, r)
-		VPADDD(g.c(c7fff), r, r)
+	if a.avx512 {
+		VPANDD(one, nan, r)
+		VPADDD(c7fff, r, r)
 		VPADDD(e, r, r)
 		VPSRLD(U8(16), r, r)
-		VPORD(g.c(cQuiet), nan, nan)
+		VPORD(quiet, nan, nan)
 		k := K()
 		VCMPPS(U8(3), e, e, k) // unordered: NaN lanes
 		VPBLENDMD(nan, r, k, r)
 		VPMOVDW(r, dst)
 	} else {
-		VPAND(g.c(cIOne), nan, r)
-		VPADDD(g.c(c7fff), r, r)
+		VPAND(one, nan, r)
+		VPADDD(c7fff, r, r)
 		VPADDD(e, r, r)
 		VPSRLD(U8(16), r, r)
-		VPOR(g.c(cQuiet), nan, nan)
-		msk := g.vec()
+		VPOR(quiet, nan, nan)
+		msk := a.vec()
 		VCMPPS(U8(3), e, e, msk)
 		VBLENDVPS(msk, nan, r, r)
 		hi := XMM()
