@@ -130,12 +130,12 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	if dev, ok := opt.(*hflm.DeviceAdamW); ok { // its moments live on the device
 		t.devOpt = dev
 	}
-	if off, ok := opt.(hfOffloaded); ok { // its masters and moments live on the host (offload.go)
-		t.off = off.off
+	if ho, ok := opt.(hfOffloaded); ok { // its masters and moments live on the host (offload.go)
+		t.off = ho.off
 		if world > 1 {
 			// The ranks' sum on the device (g, as without offload), then down once per
 			// mini-batch: each rank steps the same host AdamW on the same sum.
-			return opt, off.off.DeviceGradients(g), nil
+			return opt, ho.off.DeviceGradients(g), nil
 		}
 	}
 	if _, plain := own.(*hflm.DeviceGradients); !plain {
