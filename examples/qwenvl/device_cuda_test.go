@@ -280,3 +280,14 @@ func TestCUDAVisionTraining(t *testing.T) {
 		closeTo(t, name, ckD.Weights[name], ckB.Weights[name], 1e-6)
 	}
 }
+
+// TestCUDAMixedPrecisionRefusedWhole: bf16 mixed precision is refused on the device by the
+// tower, and the refusal leaves the language model in float32 too (not half switched).
+func TestCUDAMixedPrecisionRefusedWhole(t *testing.T) {
+	b := device(t)
+	_, dev := loadPair(t, b, vlCases[0], 3, nil)
+	err := dev.SetMixedPrecision(tensor.BFloat16)
+	require.ErrorIs(t, err, tensor.ErrBackend)
+	require.Equal(t, tensor.Float32, dev.Vision.MixedPrecision())
+	require.Equal(t, tensor.Float32, dev.LM.MixedPrecision())
+}

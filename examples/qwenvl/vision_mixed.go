@@ -1,6 +1,7 @@
 package qwenvl
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -186,11 +187,17 @@ func (m *Model) SetBF16Backward(on bool) {
 
 // SetMixedPrecision sets the compute dtype of the language model (hflm.Model.SetMixedPrecision)
 // and of the tower (Vision.SetMixedPrecision) together: tensor.Float32 or tensor.BFloat16.
+// The tower goes first because it is the part that refuses a device backend: a refusal leaves
+// both parts as they were.
 func (m *Model) SetMixedPrecision(dt tensor.DType) error {
-	if err := m.LM.SetMixedPrecision(dt); err != nil {
+	was := m.Vision.MixedPrecision()
+	if err := m.Vision.SetMixedPrecision(dt); err != nil {
 		return err
 	}
-	return m.Vision.SetMixedPrecision(dt)
+	if err := m.LM.SetMixedPrecision(dt); err != nil {
+		return errors.Join(err, m.Vision.SetMixedPrecision(was))
+	}
+	return nil
 }
 
 // residual adds src, the residual stream, to dst, a projection's output, on their backend: in
