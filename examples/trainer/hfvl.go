@@ -373,6 +373,13 @@ func (m *vlModel) Repack() error {
 // model's device.
 func (m *vlModel) training(weightDecay float64) (loop.Optimizer, *loop.AdamW, loop.Gradients, error) {
 	if m.Backend() != tensor.CPU() {
+		if m.offload { // the text model's offloaded optimizer over both parts' parameters
+			ps, err := m.Params()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return offloadedTraining(ps, m.Repack, weightDecay)
+		}
 		opt, grads, err := m.Model.DeviceTraining(weightDecay)
 		if err != nil {
 			return nil, nil, nil, err

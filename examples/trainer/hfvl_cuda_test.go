@@ -137,4 +137,11 @@ func TestDeviceVLModelPathOffload(t *testing.T) {
 	for _, step := range []int{1, 2} {
 		sameState(t, ref, off, step, "offloaded")
 	}
+	// and the optimizer really is the offloaded one (equal results alone would not show it)
+	s, err := openHFVL(mustConfig(t, vlOverrides(model, filepath.Join(t.TempDir(), "probe"), append(set, "worker.actor.offload.offload_optimizer=true")...)))
+	require.NoError(t, err)
+	defer func() { _ = s.close() }()
+	opt, _, _, err := s.training(0)
+	require.NoError(t, err)
+	require.IsType(t, hfOffloaded{}, opt, "offload_optimizer=true on the device")
 }
