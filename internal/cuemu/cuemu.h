@@ -10,7 +10,8 @@
 //   - threadIdx, blockIdx, blockDim, gridDim: the running fiber's coordinates;
 //   - __syncthreads(): a block barrier every live thread must reach (a thread that exits instead
 //     aborts the launch);
-//   - __shfl_xor_sync on 4- and 8-byte types: a warp exchange all 32 lanes must reach;
+//   - __shfl_xor_sync and __shfl_sync (any source lane) on 4- and 8-byte types: a warp exchange
+//     all 32 lanes must reach, every lane with the same kind of shuffle;
 //   - atomicAdd/Min/Max/Exch/CAS: plain read-modify-write (the threads of a launch never run at
 //     the same time, so every update is atomic);
 //   - bit casts (__int_as_float, …) and the round-to-nearest arithmetic intrinsics (__fmul_rn,
@@ -33,6 +34,12 @@ struct uint3 {
 };
 typedef uint3 dim3;
 
+// uint4 is CUDA's 16-byte vector type (16-byte aligned, so a kernel may load one in a single
+// access).
+struct alignas(16) uint4 {
+    unsigned int x, y, z, w;
+};
+
 namespace cuemu {
 
 struct Block {
@@ -53,6 +60,8 @@ extern Thread* current;
 void syncthreads();
 // shfl_xor exchanges size bytes at v with lane (lane ^ lane_mask) of the warp.
 void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width);
+// shfl_idx exchanges size bytes at v for those of lane src_lane % 32 of the warp.
+void shfl_idx(void* v, int size, unsigned mask, int src_lane, int width);
 
 }  // namespace cuemu
 
@@ -76,6 +85,14 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
     static_assert(std::is_trivially_copyable<T>::value && (sizeof(T) == 4 || sizeof(T) == 8),
                   "__shfl_xor_sync: 4- or 8-byte types only");
     ::cuemu::shfl_xor(&v, (int)sizeof(T), mask, lane_mask, width);
+    return v;
+}
+
+template <typename T>
+static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+    static_assert(std::is_trivially_copyable<T>::value && (sizeof(T) == 4 || sizeof(T) == 8),
+                  "__shfl_sync: 4- or 8-byte types only");
+    ::cuemu::shfl_idx(&v, (int)sizeof(T), mask, src_lane, width);
     return v;
 }
 

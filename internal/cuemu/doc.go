@@ -24,7 +24,7 @@
 // The kernels are the .cu sources of cuda/kernels compiled unchanged as C++ against cuemu.h, a
 // header implementing the execution model they use. Each thread of a block is a fiber on its
 // own stack (switch_amd64.S, no system call per switch); a block's threads interleave at every
-// __syncthreads and __shfl_xor_sync. A barrier that some threads skip, a shuffle with a missing
+// __syncthreads and warp shuffle (__shfl_xor_sync, __shfl_sync). A barrier that some threads skip, a shuffle with a missing
 // lane or a deadlock between the two aborts the launch with the kernel's name (a panic, like
 // the crash or hang it would be on a GPU). CUEMU_ORDER=reverse runs blocks and the threads of a
 // block in reverse order, which changes the results of order-dependent code.

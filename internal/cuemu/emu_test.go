@@ -27,6 +27,8 @@ const selftestPTX = `
 .visible .entry cuemu_selftest_deadlock(.param .u64 out) { ret; }
 .visible .entry cuemu_selftest_oob(.param .u64 out, .param .u64 in, .param .u64 n) { ret; }
 .visible .entry cuemu_selftest_stale(.param .u64 out) { ret; }
+.visible .entry cuemu_selftest_shfl_idx(.param .u64 out) { ret; }
+.visible .entry cuemu_selftest_mixed_shuffle(.param .u64 out) { ret; }
 `
 
 // device opens a context current on the test's (locked) OS thread and loads the selftest module.
@@ -237,6 +239,7 @@ func TestExecutionModelViolations(t *testing.T) {
 	}{
 		{"cuemu_selftest_skip_barrier", []string{"__syncthreads #1 is skipped", "threads 0-127 wait at it", "threads 128-255 exited"}},
 		{"cuemu_selftest_missing_lane", []string{"warp 1 is missing lanes", "threads 37 exited"}},
+		{"cuemu_selftest_mixed_shuffle", []string{"shuffle in warp 0: lane 0 is at __shfl_sync, lane 16 at __shfl_xor_sync"}},
 		{"cuemu_selftest_deadlock", []string{"warp 0 is missing lanes", "threads 0-15 wait at the shuffle", "threads 16-31 wait at __syncthreads (deadlock)"}},
 	} {
 		f := getFunction(t, m, c.kernel)
@@ -251,6 +254,29 @@ func TestExecutionModelViolations(t *testing.T) {
 	if got := download[int32](t, counts, 1)[0]; got != 64 {
 		t.Fatalf("after the aborted launches: count %d, want 64", got)
 	}
+}
+
+// TestShuffleFromLane checks __shfl_sync: every lane reads the value of the lane it names (taken
+// modulo 32), 8- and 4-byte values, within its own warp only.
+func TestShuffleFromLane(t *testing.T) {
+	m := device(t)
+	f := getFunction(t, m, "cuemu_selftest_shfl_idx")
+	const threads = 96
+	inOrder(func(order string) {
+		out := alloc(t, threads*2*8)
+		launch(t, f, 1, threads, args(uint64(out)))
+		got := download[uint64](t, out, threads*2)
+		for tid := range threads {
+			warp, lane := tid/32, tid%32
+			src := (7*lane + 3) % 37 % 32
+			if want := uint64(warp*32+src)<<32 | uint64(src); got[2*tid] != want {
+				t.Errorf("%s: thread %d: 8-byte shuffle %#x, want %#x", order, tid, got[2*tid], want)
+			}
+			if want := uint64(warp*32 + 31 - lane); got[2*tid+1] != want {
+				t.Errorf("%s: thread %d: 4-byte shuffle %d, want %d", order, tid, got[2*tid+1], want)
+			}
+		}
+	})
 }
 
 func TestLaunchConfiguration(t *testing.T) {

@@ -51,7 +51,7 @@ const char* state_name(State s) {
     case kBarrier:
         return "waiting at __syncthreads";
     case kShuffle:
-        return "waiting at __shfl_xor_sync";
+        return "waiting at a shuffle";
     default:
         return "exited";
     }
@@ -64,7 +64,8 @@ struct Fiber {
     char* stack;  // kStackBytes above a guard page
     void* asan_fake;
     uint64_t shfl_in, shfl_out;
-    int shfl_size, shfl_lane_mask;
+    int shfl_size, shfl_lane;  // the xor mask or the source lane
+    bool shfl_xor;             // __shfl_xor_sync, else __shfl_sync
 };
 
 constexpr size_t kStackBytes = 64 << 10;
@@ -216,13 +217,13 @@ bool complete_shuffles(bool* progress) {
         for (size_t i = lo; i < hi; i++) waiting += L->fibers[i].state == kShuffle;
         if (waiting == 0) continue;
         if (hi - lo < 32) {
-            L->msg = format("__shfl_xor_sync with a full mask in the partial warp %zu (threads %zu-%zu of a "
+            L->msg = format("shuffle with a full mask in the partial warp %zu (threads %zu-%zu of a "
                             "%zu-thread block): lanes %zu-31 do not exist",
                             lo / 32, lo, hi - 1, n, hi - lo);
             return false;
         }
         if (waiting < 32) {
-            std::string m = format("__shfl_xor_sync in warp %zu is missing lanes: threads %s wait at the shuffle",
+            std::string m = format("shuffle in warp %zu is missing lanes: threads %s wait at the shuffle",
                                    lo / 32, ranges(lo, hi, kShuffle).c_str());
             if (!ranges(lo, hi, kDone).empty()) m += ", threads " + ranges(lo, hi, kDone) + " exited";
             if (!ranges(lo, hi, kBarrier).empty()) {
@@ -232,17 +233,24 @@ bool complete_shuffles(bool* progress) {
             return false;
         }
         int size = L->fibers[lo].shfl_size;
+        bool kind = L->fibers[lo].shfl_xor;
         for (size_t i = lo; i < hi; i++) {
             if (L->fibers[i].shfl_size != size) {
-                L->msg = format("__shfl_xor_sync in warp %zu: lane 0 exchanges %d bytes, lane %zu %d bytes", lo / 32,
+                L->msg = format("shuffle in warp %zu: lane 0 exchanges %d bytes, lane %zu %d bytes", lo / 32,
                                 size, i - lo, L->fibers[i].shfl_size);
+                return false;
+            }
+            if (L->fibers[i].shfl_xor != kind) {
+                L->msg = format("shuffle in warp %zu: lane 0 is at %s, lane %zu at %s", lo / 32,
+                                kind ? "__shfl_xor_sync" : "__shfl_sync", i - lo,
+                                kind ? "__shfl_sync" : "__shfl_xor_sync");
                 return false;
             }
         }
         for (size_t i = lo; i < hi; i++) {
             Fiber& f = L->fibers[i];
-            size_t src = lo + (((i - lo) ^ (size_t)f.shfl_lane_mask) & 31);
-            f.shfl_out = L->fibers[src].shfl_in;
+            size_t lane = f.shfl_xor ? ((i - lo) ^ (size_t)f.shfl_lane) : (size_t)f.shfl_lane;
+            f.shfl_out = L->fibers[lo + (lane & 31)].shfl_in;
         }
         for (size_t i = lo; i < hi; i++) L->fibers[i].state = kRunnable;
         *progress = true;
@@ -295,17 +303,33 @@ void syncthreads() {
     suspend(false);
 }
 
-void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width) {
+namespace {
+
+// shuffle waits until the whole warp is at a shuffle and returns the bytes of the lane that
+// complete_shuffles picked.
+void shuffle(const char* name, void* v, int size, unsigned mask, int lane, bool xor_, int width) {
     if (running == nullptr) abort();
-    if (mask != 0xffffffffu) fail("__shfl_xor_sync with mask %#x: the emulator supports full-warp masks only", mask);
-    if (width != 32) fail("__shfl_xor_sync with width %d: the emulator supports width 32 only", width);
+    if (mask != 0xffffffffu) fail("%s with mask %#x: the emulator supports full-warp masks only", name, mask);
+    if (width != 32) fail("%s with width %d: the emulator supports width 32 only", name, width);
     Fiber* f = running;
     memcpy(&f->shfl_in, v, (size_t)size);
     f->shfl_size = size;
-    f->shfl_lane_mask = lane_mask;
+    f->shfl_lane = lane;
+    f->shfl_xor = xor_;
     f->state = kShuffle;
     suspend(false);
     memcpy(v, &f->shfl_out, (size_t)size);
+}
+
+}  // namespace
+
+void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width) {
+    shuffle("__shfl_xor_sync", v, size, mask, lane_mask, true, width);
+}
+
+// The source lane is taken modulo the width, as on the device.
+void shfl_idx(void* v, int size, unsigned mask, int src_lane, int width) {
+    shuffle("__shfl_sync", v, size, mask, src_lane & 31, false, width);
 }
 
 }  // namespace cuemu

@@ -103,6 +103,24 @@ __global__ void cuemu_selftest_deadlock(int* out) {
     }
 }
 
+// __shfl_sync from an arbitrary lane: out[tid] = the 8-byte value (tid << 32 | src) read from
+// lane src = (7·lane + 3) % 37 of the warp, which the device takes modulo 32 (37 > 31 on purpose),
+// then the 4-byte value of lane 31 − lane.
+__global__ void cuemu_selftest_shfl_idx(unsigned long long* out) {
+    int lane = threadIdx.x & 31;
+    unsigned long long mine = (unsigned long long)threadIdx.x << 32 | (unsigned)lane;
+    unsigned long long v = __shfl_sync(0xffffffffu, mine, (7 * lane + 3) % 37);
+    int w = __shfl_sync(0xffffffffu, (int)threadIdx.x, 31 - lane);
+    out[2 * threadIdx.x] = v;
+    out[2 * threadIdx.x + 1] = (unsigned long long)w;
+}
+
+// Lanes 0-15 of warp 0 reach __shfl_sync while lanes 16-31 reach __shfl_xor_sync.
+__global__ void cuemu_selftest_mixed_shuffle(int* out) {
+    int lane = threadIdx.x & 31;
+    out[threadIdx.x] = lane < 16 ? __shfl_sync(0xffffffffu, lane, 0) : __shfl_xor_sync(0xffffffffu, lane, 1);
+}
+
 // Reads one element past the end of in (n elements): caught only under AddressSanitizer.
 __global__ void cuemu_selftest_oob(float* out, const float* in, int64_t n) {
     if (threadIdx.x == 0) out[0] = in[n];
