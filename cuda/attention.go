@@ -15,6 +15,20 @@ var _ tensor.AttentionKernel = deviceKernels{}
 // attnThreads is ATT_THREADS of the kernels.
 const attnThreads = 128
 
+// attnMMAMaxD is the largest head dimension of the tensor-core bfloat16 forward
+// (attention_mma_fwd_bf16, ATT_MMA_DM); attnMMARows is its query tile (ATT_MMA_BQ).
+const attnMMAMaxD, attnMMARows = 128, 64
+
+// attnForwardKernel returns the forward kernel for head dimension d and element type dt and its
+// query tile: the tensor-core kernel for bfloat16 up to attnMMAMaxD, else the scalar ones.
+func attnForwardKernel(op string, d int, dt tensor.DType) (name string, bq int, err error) {
+	if dt == tensor.BFloat16 && d <= attnMMAMaxD {
+		return "attention_mma_fwd_bf16", attnMMARows, nil
+	}
+	sfx, bq, err := attnTiles(op, d, dt)
+	return "attention_fwd_" + sfx, bq, err
+}
+
 // attnTiles returns the kernels' suffix and query tile size for head dimension d and element
 // type dt (float32 or bfloat16: the entry point checked it; the forward's key tiles are twice as
 // long, the backward's as long).
@@ -127,7 +141,7 @@ func (b deviceKernels) Attention(out, lse *tensor.Tensor, in tensor.AttentionInp
 
 func (b *Backend) attnForward(op string, out, lse, q, k, v *tensor.Tensor, seqs []int32, cfg tensor.AttentionConfig) error {
 	hq, hkv, d := q.Dim(-2), k.Dim(-2), q.Dim(-1)
-	sfx, bq, err := attnTiles(op, d, q.DType())
+	name, bq, err := attnForwardKernel(op, d, q.DType())
 	if err != nil {
 		return err
 	}
@@ -139,7 +153,7 @@ func (b *Backend) attnForward(op string, out, lse, q, k, v *tensor.Tensor, seqs 
 	if err != nil {
 		return err
 	}
-	return b.launchPerSeq(op, "attention_fwd_"+sfx, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 5,
+	return b.launchPerSeq(op, name, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 5,
 		ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(s),
 		intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal))
 }

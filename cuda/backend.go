@@ -434,12 +434,19 @@ func (b *Backend) fn(name string) (cu.Function, error) {
 // so every value is widened to a uint64 (float32 in the low 4 bytes, little-endian).
 type arg = uint64
 
+// launchHook, when set (by tests only), sees the name of every kernel launch: how a test shows
+// which kernel served an op.
+var launchHook atomic.Pointer[func(name string)]
+
 func ptrArg(p cu.DevicePtr) arg { return arg(p) }
 func intArg(v int) arg          { return arg(int64(v)) }
 func f32Arg(v float32) arg      { return arg(math.Float32bits(v)) }
 
 // launch queues kernel name on the stream with a 1-D block of threads.
 func (b *Backend) launch(op, name string, gridX, gridY, threads, shared int, args ...arg) error {
+	if h := launchHook.Load(); h != nil {
+		(*h)(name)
+	}
 	f, err := b.fn(name)
 	if err != nil {
 		return devErr(op, "cuModuleGetFunction", name, err)
