@@ -290,7 +290,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_mma_fwd_bf16
     bf16_t *ks = (bf16_t*)kraw, *vs = (bf16_t*)vraw;
     int64_t b = blockIdx.y / hq, h = blockIdx.y % hq, hk = h / (hq / hkv);
     int64_t q0 = seqs[4 * b], qn = seqs[4 * b + 1], k0 = seqs[4 * b + 2], kn = seqs[4 * b + 3];
-    int64_t t0 = (int64_t)blockIdx.x * BQ;
+    // The last query tiles first: under a causal mask they see the most keys, and starting them
+    // early shortens the tail of the launch.
+    int64_t t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
     if (t0 >= qn) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int nk = (int)((d + 15) / 16), nn = (int)((d + 7) / 8), dp = nk * 16;
