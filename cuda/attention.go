@@ -194,7 +194,8 @@ func (b deviceKernels) KVCacheWrite(cache, kv, starts *tensor.Tensor) error {
 
 // AttentionBackward: D_i = dO_i·O_i per row, then dQ one block per query tile and head, and dK,
 // dV one block per key tile and key/value head (the group's query heads in order): every
-// gradient element is written by one thread, no atomics.
+// gradient element is written by one thread, no atomics. bfloat16 up to head dimension
+// attnMMAMaxD runs the tensor-core kernels.
 func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.AttentionGrad, cfg tensor.AttentionConfig) error {
 	const op = "tensor.AttentionBackward"
 	hq, hkv, d := in.Q.Dim(-2), in.K.Dim(-2), in.Q.Dim(-1)
@@ -204,6 +205,10 @@ func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.At
 		return err
 	}
 	bk := bq // the backward's tiles are square: 16 × 16 at d128, 8 × 8 at d256
+	dqName, dkdvName := "attention_dq_bwd_"+sfx, "attention_dkdv_bwd_"+sfx
+	if dt == tensor.BFloat16 && d <= attnMMAMaxD { // the tensor-core kernels: 64 queries, 64 keys a block
+		dqName, dkdvName, bq, bk = "attention_mma_dq_bwd_bf16", "attention_mma_dkdv_bwd_bf16", attnMMARows, attnMMARows
+	}
 	rows := in.Q.Dim(0) * hq
 	return b.do(op, func() error {
 		seqs, err := b.attnSeqs(op, in.AttentionInputs)
@@ -237,12 +242,12 @@ func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.At
 			ptrArg(delta), ptrArg(p[6]), ptrArg(p[8]), intArg(rows), intArg(d)); err != nil {
 			return err
 		}
-		if err := b.launchPerSeq(op, "attention_dq_bwd_"+sfx, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 7,
+		if err := b.launchPerSeq(op, dqName, ceilDiv(maxOf(seqs, 1), bq), len(seqs)/4, hq, 7,
 			ptrArg(p[0]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(p[5]), ptrArg(p[8]), ptrArg(p[7]), ptrArg(delta), ptrArg(s),
 			intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal)); err != nil {
 			return err
 		}
-		return b.launchPerSeq(op, "attention_dkdv_bwd_"+sfx, ceilDiv(maxOf(seqs, 3), bk), len(seqs)/4, hkv, 8,
+		return b.launchPerSeq(op, dkdvName, ceilDiv(maxOf(seqs, 3), bk), len(seqs)/4, hkv, 8,
 			ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]), ptrArg(p[4]), ptrArg(p[5]), ptrArg(p[8]), ptrArg(p[7]), ptrArg(delta), ptrArg(s),
 			intArg(hq), intArg(hkv), intArg(d), f32Arg(cfg.Scale), boolArg(cfg.Causal))
 	})
