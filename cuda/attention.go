@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -16,13 +17,24 @@ var _ tensor.AttentionKernel = deviceKernels{}
 const attnThreads = 128
 
 // attnMMAMaxD is the largest head dimension of the tensor-core bfloat16 forward
-// (attention_mma_fwd_bf16, ATT_MMA_DM); attnMMARows is its query tile (ATT_MMA_BQ).
+// (attention_mma.cu, ATT_MMA_DM); attnMMARows is its query tile (ATT_MMA_BQ) and the
+// backward's key tile (ATT_MMA_BK).
 const attnMMAMaxD, attnMMARows = 128, 64
+
+// attnScalarBF16, set by a test only, runs bfloat16 attention on the scalar kernels of
+// attention.cu too (the test cross-checks the two).
+var attnScalarBF16 atomic.Bool
+
+// attnMMA reports whether attention of head dimension d and element type dt runs on the
+// tensor-core kernels (attention_mma.cu).
+func attnMMA(d int, dt tensor.DType) bool {
+	return dt == tensor.BFloat16 && d <= attnMMAMaxD && !attnScalarBF16.Load()
+}
 
 // attnForwardKernel returns the forward kernel for head dimension d and element type dt and its
 // query tile: the tensor-core kernel for bfloat16 up to attnMMAMaxD, else the scalar ones.
 func attnForwardKernel(op string, d int, dt tensor.DType) (name string, bq int, err error) {
-	if dt == tensor.BFloat16 && d <= attnMMAMaxD {
+	if attnMMA(d, dt) {
 		return "attention_mma_fwd_bf16", attnMMARows, nil
 	}
 	sfx, bq, err := attnTiles(op, d, dt)
@@ -206,7 +218,7 @@ func (b deviceKernels) AttentionBackward(dq, dk, dv *tensor.Tensor, in tensor.At
 	}
 	bk := bq // the backward's tiles are square: 16 × 16 at d128, 8 × 8 at d256
 	dqName, dkdvName := "attention_dq_bwd_"+sfx, "attention_dkdv_bwd_"+sfx
-	if dt == tensor.BFloat16 && d <= attnMMAMaxD { // the tensor-core kernels: 64 queries, 64 keys a block
+	if attnMMA(d, dt) { // the tensor-core kernels: 64 queries, 64 keys a block
 		dqName, dkdvName, bq, bk = "attention_mma_dq_bwd_bf16", "attention_mma_dkdv_bwd_bf16", attnMMARows, attnMMARows
 	}
 	rows := in.Q.Dim(0) * hq

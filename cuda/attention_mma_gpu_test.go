@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/cuda"
+	"github.com/mtrl-go/mtrl/internal/nnref"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tensor/nntest"
 )
 
 // The bounds below allow 2⁻²³ of relative error for every float32 addition, twice the unit
@@ -270,4 +272,120 @@ func bf16Host(t *testing.T, x *tensor.Tensor) []float32 {
 		out[i] = v.Float32()
 	}
 	return out
+}
+
+// TestAttentionMMABackward checks the tensor-core bfloat16 backward (attention_mma_dq_bwd_bf16,
+// attention_mma_dkdv_bwd_bf16) — and that the backend runs it for bfloat16 — against the float64
+// backward of the same bfloat16 inputs, fed the device's own rounded output as the backward
+// reads it, over the shapes of TestAttentionMMAForward, with unit normal inputs. The bound is tensor/nntest's for
+// bfloat16 attention: the float32 one, 1e-4·(1 + |w|), which the split of P and dS keeps, plus
+// one bfloat16 rounding of the result, 2⁻⁸ of its magnitude.
+func TestAttentionMMABackward(t *testing.T) {
+	be := device(t)
+	var launched []string
+	defer cuda.OnLaunch(func(name string) { launched = append(launched, name) })()
+	for _, c := range []struct {
+		name     string
+		d, hq, h int
+		causal   bool
+		cu       []int32
+		rows     int
+	}{
+		{"d128-causal-gqa-ragged", 128, 4, 2, true, nil, 150},
+		{"d64-bidirectional-varlen", 64, 2, 1, false, []int32{0, 1, 66, 66, 131}, 131},
+		{"d80-causal-varlen", 80, 3, 3, true, []int32{0, 70, 77}, 77},
+		{"d40-causal", 40, 2, 2, true, nil, 20},
+		{"d20-bidirectional", 20, 2, 1, false, nil, 33},
+		{"d128-T1", 128, 2, 1, true, nil, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(c.d), uint64(c.rows)+1))
+			n, nq, nk := c.rows, c.rows*c.hq*c.d, c.rows*c.h*c.d
+			// unit normals, as in nntest, whose float32 bound the test borrows (it scales with the
+			// magnitudes of the terms, which the power-of-two spread of bf16Rand would inflate)
+			unit := func(m int) []tensor.BF16 {
+				v := make([]tensor.BF16, m)
+				for i := range v {
+					v[i] = tensor.BF16FromFloat32(float32(r.NormFloat64()))
+				}
+				return v
+			}
+			qv, kv, vv, dov := unit(nq), unit(nk), unit(nk), unit(nq)
+			put := func(v []tensor.BF16, heads int) *tensor.Tensor {
+				return tensor.Must(tensor.To(be, tensor.Must(tensor.FromBF16(v, n, heads, c.d))))
+			}
+			zeros := func(heads int) *tensor.Tensor { return tensor.Must(tensor.New(be, tensor.BFloat16, n, heads, c.d)) }
+			cfg := tensor.DefaultAttentionConfig(c.d, c.causal)
+			in := tensor.AttentionInputs{Q: put(qv, c.hq), K: put(kv, c.h), V: put(vv, c.h)}
+			seqs := []nnref.Seq{{Q0: 0, QN: n, K0: 0, KN: n}}
+			if c.cu != nil {
+				in.CuSeqlensQ, in.CuSeqlensK = upI(t, be, c.cu, len(c.cu)), upI(t, be, c.cu, len(c.cu))
+				seqs = seqs[:0]
+				for i := 1; i < len(c.cu); i++ {
+					l := int(c.cu[i] - c.cu[i-1])
+					seqs = append(seqs, nnref.Seq{Q0: int(c.cu[i-1]), QN: l, K0: int(c.cu[i-1]), KN: l})
+				}
+			}
+			out, lse := zeros(c.hq), tensor.Must(tensor.New(be, tensor.Float32, n, c.hq))
+			if err := tensor.AttentionLSE(out, lse, in, cfg); err != nil {
+				t.Fatal(err)
+			}
+			launched = launched[:0]
+			dq, dk, dv := zeros(c.hq), zeros(c.h), zeros(c.h)
+			if err := tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{AttentionInputs: in, Out: out, LSE: lse, DOut: put(dov, c.hq)}, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(launched, "attention_mma_dq_bwd_bf16") || !slices.Contains(launched, "attention_mma_dkdv_bwd_bf16") ||
+				slices.ContainsFunc(launched, func(n string) bool {
+					return strings.HasPrefix(n, "attention_dq_") || strings.HasPrefix(n, "attention_dkdv_")
+				}) {
+				t.Fatalf("kernels launched: %v, want the attention_mma_ backward", launched)
+			}
+			f64 := func(v []tensor.BF16) []float64 {
+				x := make([]float64, len(v))
+				for i, b := range v {
+					x[i] = float64(b.Float32())
+				}
+				return x
+			}
+			widen := func(v []float32) []float64 {
+				x := make([]float64, len(v))
+				for i, f := range v {
+					x[i] = float64(f)
+				}
+				return x
+			}
+			s := nnref.AttnShape{Hq: c.hq, Hkv: c.h, D: c.d, Causal: c.causal, Scale: float64(cfg.Scale)}
+			q, k, v, do := f64(qv), f64(kv), f64(vv), f64(dov)
+			wantOut, wantLSE := make([]float64, nq), make([]float64, n*c.hq)
+			nnref.Attention(s, seqs, q, k, v, wantOut, wantLSE)
+			wdq, wdk, wdv := make([]float64, nq), make([]float64, nk), make([]float64, nk)
+			nnref.AttentionBackward(s, seqs, q, k, v, widen(bf16Host(t, out)), wantLSE, do, wdq, wdk, wdv)
+			const rtol, atol = 1e-4, 1e-4
+			for i, g := range []*tensor.Tensor{dq, dk, dv} {
+				got, want := bf16Host(t, g), [][]float64{wdq, wdk, wdv}[i]
+				bad := 0
+				for j, w := range want {
+					f := atol + rtol*math.Abs(w)
+					if e := math.Abs(float64(got[j]) - w); !(e <= f+0x1p-8*(math.Abs(w)+f)) {
+						if bad++; bad <= 3 {
+							t.Errorf("%s[%d] = %v, want %v", []string{"dq", "dk", "dv"}[i], j, got[j], w)
+						}
+					}
+				}
+				if bad > 0 {
+					t.Fatalf("%s: %d of %d values outside the bound", []string{"dq", "dk", "dv"}[i], bad, len(want))
+				}
+			}
+		})
+	}
+}
+
+// TestAttentionMMAOff runs tensor/nntest's attention suite with bfloat16 on the scalar kernels
+// of attention.cu (which the backend otherwise keeps for head dimensions over 128): the
+// implementation the tensor-core kernels replaced stays tested against the same reference.
+func TestAttentionMMAOff(t *testing.T) {
+	be := device(t)
+	defer cuda.ScalarBF16Attention()()
+	nntest.Attention(t, be)
 }

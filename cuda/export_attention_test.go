@@ -15,6 +15,12 @@ func OnLaunch(f func(name string)) (restore func()) {
 	return func() { launchHook.Store(old) }
 }
 
+// ScalarBF16Attention makes bfloat16 attention run on the scalar kernels until restore is called.
+func ScalarBF16Attention() (restore func()) {
+	old := attnScalarBF16.Swap(true)
+	return func() { attnScalarBF16.Store(old) }
+}
+
 // MMACheck runs attention_mma_check_bf16 (one mma.m16n8k16 on one warp) on the device: d =
 // a·b + c with a [16, 16] and b [16, 8] bfloat16 and c [16, 8] float32 tensors on b.
 func MMACheck(b *Backend, a, bm, c *tensor.Tensor) (*tensor.Tensor, error) {
