@@ -17,8 +17,8 @@
 // loaded into the float32 shared tiles; scores, softmax and sums are float32, and each output
 // element is rounded to nearest even once, at its store (store_f32).
 //
-// The bfloat16 kernels up to head dimension 128 are the tensor-core ones of attention_mma.cu;
-// the backend runs these for bfloat16 only in the test that cross-checks the two.
+// For bfloat16 up to head dimension 128 the backend runs the tensor-core kernels of
+// attention_mma.cu; the _d128_bf16 kernels here run only when a test asks (TestAttentionMMAOff).
 #include "attention.cuh"
 
 __device__ __forceinline__ float att_dot(const float* a, const float* b, int64_t d) {
