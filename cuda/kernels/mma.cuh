@@ -14,13 +14,13 @@
 // Every lane of the warp must call it together (the instruction is .sync.aligned).
 //
 // Under nvcc for sm_80+ it is the instruction itself. Elsewhere (the CPU emulator, which runs
-// no PTX) it is a software model of it built from warp exchanges: each lane gathers the two
-// rows of A and the two columns of B it needs with __shfl_sync and computes each of its D
-// elements as c + a_0·b_0 + a_1·b_1 + … + a_15·b_15, summed left to right in float32. Every
-// product of two bfloat16 is exact in float32 (8-bit significands), so the model's only
-// roundings are those 16 additions; the hardware adds in an order (and with internal
-// precision) the ISA leaves unspecified, so the two agree to within the float32 summation
-// bound of a length-16 dot product, not bit for bit.
+// no PTX) it is a software model of it built from one warp exchange (cuemu_warp_gather: every
+// lane's fragments to every lane; sixteen __shfl_sync would do, sixteen times slower there):
+// each lane computes each of its D elements as c + a_0·b_0 + a_1·b_1 + … + a_15·b_15, summed
+// left to right in float32. Every product of two bfloat16 is exact in float32 (8-bit
+// significands), so the model's only roundings are those 16 additions; the hardware adds in an
+// order (and with internal precision) the ISA leaves unspecified, so the two agree to within
+// the float32 summation bound of a length-16 dot product, not bit for bit.
 #pragma once
 #include "common.cuh"
 
@@ -46,35 +46,23 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned int a[
 #elif defined(__CUDA_ARCH__)
 #error "mma_bf16_16816 needs sm_80 or newer"
 #else
+    // Every lane's fragments to every lane, then each lane reads its rows of A and columns of B
+    // from them: A[row][k] is half k % 2 of register (row >= 8) + 2·(k >= 8) of lane
+    // 4·(row % 8) + (k % 8) / 2; B[k][n] is half k % 2 of register (k >= 8) of lane 4n + (k % 8) / 2.
+    struct Frags {
+        unsigned int a[4], b[2];
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
+    cuemu_warp_gather(mine, all);
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    // ar[i][k]: A[g + 8i][k]; bc[j][k]: B[k][2t + j].
-    float ar[2][16], bc[2][16];
-    unsigned long long a01 = a[0] | (unsigned long long)a[1] << 32, a23 = a[2] | (unsigned long long)a[3] << 32;
-    unsigned long long b01 = b[0] | (unsigned long long)b[1] << 32;
-    for (int s = 0; s < 4; s++) {
-        // Lane 4g + s holds A[g][2s, 2s+1], A[g+8][2s, 2s+1] (a01) and the same at columns + 8 (a23).
-        unsigned long long x = __shfl_sync(0xffffffffu, a01, 4 * g + s), y = __shfl_sync(0xffffffffu, a23, 4 * g + s);
-        for (int i = 0; i < 2; i++) {
-            unsigned int rx = (unsigned int)(x >> (32 * i)), ry = (unsigned int)(y >> (32 * i));
-            ar[i][2 * s] = mma_lo(rx);
-            ar[i][2 * s + 1] = mma_hi(rx);
-            ar[i][2 * s + 8] = mma_lo(ry);
-            ar[i][2 * s + 9] = mma_hi(ry);
-        }
-        // Lane 4n + s holds B[2s, 2s+1][n] and B[2s+8, 2s+9][n]; this lane needs n = 2t, 2t+1.
-        for (int j = 0; j < 2; j++) {
-            unsigned long long z = __shfl_sync(0xffffffffu, b01, 4 * (2 * t + j) + s);
-            unsigned int r0 = (unsigned int)z, r1 = (unsigned int)(z >> 32);
-            bc[j][2 * s] = mma_lo(r0);
-            bc[j][2 * s + 1] = mma_hi(r0);
-            bc[j][2 * s + 8] = mma_lo(r1);
-            bc[j][2 * s + 9] = mma_hi(r1);
-        }
-    }
     float out[4];
     for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float acc = c[e];
-        for (int k = 0; k < 16; k++) acc += ar[e >> 1][k] * bc[e & 1][k];
+        for (int k = 0; k < 16; k++) {
+            unsigned int ra = all[4 * (row % 8) + (k % 8) / 2].a[(row >= 8) + 2 * (k >= 8)];
+            unsigned int rb = all[4 * col + (k % 8) / 2].b[k >= 8];
+            acc += (k % 2 ? mma_hi(ra) : mma_lo(ra)) * (k % 2 ? mma_hi(rb) : mma_lo(rb));
+        }
         out[e] = acc;
     }
     for (int e = 0; e < 4; e++) d[e] = out[e];

@@ -11,7 +11,8 @@
 //   - __syncthreads(): a block barrier every live thread must reach (a thread that exits instead
 //     aborts the launch);
 //   - __shfl_xor_sync and __shfl_sync (any source lane) on 4- and 8-byte types: a warp exchange
-//     all 32 lanes must reach, every lane with the same kind of shuffle;
+//     all 32 lanes must reach, every lane with the same kind of shuffle; cuemu_warp_gather (not
+//     CUDA), every lane's value to every lane, for emulator models of warp-wide instructions;
 //   - atomicAdd/Min/Max/Exch/CAS: plain read-modify-write (the threads of a launch never run at
 //     the same time, so every update is atomic);
 //   - bit casts (__int_as_float, …) and the round-to-nearest arithmetic intrinsics (__fmul_rn,
@@ -62,6 +63,8 @@ void syncthreads();
 void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width);
 // shfl_idx exchanges size bytes at v for those of lane src_lane % 32 of the warp.
 void shfl_idx(void* v, int size, unsigned mask, int src_lane, int width);
+// warp_gather copies the size bytes at in of every lane of the warp, in lane order, to out.
+void warp_gather(const void* in, int size, void* out);
 
 }  // namespace cuemu
 
@@ -94,6 +97,16 @@ static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
                   "__shfl_sync: 4- or 8-byte types only");
     ::cuemu::shfl_idx(&v, (int)sizeof(T), mask, src_lane, width);
     return v;
+}
+
+// cuemu_warp_gather is not CUDA: an exchange in which every lane of the warp receives every
+// lane's value (all[i] = lane i's v), in one step, for emulator-only code (#ifndef
+// __CUDA_ARCH__) that models a warp-wide instruction, such as the tensor-core mma of
+// cuda/kernels/mma.cuh. Like the shuffles, all 32 lanes must reach it.
+template <typename T>
+static inline void cuemu_warp_gather(const T& v, T all[32]) {
+    static_assert(std::is_trivially_copyable<T>::value, "cuemu_warp_gather: trivially copyable types only");
+    ::cuemu::warp_gather(&v, (int)sizeof(T), all);
 }
 
 // Bit casts.

@@ -29,6 +29,7 @@ const selftestPTX = `
 .visible .entry cuemu_selftest_stale(.param .u64 out) { ret; }
 .visible .entry cuemu_selftest_shfl_idx(.param .u64 out) { ret; }
 .visible .entry cuemu_selftest_mixed_shuffle(.param .u64 out) { ret; }
+.visible .entry cuemu_selftest_gather(.param .u64 out) { ret; }
 `
 
 // device opens a context current on the test's (locked) OS thread and loads the selftest module.
@@ -274,6 +275,27 @@ func TestShuffleFromLane(t *testing.T) {
 			}
 			if want := uint64(warp*32 + 31 - lane); got[2*tid+1] != want {
 				t.Errorf("%s: thread %d: 4-byte shuffle %d, want %d", order, tid, got[2*tid+1], want)
+			}
+		}
+	})
+}
+
+// TestWarpGather checks cuemu_warp_gather: every lane receives every lane of its warp, in lane
+// order.
+func TestWarpGather(t *testing.T) {
+	m := device(t)
+	f := getFunction(t, m, "cuemu_selftest_gather")
+	const threads = 64
+	inOrder(func(order string) {
+		out := alloc(t, threads*64*8)
+		launch(t, f, 1, threads, args(uint64(out)))
+		got := download[int64](t, out, threads*64)
+		for tid := range threads {
+			for i := range 32 {
+				src := int64(tid/32*32 + i)
+				if a, b := got[64*tid+2*i], got[64*tid+2*i+1]; a != src || b != 1000*src {
+					t.Fatalf("%s: thread %d, entry %d: {%d, %d}, want {%d, %d}", order, tid, i, a, b, src, 1000*src)
+				}
 			}
 		}
 	})

@@ -44,6 +44,10 @@ namespace {
 
 enum State { kRunnable, kBarrier, kShuffle, kDone };
 
+// The kinds of warp exchange (Fiber::shfl_kind).
+enum { kXor, kIdx, kGather };
+const char* const kind_name[] = {"__shfl_xor_sync", "__shfl_sync", "cuemu_warp_gather"};
+
 const char* state_name(State s) {
     switch (s) {
     case kRunnable:
@@ -65,7 +69,9 @@ struct Fiber {
     void* asan_fake;
     uint64_t shfl_in, shfl_out;
     int shfl_size, shfl_lane;  // the xor mask or the source lane
-    bool shfl_xor;             // __shfl_xor_sync, else __shfl_sync
+    int shfl_kind;             // kXor, kIdx or kGather
+    const void* gather_in;     // kGather: this lane's shfl_size bytes
+    void* gather_out;          // kGather: 32·shfl_size bytes, lane order
 };
 
 constexpr size_t kStackBytes = 64 << 10;
@@ -233,23 +239,28 @@ bool complete_shuffles(bool* progress) {
             return false;
         }
         int size = L->fibers[lo].shfl_size;
-        bool kind = L->fibers[lo].shfl_xor;
+        int kind = L->fibers[lo].shfl_kind;
         for (size_t i = lo; i < hi; i++) {
             if (L->fibers[i].shfl_size != size) {
                 L->msg = format("shuffle in warp %zu: lane 0 exchanges %d bytes, lane %zu %d bytes", lo / 32,
                                 size, i - lo, L->fibers[i].shfl_size);
                 return false;
             }
-            if (L->fibers[i].shfl_xor != kind) {
-                L->msg = format("shuffle in warp %zu: lane 0 is at %s, lane %zu at %s", lo / 32,
-                                kind ? "__shfl_xor_sync" : "__shfl_sync", i - lo,
-                                kind ? "__shfl_sync" : "__shfl_xor_sync");
+            if (L->fibers[i].shfl_kind != kind) {
+                L->msg = format("shuffle in warp %zu: lane 0 is at %s, lane %zu at %s", lo / 32, kind_name[kind],
+                                i - lo, kind_name[L->fibers[i].shfl_kind]);
                 return false;
             }
         }
         for (size_t i = lo; i < hi; i++) {
             Fiber& f = L->fibers[i];
-            size_t lane = f.shfl_xor ? ((i - lo) ^ (size_t)f.shfl_lane) : (size_t)f.shfl_lane;
+            if (kind == kGather) {
+                for (size_t j = lo; j < hi; j++) {
+                    memcpy((char*)f.gather_out + (j - lo) * (size_t)size, L->fibers[j].gather_in, (size_t)size);
+                }
+                continue;
+            }
+            size_t lane = kind == kXor ? ((i - lo) ^ (size_t)f.shfl_lane) : (size_t)f.shfl_lane;
             f.shfl_out = L->fibers[lo + (lane & 31)].shfl_in;
         }
         for (size_t i = lo; i < hi; i++) L->fibers[i].state = kRunnable;
@@ -307,15 +318,16 @@ namespace {
 
 // shuffle waits until the whole warp is at a shuffle and returns the bytes of the lane that
 // complete_shuffles picked.
-void shuffle(const char* name, void* v, int size, unsigned mask, int lane, bool xor_, int width) {
+void shuffle(void* v, int size, unsigned mask, int lane, int kind, int width) {
     if (running == nullptr) abort();
+    const char* name = kind_name[kind];
     if (mask != 0xffffffffu) fail("%s with mask %#x: the emulator supports full-warp masks only", name, mask);
     if (width != 32) fail("%s with width %d: the emulator supports width 32 only", name, width);
     Fiber* f = running;
     memcpy(&f->shfl_in, v, (size_t)size);
     f->shfl_size = size;
     f->shfl_lane = lane;
-    f->shfl_xor = xor_;
+    f->shfl_kind = kind;
     f->state = kShuffle;
     suspend(false);
     memcpy(v, &f->shfl_out, (size_t)size);
@@ -323,13 +335,20 @@ void shuffle(const char* name, void* v, int size, unsigned mask, int lane, bool 
 
 }  // namespace
 
-void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width) {
-    shuffle("__shfl_xor_sync", v, size, mask, lane_mask, true, width);
-}
+void shfl_xor(void* v, int size, unsigned mask, int lane_mask, int width) { shuffle(v, size, mask, lane_mask, kXor, width); }
 
 // The source lane is taken modulo the width, as on the device.
-void shfl_idx(void* v, int size, unsigned mask, int src_lane, int width) {
-    shuffle("__shfl_sync", v, size, mask, src_lane & 31, false, width);
+void shfl_idx(void* v, int size, unsigned mask, int src_lane, int width) { shuffle(v, size, mask, src_lane & 31, kIdx, width); }
+
+void warp_gather(const void* in, int size, void* out) {
+    if (running == nullptr) abort();
+    Fiber* f = running;
+    f->gather_in = in;
+    f->gather_out = out;
+    f->shfl_size = size;
+    f->shfl_kind = kGather;
+    f->state = kShuffle;
+    suspend(false);
 }
 
 }  // namespace cuemu

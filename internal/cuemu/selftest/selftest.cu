@@ -115,6 +115,16 @@ __global__ void cuemu_selftest_shfl_idx(unsigned long long* out) {
     out[2 * threadIdx.x + 1] = (unsigned long long)w;
 }
 
+// cuemu_warp_gather: out[32·tid + i] = the value lane i of the thread's warp contributed,
+// {tid, 1000·tid} (a 16-byte struct).
+__global__ void cuemu_selftest_gather(long long* out) {
+    struct V {
+        long long a, b;
+    } mine = {(long long)threadIdx.x, 1000 * (long long)threadIdx.x}, all[32];
+    cuemu_warp_gather(mine, all);
+    for (int i = 0; i < 32; i++) out[64 * threadIdx.x + 2 * i] = all[i].a, out[64 * threadIdx.x + 2 * i + 1] = all[i].b;
+}
+
 // Lanes 0-15 of warp 0 reach __shfl_sync while lanes 16-31 reach __shfl_xor_sync.
 __global__ void cuemu_selftest_mixed_shuffle(int* out) {
     int lane = threadIdx.x & 31;
