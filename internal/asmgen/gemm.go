@@ -210,7 +210,6 @@ func gemmKernel(a isa, mr, nv int, pf bool) {
 			CMPQ(pfStep, U32(64*l))
 			JLE(LabelRef(name + "_pfdone"))
 			PREFETCHT0(Mem{Base: pfp, Disp: 64 * l})
-
 		}
 		Label(name + "_pfdone")
 		ADDQ(pfStep, pfp)

@@ -272,12 +272,14 @@ func (k *kernels) panels(m int, a []float32, lda int, p *Packed, n0, n1, k0, k1 
 // contiguous run per goroutine, and the rows of A (at most 32×K) stay in L2.
 const DecodeRows = 32
 
-// Decode prefetch: from decodePrefetchGroups row groups of 7 up (M ≥ 29), each K block's calls
-// also prefetch (PREFETCHT0) the weight block decodePrefetchBlocks ahead. The first call over a
-// block reads it from memory and the others from L1; without the prefetch the memory idles
-// while they run, since the hardware prefetchers follow the demand loads only. With fewer row
-// groups the prefetched lines evict more of the block in use than they save (on Zen 4, whose
-// 32 KiB L1 holds one block): measured 5–30 % slower at M = 8 and 16, 14 % faster at M = 32.
+// Decode prefetch: from decodePrefetchGroups row groups of 7 up (M ≥ 29; the last group then has
+// 1…4 rows, the decode kernels there are), each K block's calls also prefetch (PREFETCHT0) the
+// weight block decodePrefetchBlocks ahead. The first call over a block reads it from memory and
+// the others from L1; without the prefetch the memory idles while they run, since the hardware
+// prefetchers follow the demand loads. With fewer row groups a block takes less time, the
+// prefetches wait on full miss buffers (where a profile puts the time) or compete with the first
+// call's loads: on Zen 4 M = 8 ran 5–30 % slower with them, M = 16 and 24 −12 to +8 %, M = 32
+// 5–14 % faster.
 const (
 	decodePrefetchGroups = 5
 	decodePrefetchBlocks = 2
