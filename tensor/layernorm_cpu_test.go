@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
+	"github.com/mtrl-go/mtrl/internal/cputime"
 	"github.com/mtrl-go/mtrl/internal/nnref"
 )
 
@@ -170,6 +171,59 @@ func TestLayerNormSum8Order(t *testing.T) {
 				if math.Float64bits(ss[row]) != math.Float64bits(want) {
 					t.Fatalf("%s trial %d row %d devSq8: %v, want %v", im.Name, trial, row, ss[row], want)
 				}
+			}
+		}
+	}
+}
+
+// BenchmarkLayerNormImpls times LayerNorm and its backward (dx, dw, db) on every implementation
+// of this CPU (the Go loops: nnref on blocks of widened rows; AVX2; AVX-512) at a Qwen2-VL
+// vision-tower shape (1024 patches of 1280), float32 and bfloat16. b.SetBytes counts the
+// activations read and written (x, y; x, dy, dx), so MB/s is wall-clock bandwidth; cpu-ns/elem
+// is process CPU time per element. Run with -count N: the sub-benchmarks interleave per count.
+func BenchmarkLayerNormImpls(b *testing.B) {
+	const rows, d, eps = 1024, 1280, 1e-6
+	mk := func(dt DType, off float32, s ...int) *Tensor {
+		n := 1
+		for _, v := range s {
+			n *= v
+		}
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = float32(i%97)/50 - 0.9 + off
+		}
+		if dt == Float32 {
+			return Must(FromFloat32(xs, s...))
+		}
+		y := make([]BF16, n)
+		for i, f := range xs {
+			y[i] = BF16FromFloat32(f)
+		}
+		return Must(FromBF16(y, s...))
+	}
+	for _, bwd := range []bool{false, true} {
+		for _, dt := range []DType{Float32, BFloat16} {
+			x, w, bb := mk(dt, 0.3, rows, d), mk(Float32, 1, d), mk(Float32, 0, d)
+			y, dy := mk(dt, 0, rows, d), mk(dt, 0, rows, d)
+			dw, db := mk(Float32, 0, d), mk(Float32, 0, d)
+			op, pass, tensors := func() error { return LayerNorm(y, x, w, bb, eps) }, "forward", 2
+			if bwd {
+				in := NormGrad{X: x, Weight: w, DY: dy, Eps: eps}
+				op, pass, tensors = func() error { return LayerNormBackward(y, dw, db, in) }, "backward", 3
+			}
+			for _, im := range lnImpls.Impls() {
+				b.Run(pass+"/"+dt.String()+"/"+im.Name, func(b *testing.B) {
+					defer lnImpls.Use(im.Name)()
+					b.SetBytes(int64(tensors * rows * d * dt.Size()))
+					c0, _ := cputime.Process()
+					for b.Loop() {
+						if err := op(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					c1, _ := cputime.Process()
+					b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N*rows*d), "cpu-ns/elem")
+				})
 			}
 		}
 	}
