@@ -43,14 +43,14 @@ func bf16Bits(t *testing.T, x *tensor.Tensor) []tensor.BF16 {
 // rounded to nearest even, bit for bit (the CPU's BF16FromFloat32).
 func requireDeviceRounded(t *testing.T, m *Model) {
 	t.Helper()
-	for name, w := range m.mp.mats {
+	for name, w := range m.mp.Mats {
 		require.False(t, w.Weight().IsHost(), name)
 		got := bf16Bits(t, w.Weight())
 		for i, v := range downloaded(t, m.byName[name].value) {
 			require.Equal(t, tensor.BF16FromFloat32(v), got[i], "%s[%d]", name, i)
 		}
 	}
-	for name, w := range m.mp.vecs {
+	for name, w := range m.mp.Vecs {
 		got := downloaded(t, w)
 		for i, v := range downloaded(t, m.byName[name].value) {
 			require.Equal(t, tensor.BF16FromFloat32(v).Float32(), got[i], "%s[%d]", name, i)
@@ -98,12 +98,12 @@ func TestCUDAMixedPrecision(t *testing.T) {
 			}
 			// The bfloat16 copies: the same bits on both.
 			requireDeviceRounded(t, bf[1])
-			for name, w := range bf[0].mp.mats {
+			for name, w := range bf[0].mp.Mats {
 				want, _ := w.Weight().BF16s()
-				require.Equal(t, want, bf16Bits(t, bf[1].mp.mats[name].Weight()), name)
+				require.Equal(t, want, bf16Bits(t, bf[1].mp.Mats[name].Weight()), name)
 			}
-			for name, w := range bf[0].mp.vecs {
-				require.Equal(t, host(w), downloaded(t, bf[1].mp.vecs[name]), name)
+			for name, w := range bf[0].mp.Vecs {
+				require.Equal(t, host(w), downloaded(t, bf[1].mp.Vecs[name]), name)
 			}
 
 			sqrtR := math.Sqrt(float64(bf16Roundings(bf[0].Config.NumHiddenLayers)))

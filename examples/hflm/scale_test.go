@@ -450,13 +450,13 @@ func TestMixedPrecisionBF16(t *testing.T) {
 			// The weights computed with are the masters rounded; a step below bfloat16's
 			// resolution moves the float32 masters, and the copies follow their rounding.
 			requireRounded := func() {
-				for name, w := range bf.mp.mats {
+				for name, w := range bf.mp.Mats {
 					got, _ := w.Weight().BF16s()
 					for i, v := range host(bf.byName[name].value) {
 						require.Equal(t, tensor.BF16FromFloat32(v), got[i], name)
 					}
 				}
-				for name, w := range bf.mp.vecs {
+				for name, w := range bf.mp.Vecs {
 					for i, v := range host(bf.byName[name].value) {
 						require.Equal(t, tensor.BF16FromFloat32(v).Float32(), host(w)[i], name)
 					}
