@@ -120,8 +120,8 @@ func TestSamplerMatchesSort(t *testing.T) {
 		draws int
 	}
 	configs := map[int]config{
-		1000:   {[]float64{0.3, 1, 1.7}, []int{0, 1, 2, 40, 63, 64, 65, 1000, 999, 1000, 1003}, []float64{1, 0.999, 0.9, 0.5, 0.01}, 3},
-		151936: {[]float64{1, 0.7}, []int{-1, 50, 100000}, []float64{1, 0.95, 0.5}, 12},
+		1000:   {[]float64{0.3, 1, 1.7}, []int{0, 1, 2, 40, 63, 64, 65, 1000, 999, 1000, 1003}, []float64{1, 0.999, 0.9, 0.5, 0.01}, 10},
+		151936: {[]float64{1, 0.7}, []int{-1, 50, 100000}, []float64{1, 0.95, 0.5}, 16},
 	}
 	sp := &sampler{}
 	draws, cutEdges, drawEdges := 0, 0, 0
@@ -139,26 +139,23 @@ func TestSamplerMatchesSort(t *testing.T) {
 						ref := newReference(logits, order, s)
 						tol := math.Ldexp(float64(len(ref.p))*ref.sum, -51)
 						wantKept, wantAcc := ref.cut(p)
+						kept, acc := sp.prepare(logits, s)
+						draws += cf.draws
+						if kept != wantKept {
+							require.True(t, sh.name != "equal" && ref.atBoundary(kept-1, wantKept-1, p*ref.sum, tol),
+								"%s V=%d %+v: keeps %d, the reference %d", sh.name, v, s, kept, wantKept)
+							cutEdges += cf.draws
+							continue
+						}
+						in := make([]bool, v)
+						for _, id := range ref.order[:kept] {
+							in[id] = true
+						}
+						for _, c := range sp.c[:kept] { // kept distinct ids, each the reference's
+							require.True(t, in[c.id()], "%s V=%d %+v: token %d kept", sh.name, v, s, c.id())
+						}
 						u01 := rand.New(rand.NewPCG(uint64(draws), 1))
-						for range cf.draws {
-							draws++
-							kept, acc := sp.prepare(logits, s)
-							if kept != wantKept {
-								require.True(t, sh.name != "equal" && ref.atBoundary(kept-1, wantKept-1, p*ref.sum, tol),
-									"%s V=%d %+v: keeps %d, the reference %d", sh.name, v, s, kept, wantKept)
-								cutEdges++
-								continue
-							}
-							if v <= 1000 {
-								ids := make([]int32, kept)
-								for i, c := range sp.c[:kept] {
-									ids[i] = c.id()
-								}
-								slices.Sort(ids)
-								want := slices.Clone(ref.order[:kept])
-								slices.Sort(want)
-								require.Equal(t, want, ids, "%s V=%d %+v: the kept set", sh.name, v, s)
-							}
+						for range cf.draws { // each draw leaves the kept set permuted for the next
 							x := u01.Float64()
 							got, want := sp.draw(kept, x*acc), ref.draw(kept, x*wantAcc)
 							if got != ref.order[want] {
@@ -174,6 +171,26 @@ func TestSamplerMatchesSort(t *testing.T) {
 		}
 	}
 	t.Logf("%d draws agree but for %d at a TopP boundary and %d at a token boundary", draws, cutEdges, drawEdges)
+}
+
+// TestSamplerExactBoundaries: with equal logits every mass is 1 and every sum exact, so the
+// boundaries are hit exactly. A draw u = k leaves u − k = 0, not below 0: token k (ids are in
+// order); TopP = k/V reaches the target with k tokens and keeps k.
+func TestSamplerExactBoundaries(t *testing.T) {
+	const v = 1000
+	logits := make([]float32, v)
+	sp := &sampler{}
+	for _, k := range []int{0, 1, 63, 64, 500, 999} {
+		kept, acc := sp.prepare(logits, Sampling{Temperature: 1, TopP: 1})
+		require.Equal(t, v, kept)
+		require.Equal(t, float64(v), acc)
+		require.Equal(t, int32(k), sp.draw(kept, float64(k)), "u = %d", k)
+		if k > 0 {
+			kept, acc = sp.prepare(logits, Sampling{Temperature: 1, TopP: float64(k) / v})
+			require.Equal(t, k, kept, "TopP %d/%d", k, v)
+			require.Equal(t, float64(k), acc)
+		}
+	}
 }
 
 // chiSquareBound is the chi-square statistic of df degrees of freedom exceeded with
@@ -209,7 +226,7 @@ func TestSamplerFrequencies(t *testing.T) {
 		{small, Sampling{Temperature: 0.7, TopP: 0.9}, 40000, 0},
 		{small, Sampling{Temperature: 1.3, TopP: 0.8, TopK: 20}, 40000, 0},
 		{small, Sampling{Temperature: 1, TopP: 1, TopK: 10}, 40000, 0},
-		{flat, Sampling{Temperature: 1, TopP: 1, TopK: -1}, 1000, 10},
+		{flat, Sampling{Temperature: 1, TopP: 1, TopK: -1}, 2000, 20},
 	}
 	sp := &sampler{}
 	for ci, c := range cases {
@@ -230,8 +247,13 @@ func TestSamplerFrequencies(t *testing.T) {
 		}
 		got := make([]float64, len(want))
 		rng := rand.New(rand.NewPCG(uint64(ci), 9))
+		draw := func() int32 { return sp.sample(c.logits, c.s, rng) }
+		if c.blocks > 0 { // prepared once (the large vocabulary's exps), drawn as sample draws
+			kept, acc := sp.prepare(c.logits, c.s)
+			draw = func() int32 { return sp.draw(kept, rng.Float64()*acc) }
+		}
 		for range c.draws {
-			b, ok := bin[sp.sample(c.logits, c.s, rng)]
+			b, ok := bin[draw()]
 			require.True(t, ok, "case %d: a token outside the kept set", ci)
 			got[b]++
 		}
