@@ -16,7 +16,8 @@ import (
 // draw is found by a mass-weighted selection in expected O(V). Candidates are ordered highest
 // logit first, the lower id on ties; a partition around a pivot in that order sums the mass of
 // the side before it, the crossing is in that side or the other (or is the pivot), and only the
-// last small block is sorted and walked. The TopP cut is found the same way.
+// last small block is sorted and walked (or the whole block left after 2·log₂V rounds: the
+// worst case, O(V log V)). The TopP cut is found the same way.
 type sampler struct {
 	c []cand
 }
