@@ -19,7 +19,8 @@ import (
 // the fused kernel interfaces listed in the package documentation. Its methods are safe for
 // concurrent use (they are serialised on the backend's OS thread).
 type Backend struct {
-	name string
+	name   string
+	device string // the driver's name for the device (DeviceName)
 
 	mu     sync.RWMutex // held for reading by each call, for writing by Close
 	closed bool
@@ -101,6 +102,9 @@ func (b *Backend) open(device int) error {
 	if err != nil {
 		return devErr(op, "cuDeviceGet", "", err)
 	}
+	if b.device, err = dev.Name(); err != nil {
+		return devErr(op, "cuDeviceGetName", "", err)
+	}
 	if b.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return devErr(op, "cuDeviceGetAttribute", "", err)
 	}
@@ -159,6 +163,10 @@ func (b *Backend) Kernels() any { return deviceKernels{b} }
 
 // Name returns "cuda:N".
 func (b *Backend) Name() string { return b.name }
+
+// DeviceName is the driver's name for the device, such as "NVIDIA H200" (set by New; the CPU
+// emulator's devices are "cuemu (CPU emulation)").
+func (b *Backend) DeviceName() string { return b.device }
 
 // Close waits for queued work, destroys the context (freeing every allocation of the backend)
 // and stops the backend's goroutine. Tensors on the backend become unusable. Closing twice is

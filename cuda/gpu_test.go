@@ -54,6 +54,15 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, device(t), cfg)
 }
 
+// TestDeviceName: the backend reports the driver's name for its device.
+func TestDeviceName(t *testing.T) {
+	b := device(t)
+	if b.DeviceName() == "" {
+		t.Fatal("DeviceName is empty")
+	}
+	t.Logf("%s is %q", b.Name(), b.DeviceName())
+}
+
 func TestDeviceErrors(t *testing.T) {
 	b := device(t)
 	if _, err := b.Alloc(1 << 60); !errors.Is(err, tensor.ErrDevice) {

@@ -22,6 +22,10 @@ op's flops and bytes, and the load average when it was taken. Torch's equivalent
   no_grad, forward + backward by autograd of Σ g·logp + Σ g'·entropy into h and W; float32, and
   bfloat16 h and W with the logits cast to float32 before log_softmax (logits.float(), as
   Hugging Face trainers do), the backward's products then in bfloat16;
+- elementwise: F.layer_norm (weight and bias in the activations' dtype, as torch requires),
+  F.gelu, F.gelu(approximate="tanh") and x·sigmoid(1.702·x) (Hugging Face's QuickGELU) at
+  Qwen2-VL's vision-tower shapes; forward under no_grad, backward alone: autograd.grad of a kept
+  graph (retain_graph) into x (and LayerNorm's weight and bias) against a random gradient;
 - stream: x.sum() over a 1 GiB float32 tensor (streaming read).
 """
 import argparse
@@ -39,6 +43,7 @@ GEMM = [(2048, 896, 4864), (2048, 4864, 896), (2048, 3584, 18944)]
 DECODE = [(m, 3584, 18944) for m in (1, 2, 4, 8, 16, 32)]
 ATTN = [(t, 14, 2, 64) for t in (512, 1024, 2048, 4096)]
 LMHEAD = (256, 896, 151936)
+ELEMENTWISE = [("layernorm", 1024, 1280), ("gelu", 1024, 5120), ("gelu_pytorch_tanh", 1024, 5120), ("quick_gelu", 1024, 5120)]
 
 
 def load():
@@ -175,6 +180,36 @@ def run_torch(group, threads, reps):
                 emit(side="torch", group=group, key=f"lmhead/{'fwd+bwd' if bwd else 'fwd'}{dkey(dt)}/N={n}/D={d}/V={v}",
                      wall=wall, cpu=cpu, flops=lm_flops(n, d, v, bwd), tokens=n, threads=threads)
                 del fn
+    elif group == "elementwise":
+        F = torch.nn.functional
+        for dt in DTYPES:
+            tdt = getattr(torch, dt)
+            for op, t, d in ELEMENTWISE:
+                for bwd in (False, True):
+                    g = torch.Generator().manual_seed(5)
+                    x = torch.randn(t, d, generator=g).to(tdt).requires_grad_(bwd)
+                    ins = [x]
+                    if op == "layernorm":
+                        w, b = (torch.randn(d, generator=g).to(tdt).requires_grad_(bwd) for _ in range(2))
+                        ins += [w, b]
+                        f = lambda x: F.layer_norm(x, (d,), w, b, 1e-6)
+                    elif op == "gelu":
+                        f = F.gelu
+                    elif op == "gelu_pytorch_tanh":
+                        f = lambda x: F.gelu(x, approximate="tanh")
+                    else:
+                        f = lambda x: x * torch.sigmoid(1.702 * x)
+                    if bwd:
+                        y = f(x)
+                        dy = torch.randn(t, d, generator=g).to(tdt)
+                        fn = lambda: torch.autograd.grad(y, ins, dy, retain_graph=True)
+                    else:
+                        def fn():
+                            with torch.no_grad():
+                                return f(x)
+                    wall, cpu = timed(fn, reps)
+                    emit(side="torch", group=group, key=f"{op}/{'bwd' if bwd else 'fwd'}{dkey(dt)}/T={t}/D={d}", wall=wall,
+                         cpu=cpu, bytes=(3 if bwd else 2) * t * d * x.element_size(), threads=threads)
     elif group == "stream":
         x = torch.ones(1 << 28)  # 1 GiB
         wall, cpu = timed(lambda: x.sum(), reps)
@@ -373,6 +408,8 @@ def table(path):
         attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu)
     if "lmhead" in groups:
         lmhead_table(runs, ratio_med, mem, cpu)
+    if "elementwise" in groups:
+        elementwise_table(runs, ratio_med, cpu)
     print(f"\nMedians over {len(runs('go', 'fmapeak/avx512'))} interleaved rounds; ratios are medians of the per-round ratios.")
 
 
@@ -391,6 +428,33 @@ def attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu):
               f"{fmt(ratio_med(key, gfl_cpu), '.2f')}× | {fmt(med([r.get('alloc') for r in runs('go', key)]), '.0f')} B | "
               f"{fmt(tm and tm['peak_delta'] / 1e6, '.0f')} MB |")
 
+
+
+def elementwise_table(runs, ratio_med, cpu):
+    print(f"\n#### LayerNorm and the GELUs at Qwen2-VL's vision-tower shapes (1024 patches): GB/s of activations "
+          f"read and written, wall and per CPU-second — {cpu}\n")
+    print("Forward: x read, y written; backward: x and dy read, dx written (LayerNorm's dw and db are [D], not counted). "
+          "torch's backward is autograd.grad of a kept graph.\n")
+    print("| op | pass | dtype | Go GB/s | torch GB/s | Go/torch (wall) | Go GB/cpu-s | torch GB/cpu-s | Go/torch (cpu-s) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+
+    def gbs(r):
+        return r["metrics"]["MB/s"] / 1e3 if r["side"] == "go" else r["bytes"] / r["wall"] / 1e9
+
+    def gbs_cpu(r):
+        if r["side"] == "torch":
+            return r["bytes"] / r["cpu"] / 1e9 if r.get("cpu") else None
+        c = r["metrics"].get("cpu-ns/op")
+        return r["metrics"]["MB/s"] / 1e3 * r["wall"] / (c * 1e-9) if c else None
+
+    for op, t, d in ELEMENTWISE:
+        for p in ("fwd", "bwd"):
+            for dt in DTYPES:
+                key = f"{op}/{p}{dkey(dt)}/T={t}/D={d}"
+                print(f"| {op} {t}×{d} | {p} | {dt} | {fmt(med([gbs(r) for r in runs('go', key)]), '.1f')} | "
+                      f"{fmt(med([gbs(r) for r in runs('torch', key)]), '.1f')} | {fmt(ratio_med(key, gbs), '.2f')}× | "
+                      f"{fmt(med([gbs_cpu(r) for r in runs('go', key)]), '.1f')} | {fmt(med([gbs_cpu(r) for r in runs('torch', key)]), '.1f')} | "
+                      f"{fmt(ratio_med(key, gbs_cpu), '.2f')}× |")
 
 
 def lmhead_table(runs, ratio_med, mem, cpu):

@@ -15,13 +15,15 @@ func actSIMD() []dispatch.Impl[actKernels] {
 		out = append(out, dispatch.Impl[actKernels]{Name: "avx512", Kernels: &actKernels{lanes: 16,
 			fwd: actFwdAVX512, bwd: actBwdAVX512, swiGLU: swiGLUAVX512, swiGLUBwd: swiGLUBwdAVX512,
 			gelu: geluAVX512, geluTanh: geluTanhAVX512, geluBwd: geluBwdAVX512, geluTanhBwd: geluTanhBwdAVX512,
-			fwd16: actFwdBF16AVX512, bwd16: actBwdBF16AVX512, swiGLU16: swiGLUBF16AVX512, swiGLUBwd16: swiGLUBwdBF16AVX512}})
+			fwd16: actFwdBF16AVX512, bwd16: actBwdBF16AVX512, swiGLU16: swiGLUBF16AVX512, swiGLUBwd16: swiGLUBwdBF16AVX512,
+			gelu16: geluBF16AVX512, geluTanh16: geluTanhBF16AVX512, geluBwd16: geluBwdBF16AVX512, geluTanhBwd16: geluTanhBwdBF16AVX512}})
 	}
 	if dispatch.HasAVX2(false) {
 		out = append(out, dispatch.Impl[actKernels]{Name: "avx2", Kernels: &actKernels{lanes: 8,
 			fwd: actFwdAVX2, bwd: actBwdAVX2, swiGLU: swiGLUAVX2, swiGLUBwd: swiGLUBwdAVX2,
 			gelu: geluAVX2, geluTanh: geluTanhAVX2, geluBwd: geluBwdAVX2, geluTanhBwd: geluTanhBwdAVX2,
-			fwd16: actFwdBF16AVX2, bwd16: actBwdBF16AVX2, swiGLU16: swiGLUBF16AVX2, swiGLUBwd16: swiGLUBwdBF16AVX2}})
+			fwd16: actFwdBF16AVX2, bwd16: actBwdBF16AVX2, swiGLU16: swiGLUBF16AVX2, swiGLUBwd16: swiGLUBwdBF16AVX2,
+			gelu16: geluBF16AVX2, geluTanh16: geluTanhBF16AVX2, geluBwd16: geluBwdBF16AVX2, geluTanhBwd16: geluTanhBwdBF16AVX2}})
 	}
 	return out
 }

@@ -2656,3 +2656,852 @@ swiGLUBwdBF16AVX2_done:
 	VZEROUPPER
 	MOVL      AX, big+120(FP)
 	RET
+
+// func geluBF16AVX512(y []uint16, x []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluBF16AVX512(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z13
+
+geluBF16AVX512_loop:
+	CMPQ         DX, $0x00000010
+	JB           geluBF16AVX512_done
+	VPMOVZXWD    (CX), Z14
+	VPSLLD       $0x10, Z14, Z14
+	VMULPS       actconst<>+1152(SB), Z14, Z15
+	VANDPS       actconst<>+960(SB), Z15, Z16
+	VMULPS       Z1, Z16, Z17
+	VADDPS       Z9, Z17, Z17
+	VDIVPS       Z17, Z9, Z17
+	VMULPS       actconst<>+2048(SB), Z17, Z18
+	VADDPS       actconst<>+1984(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1920(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1856(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1792(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1728(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1664(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1600(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1536(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1472(SB), Z18, Z18
+	VMULPS       Z16, Z16, Z16
+	VSUBPS       Z16, Z18, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z18
+	VADDPS       Z1, Z18, Z18
+	VRNDSCALEPS  $0x09, Z18, Z18
+	VMULPS       Z2, Z18, Z19
+	VSUBPS       Z19, Z16, Z19
+	VMULPS       Z3, Z18, Z20
+	VSUBPS       Z20, Z19, Z19
+	VMULPS       Z4, Z19, Z20
+	VADDPS       Z5, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z6, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z7, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z8, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z1, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z9, Z20, Z20
+	VMULPS       Z20, Z19, Z19
+	VADDPS       Z9, Z19, Z19
+	VCVTTPS2DQ   Z18, Z18
+	VPADDD       Z12, Z18, Z18
+	VPSLLD       $0x17, Z18, Z18
+	VMULPS       Z18, Z19, Z18
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z18, Z18
+	VBLENDMPS    Z16, Z18, K1, Z18
+	VMULPS       Z18, Z17, Z16
+	VXORPS       Z17, Z17, Z17
+	VCMPPS       $0x11, Z17, Z15, K1
+	VBROADCASTSS actconst<>+1024(SB), Z15
+	VSUBPS       Z16, Z15, Z15
+	VMOVAPS      Z16, Z16
+	VBLENDMPS    Z15, Z16, K1, Z16
+	VMULPS       Z1, Z16, Z15
+	VMULPS       Z15, Z14, Z14
+	VPSRLD       $0x10, Z14, Z16
+	VPANDD       actconst<>+2176(SB), Z16, Z15
+	VPADDD       actconst<>+2112(SB), Z15, Z15
+	VPADDD       Z14, Z15, Z15
+	VPSRLD       $0x10, Z15, Z15
+	VPORD        actconst<>+2240(SB), Z16, Z16
+	VCMPPS       $0x03, Z14, Z14, K1
+	VPBLENDMD    Z16, Z15, K1, Z15
+	VPMOVDW      Z15, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	SUBQ         $0x00000010, DX
+	JMP          geluBF16AVX512_loop
+
+geluBF16AVX512_done:
+	VCMPPS $0x1e, Z11, Z13, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+48(FP)
+	RET
+
+// func geluBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluBwdBF16AVX512(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z13
+
+geluBwdBF16AVX512_loop:
+	CMPQ         BX, $0x00000010
+	JB           geluBwdBF16AVX512_done
+	VPMOVZXWD    (CX), Z14
+	VPSLLD       $0x10, Z14, Z14
+	VMULPS       actconst<>+1152(SB), Z14, Z15
+	VANDPS       actconst<>+960(SB), Z15, Z16
+	VMULPS       Z1, Z16, Z17
+	VADDPS       Z9, Z17, Z17
+	VDIVPS       Z17, Z9, Z17
+	VMULPS       actconst<>+2048(SB), Z17, Z18
+	VADDPS       actconst<>+1984(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1920(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1856(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1792(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1728(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1664(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1600(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1536(SB), Z18, Z18
+	VMULPS       Z18, Z17, Z18
+	VADDPS       actconst<>+1472(SB), Z18, Z18
+	VMULPS       Z16, Z16, Z16
+	VSUBPS       Z16, Z18, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z18
+	VADDPS       Z1, Z18, Z18
+	VRNDSCALEPS  $0x09, Z18, Z18
+	VMULPS       Z2, Z18, Z19
+	VSUBPS       Z19, Z16, Z19
+	VMULPS       Z3, Z18, Z20
+	VSUBPS       Z20, Z19, Z19
+	VMULPS       Z4, Z19, Z20
+	VADDPS       Z5, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z6, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z7, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z8, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z1, Z20, Z20
+	VMULPS       Z20, Z19, Z20
+	VADDPS       Z9, Z20, Z20
+	VMULPS       Z20, Z19, Z19
+	VADDPS       Z9, Z19, Z19
+	VCVTTPS2DQ   Z18, Z18
+	VPADDD       Z12, Z18, Z18
+	VPSLLD       $0x17, Z18, Z18
+	VMULPS       Z18, Z19, Z18
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z18, Z18
+	VBLENDMPS    Z16, Z18, K1, Z18
+	VMULPS       Z18, Z17, Z16
+	VXORPS       Z17, Z17, Z17
+	VCMPPS       $0x11, Z17, Z15, K1
+	VBROADCASTSS actconst<>+1024(SB), Z15
+	VSUBPS       Z16, Z15, Z15
+	VMOVAPS      Z16, Z16
+	VBLENDMPS    Z15, Z16, K1, Z16
+	VMULPS       Z1, Z16, Z15
+	VMULPS       Z14, Z14, Z16
+	VMULPS       actconst<>+1088(SB), Z16, Z16
+	VMAXPS       Z13, Z16, Z13
+	VMULPS       Z0, Z16, Z17
+	VADDPS       Z1, Z17, Z17
+	VRNDSCALEPS  $0x09, Z17, Z17
+	VMULPS       Z2, Z17, Z18
+	VSUBPS       Z18, Z16, Z18
+	VMULPS       Z3, Z17, Z19
+	VSUBPS       Z19, Z18, Z18
+	VMULPS       Z4, Z18, Z19
+	VADDPS       Z5, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z6, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z7, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z8, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z1, Z19, Z19
+	VMULPS       Z19, Z18, Z19
+	VADDPS       Z9, Z19, Z19
+	VMULPS       Z19, Z18, Z18
+	VADDPS       Z9, Z18, Z18
+	VCVTTPS2DQ   Z17, Z17
+	VPADDD       Z12, Z17, Z17
+	VPSLLD       $0x17, Z17, Z17
+	VMULPS       Z17, Z18, Z17
+	VCMPPS       $0x11, Z10, Z16, K1
+	VXORPS       Z16, Z16, Z16
+	VMOVAPS      Z17, Z17
+	VBLENDMPS    Z16, Z17, K1, Z17
+	VMULPS       actconst<>+1216(SB), Z17, Z16
+	VPMOVZXWD    (DX), Z17
+	VPSLLD       $0x10, Z17, Z17
+	VMULPS       Z16, Z14, Z14
+	VADDPS       Z14, Z15, Z14
+	VMULPS       Z14, Z17, Z14
+	VPSRLD       $0x10, Z14, Z16
+	VPANDD       actconst<>+2176(SB), Z16, Z15
+	VPADDD       actconst<>+2112(SB), Z15, Z15
+	VPADDD       Z14, Z15, Z15
+	VPSRLD       $0x10, Z15, Z15
+	VPORD        actconst<>+2240(SB), Z16, Z16
+	VCMPPS       $0x03, Z14, Z14, K1
+	VPBLENDMD    Z16, Z15, K1, Z15
+	VPMOVDW      Z15, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000020, DX
+	SUBQ         $0x00000010, BX
+	JMP          geluBwdBF16AVX512_loop
+
+geluBwdBF16AVX512_done:
+	VCMPPS $0x1e, Z11, Z13, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+72(FP)
+	RET
+
+// func geluTanhBF16AVX512(y []uint16, x []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluTanhBF16AVX512(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+geluTanhBF16AVX512_loop:
+	CMPQ        DX, $0x00000010
+	JB          geluTanhBF16AVX512_done
+	VPMOVZXWD   (CX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMULPS      Z15, Z15, Z16
+	VMULPS      Z15, Z16, Z16
+	VMULPS      actconst<>+1344(SB), Z16, Z16
+	VADDPS      Z16, Z15, Z16
+	VMULPS      actconst<>+1280(SB), Z16, Z16
+	VXORPS      Z13, Z16, Z16
+	VMAXPS      Z14, Z16, Z14
+	VMULPS      Z0, Z16, Z17
+	VADDPS      Z1, Z17, Z17
+	VRNDSCALEPS $0x09, Z17, Z17
+	VMULPS      Z2, Z17, Z18
+	VSUBPS      Z18, Z16, Z18
+	VMULPS      Z3, Z17, Z19
+	VSUBPS      Z19, Z18, Z18
+	VMULPS      Z4, Z18, Z19
+	VADDPS      Z5, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z6, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z7, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z8, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z1, Z19, Z19
+	VMULPS      Z19, Z18, Z19
+	VADDPS      Z9, Z19, Z19
+	VMULPS      Z19, Z18, Z18
+	VADDPS      Z9, Z18, Z18
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      Z12, Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VMULPS      Z17, Z18, Z17
+	VCMPPS      $0x11, Z10, Z16, K1
+	VXORPS      Z16, Z16, Z16
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z16, Z17, K1, Z17
+	VADDPS      Z9, Z17, Z16
+	VDIVPS      Z16, Z9, Z16
+	VMULPS      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z17
+	VPANDD      actconst<>+2176(SB), Z17, Z16
+	VPADDD      actconst<>+2112(SB), Z16, Z16
+	VPADDD      Z15, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPORD       actconst<>+2240(SB), Z17, Z17
+	VCMPPS      $0x03, Z15, Z15, K1
+	VPBLENDMD   Z17, Z16, K1, Z16
+	VPMOVDW     Z16, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	SUBQ        $0x00000010, DX
+	JMP         geluTanhBF16AVX512_loop
+
+geluTanhBF16AVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+48(FP)
+	RET
+
+// func geluTanhBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·geluTanhBwdBF16AVX512(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+0(SB), Z0
+	VBROADCASTSS actconst<>+64(SB), Z1
+	VBROADCASTSS actconst<>+128(SB), Z2
+	VBROADCASTSS actconst<>+192(SB), Z3
+	VBROADCASTSS actconst<>+256(SB), Z4
+	VBROADCASTSS actconst<>+320(SB), Z5
+	VBROADCASTSS actconst<>+384(SB), Z6
+	VBROADCASTSS actconst<>+448(SB), Z7
+	VBROADCASTSS actconst<>+512(SB), Z8
+	VBROADCASTSS actconst<>+576(SB), Z9
+	VBROADCASTSS actconst<>+640(SB), Z10
+	VBROADCASTSS actconst<>+704(SB), Z11
+	VBROADCASTSS actconst<>+768(SB), Z12
+	VBROADCASTSS actconst<>+832(SB), Z13
+	VBROADCASTSS actconst<>+640(SB), Z14
+
+geluTanhBwdBF16AVX512_loop:
+	CMPQ        BX, $0x00000010
+	JB          geluTanhBwdBF16AVX512_done
+	VPMOVZXWD   (CX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMULPS      Z15, Z15, Z16
+	VMULPS      Z15, Z16, Z17
+	VMULPS      actconst<>+1344(SB), Z17, Z17
+	VADDPS      Z17, Z15, Z17
+	VMULPS      actconst<>+1280(SB), Z17, Z17
+	VXORPS      Z13, Z17, Z17
+	VMAXPS      Z14, Z17, Z14
+	VMULPS      Z0, Z17, Z18
+	VADDPS      Z1, Z18, Z18
+	VRNDSCALEPS $0x09, Z18, Z18
+	VMULPS      Z2, Z18, Z19
+	VSUBPS      Z19, Z17, Z19
+	VMULPS      Z3, Z18, Z20
+	VSUBPS      Z20, Z19, Z19
+	VMULPS      Z4, Z19, Z20
+	VADDPS      Z5, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z6, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z7, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z8, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z1, Z20, Z20
+	VMULPS      Z20, Z19, Z20
+	VADDPS      Z9, Z20, Z20
+	VMULPS      Z20, Z19, Z19
+	VADDPS      Z9, Z19, Z19
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      Z12, Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VMULPS      Z18, Z19, Z18
+	VCMPPS      $0x11, Z10, Z17, K1
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z17, Z18, K1, Z18
+	VADDPS      Z9, Z18, Z17
+	VDIVPS      Z17, Z9, Z17
+	VCMPPS      $0x1e, Z9, Z18, K1
+	VSUBPS      Z17, Z9, Z19
+	VMULPS      Z17, Z18, Z18
+	VMOVAPS     Z18, Z18
+	VBLENDMPS   Z19, Z18, K1, Z18
+	VMULPS      actconst<>+1408(SB), Z16, Z16
+	VADDPS      Z9, Z16, Z16
+	VMULPS      actconst<>+1280(SB), Z16, Z16
+	VMULPS      Z16, Z15, Z15
+	VMULPS      Z17, Z15, Z15
+	VMULPS      Z18, Z15, Z15
+	VADDPS      Z15, Z17, Z15
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMULPS      Z15, Z16, Z15
+	VPSRLD      $0x10, Z15, Z17
+	VPANDD      actconst<>+2176(SB), Z17, Z16
+	VPADDD      actconst<>+2112(SB), Z16, Z16
+	VPADDD      Z15, Z16, Z16
+	VPSRLD      $0x10, Z16, Z16
+	VPORD       actconst<>+2240(SB), Z17, Z17
+	VCMPPS      $0x03, Z15, Z15, K1
+	VPBLENDMD   Z17, Z16, K1, Z16
+	VPMOVDW     Z16, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	SUBQ        $0x00000010, BX
+	JMP         geluTanhBwdBF16AVX512_loop
+
+geluTanhBwdBF16AVX512_done:
+	VCMPPS $0x1e, Z11, Z14, K1
+	KMOVW  K1, AX
+	VZEROUPPER
+	MOVL   AX, big+72(FP)
+	RET
+
+// func geluBF16AVX2(y []uint16, x []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluBF16AVX2(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluBF16AVX2_loop:
+	CMPQ         DX, $0x00000008
+	JB           geluBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       actconst<>+1152(SB), Y2, Y3
+	VANDPS       actconst<>+960(SB), Y3, Y4
+	VMULPS       actconst<>+64(SB), Y4, Y5
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y0, Y5
+	VMULPS       actconst<>+2048(SB), Y5, Y6
+	VADDPS       actconst<>+1984(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1920(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1856(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1792(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1728(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1664(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1600(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1536(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1472(SB), Y6, Y6
+	VMULPS       Y4, Y4, Y4
+	VSUBPS       Y4, Y6, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VROUNDPS     $0x09, Y6, Y6
+	VMULPS       actconst<>+128(SB), Y6, Y7
+	VSUBPS       Y7, Y4, Y7
+	VMULPS       actconst<>+192(SB), Y6, Y8
+	VSUBPS       Y8, Y7, Y7
+	VMULPS       actconst<>+256(SB), Y7, Y8
+	VADDPS       actconst<>+320(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+384(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+448(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+512(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+64(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y0, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VADDPS       Y0, Y7, Y7
+	VCVTTPS2DQ   Y6, Y6
+	VPADDD       actconst<>+768(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y6
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y6, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x11, Y5, Y3, Y3
+	VBROADCASTSS actconst<>+1024(SB), Y5
+	VSUBPS       Y4, Y5, Y5
+	VBLENDVPS    Y3, Y5, Y4, Y3
+	VMULPS       actconst<>+64(SB), Y3, Y3
+	VMULPS       Y3, Y2, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	SUBQ         $0x00000008, DX
+	JMP          geluBF16AVX2_loop
+
+geluBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+48(FP)
+	RET
+
+// func geluBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluBwdBF16AVX2(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluBwdBF16AVX2_loop:
+	CMPQ         BX, $0x00000008
+	JB           geluBwdBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       actconst<>+1152(SB), Y2, Y3
+	VANDPS       actconst<>+960(SB), Y3, Y4
+	VMULPS       actconst<>+64(SB), Y4, Y5
+	VADDPS       Y0, Y5, Y5
+	VDIVPS       Y5, Y0, Y5
+	VMULPS       actconst<>+2048(SB), Y5, Y6
+	VADDPS       actconst<>+1984(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1920(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1856(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1792(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1728(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1664(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1600(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1536(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+1472(SB), Y6, Y6
+	VMULPS       Y4, Y4, Y4
+	VSUBPS       Y4, Y6, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VROUNDPS     $0x09, Y6, Y6
+	VMULPS       actconst<>+128(SB), Y6, Y7
+	VSUBPS       Y7, Y4, Y7
+	VMULPS       actconst<>+192(SB), Y6, Y8
+	VSUBPS       Y8, Y7, Y7
+	VMULPS       actconst<>+256(SB), Y7, Y8
+	VADDPS       actconst<>+320(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+384(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+448(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+512(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       actconst<>+64(SB), Y8, Y8
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y0, Y8, Y8
+	VMULPS       Y8, Y7, Y7
+	VADDPS       Y0, Y7, Y7
+	VCVTTPS2DQ   Y6, Y6
+	VPADDD       actconst<>+768(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y6
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y6, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VXORPS       Y5, Y5, Y5
+	VCMPPS       $0x11, Y5, Y3, Y3
+	VBROADCASTSS actconst<>+1024(SB), Y5
+	VSUBPS       Y4, Y5, Y5
+	VBLENDVPS    Y3, Y5, Y4, Y3
+	VMULPS       actconst<>+64(SB), Y3, Y3
+	VMULPS       Y2, Y2, Y4
+	VMULPS       actconst<>+1088(SB), Y4, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y5
+	VADDPS       actconst<>+64(SB), Y5, Y5
+	VROUNDPS     $0x09, Y5, Y5
+	VMULPS       actconst<>+128(SB), Y5, Y6
+	VSUBPS       Y6, Y4, Y6
+	VMULPS       actconst<>+192(SB), Y5, Y7
+	VSUBPS       Y7, Y6, Y6
+	VMULPS       actconst<>+256(SB), Y6, Y7
+	VADDPS       actconst<>+320(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+384(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+448(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+512(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+64(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y0, Y7, Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y0, Y6, Y6
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       actconst<>+768(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y5
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y5, Y4, Y4
+	VMULPS       actconst<>+1216(SB), Y4, Y4
+	VPMOVZXWD    (DX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y3, Y2
+	VMULPS       Y2, Y5, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x00000008, BX
+	JMP          geluBwdBF16AVX2_loop
+
+geluBwdBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+72(FP)
+	RET
+
+// func geluTanhBF16AVX2(y []uint16, x []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluTanhBF16AVX2(SB), NOSPLIT, $0-52
+	MOVQ         y_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         x_len+32(FP), DX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluTanhBF16AVX2_loop:
+	CMPQ         DX, $0x00000008
+	JB           geluTanhBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       Y2, Y2, Y3
+	VMULPS       Y2, Y3, Y3
+	VMULPS       actconst<>+1344(SB), Y3, Y3
+	VADDPS       Y3, Y2, Y3
+	VMULPS       actconst<>+1280(SB), Y3, Y3
+	VXORPS       actconst<>+832(SB), Y3, Y3
+	VMAXPS       Y1, Y3, Y1
+	VMULPS       actconst<>+0(SB), Y3, Y4
+	VADDPS       actconst<>+64(SB), Y4, Y4
+	VROUNDPS     $0x09, Y4, Y4
+	VMULPS       actconst<>+128(SB), Y4, Y5
+	VSUBPS       Y5, Y3, Y5
+	VMULPS       actconst<>+192(SB), Y4, Y6
+	VSUBPS       Y6, Y5, Y5
+	VMULPS       actconst<>+256(SB), Y5, Y6
+	VADDPS       actconst<>+320(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+384(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+448(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+512(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       actconst<>+64(SB), Y6, Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y0, Y6, Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y0, Y5, Y5
+	VCVTTPS2DQ   Y4, Y4
+	VPADDD       actconst<>+768(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y4, Y5, Y4
+	VCMPPS       $0x11, actconst<>+640(SB), Y3, Y3
+	VANDNPS      Y4, Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VDIVPS       Y3, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	SUBQ         $0x00000008, DX
+	JMP          geluTanhBF16AVX2_loop
+
+geluTanhBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+48(FP)
+	RET
+
+// func geluTanhBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16) (big int32)
+// Requires: AVX, AVX2
+TEXT ·geluTanhBwdBF16AVX2(SB), NOSPLIT, $0-76
+	MOVQ         dx_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dy_base+48(FP), DX
+	MOVQ         x_len+32(FP), BX
+	VBROADCASTSS actconst<>+576(SB), Y0
+	VBROADCASTSS actconst<>+640(SB), Y1
+
+geluTanhBwdBF16AVX2_loop:
+	CMPQ         BX, $0x00000008
+	JB           geluTanhBwdBF16AVX2_done
+	VPMOVZXWD    (CX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       Y2, Y2, Y3
+	VMULPS       Y2, Y3, Y4
+	VMULPS       actconst<>+1344(SB), Y4, Y4
+	VADDPS       Y4, Y2, Y4
+	VMULPS       actconst<>+1280(SB), Y4, Y4
+	VXORPS       actconst<>+832(SB), Y4, Y4
+	VMAXPS       Y1, Y4, Y1
+	VMULPS       actconst<>+0(SB), Y4, Y5
+	VADDPS       actconst<>+64(SB), Y5, Y5
+	VROUNDPS     $0x09, Y5, Y5
+	VMULPS       actconst<>+128(SB), Y5, Y6
+	VSUBPS       Y6, Y4, Y6
+	VMULPS       actconst<>+192(SB), Y5, Y7
+	VSUBPS       Y7, Y6, Y6
+	VMULPS       actconst<>+256(SB), Y6, Y7
+	VADDPS       actconst<>+320(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+384(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+448(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+512(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       actconst<>+64(SB), Y7, Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y0, Y7, Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y0, Y6, Y6
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       actconst<>+768(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y5
+	VCMPPS       $0x11, actconst<>+640(SB), Y4, Y4
+	VANDNPS      Y5, Y4, Y4
+	VADDPS       Y0, Y4, Y5
+	VDIVPS       Y5, Y0, Y5
+	VCMPPS       $0x1e, Y0, Y4, Y6
+	VSUBPS       Y5, Y0, Y7
+	VMULPS       Y5, Y4, Y4
+	VBLENDVPS    Y6, Y7, Y4, Y4
+	VMULPS       actconst<>+1408(SB), Y3, Y3
+	VADDPS       Y0, Y3, Y3
+	VMULPS       actconst<>+1280(SB), Y3, Y3
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y5, Y2, Y2
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y5, Y2
+	VPMOVZXWD    (DX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       Y2, Y3, Y2
+	VPSRLD       $0x10, Y2, Y4
+	VPAND        actconst<>+2176(SB), Y4, Y3
+	VPADDD       actconst<>+2112(SB), Y3, Y3
+	VPADDD       Y2, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         actconst<>+2240(SB), Y4, Y4
+	VCMPPS       $0x03, Y2, Y2, Y2
+	VBLENDVPS    Y2, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPACKUSDW    X2, X3, X2
+	VMOVDQU      X2, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x00000008, BX
+	JMP          geluTanhBwdBF16AVX2_loop
+
+geluTanhBwdBF16AVX2_done:
+	VCMPPS    $0x1e, actconst<>+704(SB), Y1, Y0
+	VMOVMSKPS Y0, AX
+	VZEROUPPER
+	MOVL      AX, big+72(FP)
+	RET

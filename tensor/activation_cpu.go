@@ -56,11 +56,14 @@ type actKernels struct {
 	gelu, geluTanh       func(y, x []float32) int32
 	geluBwd, geluTanhBwd func(dx, x, dy []float32) int32
 
-	// On bfloat16, widened at the load and rounded once at the store (the sigmoid family).
+	// On bfloat16, widened at the load and rounded once at the store.
 	fwd16       func(y, x []uint16, beta float32) int32
 	bwd16       func(dx, x, dy []uint16, beta float32) int32
 	swiGLU16    func(y, gate, up []uint16) int32
 	swiGLUBwd16 func(dgate, dup, gate, up, dy []uint16) int32
+
+	gelu16, geluTanh16       func(y, x []uint16) int32
+	geluBwd16, geluTanhBwd16 func(dx, x, dy []uint16) int32
 }
 
 // expVecMax is hostops.Exp32's expMax: above it Exp32 takes math.Exp, which the kernels do not.
@@ -221,38 +224,66 @@ func swiGLUBackwardCPU(gate, up, dy, dgate, dup []float32) {
 		func(in [][]float32, i, o int) { dgate[o], dup[o] = swiGLUGrads(in[0][i], in[1][i], in[2][i]) })
 }
 
-// The bfloat16 ops of the sigmoid family run their own kernels, which widen each input as they
-// load it and round each output once as they store it: the float32 loops' results, rounded,
-// without a separate conversion pass. Each returns false, doing nothing, where no vector
-// kernels run (the caller takes the blocked float32 path) or the activation has none.
+// The bfloat16 activations run their own kernels, which widen each input as they load it and
+// round each output once as they store it: the float32 loops' results, rounded, without a
+// separate conversion pass. Each returns false, doing nothing, where no vector kernels run
+// (the caller takes the blocked float32 path) or the activation has none.
 
 func bfIn(x ...[]BF16) [][]BF16 { return x }
 
-// activateBF16 is activateCPU on bfloat16 for SiLU and QuickGELU.
+// actFwd16Of returns activation a's bfloat16 vector kernel, nil when it has none.
+func actFwd16Of(a Activation) func(k *actKernels, y, x []uint16) int32 {
+	switch a {
+	case GELU:
+		return func(k *actKernels, y, x []uint16) int32 { return k.gelu16(y, x) }
+	case GELUTanh:
+		return func(k *actKernels, y, x []uint16) int32 { return k.geluTanh16(y, x) }
+	}
+	if beta, ok := sigmoidBeta(a); ok {
+		return func(k *actKernels, y, x []uint16) int32 { return k.fwd16(y, x, beta) }
+	}
+	return nil
+}
+
+// actBwd16Of is actFwd16Of for the backward.
+func actBwd16Of(a Activation) func(k *actKernels, dx, x, dy []uint16) int32 {
+	switch a {
+	case GELU:
+		return func(k *actKernels, dx, x, dy []uint16) int32 { return k.geluBwd16(dx, x, dy) }
+	case GELUTanh:
+		return func(k *actKernels, dx, x, dy []uint16) int32 { return k.geluTanhBwd16(dx, x, dy) }
+	}
+	if beta, ok := sigmoidBeta(a); ok {
+		return func(k *actKernels, dx, x, dy []uint16) int32 { return k.bwd16(dx, x, dy, beta) }
+	}
+	return nil
+}
+
+// activateBF16 is activateCPU on bfloat16.
 func activateBF16(a Activation, x, y []BF16) bool {
-	beta, ok := sigmoidBeta(a)
-	if !ok || actImpls.Active() == nil {
+	vec := actFwd16Of(a)
+	if vec == nil || actImpls.Active() == nil {
 		return false
 	}
 	one, big, _ := actFwdOf(a)
 	xb, yb := bf16Bits(x), bf16Bits(y)
 	runVec(len(x), bfIn(x), overlap(bfIn(y), bfIn(x)),
-		func(k *actKernels, lo, hi int) int32 { return k.fwd16(yb[lo:hi], xb[lo:hi], beta) },
+		func(k *actKernels, lo, hi int) int32 { return vec(k, yb[lo:hi], xb[lo:hi]) },
 		func(in [][]BF16, i int) bool { return big(in[0][i].Float32()) },
 		func(in [][]BF16, i, o int) { y[o] = BF16FromFloat32(one(in[0][i].Float32())) })
 	return true
 }
 
-// activateBackwardBF16 is activateBackwardCPU on bfloat16 for SiLU and QuickGELU.
+// activateBackwardBF16 is activateBackwardCPU on bfloat16.
 func activateBackwardBF16(a Activation, x, dy, dx []BF16) bool {
-	beta, ok := sigmoidBeta(a)
-	if !ok || actImpls.Active() == nil {
+	vec := actBwd16Of(a)
+	if vec == nil || actImpls.Active() == nil {
 		return false
 	}
 	grad, big, _ := actBwdOf(a)
 	xb, dyb, dxb := bf16Bits(x), bf16Bits(dy), bf16Bits(dx)
 	runVec(len(x), bfIn(x, dy), overlap(bfIn(dx), bfIn(x, dy)),
-		func(k *actKernels, lo, hi int) int32 { return k.bwd16(dxb[lo:hi], xb[lo:hi], dyb[lo:hi], beta) },
+		func(k *actKernels, lo, hi int) int32 { return vec(k, dxb[lo:hi], xb[lo:hi], dyb[lo:hi]) },
 		func(in [][]BF16, i int) bool { return big(in[0][i].Float32()) },
 		func(in [][]BF16, i, o int) { dx[o] = BF16FromFloat32(in[1][i].Float32() * grad(in[0][i].Float32())) })
 	return true

@@ -46,9 +46,8 @@ func actAll(x []float32, bf16 bool) [][]float32 {
 	return out
 }
 
-// actAllBF16 is actAll on bfloat16 through the sigmoid family's bfloat16 entry points (the
-// Go loops' run is the blocked float32 path: widen, float32 loop, round), in place where an
-// op allows it; the GELUs' outputs are left 0.
+// actAllBF16 is actAll on bfloat16 through the bfloat16 entry points (the Go loops' run is
+// the blocked float32 path: widen, float32 loop, round), in place where an op allows it.
 func actAllBF16(x []float32) [][]float32 {
 	n := len(x)
 	b := make([]BF16, n)
@@ -57,7 +56,7 @@ func actAllBF16(x []float32) [][]float32 {
 	}
 	up, dy := append(b[n/3:], b[:n/3]...), append(b[2*n/3:], b[:2*n/3]...)
 	bt := func(v []BF16) *Tensor { return Must(FromBF16(v, len(v))) }
-	outs := make([][]BF16, 7)
+	outs := make([][]BF16, len(actNames))
 	for i := range outs {
 		outs[i] = make([]BF16, n)
 	}
@@ -65,6 +64,8 @@ func actAllBF16(x []float32) [][]float32 {
 	copy(outs[1], b)
 	copy(outs[2], dy)
 	copy(outs[3], dy)
+	copy(outs[7], b)
+	copy(outs[8], dy)
 	for _, err := range []error{
 		Activate(bt(outs[0]), bt(outs[0]), SiLU),
 		Activate(bt(outs[1]), bt(outs[1]), QuickGELU),
@@ -72,6 +73,10 @@ func actAllBF16(x []float32) [][]float32 {
 		ActivateBackward(bt(outs[3]), ActivationGrad{X: bt(b), DY: bt(outs[3]), Activation: QuickGELU}),
 		SwiGLU(bt(outs[4]), bt(b), bt(up)),
 		SwiGLUBackward(bt(outs[5]), bt(outs[6]), SwiGLUGrad{Gate: bt(b), Up: bt(up), DY: bt(dy)}),
+		Activate(bt(outs[7]), bt(outs[7]), GELU),
+		ActivateBackward(bt(outs[8]), ActivationGrad{X: bt(b), DY: bt(outs[8]), Activation: GELU}),
+		Activate(bt(outs[9]), bt(b), GELUTanh),
+		ActivateBackward(bt(outs[10]), ActivationGrad{X: bt(b), DY: bt(dy), Activation: GELUTanh}),
 	} {
 		if err != nil {
 			panic(err)
@@ -80,10 +85,8 @@ func actAllBF16(x []float32) [][]float32 {
 	out := make([][]float32, len(actNames))
 	for j := range out {
 		out[j] = make([]float32, n+1)
-		if j < len(outs) {
-			for i, v := range outs[j] {
-				out[j][i] = v.Float32()
-			}
+		for i, v := range outs[j] {
+			out[j][i] = v.Float32()
 		}
 	}
 	return out
@@ -127,8 +130,8 @@ func checkActSameDType(t *testing.T, x []float32, bf16 bool) {
 }
 
 // TestActivationSIMD: the vector SiLU, QuickGELU, GELU, GELUTanh, SwiGLU and their backwards
-// equal the Go loops bit for bit, in float32 and (the sigmoid family's own kernels, run in
-// place where the op allows, so the Go fix-up must read the inputs as they were) in bfloat16 —
+// equal the Go loops bit for bit, in float32 and (their own kernels, run in place where the op
+// allows, so the Go fix-up must read the inputs as they were) in bfloat16 —
 // on random bit patterns (NaNs, infinities, subnormals, huge values), on values
 // where exp over- and underflows (|x| near 87–89 and 51–53 for β = 1.702, the Go fix-up),
 // on a dense grid of [−20, 20], and at lengths around the lane counts (the Go tail).

@@ -171,3 +171,59 @@ func swiGLUBF16AVX2(y []uint16, gate []uint16, up []uint16) (big int32)
 //
 //go:noescape
 func swiGLUBwdBF16AVX2(dgate []uint16, dup []uint16, gate []uint16, up []uint16, dy []uint16) (big int32)
+
+// geluBF16AVX512 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBF16AVX512(y []uint16, x []uint16) (big int32)
+
+// geluBwdBF16AVX512 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16) (big int32)
+
+// geluTanhBF16AVX512 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBF16AVX512(y []uint16, x []uint16) (big int32)
+
+// geluTanhBwdBF16AVX512 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 16. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBwdBF16AVX512(dx []uint16, x []uint16, dy []uint16) (big int32)
+
+// geluBF16AVX2 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBF16AVX2(y []uint16, x []uint16) (big int32)
+
+// geluBwdBF16AVX2 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16) (big int32)
+
+// geluTanhBF16AVX2 is activateCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBF16AVX2(y []uint16, x []uint16) (big int32)
+
+// geluTanhBwdBF16AVX2 is activateBackwardCPU's loop on bfloat16 (widened at the load, rounded once at the store) over whole vectors, bit for bit; the
+// inputs' length must be a multiple of 8. big is nonzero when an exp argument
+// exceeded 88: the caller redoes those elements in Go.
+//
+//go:noescape
+func geluTanhBwdBF16AVX2(dx []uint16, x []uint16, dy []uint16) (big int32)

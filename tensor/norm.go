@@ -141,12 +141,17 @@ func LayerNormBackward(dx, dw, db *Tensor, in NormGrad) error {
 	})
 }
 
-// normForwardHost is RMSNorm (b nil) or LayerNorm on host tensors, in blocks of rows whose
-// bfloat16 values are widened into scratch (nnref's kernels run each block in place: a block
-// is at most one of their parallel chunks).
+// normForwardHost is RMSNorm (b nil) or LayerNorm on host tensors: LayerNorm with the vector
+// kernels (layernorm_cpu.go) where they run, reading and writing bfloat16 in place; otherwise
+// in blocks of rows whose bfloat16 values are widened into scratch (nnref's kernels run each
+// block in place: a block is at most one of their parallel chunks).
 func normForwardHost(y, x, w, b *Tensor, eps float64) {
 	rows, d := rowsOf(x), x.Dim(-1)
 	yv, xv, wv, bv := viewOf(y), viewOf(x), hostF32(w), hostF32(b)
+	if lk := lnImpls.Active(); b != nil && lk != nil {
+		layerNormHost(lk, yv, xv, wv, bv, rows, d, eps)
+		return
+	}
 	blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
 		n := (hi - lo) * d
 		xs := xv.load(lo*d, hi*d, s.take(n))
@@ -161,8 +166,8 @@ func normForwardHost(y, x, w, b *Tensor, eps float64) {
 }
 
 // normBackwardHost is RMSNormBackward (db nil) or LayerNormBackward on host tensors: the dx
-// pass, then the weight gradients. With the vector row kernels (norm_cpu.go) RMSNorm's dx
-// pass and both weight gradients read and write bfloat16 in place; otherwise the dx pass runs
+// pass, then the weight gradients. With the vector row kernels (norm_cpu.go, layernorm_cpu.go)
+// the dx passes and both weight gradients read and write bfloat16 in place; otherwise the dx pass runs
 // nnref's kernels in blocks of rows as normForwardHost, and the weight gradients read x and dy
 // a row segment at a time.
 func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
@@ -173,9 +178,11 @@ func normBackwardHost(dx, dw, db, x, w, dy *Tensor, eps float64, acc bool) {
 		mean = make([]float32, rows)
 	}
 	rstd := make([]float32, rows)
-	k := rowImpls.Active()
+	k, lk := rowImpls.Active(), lnImpls.Active()
 	if db == nil && k != nil {
 		rmsNormDXHost(k, dxv, xv, dyv, wv, rows, d, eps, rstd)
+	} else if db != nil && lk != nil {
+		layerNormDXHost(lk, dxv, xv, dyv, wv, rows, d, eps, mean, rstd)
 	} else {
 		blocks(rows, parallel.Grain(d, blockElems), func(lo, hi int, s *arena) {
 			n := (hi - lo) * d

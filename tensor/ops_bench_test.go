@@ -2,6 +2,7 @@ package tensor_test
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -62,6 +63,80 @@ func BenchmarkOpsLMHead(b *testing.B) {
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
 		for _, bwd := range []bool{false, true} {
 			nntest.BenchLMHead(b, tensor.CPU(), dt, bwd, 256, 896, 151936)
+		}
+	}
+}
+
+// BenchmarkOpsElementwise is LayerNorm and the GELUs at Qwen2-VL's vision-tower shapes (1024
+// patches; width 1280, MLP 5120), forward and backward, float32 and bfloat16; b.SetBytes counts
+// the activations read and written (forward x, y; backward x, dy, dx), so MB/s is wall-clock
+// bandwidth, and cpu-ns/op is the process's CPU time per call. The backward of LayerNorm also
+// writes dw and db.
+func BenchmarkOpsElementwise(b *testing.B) {
+	const t, d, ff = 1024, 1280, 5120
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		mk := func(off float32, s ...int) *tensor.Tensor {
+			x := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...))
+			xv, _ := x.Float32s()
+			for i := range xv {
+				xv[i] = float32(i%97)/25 - 1.9 + off
+			}
+			if dt == tensor.Float32 {
+				return x
+			}
+			y := make([]tensor.BF16, len(xv))
+			for i, f := range xv {
+				y[i] = tensor.BF16FromFloat32(f)
+			}
+			return tensor.Must(tensor.FromBF16(y, s...))
+		}
+		cases := []struct {
+			name string
+			n    int
+			op   func(bwd bool) func() error
+		}{{"layernorm", d, func(bwd bool) func() error {
+			x, y, w, bb := mk(0.3, t, d), mk(0, t, d), mk(1, d), mk(0, d)
+			if !bwd {
+				return func() error { return tensor.LayerNorm(y, x, w, bb, 1e-6) }
+			}
+			dw, db := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, d)), tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, d))
+			in := tensor.NormGrad{X: x, Weight: w, DY: mk(0, t, d), Eps: 1e-6}
+			return func() error { return tensor.LayerNormBackward(y, dw, db, in) }
+		}}}
+		for _, a := range []tensor.Activation{tensor.GELU, tensor.GELUTanh, tensor.QuickGELU} {
+			cases = append(cases, struct {
+				name string
+				n    int
+				op   func(bwd bool) func() error
+			}{a.String(), ff, func(bwd bool) func() error {
+				x, y := mk(0, t, ff), mk(0, t, ff)
+				if !bwd {
+					return func() error { return tensor.Activate(y, x, a) }
+				}
+				in := tensor.ActivationGrad{X: x, DY: mk(0.1, t, ff), Activation: a}
+				return func() error { return tensor.ActivateBackward(y, in) }
+			}})
+		}
+		for _, c := range cases {
+			for _, bwd := range []bool{false, true} {
+				pass, tensors := "fwd", 2
+				if bwd {
+					pass, tensors = "bwd", 3
+				}
+				b.Run(fmt.Sprintf("%s/%s/%s/T=%d/D=%d", c.name, pass, dt, t, c.n), func(b *testing.B) {
+					op := c.op(bwd)
+					b.SetBytes(int64(tensors * t * c.n * dt.Size()))
+					cpu0, _ := cputime.Process()
+					for b.Loop() {
+						if err := op(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if cpu1, ok := cputime.Process(); ok {
+						b.ReportMetric(float64(((cpu1 - cpu0) / time.Duration(b.N)).Nanoseconds()), "cpu-ns/op")
+					}
+				})
+			}
 		}
 	}
 }

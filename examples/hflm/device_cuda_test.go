@@ -12,6 +12,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/examples/internal/devicetest"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -53,25 +54,8 @@ func loadPair(t *testing.T, b tensor.Backend, cfgFile string, seed uint64) (cpu,
 	return cpu, dev
 }
 
-// closeTo fails when |got − want| > tol·(1 + max|want|) anywhere; it returns the largest
-// difference relative to that scale.
-func closeTo(t *testing.T, name string, got, want []float32, tol float64) float64 {
-	t.Helper()
-	require.Equal(t, len(want), len(got), name)
-	scale := 0.0
-	for _, w := range want {
-		scale = max(scale, math.Abs(float64(w)))
-	}
-	worst := 0.0
-	for i := range want {
-		d := math.Abs(float64(got[i]-want[i])) / (1 + scale)
-		if !(d <= tol) {
-			t.Fatalf("%s[%d]: device %v, cpu %v (relative difference %.3g > %.3g)", name, i, got[i], want[i], d, tol)
-		}
-		worst = max(worst, d)
-	}
-	return worst
-}
+// closeTo is the examples' shared device-against-CPU comparison.
+var closeTo = devicetest.CloseTo
 
 func downloaded(t *testing.T, x *tensor.Tensor) []float32 {
 	t.Helper()

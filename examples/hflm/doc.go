@@ -18,8 +18,9 @@
 //
 // LoadOn puts the model on any tensor.Backend (a CUDA device: weights, activations, caches,
 // gradients and DeviceTraining's optimizer live there; docs/qwen2.md, "On a CUDA device").
-// With data-parallel ranks, one device each, DeviceReduce sums the gradients there through a
-// collective.Tensors (NCCL) and DeviceShardedAdamW shards AdamW's state (ZeRO-1/2).
+// With data-parallel ranks, one device each, the SDK's loop.DeviceReduce sums the gradients
+// there through a collective.Tensors (NCCL) and loop.DeviceShardedAdamW shards AdamW's state
+// (ZeRO-1/2), with the model's Repack as their Stepped hook.
 //
 // Everything computes in float32 on the model's backend, sequences packed end to end without
 // padding, unless SetMixedPrecision selects bf16 mixed precision (on the CPU: bfloat16 weights

@@ -3,6 +3,7 @@ package hflm
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 
 	"github.com/mtrl-go/mtrl/tensor"
@@ -99,7 +100,8 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 	if e.err != nil {
 		return nil, e.err
 	}
-	scratch := &sampler{}
+	pool := newSamplers(min(b, runtime.GOMAXPROCS(0)))
+	rows, toks := make([]int, 0, b), make([]int32, b)
 	for step := 0; ; step++ {
 		if e.do(tensor.Linear(logits, m.store(&e, hidden), m.head)); e.err != nil { // bfloat16 in bf16 mode
 			return nil, e.err
@@ -109,16 +111,16 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 		if err != nil {
 			return nil, err
 		}
-		active := 0
+		rows = rows[:0]
 		for i := range b {
-			if done[i] {
-				continue
+			if !done[i] {
+				rows = append(rows, i)
 			}
-			var rng *rand.Rand
-			if s.Temperature > 0 {
-				rng = rngs[i]
-			}
-			tok := scratch.sample(lv[i*c.VocabSize:(i+1)*c.VocabSize], s, rng)
+		}
+		pool.sampleRows(toks, lv, c.VocabSize, rows, s, rngs)
+		active := 0
+		for j, i := range rows {
+			tok := toks[j]
 			out[i] = append(out[i], tok)
 			next[i] = tok
 			done[i] = len(out[i]) == s.MaxNewTokens || slices.Contains(s.Stop, tok)

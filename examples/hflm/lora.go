@@ -366,7 +366,7 @@ func (m *Model) MergeLoRA() error {
 		}
 	}
 	if m.mp != nil {
-		if err := m.mp.refresh(m); err != nil {
+		if err := m.mp.Refresh(); err != nil {
 			return err
 		}
 	}

@@ -3,15 +3,14 @@ package hflm
 import (
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/examples/internal/mixedbf16"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // mixed is bf16 mixed precision: bfloat16 copies of the float32 master weights, which the
-// passes compute with. The masters, their gradients and the optimizer's state stay float32.
-type mixed struct {
-	vecs map[string]*tensor.Tensor       // norms and biases: float32 holding bfloat16 values
-	mats map[string]*tensor.PackedWeight // linear layers and the LM head: bfloat16 copies
-}
+// passes compute with (the norms' and biases' in Vecs, the linear layers' and the LM head's in
+// Mats). The masters, their gradients and the optimizer's state stay float32.
+type mixed = mixedbf16.Copies
 
 // SetMixedPrecision selects the dtype the passes compute in: tensor.Float32 (the default) or
 // tensor.BFloat16, the mixed precision of FSDP's MixedPrecision(param_dtype=bfloat16,
@@ -48,24 +47,21 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 		if err := m.thaw(); err != nil { // the float32 masters
 			return err
 		}
-		mp := &mixed{vecs: map[string]*tensor.Tensor{}, mats: map[string]*tensor.PackedWeight{}}
+		mp := mixedbf16.NewCopies(m.conv(), func(name string) *tensor.Tensor { return m.byName[name].value })
 		var e errs
 		err := m.bind(func(name string) *tensor.Tensor {
-			t := m.alloc(&e, m.byName[name].value.Shape()...)
-			mp.vecs[name] = t
+			t, err := mp.Vec(name)
+			if err != nil {
+				e.do(err)
+				t, _ = f32(m.byName[name].value.Shape()...)
+			}
 			return t
 		}, func(name string) (*tensor.PackedWeight, error) {
-			p := m.byName[name]
-			bf, err := tensor.New(m.b, tensor.BFloat16, p.value.Shape()...)
+			w, err := mp.Mat(name)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("hflm: %w", err)
 			}
-			w, err := tensor.PackWeight(bf)
-			if err != nil {
-				return nil, fmt.Errorf("hflm: packing %s: %w", name, err)
-			}
-			mp.mats[name] = w
-			p.packed = nil // the float32 layout is not read in bf16 mode
+			m.byName[name].packed = nil // the float32 layout is not read in bf16 mode
 			return w, nil
 		})
 		if err == nil {
@@ -75,7 +71,7 @@ func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 			return err
 		}
 		m.mp = mp
-		return mp.refresh(m)
+		return mp.Refresh()
 	}
 	return tensor.Errorf(tensor.ErrParam, "hflm.Model.SetMixedPrecision", "dt", "is %v, want float32 or bfloat16", dt)
 }
@@ -130,37 +126,13 @@ func (m *Model) bind(vec func(name string) *tensor.Tensor, mat func(name string)
 	return nil
 }
 
-// refresh rounds the masters into the bfloat16 copies and repacks them: on the host slice by
-// slice, on a device with its conversion kernels (convert).
-func (mp *mixed) refresh(m *Model) error {
-	if !m.onHost() {
-		var e errs
-		for name, t := range mp.vecs {
-			m.roundTo(&e, t, m.byName[name].value)
-		}
-		for name, w := range mp.mats {
-			e.do(m.convert(w.Weight(), m.byName[name].value))
-			e.do(w.Repack())
-		}
-		return e.err
+// conv returns the model's float32 ↔ bfloat16 converter on its backend.
+func (m *Model) conv() *mixedbf16.Converter {
+	if m.cv == nil {
+		m.cv = mixedbf16.NewConverter(m.b)
 	}
-	for name, t := range mp.vecs {
-		v := host(t)
-		copy(v, host(m.byName[name].value))
-		roundBF16(v)
-	}
-	for name, w := range mp.mats {
-		b, _ := w.Weight().BF16s()
-		tensor.RoundToBF16(b, host(m.byName[name].value))
-		if err := w.Repack(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return m.cv
 }
-
-// roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
 
 // round rounds an op's output to bfloat16 values in bf16 mode, in place.
 func (m *Model) round(e *errs, t *tensor.Tensor) {
@@ -171,37 +143,17 @@ func (m *Model) round(e *errs, t *tensor.Tensor) {
 
 // roundTo writes the float32 src rounded to bfloat16 values into the float32 dst (src itself
 // may be dst): on a device through a bfloat16 scratch copy, both conversions on the device.
-func (m *Model) roundTo(e *errs, dst, src *tensor.Tensor) {
-	if m.onHost() {
-		v := host(dst)
-		copy(v, host(src))
-		roundBF16(v)
-		return
-	}
-	tmp := m.scratchBF16(e, 0, src.Len())
-	e.do(m.convert(tmp, src))
-	e.do(m.convert(dst, tmp))
-}
+func (m *Model) roundTo(e *errs, dst, src *tensor.Tensor) { e.do(m.conv().RoundTo(dst, src)) }
 
 // store returns what a training pass keeps of an activation: a new bfloat16 copy in bf16 mode
 // (its values are bfloat16 already: exact), else t.
 func (m *Model) store(e *errs, t *tensor.Tensor) *tensor.Tensor {
-	if m.mp == nil || t == nil || t.DType() == tensor.BFloat16 {
+	if m.mp == nil {
 		return t
 	}
-	if !m.onHost() {
-		out, err := tensor.New(m.b, tensor.BFloat16, t.Shape()...)
-		if err != nil {
-			e.do(err)
-			return t
-		}
-		e.do(m.convert(out, t))
-		return out
-	}
-	v := host(t)
-	b := make([]tensor.BF16, len(v))
-	tensor.RoundToBF16(b, v)
-	return tensor.Must(tensor.FromBF16(b, t.Shape()...))
+	out, err := m.conv().Store(t)
+	e.do(err)
+	return out
 }
 
 // storeLayer stores a layer's activations (the attention's log-sum-exp stays float32).
@@ -259,20 +211,14 @@ func (s layerActs) all() []*tensor.Tensor {
 
 // widen returns t as float32: t itself, or a new float32 copy of a bfloat16 tensor (exact).
 func (m *Model) widen(e *errs, t *tensor.Tensor) *tensor.Tensor {
-	if t == nil || t.DType() == tensor.Float32 {
-		return t
-	}
-	if !m.onHost() {
-		out, err := tensor.New(m.b, tensor.Float32, t.Shape()...)
-		if err != nil {
-			e.do(err)
+	out, err := m.conv().Widen(t)
+	if err != nil {
+		e.do(err)
+		if !out.IsHost() || out.DType() != tensor.Float32 {
 			out, _ = f32(t.Shape()...)
-			return out
 		}
-		e.do(m.convert(out, t))
-		return out
 	}
-	return widen(t)
+	return out
 }
 
 // widenTmp is widen into the model's buffer named (a backward's operand, dead after the op
@@ -288,73 +234,21 @@ func (m *Model) widenTmp(e *errs, name string, t *tensor.Tensor) *tensor.Tensor 
 
 // widen returns a host tensor as float32: t itself, or a new float32 copy of a bfloat16 one.
 func widen(t *tensor.Tensor) *tensor.Tensor {
-	if t == nil || t.DType() == tensor.Float32 {
+	out, err := mixedbf16.NewConverter(tensor.CPU()).Widen(t)
+	if err != nil {
 		return t
 	}
-	b, _ := t.BF16s()
-	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
-	return tensor.Must(tensor.FromFloat32(v, t.Shape()...))
+	return out
 }
 
 // convert writes src into dst, of the other dtype (float32 and bfloat16) and as many elements,
-// on the model's device: rounding to nearest even, or widening exactly. It is the embedding
-// kernels' conversion with src as a one-row table ([1, n], id 0): the gather of a float32 table
-// into bfloat16 rows rounds (as the CPU's BF16FromFloat32), the scatter of bfloat16 rows into
-// a zeroed float32 table widens (0 + x). The kernels are called directly (the id is known to be
-// valid), which spares the entry points' download of the ids for checking.
-func (m *Model) convert(dst, src *tensor.Tensor) error {
-	n := src.Len()
-	if n == 0 {
-		return nil
-	}
-	d, err := dst.Reshape(1, n)
-	if err != nil {
-		return err
-	}
-	s, err := src.Reshape(1, n)
-	if err != nil {
-		return err
-	}
-	if m.zeroID == nil {
-		if m.zeroID, err = m.ints([]int32{0}, 1); err != nil {
-			return err
-		}
-	}
-	k, ok := tensor.KernelOf[tensor.EmbeddingKernel](m.b)
-	switch {
-	case dst.DType() == tensor.BFloat16 && src.DType() == tensor.Float32:
-		if ok {
-			return k.Embedding(d, s, m.zeroID)
-		}
-		return tensor.Embedding(d, s, m.zeroID)
-	case dst.DType() == tensor.Float32 && src.DType() == tensor.BFloat16:
-		g := tensor.EmbeddingGrad{IDs: m.zeroID, DY: s}
-		if ok {
-			return k.EmbeddingBackward(d, g)
-		}
-		return tensor.EmbeddingBackward(d, g)
-	}
-	return tensor.Errorf(tensor.ErrDType, "hflm.convert", "dst", "is %v and src %v, want float32 and bfloat16 either way", dst.DType(), src.DType())
-}
+// on the model's backend (mixedbf16.Converter.Convert).
+func (m *Model) convert(dst, src *tensor.Tensor) error { return m.conv().Convert(dst, src) }
 
 // scratchBF16 returns bfloat16 slot i of the model's reused device buffers with n elements
 // (contents undefined).
 func (m *Model) scratchBF16(e *errs, i, n int) *tensor.Tensor {
-	if b := m.scratch16[i]; b == nil || b.Len() < n {
-		if b != nil {
-			_ = b.Release()
-		}
-		t, err := tensor.New(m.b, tensor.BFloat16, n)
-		if err != nil {
-			e.do(err)
-			t = tensor.Must(tensor.FromBF16(make([]tensor.BF16, n), n))
-		}
-		m.scratch16[i] = t
-	}
-	v, err := m.scratch16[i].Rows(0, n)
+	v, err := m.conv().Scratch(i, n)
 	if err != nil {
 		e.do(err)
 		v = tensor.Must(tensor.FromBF16(make([]tensor.BF16, n), n))

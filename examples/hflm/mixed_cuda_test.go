@@ -43,14 +43,14 @@ func bf16Bits(t *testing.T, x *tensor.Tensor) []tensor.BF16 {
 // rounded to nearest even, bit for bit (the CPU's BF16FromFloat32).
 func requireDeviceRounded(t *testing.T, m *Model) {
 	t.Helper()
-	for name, w := range m.mp.mats {
+	for name, w := range m.mp.Mats {
 		require.False(t, w.Weight().IsHost(), name)
 		got := bf16Bits(t, w.Weight())
 		for i, v := range downloaded(t, m.byName[name].value) {
 			require.Equal(t, tensor.BF16FromFloat32(v), got[i], "%s[%d]", name, i)
 		}
 	}
-	for name, w := range m.mp.vecs {
+	for name, w := range m.mp.Vecs {
 		got := downloaded(t, w)
 		for i, v := range downloaded(t, m.byName[name].value) {
 			require.Equal(t, tensor.BF16FromFloat32(v).Float32(), got[i], "%s[%d]", name, i)
@@ -98,12 +98,12 @@ func TestCUDAMixedPrecision(t *testing.T) {
 			}
 			// The bfloat16 copies: the same bits on both.
 			requireDeviceRounded(t, bf[1])
-			for name, w := range bf[0].mp.mats {
+			for name, w := range bf[0].mp.Mats {
 				want, _ := w.Weight().BF16s()
-				require.Equal(t, want, bf16Bits(t, bf[1].mp.mats[name].Weight()), name)
+				require.Equal(t, want, bf16Bits(t, bf[1].mp.Mats[name].Weight()), name)
 			}
-			for name, w := range bf[0].mp.vecs {
-				require.Equal(t, host(w), downloaded(t, bf[1].mp.vecs[name]), name)
+			for name, w := range bf[0].mp.Vecs {
+				require.Equal(t, host(w), downloaded(t, bf[1].mp.Vecs[name]), name)
 			}
 
 			sqrtR := math.Sqrt(float64(bf16Roundings(bf[0].Config.NumHiddenLayers)))
@@ -181,20 +181,35 @@ func TestCUDAMixedPrecision(t *testing.T) {
 	}
 }
 
-// TestCUDAPaddedEqualsPacked is TestPaddedEqualsPacked on the device, float32 and bf16 mode:
-// right-padded rows give the packed rows' log-probs and entropies bit for bit (every op the
-// padding passes through is per row, and the emulated cuBLAS sums an output element in the
-// same order whatever the number of rows; a GPU's cuBLAS may pick another kernel for another
-// row count), and weight gradients within 2γ_n·Σ|terms| of the packed ones (the Higham bound of
-// any summation order, so it holds for the device's too), the rest bit for bit. Observed on
-// the emulator: every gradient the same bits (its GEMMs add the padding's exact zeros in order).
+// TestCUDAPaddedEqualsPacked is TestPaddedEqualsPacked on the device, float32 and bf16 mode.
+// On the emulator: right-padded rows give the packed rows' log-probs and entropies bit for bit
+// (every op the padding passes through is per row, and the emulated cuBLAS sums an output
+// element in the same order whatever the number of rows), and weight gradients within
+// 2γ_n·Σ|terms| of the packed ones (the Higham bound of any summation order), the rest bit for
+// bit; observed: every gradient the same bits (its GEMMs add the padding's exact zeros in
+// order). On a GPU, cuBLAS picks its kernel, and with it the summation order, by the matrix
+// sizes, so padded and packed rows differ in the last bits from the first projection on (seen
+// on an H200: log-probs 1 ulp apart): every result is then held to the device-vs-CPU
+// tolerance of TestCUDALogits instead.
 func TestCUDAPaddedEqualsPacked(t *testing.T) {
 	b := device(t)
+	var near func(t *testing.T, name string, got, want []float32)
+	t.Logf("device %q: padded and packed runs compared bit for bit: %v", b.DeviceName(), onEmulator(b))
+	if !onEmulator(b) {
+		near = func(t *testing.T, name string, got, want []float32) {
+			t.Helper()
+			closeTo(t, name, got, want, 1e-5)
+		}
+	}
 	paddedEqualsPacked(t, func(cfg string) *Model {
 		_, m := loadPair(t, b, cfg, 21)
 		return m
-	}, false)
+	}, false, near)
 }
+
+// onEmulator reports whether b is a device of internal/cuemu (scripts/cuda-emu) rather than a
+// GPU.
+func onEmulator(b *cuda.Backend) bool { return strings.HasPrefix(b.DeviceName(), "cuemu") }
 
 // settleDevice runs the collector until the device bytes b holds stop changing: the finalizers
 // of dropped device tensors release them asynchronously.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/examples/internal/mixedbf16"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -40,8 +41,7 @@ type Model struct {
 	dropSrc   *rand.PCG // dropRNG's state, which activation checkpointing replays and a checkpoint keeps (DropoutState)
 	frozenEnv *frozenGrads
 	scratch   [3]*tensor.Tensor         // scratchF32's buffers (flat, grown on demand)
-	scratch16 [2]*tensor.Tensor         // scratchBF16's device buffers (flat, grown on demand)
-	zeroID    *tensor.Tensor            // int32 [1] zero on the device: convert's row id
+	cv        *mixedbf16.Converter      // float32 ↔ bfloat16 on the backend (conv); nil until used
 	bufs      map[string]*tensor.Tensor // reused's buffers (flat, grown on demand)
 
 	mp       *mixed // bf16 mixed precision (mixed.go); nil: float32
@@ -222,7 +222,7 @@ func (m *Model) Repack() error {
 		return nil
 	}
 	if m.mp != nil {
-		return m.mp.refresh(m)
+		return m.mp.Refresh()
 	}
 	for i := range m.params {
 		// a matrix held only packed has not changed (nothing could write into it)

@@ -260,3 +260,26 @@ func NewAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*AdamW
 	}
 	return &AdamW{HostAdamW: opt, repack: repack}, g, nil
 }
+
+// DeviceTraining returns what loop.Parts needs to train a model on a device: loop.DeviceAdamW
+// (torch's defaults with weightDecay, repacking the weights after each step) and
+// loop.DeviceGradients. On the CPU backend use Training.
+func (m *Model) DeviceTraining(weightDecay float64) (*loop.DeviceAdamW, *loop.DeviceGradients, error) {
+	ps, err := m.Params()
+	if err != nil {
+		return nil, nil, err
+	}
+	return NewDeviceAdamW(ps, weightDecay, m.Repack)
+}
+
+// NewDeviceAdamW is DeviceTraining over ps (all on one backend) that calls repack after each
+// step: for a model built on this one (Qwen2-VL's tower and language model), or for an
+// Offload's host masters.
+func NewDeviceAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*loop.DeviceAdamW, *loop.DeviceGradients, error) {
+	opt, err := loop.NewDeviceAdamW(ps, 0.9, 0.999, 1e-8, weightDecay)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt.Stepped = repack
+	return opt, &loop.DeviceGradients{Params: ps}, nil
+}

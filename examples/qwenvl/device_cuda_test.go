@@ -12,6 +12,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hflm"
+	"github.com/mtrl-go/mtrl/examples/internal/devicetest"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/stretchr/testify/require"
 )
@@ -59,25 +60,8 @@ func loadPair(t *testing.T, b tensor.Backend, cfgFile string, seed uint64, edit 
 	return cpu, dev
 }
 
-// closeTo fails when |got − want| > tol·(1 + max|want|) anywhere; it returns the largest
-// difference relative to that scale.
-func closeTo(t *testing.T, name string, got, want []float32, tol float64) float64 {
-	t.Helper()
-	require.Equal(t, len(want), len(got), name)
-	scale := 0.0
-	for _, w := range want {
-		scale = max(scale, math.Abs(float64(w)))
-	}
-	worst := 0.0
-	for i := range want {
-		d := math.Abs(float64(got[i]-want[i])) / (1 + scale)
-		if !(d <= tol) {
-			t.Fatalf("%s[%d]: device %v, cpu %v (relative difference %.3g > %.3g)", name, i, got[i], want[i], d, tol)
-		}
-		worst = max(worst, d)
-	}
-	return worst
-}
+// closeTo is the examples' shared device-against-CPU comparison.
+var closeTo = devicetest.CloseTo
 
 func downloaded(t *testing.T, x *tensor.Tensor) []float32 {
 	t.Helper()
@@ -222,7 +206,7 @@ func TestCUDAVisionGenerate(t *testing.T) {
 // TestCUDAVisionTraining: two AdamW steps of LoRA on both parts on the device
 // (DeviceTraining) follow the CPU's (Training) within 1e-4 of the adapters' scale; the
 // device's adapter saved and loaded on the CPU is its weights exactly, and the export
-// (Checkpoint, tower adapters merged) matches; Training and bf16 are refused on the device.
+// (Checkpoint, tower adapters merged) matches; Training is refused on the device.
 func TestCUDAVisionTraining(t *testing.T) {
 	b := device(t)
 	g := readModelGolden(t)
@@ -231,8 +215,6 @@ func TestCUDAVisionTraining(t *testing.T) {
 	lc := hflm.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"all-linear"}, Seed: 8}
 	require.NoError(t, cpu.AddLoRA(lc))
 	require.NoError(t, dev.AddLoRA(lc))
-	require.ErrorContains(t, dev.SetMixedPrecision(tensor.BFloat16), "bf16 mixed precision runs on the CPU backend only")
-	require.ErrorContains(t, dev.Vision.SetMixedPrecision(tensor.BFloat16), "bf16 mixed precision runs on the CPU backend only")
 	_, _, err := dev.Training(0.01)
 	require.ErrorContains(t, err, "DeviceTraining")
 	hostOpt, _, err := cpu.Training(0.01)
@@ -281,13 +263,200 @@ func TestCUDAVisionTraining(t *testing.T) {
 	}
 }
 
-// TestCUDAMixedPrecisionRefusedWhole: bf16 mixed precision is refused on the device by the
-// tower, and the refusal leaves the language model in float32 too (not half switched).
-func TestCUDAMixedPrecisionRefusedWhole(t *testing.T) {
+// requireCopiesRounded checks that the tower's bfloat16 copies on the device are its float32
+// masters rounded to nearest even, bit for bit (the CPU's BF16FromFloat32), and returns them.
+func requireCopiesRounded(t *testing.T, v *Vision) (mats map[string][]tensor.BF16, vecs map[string][]float32) {
+	t.Helper()
+	require.NotEmpty(t, v.mp.Mats)
+	mats, vecs = map[string][]tensor.BF16{}, map[string][]float32{}
+	for name, w := range v.mp.Mats {
+		require.Equal(t, v.onHost(), w.Weight().IsHost(), name)
+		h, err := tensor.To(tensor.CPU(), w.Weight())
+		require.NoError(t, err)
+		got, err := h.BF16s()
+		require.NoError(t, err)
+		for i, x := range downloaded(t, v.byName[name].value) {
+			require.Equal(t, tensor.BF16FromFloat32(x), got[i], "%s[%d]", name, i)
+		}
+		mats[name] = got
+	}
+	for name, w := range v.mp.Vecs {
+		got := downloaded(t, w)
+		for i, x := range downloaded(t, v.byName[name].value) {
+			require.Equal(t, tensor.BF16FromFloat32(x).Float32(), got[i], "%s[%d]", name, i)
+		}
+		vecs[name] = got
+	}
+	return mats, vecs
+}
+
+// TestCUDAVisionMixedPrecision: the whole model in bf16 mode on the device (every rounding,
+// bfloat16 copy and kept activation made there) against bf16 mode on the CPU, both test
+// checkpoints, the tower trained in full and LoRA on every module of both parts (dropout 0.25,
+// the masks drawn on the host from one stream).
+//
+//   - The weights computed with are the same bits: the tower's copies are its masters rounded
+//     to nearest even on both backends, at the switch and after a device AdamW step (the
+//     language model's are hflm's TestCUDAMixedPrecision's).
+//   - A training forward keeps bfloat16 device tensors, and an inference forward (reused
+//     bfloat16 buffers) gives its features bit for bit (without LoRA's dropout); float32 ↔
+//     bf16 switches on the device give each mode's features bit for bit.
+//   - Features, log-probs, entropies and gradients: the device sums in other orders than the
+//     CPU, so a value within float32 rounding of a bfloat16 rounding boundary rounds the other
+//     way, and the two bf16 runs are not the same bits. The bound is derived, not chosen: each
+//     bf16 run is within TestVisionMixedPrecision's random-walk bound of its own float32 run
+//     (√R·u relative, 2√R·u for a gradient; R the roundings on a token's path, tower and
+//     language model, u = 2⁻⁸), and the two float32 runs are within their measured
+//     difference, so by the triangle inequality ‖Δf‖ ≤ 2√R_tower·u·‖f‖ + ‖Δ_f32 f‖,
+//     |Δ log p| ≤ 2√R·u·max|log p| + max|Δ_f32 log p| (entropies alike) and
+//     ‖Δg‖ ≤ 4√R·u·‖g_f32‖ + ‖Δ_f32 g‖ per parameter.
+func TestCUDAVisionMixedPrecision(t *testing.T) {
 	b := device(t)
-	_, dev := loadPair(t, b, vlCases[0], 3, nil)
-	err := dev.SetMixedPrecision(tensor.BFloat16)
-	require.ErrorIs(t, err, tensor.ErrBackend)
-	require.Equal(t, tensor.Float32, dev.Vision.MixedPrecision())
-	require.Equal(t, tensor.Float32, dev.LM.MixedPrecision())
+	u := math.Ldexp(1, -8)
+	g := readModelGolden(t)
+	lens := []int{4, 6}
+	dl := [][]float32{{0.1, -0.2, 0.3, 0.05}, {-0.4, 0.2, 0.1, 0, 0.3, -0.1}}
+	de := [][]float32{{0.01, 0.02, -0.03, 0.05}, {0.04, -0.2, 0, 0.1, 0.2, 0}}
+	for i, cfg := range vlCases {
+		for _, mode := range []string{"full", "lora"} {
+			t.Run(cfg+"/"+mode, func(t *testing.T) {
+				type result struct {
+					feats, lp, ent []float32
+					grads          map[string][]float32
+				}
+				var res [2][2]result // [cpu, device][float32, bf16]
+				var bf [2]*Model
+				for k, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+					cpu, dev := loadPair(t, b, cfg, 11, nil)
+					for j, m := range []*Model{cpu, dev} {
+						require.NoError(t, m.SetMixedPrecision(dt))
+						require.Equal(t, dt, m.Vision.MixedPrecision())
+						require.Equal(t, dt, m.LM.MixedPrecision())
+						if mode == "lora" {
+							require.NoError(t, m.AddLoRA(hflm.LoRAConfig{Rank: 2, Alpha: 4, Dropout: 0.25, TargetModules: append(towerTargets(m), "q_proj", "o_proj"), Seed: 5}))
+							setAdapterB(t, m)
+						}
+						s := goldenSample(g, cpu, g.Cases[i].IDs)
+						f, a, err := m.Vision.Forward(s.Images.Values, s.Images.Grids, true)
+						require.NoError(t, err)
+						require.Equal(t, dt, a.blocks[0].h1.DType(), "kept activations")
+						require.Equal(t, dt, a.blocks[0].xMid.DType(), "kept activations")
+						require.Equal(t, dt, a.gelu.DType(), "kept activations")
+						require.Equal(t, j == 0, a.blocks[0].h1.IsHost())
+						inf, _, err := m.Vision.Forward(s.Images.Values, s.Images.Grids, false)
+						require.NoError(t, err)
+						r := result{feats: downloaded(t, f), grads: map[string][]float32{}}
+						if dt == tensor.BFloat16 { // the merger's output is rounded where it is computed
+							for i, x := range r.feats {
+								require.Equal(t, tensor.BF16FromFloat32(x).Float32(), x, "feature %d is not a bfloat16 value", i)
+							}
+						}
+						if mode == "full" { // (LoRA's dropout acts in training forwards only)
+							require.Equal(t, r.feats, downloaded(t, inf), "inference forward = training forward")
+						}
+						sc, err := m.Score([]Sample{s, s}, lens, 0.9, true)
+						require.NoError(t, err)
+						for i := range sc.LogProbs {
+							r.lp, r.ent = append(r.lp, sc.LogProbs[i]...), append(r.ent, sc.Entropy[i]...)
+						}
+						require.NoError(t, sc.Backward(dl, de))
+						ps, err := m.Params()
+						require.NoError(t, err)
+						for _, p := range ps {
+							r.grads[p.Name] = downloaded(t, p.Grad)
+						}
+						res[j][k] = r
+						bf[j] = m
+					}
+				}
+				// The bfloat16 copies: the masters rounded, the same bits on both.
+				cm, cv := requireCopiesRounded(t, bf[0].Vision)
+				dm, dv := requireCopiesRounded(t, bf[1].Vision)
+				require.Equal(t, cm, dm)
+				require.Equal(t, cv, dv)
+
+				rt := float64(towerRoundings(bf[0].Config.Vision.Depth))
+				sqrtR := math.Sqrt(rt + float64(lmRoundings(bf[0].Config.Text.NumHiddenLayers)))
+				cpu, dev := res[0], res[1]
+				fn, _ := relNorm(cpu[0].feats, dev[0].feats)
+				var dn, fs float64 // ‖Δ_bf16 f‖², ‖f_f32‖²
+				for i, w := range cpu[1].feats {
+					d := float64(dev[1].feats[i]) - float64(w)
+					dn, fs = dn+d*d, fs+float64(cpu[0].feats[i])*float64(cpu[0].feats[i])
+				}
+				fscale := math.Sqrt(fs)
+				fb := 2*math.Sqrt(rt)*u + fn
+				require.LessOrEqual(t, math.Sqrt(dn)/fscale, fb, "features")
+				t.Logf("features: ‖Δ‖/‖f‖ device−cpu bf16 %.3g, float32 %.3g; bound %.3g", math.Sqrt(dn)/fscale, fn, fb)
+				for _, q := range []struct {
+					name               string
+					f32c, f32d, bc, bd []float32
+				}{{"log-probs", cpu[0].lp, dev[0].lp, cpu[1].lp, dev[1].lp}, {"entropies", cpu[0].ent, dev[0].ent, cpu[1].ent, dev[1].ent}} {
+					top, f32d, bfd := 0.0, 0.0, 0.0
+					for i, w := range q.f32c {
+						top = max(top, math.Abs(float64(w)))
+						f32d = max(f32d, math.Abs(float64(q.f32d[i]-w)))
+						bfd = max(bfd, math.Abs(float64(q.bd[i]-q.bc[i])))
+					}
+					bound := 2*sqrtR*u*top + f32d
+					require.LessOrEqual(t, bfd, bound, q.name)
+					t.Logf("%s: max |Δ| device−cpu bf16 %.3g, float32 %.3g; bound %.3g", q.name, bfd, f32d, bound)
+				}
+				worst, tower := 0.0, 0
+				for name, gc := range cpu[0].grads {
+					var dn, fn, gn float64
+					for i, v := range gc {
+						d := float64(dev[1].grads[name][i]) - float64(cpu[1].grads[name][i])
+						f := float64(dev[0].grads[name][i]) - float64(v)
+						dn, fn, gn = dn+d*d, fn+f*f, gn+float64(v)*float64(v)
+					}
+					lim := 4*sqrtR*u*math.Sqrt(gn) + math.Sqrt(fn)
+					require.LessOrEqual(t, math.Sqrt(dn), lim, name)
+					if lim > 0 {
+						worst = max(worst, math.Sqrt(dn)/lim)
+					}
+					if strings.Contains(name, "visual.") {
+						tower++
+					}
+				}
+				require.Positive(t, tower, "tower gradients")
+				t.Logf("%d gradients (%d of the tower): largest ‖Δg‖ device−cpu in bf16 = %.3g of its bound", len(cpu[0].grads), tower, worst)
+
+				dev1 := bf[1]
+				if mode == "full" {
+					// A device step moves the float32 masters; the copies follow their rounding.
+					opt, _, err := dev1.DeviceTraining(0)
+					require.NoError(t, err)
+					p := dev1.Vision.byName["visual.blocks.0.attn.qkv.weight"]
+					before := downloaded(t, p.value)
+					_, err = opt.Step(1e-5, 0)
+					require.NoError(t, err)
+					moved := 0
+					for i, x := range downloaded(t, p.value) {
+						if x != before[i] {
+							moved++
+						}
+					}
+					require.Greater(t, moved, len(before)/2, "the float32 masters take the update")
+					requireCopiesRounded(t, dev1.Vision)
+					return
+				}
+				// Back to float32 and to bf16 again on the device: each mode's features exactly.
+				v := dev1.Vision
+				s := goldenSample(g, bf[0], g.Cases[i].IDs)
+				var want [2][]float32
+				for k, dt := range []tensor.DType{tensor.BFloat16, tensor.Float32, tensor.BFloat16} {
+					require.NoError(t, v.SetMixedPrecision(dt))
+					f, _, err := v.Forward(s.Images.Values, s.Images.Grids, false)
+					require.NoError(t, err)
+					if k < 2 {
+						want[k] = downloaded(t, f)
+					} else {
+						require.Equal(t, want[0], downloaded(t, f))
+					}
+				}
+				require.NotEqual(t, want[0], want[1], "bf16 mode rounds")
+			})
+		}
+	}
 }

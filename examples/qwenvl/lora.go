@@ -88,14 +88,18 @@ func (t *Vision) adapt(y, x *tensor.Tensor, l linear, a *VisionActs) error {
 		return nil
 	}
 	r, in, out := ad.a.Dim(0), ad.a.Dim(1), ad.b.Dim(0)
-	x2, err := asF32(x).Reshape(-1, in)
+	var e errs
+	x2 := t.widen(&e, x) // the adapters compute and keep their inputs in float32
+	if e.err != nil {
+		return e.err
+	}
+	x2, err := x2.Reshape(-1, in)
 	if err != nil {
 		return err
 	}
 	n := x2.Dim(0)
 	act := loraAct{x: x2}
 	xin := x2
-	var e errs
 	if a != nil && t.lora.dropout > 0 {
 		act.kept = make([]bool, n*in)
 		act.keep = float32(1 / (1 - t.lora.dropout))
@@ -116,23 +120,6 @@ func (t *Vision) adapt(y, x *tensor.Tensor, l linear, a *VisionActs) error {
 		a.lora[ad] = act
 	}
 	return nil
-}
-
-// asF32 returns x in float32: itself, or a widened copy of a bfloat16 activation (the
-// adapters compute and keep their inputs in float32).
-func asF32(x *tensor.Tensor) *tensor.Tensor {
-	if x.DType() == tensor.Float32 {
-		return x
-	}
-	b, err := x.BF16s()
-	if err != nil {
-		return x // Linear reports the dtype
-	}
-	v := make([]float32, len(b))
-	for i, h := range b {
-		v[i] = h.Float32()
-	}
-	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
 }
 
 // dropMask returns the dropout's multipliers of act's input on the tower's backend: 1/(1-p)
@@ -365,7 +352,7 @@ func (m *Model) MergeLoRA() error {
 	}
 	t.lora, m.lora = nil, nil
 	if t.mp != nil {
-		return t.mp.refresh(t)
+		return t.mp.Refresh()
 	}
 	return nil
 }

@@ -326,22 +326,3 @@ func allZero(v []float32) bool {
 	}
 	return true
 }
-
-// TestAsF32: an adapter reads a bfloat16 activation widened exactly (a bf16 tower keeps its
-// activations so).
-func TestAsF32(t *testing.T) {
-	vals := []float32{1.5, -0.25, 3, 1e-3}
-	b := make([]tensor.BF16, len(vals))
-	for i, v := range vals {
-		b[i] = tensor.BF16FromFloat32(v)
-	}
-	x := tensor.Must(tensor.FromBF16(b, 2, 2))
-	got := asF32(x)
-	require.Equal(t, tensor.Float32, got.DType())
-	require.Equal(t, []int{2, 2}, []int(got.Shape()))
-	for i, v := range host(got) {
-		require.Equal(t, b[i].Float32(), v)
-	}
-	f := tensor.Must(tensor.FromFloat32(vals, 4))
-	require.Same(t, f, asF32(f))
-}

@@ -25,7 +25,8 @@ func Load(ck *Checkpoint) (*Model, error) { return LoadOn(ck, tensor.CPU()) }
 // LoadOn is Load onto backend b (a *cuda.Backend, say), as hflm.LoadOn: every weight is
 // uploaded once and packed with b's packed-weight type, and the tower's and the language
 // model's activations, gradients and adapters live there too; the host keeps the pixels'
-// preprocessing, the positions and the samplers. bf16 mixed precision runs on the CPU only.
+// preprocessing, the positions and the samplers. bf16 mixed precision (SetMixedPrecision) runs
+// there too.
 func LoadOn(ck *Checkpoint, b tensor.Backend) (*Model, error) {
 	switch {
 	case ck == nil || ck.Config == nil:

@@ -215,9 +215,9 @@ func (m *Model) Training(weightDecay float64) (*hflm.AdamW, *loop.HostGradients,
 	return hflm.NewAdamW(ps, weightDecay, m.repack)
 }
 
-// DeviceTraining is Training for a model on a device (LoadOn): hflm.DeviceAdamW over the same
-// parameters (gradient norm, clipping and AdamW where they live) and hflm.DeviceGradients.
-func (m *Model) DeviceTraining(weightDecay float64) (*hflm.DeviceAdamW, *hflm.DeviceGradients, error) {
+// DeviceTraining is Training for a model on a device (LoadOn): loop.DeviceAdamW over the same
+// parameters (gradient norm, clipping and AdamW where they live) and loop.DeviceGradients.
+func (m *Model) DeviceTraining(weightDecay float64) (*loop.DeviceAdamW, *loop.DeviceGradients, error) {
 	ps, err := m.Params()
 	if err != nil {
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mtrl-go/mtrl/examples/internal/mixedbf16"
 	"github.com/mtrl-go/mtrl/internal/nnref"
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -160,7 +161,8 @@ type Vision struct {
 	mlp2   linear
 	rope   tensor.RoPEConfig
 	attn   tensor.AttentionConfig
-	mp     *visionMixed // bf16 mixed precision (vision_mixed.go); nil: float32
+	mp     *visionMixed         // bf16 mixed precision (vision_mixed.go); nil: float32
+	cv     *mixedbf16.Converter // float32 ↔ bfloat16 on the backend (conv); nil until used
 	// Frozen vision towers run no backward (freeze_vision_tower), adapters included.
 	Frozen bool
 	// b is where the weights, activations and gradients live (LoadOn).
@@ -447,7 +449,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	if err != nil {
 		return nil, nil, err
 	}
-	px = t.store(px) // bf16 mode: rounded
+	px = t.store(&e, px) // bf16 mode: rounded
 	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
 	var ka *VisionActs // the adapters keep their activations in a training pass
 	if keep {
@@ -459,7 +461,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	if l.win != nil {
 		x = t.permute(&e, x, l.win, unit*d)
 	}
-	t.round(x)
+	t.round(&e, x)
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -473,7 +475,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		s.xIn = x
 		s.h1 = fb.get(&e, "h1", n, d)
 		e.do(t.normFwd(s.h1, x, blk.norm1))
-		s.h1 = fb.gemmIn("h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
+		s.h1 = fb.gemmIn(&e, "h1", s.h1) // bf16 mode: the projections read (and the backward keeps) bfloat16
 		qkv := fb.get(&e, "qkv", n, 3*d)
 		e.do(linearInto(qkv, s.h1, blk.qkv))
 		e.do(t.adapt(qkv, s.h1, blk.qkv, ka))
@@ -481,11 +483,11 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		qkvp := fb.get(&e, "qkvp", 3*n, v.Heads, hd)
 		e.do(tensor.Embedding(view(&e, qkvp, 3*n, d), view(&e, qkv, 3*n, d), l.split))
 		s.q, s.k, s.v = rows(&e, qkvp, 0, n), rows(&e, qkvp, n, 2*n), rows(&e, qkvp, 2*n, 3*n)
-		t.round(qkvp)
+		t.round(&e, qkvp)
 		e.do(tensor.RoPE(s.q, s.q, l.pos, t.rope))
 		e.do(tensor.RoPE(s.k, s.k, l.pos, t.rope))
-		t.round(s.q)
-		t.round(s.k)
+		t.round(&e, s.q)
+		t.round(&e, s.k)
 		s.attn = fb.get(&e, "attn", n, v.Heads, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu}
 		if keep {
@@ -494,7 +496,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		} else {
 			e.do(tensor.Attention(s.attn, ai, t.attn))
 		}
-		s.attn = fb.gemmIn("attn", s.attn)
+		s.attn = fb.gemmIn(&e, "attn", s.attn)
 		o := fb.get(&e, "o", n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
 		e.do(t.adapt(o, s.attn, blk.proj, ka))
@@ -502,7 +504,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		s.xMid = o
 		s.h2 = fb.get(&e, "h2", n, d)
 		e.do(t.normFwd(s.h2, s.xMid, blk.norm2))
-		s.h2 = fb.gemmIn("h2", s.h2)
+		s.h2 = fb.gemmIn(&e, "h2", s.h2)
 		// An inference forward writes the block's output over its input, dead since the
 		// attention's residual was added.
 		y := x
@@ -517,11 +519,11 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
 			e.do(t.adapt(s.b, s.h2, blk.up, ka))
-			t.round(s.a)
-			t.round(s.b)
+			t.round(&e, s.a)
+			t.round(&e, s.b)
 			s.prod = fb.get(&e, "prod", n, v.MLPDim)
 			e.do(tensor.SwiGLU(s.prod, s.a, s.b))
-			s.prod = fb.gemmIn("prod", s.prod)
+			s.prod = fb.gemmIn(&e, "prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
 			e.do(t.adapt(y, s.prod, blk.down, ka))
 		case t.gated:
@@ -531,24 +533,24 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			e.do(t.adapt(s.a, s.h2, blk.gate, ka))
 			e.do(linearInto(s.b, s.h2, blk.up))
 			e.do(t.adapt(s.b, s.h2, blk.up, ka))
-			t.round(s.a)
-			t.round(s.b)
+			t.round(&e, s.a)
+			t.round(&e, s.b)
 			s.act = fb.get(&e, "act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
-			t.round(s.act)
+			t.round(&e, s.act)
 			s.prod = fb.get(&e, "prod", n, v.MLPDim)
 			e.do(tensor.Mul(s.prod, s.act, s.b))
-			s.prod = fb.gemmIn("prod", s.prod)
+			s.prod = fb.gemmIn(&e, "prod", s.prod)
 			e.do(linearInto(y, s.prod, blk.down))
 			e.do(t.adapt(y, s.prod, blk.down, ka))
 		default:
 			s.a = fb.get(&e, "a", n, v.MLPDim)
 			e.do(linearInto(s.a, s.h2, blk.fc1))
 			e.do(t.adapt(s.a, s.h2, blk.fc1, ka))
-			t.round(s.a)
+			t.round(&e, s.a)
 			s.act = fb.get(&e, "act", n, v.MLPDim)
 			e.do(tensor.Activate(s.act, s.a, v.Act))
-			s.act = fb.gemmIn("act", s.act)
+			s.act = fb.gemmIn(&e, "act", s.act)
 			e.do(linearInto(y, s.act, blk.fc2))
 			e.do(t.adapt(y, s.act, blk.fc2, ka))
 		}
@@ -558,30 +560,30 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 			return nil, nil, e.err
 		}
 		if keep {
-			a.blocks[i] = t.storeBlock(s)
+			a.blocks[i] = t.storeBlock(&e, s)
 		}
 	}
 	if keep {
-		a.xLast = t.store(x)
+		a.xLast = t.store(&e, x)
 	}
 	ln := fb.get(&e, "h1", n, d)
 	e.do(t.normFwd(ln, x, t.lnQ))
 	nm := n / unit
-	a.lnOut = fb.gemmIn("h1", view(&e, ln, nm, unit*d))
+	a.lnOut = fb.gemmIn(&e, "h1", view(&e, ln, nm, unit*d))
 	a.pre = t.alloc(&e, nm, unit*d)
 	e.do(linearInto(a.pre, a.lnOut, t.mlp0))
 	e.do(t.adapt(a.pre, a.lnOut, t.mlp0, ka))
-	t.round(a.pre)
+	t.round(&e, a.pre)
 	a.gelu = fb.get(&e, "gelu", nm, unit*d)
 	e.do(tensor.Activate(a.gelu, a.pre, tensor.GELU))
-	a.gelu = fb.gemmIn("gelu", a.gelu)
+	a.gelu = fb.gemmIn(&e, "gelu", a.gelu)
 	if keep {
-		a.pre = t.store(a.pre)
+		a.pre = t.store(&e, a.pre)
 	}
 	out := t.alloc(&e, nm, v.OutDim)
 	e.do(linearInto(out, a.gelu, t.mlp2))
 	e.do(t.adapt(out, a.gelu, t.mlp2, ka))
-	t.round(out)
+	t.round(&e, out)
 	if l.winInv != nil {
 		out = t.permute(&e, out, l.winInv, v.OutDim)
 	}

@@ -63,11 +63,11 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 	dgelu := t.alloc(&e, nm, unit*d)
 	e.do(t.linearBackward(dgelu, a.gelu, dy, t.mlp2))
 	dpre := t.alloc(&e, nm, unit*d)
-	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: widen(a.pre), DY: dgelu, Activation: tensor.GELU}))
+	e.do(tensor.ActivateBackward(dpre, tensor.ActivationGrad{X: t.widen(&e, a.pre), DY: dgelu, Activation: tensor.GELU}))
 	dln := t.alloc(&e, nm, unit*d)
 	e.do(t.linearBackward(dln, a.lnOut, dpre, t.mlp0))
 	dx := t.alloc(&e, n, d)
-	e.do(t.normBackward(dx, widen(a.xLast), view(&e, dln, n, d), t.lnQ))
+	e.do(t.normBackward(dx, t.widen(&e, a.xLast), view(&e, dln, n, d), t.lnQ))
 	tmp := t.alloc(&e, n, d)
 	for i := len(t.blocks) - 1; i >= 0; i-- {
 		blk, s := &t.blocks[i], &a.blocks[i]
@@ -79,12 +79,12 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			da := t.alloc(&e, n, v.MLPDim)
 			db := t.alloc(&e, n, v.MLPDim)
 			if s.act == nil { // the forward's SwiGLU
-				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: widen(s.a), Up: widen(s.b), DY: dprod}))
+				e.do(tensor.SwiGLUBackward(da, db, tensor.SwiGLUGrad{Gate: t.widen(&e, s.a), Up: t.widen(&e, s.b), DY: dprod}))
 			} else {
 				dact := t.alloc(&e, n, v.MLPDim)
-				e.do(tensor.Mul(dact, dprod, widen(s.b)))
-				e.do(tensor.Mul(db, dprod, widen(s.act)))
-				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+				e.do(tensor.Mul(dact, dprod, t.widen(&e, s.b)))
+				e.do(tensor.Mul(db, dprod, t.widen(&e, s.act)))
+				e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: t.widen(&e, s.a), DY: dact, Activation: v.Act}))
 			}
 			e.do(t.linearBackward(dh2, s.h2, da, blk.gate))
 			e.do(t.linearBackward(tmp, s.h2, db, blk.up))
@@ -93,10 +93,10 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			dact := t.alloc(&e, n, v.MLPDim)
 			e.do(t.linearBackward(dact, s.act, dx, blk.fc2))
 			da := t.alloc(&e, n, v.MLPDim)
-			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: widen(s.a), DY: dact, Activation: v.Act}))
+			e.do(tensor.ActivateBackward(da, tensor.ActivationGrad{X: t.widen(&e, s.a), DY: dact, Activation: v.Act}))
 			e.do(t.linearBackward(dh2, s.h2, da, blk.fc1))
 		}
-		e.do(t.normBackward(tmp, widen(s.xMid), dh2, blk.norm2))
+		e.do(t.normBackward(tmp, t.widen(&e, s.xMid), dh2, blk.norm2))
 		e.do(add(dx, tmp))
 		// Attention: xMid = xIn + proj(attn(rope(q), rope(k), v)), q, k, v = qkv(norm1(xIn)).
 		dattn := t.alloc(&e, n, v.Heads, v.HeadDim())
@@ -108,8 +108,8 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 			cu = l.cuWindow
 		}
 		e.do(tensor.AttentionBackward(dq, dk, dv, tensor.AttentionGrad{
-			AttentionInputs: tensor.AttentionInputs{Q: widen(s.q), K: widen(s.k), V: widen(s.v), CuSeqlensQ: cu, CuSeqlensK: cu},
-			Out:             widen(s.attn), LSE: s.lse, DOut: dattn,
+			AttentionInputs: tensor.AttentionInputs{Q: t.widen(&e, s.q), K: t.widen(&e, s.k), V: t.widen(&e, s.v), CuSeqlensQ: cu, CuSeqlensK: cu},
+			Out:             t.widen(&e, s.attn), LSE: s.lse, DOut: dattn,
 		}, t.attn))
 		e.do(tensor.RoPEBackward(dq, tensor.RoPEGrad{DY: dq, Positions: l.pos, Config: t.rope}))
 		e.do(tensor.RoPEBackward(dk, tensor.RoPEGrad{DY: dk, Positions: l.pos, Config: t.rope}))
@@ -117,7 +117,7 @@ func (t *Vision) Backward(a *VisionActs, dOut *tensor.Tensor) error {
 		e.do(tensor.Embedding(view(&e, dqkv, 3*n, d), view(&e, dqkvp, 3*n, d), l.merge))
 		dh1 := t.alloc(&e, n, d)
 		e.do(t.linearBackward(dh1, s.h1, dqkv, blk.qkv))
-		e.do(t.normBackward(tmp, widen(s.xIn), dh1, blk.norm1))
+		e.do(t.normBackward(tmp, t.widen(&e, s.xIn), dh1, blk.norm1))
 		e.do(add(dx, tmp))
 		if e.err != nil {
 			return e.err
@@ -214,7 +214,7 @@ func (t *Vision) Repack() error {
 		}
 	}
 	if t.mp != nil {
-		return t.mp.refresh(t)
+		return t.mp.Refresh()
 	}
 	return nil
 }

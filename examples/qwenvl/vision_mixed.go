@@ -4,24 +4,25 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mtrl-go/mtrl/examples/internal/mixedbf16"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// visionMixed is the tower's bf16 mixed precision (hflm's scheme, examples/hflm/mixed.go):
-// bfloat16 copies of the float32 master weights, which the passes compute with.
-type visionMixed struct {
-	vecs map[string]*tensor.Tensor       // norm weights and biases: float32 holding bfloat16 values
-	mats map[string]*tensor.PackedWeight // the linear layers: bfloat16 copies packed as pairs
-}
+// visionMixed is the tower's bf16 mixed precision, hflm's (examples/hflm/mixed.go, the same
+// mixedbf16.Copies): bfloat16 copies of the float32 master weights, which the passes compute
+// with.
+type visionMixed = mixedbf16.Copies
 
 // SetMixedPrecision selects the dtype the tower computes in: tensor.Float32 (the default) or
 // tensor.BFloat16, the mixed precision of hflm.Model.SetMixedPrecision. In bf16 mode the
 // patch embedding, the blocks' projections and the merger's two layers multiply bfloat16
-// inputs by bfloat16 copies of the weights (VDPBF16PS on a CPU with AVX512_BF16: exact
-// products, float32 sums); every op's output is rounded to bfloat16, and a training Forward
-// keeps its activations as bfloat16 tensors; the norms, the rotary embedding, the attention
-// and the activations compute in float32 on those values. The masters, their gradients and
-// the optimizer's state stay float32; Repack rounds the masters into the copies again.
+// inputs by bfloat16 copies of the weights (VDPBF16PS on a CPU with AVX512_BF16, cuBLAS on
+// bfloat16 operands on a device: exact products, float32 sums); every op's output is rounded
+// to bfloat16, and a training Forward keeps its activations as bfloat16 tensors; the norms,
+// the rotary embedding, the attention and the activations compute in float32 on those values.
+// The masters, their gradients and the optimizer's state stay float32; Repack rounds the
+// masters into the copies again. On a device (LoadOn) the copies, the roundings and the kept
+// activations live there, converted by its kernels.
 func (t *Vision) SetMixedPrecision(dt tensor.DType) error {
 	switch dt {
 	case tensor.Float32:
@@ -29,44 +30,54 @@ func (t *Vision) SetMixedPrecision(dt tensor.DType) error {
 			return nil
 		}
 		t.mp = nil
-		return t.bind(func(name string) *tensor.Tensor { return t.byName[name].value }, func(name string) (*tensor.PackedWeight, error) {
-			p := t.byName[name]
-			var err error
-			if p.packed == nil {
-				p.packed, err = tensor.PackWeight(p.value)
-			}
-			return p.packed, err
-		})
+		return t.bindMasters()
 	case tensor.BFloat16:
 		if t.mp != nil {
 			return nil
 		}
-		if !t.onHost() {
-			return tensor.Errorf(tensor.ErrBackend, "qwenvl.Vision.SetMixedPrecision", "dt", "bf16 mixed precision runs on the CPU backend only, not on %s (compute in float32 there)", t.b.Name())
-		}
-		mp := &visionMixed{vecs: map[string]*tensor.Tensor{}, mats: map[string]*tensor.PackedWeight{}}
+		mp := mixedbf16.NewCopies(t.conv(), func(name string) *tensor.Tensor { return t.byName[name].value })
+		var e errs
 		err := t.bind(func(name string) *tensor.Tensor {
-			v, _ := f32(t.byName[name].value.Shape()...)
-			mp.vecs[name] = v
+			v, err := mp.Vec(name)
+			if err != nil {
+				e.do(err)
+				v, _ = f32(t.byName[name].value.Shape()...)
+			}
 			return v
 		}, func(name string) (*tensor.PackedWeight, error) {
-			p := t.byName[name]
-			bf := tensor.Must(tensor.FromBF16(make([]tensor.BF16, p.value.Len()), p.value.Shape()...))
-			w, err := tensor.PackWeight(bf)
+			w, err := mp.Mat(name)
 			if err != nil {
-				return nil, fmt.Errorf("qwenvl: packing %s: %w", name, err)
+				return nil, fmt.Errorf("qwenvl: %w", err)
 			}
-			mp.mats[name] = w
-			p.packed = nil // the float32 panels are not read in bf16 mode
+			t.byName[name].packed = nil // the float32 panels are not read in bf16 mode
 			return w, nil
 		})
-		if err != nil {
-			return err
+		if err == nil {
+			err = e.err
+		}
+		if err == nil {
+			err = mp.Refresh()
+		}
+		if err != nil { // back to the float32 weights: the tower stays as it was
+			return errors.Join(err, t.bindMasters())
 		}
 		t.mp = mp
-		return mp.refresh(t)
+		return nil
 	}
 	return tensor.Errorf(tensor.ErrParam, "qwenvl.Vision.SetMixedPrecision", "dt", "is %v, want float32 or bfloat16", dt)
+}
+
+// bindMasters points the layers at the float32 masters (packing them where bf16 mode dropped
+// their panels).
+func (t *Vision) bindMasters() error {
+	return t.bind(func(name string) *tensor.Tensor { return t.byName[name].value }, func(name string) (*tensor.PackedWeight, error) {
+		p := t.byName[name]
+		var err error
+		if p.packed == nil {
+			p.packed, err = tensor.PackWeight(p.value)
+		}
+		return p.packed, err
+	})
 }
 
 // MixedPrecision returns the dtype the tower computes in.
@@ -111,62 +122,51 @@ func (t *Vision) bind(vec func(name string) *tensor.Tensor, mat func(name string
 	return nil
 }
 
-// refresh rounds the masters into the bfloat16 copies and repacks them.
-func (mp *visionMixed) refresh(t *Vision) error {
-	for name, v := range mp.vecs {
-		dst := host(v)
-		copy(dst, host(t.byName[name].value))
-		roundBF16(dst)
+// conv returns the tower's float32 ↔ bfloat16 converter on its backend.
+func (t *Vision) conv() *mixedbf16.Converter {
+	if t.cv == nil {
+		t.cv = mixedbf16.NewConverter(t.b)
 	}
-	for name, w := range mp.mats {
-		b, _ := w.Weight().BF16s()
-		tensor.RoundToBF16(b, host(t.byName[name].value))
-		if err := w.Repack(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.cv
 }
 
-// roundBF16 rounds each value to the nearest bfloat16 (ties to even), in place.
-func roundBF16(v []float32) { tensor.RoundFloat32s(v) }
-
-// round rounds an op's output to bfloat16 values in bf16 mode (which runs on the host).
-func (t *Vision) round(x *tensor.Tensor) {
+// round rounds an op's output to bfloat16 values in bf16 mode, in place.
+func (t *Vision) round(e *errs, x *tensor.Tensor) {
 	if t.mp != nil {
-		roundBF16(host(x))
+		e.do(t.conv().RoundTo(x, x))
 	}
 }
 
 // store returns what a forward keeps of an activation, and what a projection reads: in bf16
-// mode a bfloat16 copy (its values are bfloat16 already: exact), else t.
-func (t *Vision) store(x *tensor.Tensor) *tensor.Tensor {
-	if t.mp == nil || x == nil || x.DType() == tensor.BFloat16 {
+// mode a bfloat16 copy (its values are bfloat16 already: exact), else x.
+func (t *Vision) store(e *errs, x *tensor.Tensor) *tensor.Tensor {
+	if t.mp == nil {
 		return x
 	}
-	v := host(x)
-	b := make([]tensor.BF16, len(v))
-	tensor.RoundToBF16(b, v)
-	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
+	out, err := t.conv().Store(x)
+	e.do(err)
+	return out
 }
 
 // storeBlock stores a block's activations (the attention's log-sum-exp stays float32).
-func (t *Vision) storeBlock(s blockActs) blockActs {
+func (t *Vision) storeBlock(e *errs, s blockActs) blockActs {
 	for _, p := range []**tensor.Tensor{&s.xIn, &s.h1, &s.q, &s.k, &s.v, &s.attn, &s.xMid, &s.h2, &s.a, &s.b, &s.act, &s.prod} {
-		*p = t.store(*p)
+		*p = t.store(e, *p)
 	}
 	return s
 }
 
-// widen returns x as float32: x itself, or a float32 copy of a bfloat16 tensor (exact).
-func widen(x *tensor.Tensor) *tensor.Tensor {
-	if x == nil || x.DType() == tensor.Float32 {
-		return x
+// widen returns x as float32 on its backend: x itself, or a float32 copy of a bfloat16 tensor
+// (exact).
+func (t *Vision) widen(e *errs, x *tensor.Tensor) *tensor.Tensor {
+	out, err := t.conv().Widen(x)
+	if err != nil {
+		e.do(err)
+		if out.DType() != tensor.Float32 { // a stand-in for the ops after it, which only fail
+			out = t.alloc(e, x.Shape()...)
+		}
 	}
-	b, _ := x.BF16s()
-	v := make([]float32, len(b))
-	tensor.WidenBF16(v, b)
-	return tensor.Must(tensor.FromFloat32(v, x.Shape()...))
+	return out
 }
 
 // SetBF16Backward selects, for bf16 mode, whether the tower's backward rounds the gradient
@@ -186,9 +186,9 @@ func (m *Model) SetBF16Backward(on bool) {
 }
 
 // SetMixedPrecision sets the compute dtype of the language model (hflm.Model.SetMixedPrecision)
-// and of the tower (Vision.SetMixedPrecision) together: tensor.Float32 or tensor.BFloat16.
-// The tower goes first because it is the part that refuses a device backend: a refusal leaves
-// both parts as they were.
+// and of the tower (Vision.SetMixedPrecision) together: tensor.Float32 or tensor.BFloat16, on
+// any backend. A failure (an unknown dtype, a device out of memory) leaves both parts as they
+// were.
 func (m *Model) SetMixedPrecision(dt tensor.DType) error {
 	was := m.Vision.MixedPrecision()
 	if err := m.Vision.SetMixedPrecision(dt); err != nil {
@@ -207,13 +207,12 @@ func (t *Vision) residual(dst, src *tensor.Tensor) error {
 	if t.mp == nil {
 		return add(dst, src)
 	}
-	// bf16(bf16(dst) + src) in three vector passes (each bit for bit the scalar step)
-	tensor.RoundFloat32s(host(dst))
-	if err := add(dst, src); err != nil {
-		return err
-	}
-	tensor.RoundFloat32s(host(dst))
-	return nil
+	// bf16(bf16(dst) + src)
+	var e errs
+	t.round(&e, dst)
+	e.do(add(dst, src))
+	t.round(&e, dst)
+	return e.err
 }
 
 // fwdBufs are a forward's buffers on the tower's backend: a training forward allocates each
@@ -222,7 +221,7 @@ type fwdBufs struct {
 	t    *Vision
 	keep bool
 	f    map[string]*tensor.Tensor // flat float32 buffers
-	b    map[string][]tensor.BF16
+	b    map[string]*tensor.Tensor // flat bfloat16 buffers (bf16 mode)
 }
 
 // get returns a float32 tensor of the shape (contents undefined when reused).
@@ -230,40 +229,44 @@ func (fb *fwdBufs) get(e *errs, name string, shape ...int) *tensor.Tensor {
 	if fb.keep {
 		return fb.t.alloc(e, shape...)
 	}
+	if fb.f == nil {
+		fb.f = map[string]*tensor.Tensor{}
+	}
+	return fb.grown(e, fb.f, name, tensor.Float32, shape...)
+}
+
+// grown returns the first elements of bufs[name] as a tensor of the shape, growing the flat
+// buffer (of dtype dt) when it is smaller.
+func (fb *fwdBufs) grown(e *errs, bufs map[string]*tensor.Tensor, name string, dt tensor.DType, shape ...int) *tensor.Tensor {
 	n := 1
 	for _, d := range shape {
 		n *= d
 	}
-	if fb.f == nil {
-		fb.f = map[string]*tensor.Tensor{}
-	}
-	buf := fb.f[name]
+	buf := bufs[name]
 	if buf == nil || buf.Len() < n {
-		buf = fb.t.alloc(e, n)
-		fb.f[name] = buf
+		var err error
+		if buf, err = tensor.New(fb.t.b, dt, n); err != nil {
+			e.do(err)
+			buf, _ = f32(n) // a stand-in: the ops after the failure only return errors
+		}
+		bufs[name] = buf
 	}
 	return view(e, rows(e, buf, 0, n), shape...)
 }
 
 // gemmIn returns x as a projection reads it: in bf16 mode x rounded to a bfloat16 tensor
 // (a reused one in inference), else x.
-func (fb *fwdBufs) gemmIn(name string, x *tensor.Tensor) *tensor.Tensor {
+func (fb *fwdBufs) gemmIn(e *errs, name string, x *tensor.Tensor) *tensor.Tensor {
 	if fb.t.mp == nil {
 		return x
 	}
 	if fb.keep {
-		return fb.t.store(x)
+		return fb.t.store(e, x)
 	}
-	v := host(x)
 	if fb.b == nil {
-		fb.b = map[string][]tensor.BF16{}
+		fb.b = map[string]*tensor.Tensor{}
 	}
-	b := fb.b[name]
-	if cap(b) < len(v) {
-		b = make([]tensor.BF16, len(v))
-		fb.b[name] = b
-	}
-	b = b[:len(v)]
-	tensor.RoundToBF16(b, v)
-	return tensor.Must(tensor.FromBF16(b, x.Shape()...))
+	b := fb.grown(e, fb.b, name, tensor.BFloat16, x.Shape()...)
+	e.do(fb.t.conv().Convert(b, x))
+	return b
 }

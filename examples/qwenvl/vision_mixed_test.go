@@ -120,14 +120,14 @@ func TestVisionMixedPrecision(t *testing.T) {
 			// The weights computed with are the masters rounded; a step below bfloat16's
 			// resolution moves the float32 masters, and the copies follow their rounding.
 			requireRounded := func() {
-				require.NotEmpty(t, v.mp.mats)
-				for name, w := range v.mp.mats {
+				require.NotEmpty(t, v.mp.Mats)
+				for name, w := range v.mp.Mats {
 					got, _ := w.Weight().BF16s()
 					for i, x := range host(v.byName[name].value) {
 						require.Equal(t, tensor.BF16FromFloat32(x), got[i], name)
 					}
 				}
-				for name, w := range v.mp.vecs {
+				for name, w := range v.mp.Vecs {
 					for i, x := range host(v.byName[name].value) {
 						require.Equal(t, tensor.BF16FromFloat32(x).Float32(), host(w)[i], name)
 					}
@@ -286,7 +286,7 @@ func TestVisionMixedPrecisionLoRA(t *testing.T) {
 			t.Logf("adapter gradients: largest ‖Δg‖/‖g‖ = %.2f·u (bound %.2f·u)", worst/u, 2*sqrtR)
 			require.NoError(t, bf.MergeLoRA())
 			v := bf.Vision
-			for name, w := range v.mp.mats {
+			for name, w := range v.mp.Mats {
 				got, _ := w.Weight().BF16s()
 				for i, x := range host(v.byName[name].value) {
 					require.Equal(t, tensor.BF16FromFloat32(x), got[i], name)

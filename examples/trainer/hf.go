@@ -99,8 +99,6 @@ func (c Config) validateModelPath() error {
 	const why = "with worker.actor.model.model_path"
 	vl := isVLModel(a.Model.ModelPath)
 	switch {
-	case a.Device == "cuda" && vl && a.dtypeName() != "float32":
-		return keyErr("worker.actor.fsdp.mixed_precision_dtype", "is %s with device=cuda %s of a Qwen2-VL checkpoint: bf16 mixed precision of its vision tower runs on the CPU only (text models, Qwen2 and Llama, run bf16 on the device); set fp32", a.FSDP.MixedPrecisionDType, why)
 	case max(1, t.Nnodes)*max(1, t.NGPUsPerNode) > 1 && a.Model.LoraRank > 0 && a.Model.LoraDropout > 0:
 		return keyErr("worker.actor.model.lora_dropout", "is %v with %d data-parallel ranks %s: each replica draws its own dropout masks for its rows, so the run would depend on the number of ranks and not resume exactly; set 0", a.Model.LoraDropout, max(1, t.Nnodes)*max(1, t.NGPUsPerNode), why)
 	case t.SFTSteps > 0:

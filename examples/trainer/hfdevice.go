@@ -4,20 +4,19 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
 // A model_path model on a device (worker.actor.device=cuda), on one rank or several (one
-// device each): its gradients are summed and reduced on the device (hflm.DeviceReduce), through
+// device each): its gradients are summed and reduced on the device (loop.DeviceReduce), through
 // the ranks' tensor collectives (NCCL in a binary built with -tags "cuda nccl"; without nccl,
 // collective.HostTensors, which stages each buffer through the host). grad_reduce ordered keeps
 // each micro-batch's gradient apart and adds them in the global order, the same bits at any
 // number of ranks; bucketed accumulates them in place and all-reduces (ZeRO-2: reduce-scatters)
 // buckets of grad_bucket_mb. NO_SHARD steps with the model's DeviceAdamW; optim and
-// SHARD_GRAD_OP with hflm.DeviceShardedAdamW, whose moments each rank writes as its shard.
+// SHARD_GRAD_OP with loop.DeviceShardedAdamW, whose moments each rank writes as its shard.
 // With offload_optimizer each rank's AdamW steps on the host (offload.go): NO_SHARD after the
 // devices' reduction, ZeRO with the reduction too on the host.
 
@@ -35,8 +34,8 @@ type hostZero struct{ *loop.ShardedAdamW }
 func (z hostZero) moments() ([]loop.MomentShard, error) { return z.Moments(), nil }
 func (z hostZero) steps() *int                          { return &z.T }
 
-// deviceZero is hflm.DeviceShardedAdamW's (moments on the device).
-type deviceZero struct{ *hflm.DeviceShardedAdamW }
+// deviceZero is loop.DeviceShardedAdamW's (moments on the device).
+type deviceZero struct{ *loop.DeviceShardedAdamW }
 
 func (z deviceZero) moments() ([]loop.MomentShard, error) { return z.Moments() }
 func (z deviceZero) steps() *int                          { return &z.T }
@@ -98,8 +97,8 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 			testDeviceCollectives(c)
 		}
 	}
-	cfg := hflm.DeviceReduceConfig{Ordered: rc.Ordered, BucketBytes: rc.BucketBytes, ShardOnly: stage == loop.ShardGradients && !rc.Ordered}
-	g, err := hflm.NewDeviceReduce(ps, coll, cfg, rank, world)
+	cfg := loop.DeviceReduceConfig{Ordered: rc.Ordered, BucketBytes: rc.BucketBytes, ShardOnly: stage == loop.ShardGradients && !rc.Ordered}
+	g, err := loop.NewDeviceReduce(ps, coll, cfg, rank, world)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -109,10 +108,11 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 		if off != nil {
 			repack = func() error { return nil } // Offload uploads, then repacks
 		}
-		zero, err := hflm.NewDeviceShardedAdamW(g, stage, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, repack)
+		zero, err := loop.NewDeviceShardedAdamW(g, stage, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay)
 		if err != nil {
 			return nil, nil, err
 		}
+		zero.Stepped = repack
 		closers = append(closers, zero.Close)
 		t.zero = deviceZero{zero}
 		if off != nil {
@@ -127,7 +127,7 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 	}
 	adam.Beta1, adam.Beta2, adam.Eps = o.Betas[0], o.Betas[1], o.Eps
 	t.adam = adam
-	if dev, ok := opt.(*hflm.DeviceAdamW); ok { // its moments live on the device
+	if dev, ok := opt.(*loop.DeviceAdamW); ok { // its moments live on the device
 		t.devOpt = dev
 	}
 	if ho, ok := opt.(hfOffloaded); ok { // its masters and moments live on the host (offload.go)
@@ -138,7 +138,7 @@ func (t *hfTrainer[P]) deviceTraining(ps []loop.Param, stage loop.Sharding, rc l
 			return opt, ho.off.DeviceGradients(g), nil
 		}
 	}
-	if _, plain := own.(*hflm.DeviceGradients); !plain {
+	if _, plain := own.(*loop.DeviceGradients); !plain {
 		// An optimizer with its own gradient handling (one rank): keep it.
 		if world > 1 {
 			return nil, nil, fmt.Errorf("worker.actor.device: this optimizer of the device model (%T) runs on one rank", opt)

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/perturb"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
@@ -92,7 +91,7 @@ type hfTrainer[P any] struct {
 	zero zeroMoments
 	// devOpt is the optimizer of a model on a device (worker.actor.device=cuda), whose moments
 	// live there: t.adam is its host copy, refreshed for a checkpoint.
-	devOpt *hflm.DeviceAdamW
+	devOpt *loop.DeviceAdamW
 	// off holds the masters of a device model whose optimizer is offloaded
 	// (offload.offload_optimizer): t.adam is the host AdamW's own state.
 	off *loop.Offload

@@ -384,7 +384,6 @@ func TestModelPathVLRefusals(t *testing.T) {
 		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10"}, "0 prompts fit dataset.max_prompt_length 10 (2 dropped)"},
 		{[]string{"dataset.train_files=" + data, "dataset.max_prompt_length=10", "dataset.filter_overlong_prompts=false"}, "(chat template applied, image tokens expanded) exceeds dataset.max_prompt_length 10"},
 		{[]string{"optimization.advantage_estimator=gae"}, "optimization.advantage_estimator"},
-		{[]string{"worker.actor.device=cuda", "worker.actor.fsdp.mixed_precision_dtype=bf16"}, "worker.actor.fsdp.mixed_precision_dtype: is bf16 with device=cuda"},
 		{[]string{"worker.actor.model.lora_rank=2", "worker.actor.model.target_modules=[q_proj,qkv_typo]"}, `worker.actor.model.target_modules: hflm.LoRAConfig.Resolve: TargetModules: "qkv_typo" matches no module`},
 		{[]string{"worker.actor.model.lora_rank=2", "worker.actor.model.target_modules=qkv", "worker.actor.model.exclude_modules=qkv"}, "worker.actor.model.exclude_modules"},
 	} {

@@ -120,8 +120,8 @@ func (m *textModel) offloadTraining(weightDecay float64) (loop.Optimizer, *loop.
 
 // offloadedTraining is the training of a model_path model's device parameters ps (the text
 // model's or Qwen2-VL's, tower included) with the optimizer offloaded: the micro-batches'
-// gradients sum on the device as without offload (hflm.DeviceGradients) and come down once per
-// mini-batch; AdamW steps float32 masters with its moments in host memory (hflm.DeviceAdamW on
+// gradients sum on the device as without offload (loop.DeviceGradients) and come down once per
+// mini-batch; AdamW steps float32 masters with its moments in host memory (loop.DeviceAdamW on
 // the host); the weights go up after each step and uploaded rebuilds what the model derives
 // from them (packed weights, bf16 copies). The device keeps the weights (the float32 masters
 // too in bf16 mode) and their gradients.
@@ -138,5 +138,5 @@ func offloadedTraining(ps []loop.Param, uploaded func() error, weightDecay float
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return hfOffloaded{off.Optimizer(opt), off}, opt.AdamW, off.DeviceGradients(&hflm.DeviceGradients{Params: ps}), nil
+	return hfOffloaded{off.Optimizer(opt), off}, opt.AdamW, off.DeviceGradients(&loop.DeviceGradients{Params: ps}), nil
 }

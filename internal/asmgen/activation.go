@@ -13,7 +13,7 @@ import (
 // activationFamily emits the activations of tensor's host ops (activation_amd64.s): x·σ(βx)
 // (SiLU, QuickGELU), its derivative, SwiGLU and its backward, GELU (its erfc fit) and GELUTanh
 // (x·σ(2u)) and their derivatives, for AVX-512F (16 lanes) and AVX2 (8 lanes), whole vectors
-// only; the sigmoid family also on bfloat16 (widened as loaded, rounded once as stored).
+// only; each also on bfloat16 (widened as loaded, rounded once as stored).
 //
 // They reproduce the Go loops of tensor/activation_cpu.go and activation_gelu.go bit for bit
 // (the products and sums in the Go code's order): the exp is
@@ -30,7 +30,13 @@ func activationFamily() {
 		for _, name := range actKernelNames {
 			actKernel(a, name, false)
 		}
-		for _, name := range actKernelNames[:4] { // bfloat16 for the sigmoid family only
+		for _, name := range actKernelNames[:4] {
+			actKernel(a, name, true)
+		}
+	}
+	// The GELUs' bfloat16 kernels come last, so that adding them left the others in place.
+	for _, a := range []isa{avx512, avx2} {
+		for _, name := range actKernelNames[4:] {
 			actKernel(a, name, true)
 		}
 	}

@@ -33,10 +33,11 @@ var families = []family{
 	{"bf16conv", "tensor", "tensor", "bf16conv", bf16convFamily},
 	{"activation", "tensor", "tensor", "activation", activationFamily},
 	{"rownorm", "tensor", "tensor", "rownorm", rownormFamily},
+	{"layernorm", "tensor", "tensor", "layernorm", layernormFamily},
 }
 
 var (
-	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16, attention, bf16conv, activation or rownorm (with -out, -stubs, -pkg)")
+	familyFlag = flag.String("family", "logprob", "which kernels to generate: logprob, penalty, masked, policy, gemm, gemmbf16, attention, bf16conv, activation, rownorm or layernorm (with -out, -stubs, -pkg)")
 	allFlag    = flag.String("all", "", "regenerate every family's files under this repository root (runs itself once per family)")
 )
 

@@ -27,7 +27,7 @@ func gemmFamily() {
 			nv = 2
 		}
 		for mr := 1; mr <= 6; mr++ {
-			gemmKernel(a, mr, nv)
+			gemmKernel(a, mr, nv, false)
 		}
 		peakKernel(a)
 	}
@@ -36,7 +36,10 @@ func gemmFamily() {
 	// 6-row kernel per FMA from L1, with 28 FMAs per panel row loaded instead of 24). Its rows
 	// are addressed from two pointers (the registers for seven would run out). Mul takes rows 7
 	// at a time with it.
-	gemmKernel(avx512, 7, 4)
+	gemmKernel(avx512, 7, 4, false)
+	for _, mr := range []int{1, 2, 3, 4, 7} {
+		gemmKernel(avx512, mr, 4, true)
+	}
 }
 
 // peakKernel emits fmaPeak<ISA>(n int): n rounds of 24 (AVX-512) or 12 (AVX2) independent FMAs
@@ -76,14 +79,31 @@ func peakKernel(a isa) {
 // L1 in the meantime do not evict it again.
 const gemmPrefetchSteps = 32
 
+// gemmPrefetchLines is the most cache lines a decode kernel (pf) prefetches per two steps of k:
+// the row groups' calls over a 128-step block share the 512 lines of a block ahead.
+const gemmPrefetchLines = 8
+
 // gemmKernel emits the kernel of mr rows and nv vectors (of a.lanes float32) per panel row.
-func gemmKernel(a isa, mr, nv int) {
+// With pf it is the decode variant: every two steps it also prefetches (PREFETCHT0) pfstep/64
+// consecutive lines from address pf on and advances pf by pfstep. Mul's decode walk uses it from
+// five row groups up (7+7+7+7 and 1…4 rows): the weight block two ahead is fetched while the
+// other calls work from L1 (PREFETCHT1 into L2 measured no faster).
+func gemmKernel(a isa, mr, nv int, pf bool) {
 	w := nv * a.lanes
 	name := fmt.Sprintf("gemm%dx%d%s", mr, w, a.name)
-	TEXT(name, NOSPLIT, "func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)")
+	sig := "func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)"
+	if pf {
+		name = fmt.Sprintf("gemm%dx%dPf%s", mr, w, a.name)
+		sig = "func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)"
+	}
+	TEXT(name, NOSPLIT, sig)
 	Doc(fmt.Sprintf("%s computes the %dx%d tile C = A·B (or C += A·B when acc): A is %d rows of k", name, mr, w, mr),
 		fmt.Sprintf("float32 with row stride lda, B is k rows of %d float32 with row stride ldb, C has row stride", w),
 		"ldc (strides in elements). Each element is one sum over k in ascending order, with FMAs.")
+	if pf {
+		Doc(fmt.Sprintf("Every two steps it also prefetches pfstep/64 lines (at most %d) from pf on and adds pfstep to pf", gemmPrefetchLines),
+			"(decode: the weight a later call reads).")
+	}
 	k := Load(Param("k"), GP64())
 	lda := Load(Param("lda"), GP64())
 	bp := Load(Param("b"), GP64())
@@ -161,16 +181,45 @@ func gemmKernel(a isa, mr, nv int) {
 			}
 		}
 	}
-	// Two steps per iteration, then one for an odd k. The first time at most
-	// gemmPrefetchSteps+1 steps are left (at once for a short k), C's lines are prefetched.
-	pfDone := GP64()
-	XORQ(pfDone, pfDone)
+	// Two steps per iteration, then one for an odd k. C's lines are prefetched when at most
+	// gemmPrefetchSteps+1 steps are left: at once for a short k, else when k reaches it (k
+	// falls by two, so it passes exactly one of gemmPrefetchSteps+1 and gemmPrefetchSteps).
+	var pfp Register
+	var pfStep Mem
+	if pf {
+		pfp = Load(Param("pf"), GP64())
+		b, err := Param("pfstep").Resolve()
+		if err != nil {
+			panic(err)
+		}
+		pfStep = b.Addr
+	}
+	CMPQ(k, U8(gemmPrefetchSteps+1))
+	JBE(LabelRef(name + "_prefetchc"))
 	Label(name + "_loop2")
 	CMPQ(k, U8(gemmPrefetchSteps+1))
-	JA(LabelRef(name + "_steps"))
-	TESTQ(pfDone, pfDone)
-	JNZ(LabelRef(name + "_steps"))
-	INCQ(pfDone)
+	JE(LabelRef(name + "_prefetchc"))
+	CMPQ(k, U8(gemmPrefetchSteps))
+	JE(LabelRef(name + "_prefetchc"))
+	Label(name + "_steps")
+	CMPQ(k, U8(2))
+	JL(LabelRef(name + "_tail"))
+	step(Mem{Base: bp}, 0)
+	if pf { // pfstep/64 lines (at most gemmPrefetchLines) from pf on, then pf += pfstep
+		for l := range gemmPrefetchLines {
+			CMPQ(pfStep, U32(64*l))
+			JLE(LabelRef(name + "_pfdone"))
+			PREFETCHT0(Mem{Base: pfp, Disp: 64 * l})
+		}
+		Label(name + "_pfdone")
+		ADDQ(pfStep, pfp)
+	}
+	step(Mem{Base: bp, Index: ldb, Scale: 1}, 4)
+	LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
+	advance(8)
+	SUBQ(U8(2), k)
+	JMP(LabelRef(name + "_loop2"))
+	Label(name + "_prefetchc")
 	pc := Load(Param("c"), GP64())
 	pl := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), pl)
@@ -182,15 +231,7 @@ func gemmKernel(a isa, mr, nv int) {
 			ADDQ(pl, pc)
 		}
 	}
-	Label(name + "_steps")
-	CMPQ(k, U8(2))
-	JL(LabelRef(name + "_tail"))
-	step(Mem{Base: bp}, 0)
-	step(Mem{Base: bp, Index: ldb, Scale: 1}, 4)
-	LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
-	advance(8)
-	SUBQ(U8(2), k)
-	JMP(LabelRef(name + "_loop2"))
+	JMP(LabelRef(name + "_steps"))
 	Label(name + "_tail")
 	TESTQ(k, k)
 	JZ(LabelRef(name + "_store"))

@@ -12,8 +12,9 @@
 //	gemmbf16 internal/gemm/gemmbf16_amd64.s    (the bfloat16 micro-kernels on VDPBF16PS; gemmbf16.go)
 //	attention tensor/attention_amd64.s         (the softmax and score-gradient rows of attention; attention.go)
 //	bf16conv tensor/bf16conv_amd64.s           (bfloat16 widening and rounding of the host ops; bf16conv.go)
-//	activation tensor/activation_amd64.s       (SiLU, QuickGELU, GELU, GELUTanh, SwiGLU, backwards, bit-exact; activation.go)
+//	activation tensor/activation_amd64.s       (SiLU, QuickGELU, GELU, GELUTanh, SwiGLU, backwards, float32 and bfloat16, bit-exact; activation.go)
 //	rownorm  tensor/rownorm_amd64.s            (RMSNorm's row sums and scaling, RoPE's rotation, bit-exact; rownorm.go)
+//	layernorm tensor/layernorm_amd64.s         (LayerNorm's row sums, scaling and dx, bit-exact; layernorm.go)
 //
 // go run . -all <repository root> regenerates every family (the program runs itself once per
 // family, since avo builds one file per process). Each package has a staleness test that

@@ -118,6 +118,13 @@ func GetDevice(ordinal int) (Device, error) {
 	return Device(ordinal), nil
 }
 
+// EmulatorName is the name every emulated device reports (cuDeviceGetName).
+const EmulatorName = "cuemu (CPU emulation)"
+
+// Name returns EmulatorName: tests tell the emulator from a GPU by it, where the two promise
+// different things (the emulated cuBLAS sums in one order whatever the matrix sizes).
+func (dev Device) Name() (string, error) { return EmulatorName, nil }
+
 // Attribute returns a device property: an sm_80-class device with CUEMU_SMS multiprocessors.
 func (dev Device) Attribute(attrib DeviceAttribute) (int, error) {
 	switch attrib {

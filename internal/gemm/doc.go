@@ -12,7 +12,8 @@
 // kernels) and the blocks are added in order, so results do not depend on GOMAXPROCS; they
 // differ from a plain float32 dot product in the last bits. For at most DecodeRows rows of A
 // (decode) each goroutine walks its panels one at a time over all of K: one contiguous stream of
-// weight.
+// weight. From five row groups of seven up (M ≥ 29) the calls over a K block also prefetch the
+// block two ahead, which the memory would otherwise fetch only when the first call reaches it.
 //
 // MulBF16 is the same for bfloat16 A and W on CPUs with AVX512_BF16 (bf16.go): W packed as
 // bfloat16 pairs (half the bytes), VDPBF16PS micro-kernels (gemmbf16 family, emitted as EVEX

@@ -13,7 +13,8 @@ func simdImpls() []dispatch.Impl[kernels] {
 	if dispatch.HasAVX512(true) { // VXORPS on zmm needs AVX512DQ
 		out = append(out, dispatch.Impl[kernels]{Name: "avx512", Kernels: &kernels{width: 64,
 			tile:  [MR + 1]tileFn{nil, gemm1x64AVX512, gemm2x64AVX512, gemm3x64AVX512, gemm4x64AVX512, gemm5x64AVX512, gemm6x64AVX512},
-			tile7: gemm7x64AVX512}})
+			tile7: gemm7x64AVX512,
+			pf:    [MR + 2]pfFn{nil, gemm1x64PfAVX512, gemm2x64PfAVX512, gemm3x64PfAVX512, gemm4x64PfAVX512, nil, nil, gemm7x64PfAVX512}}})
 	}
 	if dispatch.HasAVX2(true) {
 		out = append(out, dispatch.Impl[kernels]{Name: "avx2", Kernels: &kernels{width: 16,

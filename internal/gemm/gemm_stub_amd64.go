@@ -74,3 +74,23 @@ func fmaPeakAVX2(n int)
 // float32 with row stride lda, B is k rows of 64 float32 with row stride ldb, C has row stride
 // ldc (strides in elements). Each element is one sum over k in ascending order, with FMAs.
 func gemm7x64AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+
+// Every two steps it also prefetches pfstep/64 lines (at most 8) from pf on and adds pfstep to pf
+// (decode: the weight a later call reads).
+func gemm1x64PfAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)
+
+// Every two steps it also prefetches pfstep/64 lines (at most 8) from pf on and adds pfstep to pf
+// (decode: the weight a later call reads).
+func gemm2x64PfAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)
+
+// Every two steps it also prefetches pfstep/64 lines (at most 8) from pf on and adds pfstep to pf
+// (decode: the weight a later call reads).
+func gemm3x64PfAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)
+
+// Every two steps it also prefetches pfstep/64 lines (at most 8) from pf on and adds pfstep to pf
+// (decode: the weight a later call reads).
+func gemm4x64PfAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)
+
+// Every two steps it also prefetches pfstep/64 lines (at most 8) from pf on and adds pfstep to pf
+// (decode: the weight a later call reads).
+func gemm7x64PfAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool, pf uintptr, pfstep int)

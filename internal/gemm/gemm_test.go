@@ -70,7 +70,7 @@ func TestMul(t *testing.T) {
 func TestMulRowsIndependent(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, name := range Impls() {
-		for _, m := range []int{7, 8, 13, 14, 33, 40, 203} {
+		for _, m := range []int{7, 8, 13, 14, 29, 32, 33, 40, 203} {
 			defer Use(name)()
 			n, k := 130, 300
 			a, w := make([]float32, m*k), make([]float32, n*k)

@@ -19,9 +19,12 @@
 //     with its Gradients, and the loop steps it as a GroupOptimizer. A policy that implements
 //     FinalGradients (reporting parameters its backward is done with) gets the bucketed
 //     reduction run during the backward of each mini-batch's last micro-batch, with the same
-//     bits as after it. For a policy whose parameters live on a device, Offload keeps any of
-//     these in host memory (the float32 masters, the moments, the reduction): gradients come
-//     down, the weights go up.
+//     bits as after it. A policy whose parameters live on a device (any tensor.Backend) trains
+//     them there: DeviceAdamW (the SDK's tensor.AdamWStep) with DeviceGradients on one rank;
+//     on N ranks DeviceReduce (ordered or bucketed, through a collective.Tensors: NCCL, or
+//     collective.HostTensors) with DeviceShardedAdamW for ZeRO-1/2. Offload instead keeps any
+//     of these in host memory (the float32 masters, the moments, the reduction): gradients
+//     come down, the weights go up.
 //
 // Config is assembled from the library's own configurations: advantage.Config,
 // tprl.UpdateConfig, perturb.Perturbation and divergence.ControllerConfig. Loop.Step returns the

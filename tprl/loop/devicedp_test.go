@@ -1,4 +1,4 @@
-package hflm
+package loop_test
 
 import (
 	"context"
@@ -78,13 +78,13 @@ func flatOf(t *testing.T, ts func(loop.Param) *tensor.Tensor, ps []loop.Param) [
 	return out
 }
 
-func grads(p loop.Param) *tensor.Tensor   { return p.Grad }
-func weights(p loop.Param) *tensor.Tensor { return p.Value }
+func grads(p loop.Param) *tensor.Tensor  { return p.Grad }
+func values(p loop.Param) *tensor.Tensor { return p.Value }
 
 // dpRun runs `steps` optimizer steps of 8 micro-batches each over `world` ranks (rank r: a
 // contiguous 8/world of them, its loss scaled by world as the trainer's token scaling does) and
 // returns every rank's weights.
-func dpRun(t *testing.T, world, steps int, cfg DeviceReduceConfig, stage loop.Sharding, maxNorm float64) [][]float32 {
+func dpRun(t *testing.T, world, steps int, cfg loop.DeviceReduceConfig, stage loop.Sharding, maxNorm float64) [][]float32 {
 	t.Helper()
 	out := make([][]float32, world)
 	err := collective.Run(context.Background(), world, func(ctx context.Context, comm collective.Comm) error {
@@ -92,15 +92,15 @@ func dpRun(t *testing.T, world, steps int, cfg DeviceReduceConfig, stage loop.Sh
 		ps := dpParams(t, 1)
 		coll, err := collective.NewHostTensors(comm)
 		require.NoError(t, err)
-		g, err := NewDeviceReduce(ps, coll, cfg, r, world)
+		g, err := loop.NewDeviceReduce(ps, coll, cfg, r, world)
 		require.NoError(t, err)
 		var opt loop.Optimizer
 		if stage != 0 {
-			z, err := NewDeviceShardedAdamW(g, stage, 0.9, 0.999, 1e-8, 0.1, nil)
+			z, err := loop.NewDeviceShardedAdamW(g, stage, 0.9, 0.999, 1e-8, 0.1)
 			require.NoError(t, err)
 			opt = z
 		} else {
-			o, _, err := NewDeviceAdamW(ps, 0.1, func() error { return nil })
+			o, err := loop.NewDeviceAdamW(ps, 0.9, 0.999, 1e-8, 0.1)
 			require.NoError(t, err)
 			opt = o
 		}
@@ -122,7 +122,7 @@ func dpRun(t *testing.T, world, steps int, cfg DeviceReduceConfig, stage loop.Sh
 				return err
 			}
 		}
-		out[r] = flatOf(t, weights, ps)
+		out[r] = flatOf(t, values, ps)
 		return nil
 	})
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestDeviceReduceOrdered(t *testing.T) {
 			ps := dpParams(t, 1)
 			coll, err := collective.NewHostTensors(comm)
 			require.NoError(t, err)
-			g, err := NewDeviceReduce(ps, coll, DeviceReduceConfig{Ordered: true, BucketBytes: dpBucketBytes}, r, world)
+			g, err := loop.NewDeviceReduce(ps, coll, loop.DeviceReduceConfig{Ordered: true, BucketBytes: dpBucketBytes}, r, world)
 			require.NoError(t, err)
 			for _, mb := range mbs[r*8/world : (r+1)*8/world] {
 				addGrad(t, ps, mb, float32(world))
@@ -174,7 +174,7 @@ func TestDeviceReduceBucketed(t *testing.T) {
 			ps := dpParams(t, 1)
 			coll, err := collective.NewHostTensors(comm)
 			require.NoError(t, err)
-			g, err := NewDeviceReduce(ps, coll, DeviceReduceConfig{BucketBytes: dpBucketBytes}, r, world)
+			g, err := loop.NewDeviceReduce(ps, coll, loop.DeviceReduceConfig{BucketBytes: dpBucketBytes}, r, world)
 			require.NoError(t, err)
 			for _, mb := range mbs[r*8/world : (r+1)*8/world] {
 				addGrad(t, ps, mb, 1)
@@ -206,7 +206,7 @@ func TestDeviceReduceBucketed(t *testing.T) {
 // steps at the same N bit for bit without clipping, and within 1e-6 relative with it.
 func TestDeviceShardedAdamW(t *testing.T) {
 	const steps, clip = 3, 0.5
-	ordered := DeviceReduceConfig{Ordered: true, BucketBytes: dpBucketBytes}
+	ordered := loop.DeviceReduceConfig{Ordered: true, BucketBytes: dpBucketBytes}
 	want := dpRun(t, 1, steps, ordered, 0, clip)[0]
 	for _, world := range []int{1, 2, 4} {
 		for _, stage := range []loop.Sharding{loop.ShardOptimizer, loop.ShardGradients} {
@@ -215,8 +215,8 @@ func TestDeviceShardedAdamW(t *testing.T) {
 			}
 		}
 	}
-	bucketed := DeviceReduceConfig{BucketBytes: dpBucketBytes}
-	shard := DeviceReduceConfig{BucketBytes: dpBucketBytes, ShardOnly: true}
+	bucketed := loop.DeviceReduceConfig{BucketBytes: dpBucketBytes}
+	shard := loop.DeviceReduceConfig{BucketBytes: dpBucketBytes, ShardOnly: true}
 	for _, world := range []int{2, 4} {
 		noShard := dpRun(t, world, steps, bucketed, 0, 0)
 		for r, w := range dpRun(t, world, steps, shard, loop.ShardGradients, 0) {
@@ -237,9 +237,9 @@ func TestDeviceShardedMoments(t *testing.T) {
 	shardsOf := func(world int, set []loop.MomentShard) [][]loop.MomentShard {
 		out := make([][]loop.MomentShard, world)
 		for r := range world {
-			g, err := NewDeviceReduce(dpParams(t, 1), okTensors{r, world}, DeviceReduceConfig{BucketBytes: dpBucketBytes}, r, world)
+			g, err := loop.NewDeviceReduce(dpParams(t, 1), okTensors{r, world}, loop.DeviceReduceConfig{BucketBytes: dpBucketBytes}, r, world)
 			require.NoError(t, err)
-			z, err := NewDeviceShardedAdamW(g, loop.ShardGradients, 0.9, 0.999, 1e-8, 0, nil)
+			z, err := loop.NewDeviceShardedAdamW(g, loop.ShardGradients, 0.9, 0.999, 1e-8, 0)
 			require.NoError(t, err)
 			if set == nil { // distinct values: the index and the rank
 				var ms []loop.MomentShard
@@ -284,9 +284,9 @@ func TestDeviceShardedMoments(t *testing.T) {
 		require.Equal(t, m2, m, "%d ranks", world)
 		require.Equal(t, v2, v, "%d ranks", world)
 	}
-	g, err := NewDeviceReduce(dpParams(t, 1), nil, DeviceReduceConfig{BucketBytes: dpBucketBytes}, 0, 1)
+	g, err := loop.NewDeviceReduce(dpParams(t, 1), nil, loop.DeviceReduceConfig{BucketBytes: dpBucketBytes}, 0, 1)
 	require.NoError(t, err)
-	z, err := NewDeviceShardedAdamW(g, loop.ShardOptimizer, 0.9, 0.999, 1e-8, 0, nil)
+	z, err := loop.NewDeviceShardedAdamW(g, loop.ShardOptimizer, 0.9, 0.999, 1e-8, 0)
 	require.NoError(t, err)
 	require.ErrorContains(t, z.SetMoments(written[1:]), "no moment shard holds")
 	require.ErrorContains(t, z.SetMoments(append(written, written[0])), "overlap")
@@ -305,16 +305,16 @@ func (okTensors) Broadcast(context.Context, *tensor.Tensor, int) error          
 // TestDeviceReduceRefuses: mismatched collectives and layouts are errors, not panics.
 func TestDeviceReduceRefuses(t *testing.T) {
 	ps := dpParams(t, 1)
-	_, err := NewDeviceReduce(ps, nil, DeviceReduceConfig{}, 0, 2)
+	_, err := loop.NewDeviceReduce(ps, nil, loop.DeviceReduceConfig{}, 0, 2)
 	require.ErrorContains(t, err, "tensor collectives")
-	_, err = NewDeviceReduce(ps, okTensors{1, 2}, DeviceReduceConfig{}, 0, 2)
+	_, err = loop.NewDeviceReduce(ps, okTensors{1, 2}, loop.DeviceReduceConfig{}, 0, 2)
 	require.ErrorContains(t, err, "tensor collectives")
-	_, err = NewDeviceReduce(nil, nil, DeviceReduceConfig{}, 0, 1)
+	_, err = loop.NewDeviceReduce(nil, nil, loop.DeviceReduceConfig{}, 0, 1)
 	require.Error(t, err)
-	g, err := NewDeviceReduce(ps, nil, DeviceReduceConfig{ShardOnly: true}, 0, 1)
+	g, err := loop.NewDeviceReduce(ps, nil, loop.DeviceReduceConfig{ShardOnly: true}, 0, 1)
 	require.NoError(t, err)
 	_, err = g.Reduce(context.Background(), nil, 1)
 	require.ErrorContains(t, err, "before any micro-batch")
-	_, err = NewDeviceShardedAdamW(g, loop.ShardOptimizer, 0.9, 0.999, 1e-8, 0, nil)
+	_, err = loop.NewDeviceShardedAdamW(g, loop.ShardOptimizer, 0.9, 0.999, 1e-8, 0)
 	require.ErrorContains(t, err, "ShardGradients")
 }

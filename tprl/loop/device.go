@@ -1,4 +1,4 @@
-package hflm
+package loop
 
 import (
 	"context"
@@ -7,58 +7,49 @@ import (
 
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
-	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
-// DeviceAdamW is the optimizer of a model on a device (LoadOn): the gradient norm, clipping and
-// torch's AdamW step (tensor.ClipGradNorm, tensor.AdamWStep) run where the parameters live, the
-// moments stay there, and the weights are repacked after each step. The embedded loop.AdamW
-// holds the hyper-parameters and the step count; its M and V are the host's copy of the
-// moments, written by SaveMoments and read by LoadMoments (a checkpoint, a resume). Over host
-// parameters (the masters of an optimizer offloaded with loop.Offload) the same ops run on the
-// CPU with the same arithmetic, and M and V are the moments themselves.
+// DeviceAdamW is the Optimizer of parameters on any backend (a CUDA device): the gradient norm,
+// clipping and torch's AdamW step (tensor.ClipGradNorm, tensor.AdamWStep) run where the
+// parameters live, and the moments stay there. The embedded AdamW holds the hyper-parameters
+// and the step count; its M and V are the host's copy of the moments, written by SaveMoments
+// and read by LoadMoments (a checkpoint, a resume). Over host parameters (the masters of an
+// Offload) the same ops run on the CPU with the same arithmetic, and M and V are the moments
+// themselves.
 type DeviceAdamW struct {
-	*loop.AdamW
-	Params []loop.Param
-	m, v   []*tensor.Tensor
-	repack func() error
+	*AdamW
+	Params []Param
+	// Stepped, when set, runs after each step taken: a model that derives copies from its
+	// weights (packed or bfloat16 matrices) rebuilds them there.
+	Stepped func() error
+	m, v    []*tensor.Tensor
 }
 
-// DeviceGradients is the loop.Gradients of one device: the backward adds every micro-batch's
+// DeviceGradients is the Gradients of one device: the backward adds every micro-batch's
 // gradient into the parameters' gradients, so Collect has nothing to move and Reduce scales
 // the sum in place. It sums in micro-batch order into one tensor, not micro-batch by
-// micro-batch as loop.HostGradients does, so the sum's float32 roundings differ from the
-// host's. One rank only: data-parallel ranks of device models reduce with DeviceReduce.
+// micro-batch as HostGradients does, so the sum's float32 roundings differ from the host's.
+// One rank only: data-parallel ranks reduce with DeviceReduce.
 type DeviceGradients struct {
-	Params []loop.Param
+	Params []Param
 }
 
-// DeviceTraining returns what loop.Parts needs to train a model on a device: DeviceAdamW
-// (torch's defaults with weightDecay) and DeviceGradients. On the CPU backend use Training.
-func (m *Model) DeviceTraining(weightDecay float64) (*DeviceAdamW, *DeviceGradients, error) {
-	ps, err := m.Params()
-	if err != nil {
-		return nil, nil, err
+// NewDeviceAdamW creates fresh AdamW state for params (all on one backend) with torch's
+// hyper-parameters.
+func NewDeviceAdamW(params []Param, beta1, beta2, eps, weightDecay float64) (*DeviceAdamW, error) {
+	if len(params) == 0 {
+		return nil, fmt.Errorf("loop: no parameters")
 	}
-	return NewDeviceAdamW(ps, weightDecay, m.Repack)
-}
-
-// NewDeviceAdamW is DeviceTraining over ps (all on one backend) that calls repack after each
-// step.
-func NewDeviceAdamW(ps []loop.Param, weightDecay float64, repack func() error) (*DeviceAdamW, *DeviceGradients, error) {
-	if len(ps) == 0 {
-		return nil, nil, fmt.Errorf("hflm: no parameters to train")
-	}
-	sizes := make([]int, len(ps))
-	o := &DeviceAdamW{Params: ps, repack: repack}
-	for i, p := range ps {
-		if p.Value == nil || p.Grad == nil || p.Value.Backend() != ps[0].Value.Backend() {
-			return nil, nil, fmt.Errorf("hflm: parameter %s: nil, or not on %s", p.Name, ps[0].Value.Backend().Name())
+	sizes := make([]int, len(params))
+	o := &DeviceAdamW{Params: params}
+	for i, p := range params {
+		if p.Value == nil || p.Grad == nil || p.Value.Backend() != params[0].Value.Backend() {
+			return nil, fmt.Errorf("loop: parameter %s: nil, or not on %s", p.Name, params[0].Value.Backend().Name())
 		}
 		sizes[i] = p.Value.Len()
 	}
-	o.AdamW = loop.NewAdamW(sizes, 0.9, 0.999, 1e-8, weightDecay)
-	for i, p := range ps {
+	o.AdamW = NewAdamW(sizes, beta1, beta2, eps, weightDecay)
+	for i, p := range params {
 		var m, v *tensor.Tensor
 		var err error
 		if p.Value.IsHost() { // the moments are the host copy itself (an offloaded optimizer)
@@ -73,17 +64,17 @@ func NewDeviceAdamW(ps []loop.Param, weightDecay float64, repack func() error) (
 			}
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		o.m, o.v = append(o.m, m), append(o.v, v)
 	}
-	return o, &DeviceGradients{Params: ps}, nil
+	return o, nil
 }
 
 // Steps is the number of steps taken.
 func (o *DeviceAdamW) Steps() int { return o.T }
 
-// Step implements loop.Optimizer: the global gradient norm, clipping to maxNorm (when > 0),
+// Step implements Optimizer: the global gradient norm, clipping to maxNorm (when > 0),
 // and, when the norm is finite, one AdamW step of every parameter; the gradients are zero
 // afterwards either way. It returns the norm before clipping.
 func (o *DeviceAdamW) Step(lr, maxNorm float64) (float64, error) {
@@ -109,12 +100,12 @@ func (o *DeviceAdamW) Step(lr, maxNorm float64) (float64, error) {
 				break
 			}
 		}
-		if err == nil {
-			err = o.repack()
+		if err == nil && o.Stepped != nil {
+			err = o.Stepped()
 		}
 	}
 	for _, g := range grads {
-		if zerr := zero(g); err == nil {
+		if zerr := zeroTensor(g); err == nil {
 			err = zerr
 		}
 	}
@@ -157,14 +148,14 @@ func (o *DeviceAdamW) LoadMoments() error {
 	return nil
 }
 
-// Collect implements loop.Gradients: nothing to do, the next micro-batch's backward adds to
-// the same gradients.
+// Collect implements Gradients: nothing to do, the next micro-batch's backward adds to the
+// same gradients.
 func (g *DeviceGradients) Collect() error { return nil }
 
-// Reduce implements loop.Gradients on one rank: the gradients become scale × their sum.
+// Reduce implements Gradients on one rank: the gradients become scale × their sum.
 func (g *DeviceGradients) Reduce(_ context.Context, comm collective.Comm, scale float32) (int64, error) {
 	if comm != nil && comm.Size() > 1 {
-		return 0, fmt.Errorf("hflm: DeviceGradients is one rank's; %d data-parallel ranks reduce with DeviceReduce", comm.Size())
+		return 0, fmt.Errorf("loop: DeviceGradients is one rank's; %d data-parallel ranks reduce with DeviceReduce", comm.Size())
 	}
 	if scale == 1 {
 		return 0, nil
@@ -176,3 +167,18 @@ func (g *DeviceGradients) Reduce(_ context.Context, comm collective.Comm, scale 
 	}
 	return 0, nil
 }
+
+// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
+func download(t *tensor.Tensor) ([]float32, error) {
+	if t.IsHost() {
+		return t.Float32s()
+	}
+	h, err := tensor.To(tensor.CPU(), t)
+	if err != nil {
+		return nil, err
+	}
+	return h.Float32s()
+}
+
+// zeroTensor sets a float32 tensor to zero on its backend.
+func zeroTensor(t *tensor.Tensor) error { return tensor.Axpby(t, t, 0, 0) }

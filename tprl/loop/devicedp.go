@@ -1,4 +1,4 @@
-package hflm
+package loop
 
 import (
 	"context"
@@ -9,15 +9,13 @@ import (
 
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
-	"github.com/mtrl-go/mtrl/tprl/loop"
 )
 
-// Data parallelism of a model on a device (LoadOn), one device per rank: the gradients are
+// Data parallelism of parameters on a device, one device per rank: the gradients are
 // reduced, and with ZeRO the optimizer's pieces gathered, on device buffers through a
 // collective.Tensors (cuda.NCCL; collective.HostTensors stages through the host), never
 // through host copies of the gradients. The host Comm the loop passes carries only counts,
-// an 8-byte norm and barriers. The same code runs on the CPU backend with HostTensors, where
-// it is checked against loop.HostGradients and loop.ShardedAdamW.
+// an 8-byte norm and barriers. The same code runs on the CPU backend with HostTensors.
 
 // DeviceReduceConfig says how DeviceReduce sums over micro-batches and ranks.
 type DeviceReduceConfig struct {
@@ -28,7 +26,7 @@ type DeviceReduceConfig struct {
 	// 2(N−1)/N gradients of traffic, results that depend on N in the last bits.
 	Ordered bool
 	// BucketBytes cuts the flattened gradient into buckets of this many float32 bytes (0:
-	// loop.DefaultBucketBytes); each is one collective, and with ZeRO each rank owns an equal
+	// DefaultBucketBytes); each is one collective, and with ZeRO each rank owns an equal
 	// 1/N of every bucket (NCCL's reduce-scatter chunks).
 	BucketBytes int
 	// ShardOnly (ZeRO-2 with the unordered reduction) reduce-scatters each bucket: this rank
@@ -36,9 +34,10 @@ type DeviceReduceConfig struct {
 	ShardOnly bool
 }
 
-// DeviceReduce is the loop.Gradients of a model on a device at rank `rank` of `size`.
+// DeviceReduce is the Gradients of parameters on a device (any backend) at rank `rank` of
+// `size`: BucketedGradients' reduction, run where the gradients live.
 type DeviceReduce struct {
-	params []loop.Param
+	params []Param
 	b      tensor.Backend
 	coll   collective.Tensors
 	cfg    DeviceReduceConfig
@@ -69,15 +68,15 @@ type devBucket struct {
 	shard  int // offset of this rank's chunk in the shard buffer
 }
 
-func newDevLayout(ps []loop.Param, bucketBytes, rank, size int) (devLayout, error) {
+func newDevLayout(ps []Param, bucketBytes, rank, size int) (devLayout, error) {
 	if bucketBytes < 0 {
-		return devLayout{}, fmt.Errorf("hflm: bucket of %d bytes, want >= 0", bucketBytes)
+		return devLayout{}, fmt.Errorf("loop: bucket of %d bytes, want >= 0", bucketBytes)
 	}
 	if size < 1 || rank < 0 || rank >= size {
-		return devLayout{}, fmt.Errorf("hflm: rank %d of %d ranks", rank, size)
+		return devLayout{}, fmt.Errorf("loop: rank %d of %d ranks", rank, size)
 	}
 	if bucketBytes == 0 {
-		bucketBytes = loop.DefaultBucketBytes
+		bucketBytes = DefaultBucketBytes
 	}
 	l := devLayout{rank: rank, size: size, bucket: max(1, bucketBytes/4)}
 	for _, p := range ps {
@@ -143,18 +142,18 @@ func flatView(t *tensor.Tensor, lo, hi int) (*tensor.Tensor, error) {
 
 // NewDeviceReduce returns the Gradients of ps (float32, all on one backend) for rank `rank` of
 // `size`, reducing through coll (nil only when size is 1).
-func NewDeviceReduce(ps []loop.Param, coll collective.Tensors, cfg DeviceReduceConfig, rank, size int) (*DeviceReduce, error) {
+func NewDeviceReduce(ps []Param, coll collective.Tensors, cfg DeviceReduceConfig, rank, size int) (*DeviceReduce, error) {
 	if len(ps) == 0 {
-		return nil, fmt.Errorf("hflm: no parameters to train")
+		return nil, fmt.Errorf("loop: no parameters to train")
 	}
 	for _, p := range ps {
 		if p.Value == nil || p.Grad == nil || p.Value.Backend() != ps[0].Value.Backend() || p.Grad.Backend() != ps[0].Value.Backend() ||
 			p.Value.DType() != tensor.Float32 || p.Grad.DType() != tensor.Float32 || p.Value.Len() != p.Grad.Len() {
-			return nil, fmt.Errorf("hflm: parameter %s: want float32 values and gradients of one length on %s", p.Name, ps[0].Value.Backend().Name())
+			return nil, fmt.Errorf("loop: parameter %s: want float32 values and gradients of one length on %s", p.Name, ps[0].Value.Backend().Name())
 		}
 	}
 	if size > 1 && (coll == nil || coll.Size() != size || coll.Rank() != rank) {
-		return nil, fmt.Errorf("hflm: rank %d of %d needs tensor collectives of that rank and size", rank, size)
+		return nil, fmt.Errorf("loop: rank %d of %d needs tensor collectives of that rank and size", rank, size)
 	}
 	l, err := newDevLayout(ps, cfg.BucketBytes, rank, size)
 	if err != nil {
@@ -163,7 +162,7 @@ func NewDeviceReduce(ps []loop.Param, coll collective.Tensors, cfg DeviceReduceC
 	return &DeviceReduce{params: ps, b: ps[0].Value.Backend(), coll: coll, cfg: cfg, l: l}, nil
 }
 
-// Collect implements loop.Gradients: Ordered moves the micro-batch's gradient into a flat
+// Collect implements Gradients: Ordered moves the micro-batch's gradient into a flat
 // buffer of its own and zeroes the parameters'; otherwise the next backward adds to them.
 func (g *DeviceReduce) Collect() error {
 	g.collected++
@@ -180,7 +179,7 @@ func (g *DeviceReduce) Collect() error {
 	}
 	g.pending = append(g.pending, flat)
 	for _, p := range g.params {
-		if err := zero(p.Grad); err != nil {
+		if err := zeroTensor(p.Grad); err != nil {
 			return err
 		}
 	}
@@ -238,14 +237,14 @@ func counts(ctx context.Context, comm collective.Comm, k int) ([]int, error) {
 	out := make([]int, len(parts))
 	for r, p := range parts {
 		if len(p) != 8 {
-			return nil, fmt.Errorf("hflm: rank %d sent %d bytes for its micro-batch count", r, len(p))
+			return nil, fmt.Errorf("loop: rank %d sent %d bytes for its micro-batch count", r, len(p))
 		}
 		out[r] = int(binary.LittleEndian.Uint64(p))
 	}
 	return out, nil
 }
 
-// Reduce implements loop.Gradients. It returns the bytes this rank received from the others:
+// Reduce implements Gradients. It returns the bytes this rank received from the others:
 // for the all-gather what crosses to it, for NCCL's all-reduce and reduce-scatter the ring
 // algorithm's 2(N−1)/N and (N−1)/N of the buffer (what NCCL moves; the stand-in copies more).
 func (g *DeviceReduce) Reduce(ctx context.Context, comm collective.Comm, scale float32) (received int64, err error) {
@@ -253,12 +252,12 @@ func (g *DeviceReduce) Reduce(ctx context.Context, comm collective.Comm, scale f
 		ctx = context.Background()
 	}
 	if size, rank := commShape(comm); size != g.l.size || rank != g.l.rank {
-		return 0, fmt.Errorf("hflm: gradients laid out for rank %d of %d, reduced by rank %d of %d", g.l.rank, g.l.size, rank, size)
+		return 0, fmt.Errorf("loop: gradients laid out for rank %d of %d, reduced by rank %d of %d", g.l.rank, g.l.size, rank, size)
 	}
 	k := g.collected
 	g.collected = 0
 	if k == 0 {
-		return 0, fmt.Errorf("hflm: Reduce before any micro-batch was collected")
+		return 0, fmt.Errorf("loop: Reduce before any micro-batch was collected")
 	}
 	ks := []int{k}
 	if g.l.size > 1 {
@@ -396,11 +395,11 @@ func (g *DeviceReduce) reduceOrdered(ctx context.Context, ks []int, scale float3
 		}
 	}
 	if len(order) == 0 {
-		return 0, fmt.Errorf("hflm: no micro-batch gradient to reduce")
+		return 0, fmt.Errorf("loop: no micro-batch gradient to reduce")
 	}
 	sum := order[0] // summed in place: a buffer of this reduction's own
 	for _, x := range order[1:] {
-		if err := add(sum, x); err != nil {
+		if err := tensor.Axpby(sum, x, 1, 1); err != nil {
 			return 0, err
 		}
 	}
@@ -412,8 +411,8 @@ func (g *DeviceReduce) reduceOrdered(ctx context.Context, ks []int, scale float3
 	return received, g.copyFlat(sum, 0, n, false, true)
 }
 
-// DeviceShardedAdamW is AdamW with its moments sharded over the ranks (ZeRO-1/2) for a model
-// on a device: rank r keeps the moments of the r-th 1/N of every bucket of its DeviceReduce's
+// DeviceShardedAdamW is AdamW with its moments sharded over the ranks (ZeRO-1/2) for
+// parameters on a device: rank r keeps the moments of the r-th 1/N of every bucket of its DeviceReduce's
 // layout, clips with the global norm, takes torch's AdamW step (tensor.AdamWStep) on its
 // pieces where they live, and all-gathers the updated pieces so every replica holds the whole
 // parameters again. When the reduced gradient is whole on every rank (ZeRO-1, or the ordered
@@ -422,14 +421,15 @@ func (g *DeviceReduce) reduceOrdered(ctx context.Context, ks []int, scale float3
 type DeviceShardedAdamW struct {
 	// AdamW holds the hyper-parameters and the step count (its M and V are empty: the moments
 	// are on the device; Moments downloads them).
-	*loop.AdamW
-	g      *DeviceReduce
-	stage  loop.Sharding
-	parts  []devPart
-	m, v   *tensor.Tensor // this rank's moments, its pieces in the flattened order
-	pflat  *tensor.Tensor // the padded parameters the all-gather writes (size > 1)
-	send   *tensor.Tensor // one chunk: this rank's updated piece of a bucket
-	repack func() error
+	*AdamW
+	g     *DeviceReduce
+	stage Sharding
+	parts []devPart
+	m, v  *tensor.Tensor // this rank's moments, its pieces in the flattened order
+	pflat *tensor.Tensor // the padded parameters the all-gather writes (size > 1)
+	send  *tensor.Tensor // one chunk: this rank's updated piece of a bucket
+	// Stepped, when set, runs after each step taken, as DeviceAdamW's.
+	Stepped func() error
 }
 
 // devPart is one parameter's part of one of this rank's pieces.
@@ -441,17 +441,17 @@ type devPart struct {
 }
 
 // NewDeviceShardedAdamW returns the optimizer over g's parameters for ZeRO stage (ShardOptimizer
-// or ShardGradients) with torch's AdamW hyper-parameters; repack runs after each step. Give
-// both to the loop. With stage ShardGradients, g should reduce-scatter (ShardOnly) unless it
-// is ordered; with ShardOptimizer it must not.
-func NewDeviceShardedAdamW(g *DeviceReduce, stage loop.Sharding, beta1, beta2, eps, weightDecay float64, repack func() error) (*DeviceShardedAdamW, error) {
-	if stage != loop.ShardOptimizer && stage != loop.ShardGradients {
-		return nil, fmt.Errorf("hflm: sharding stage %v, want ShardOptimizer or ShardGradients", stage)
+// or ShardGradients) with torch's AdamW hyper-parameters. Give both to the loop. With stage
+// ShardGradients, g should reduce-scatter (ShardOnly) unless it is ordered; with
+// ShardOptimizer it must not.
+func NewDeviceShardedAdamW(g *DeviceReduce, stage Sharding, beta1, beta2, eps, weightDecay float64) (*DeviceShardedAdamW, error) {
+	if stage != ShardOptimizer && stage != ShardGradients {
+		return nil, fmt.Errorf("loop: sharding stage %v, want ShardOptimizer or ShardGradients", stage)
 	}
-	if g.cfg.ShardOnly && stage != loop.ShardGradients {
-		return nil, fmt.Errorf("hflm: a reduce-scattered gradient (ShardOnly) needs ShardGradients")
+	if g.cfg.ShardOnly && stage != ShardGradients {
+		return nil, fmt.Errorf("loop: a reduce-scattered gradient (ShardOnly) needs ShardGradients")
 	}
-	o := &DeviceShardedAdamW{AdamW: loop.NewAdamW(nil, beta1, beta2, eps, weightDecay), g: g, stage: stage, repack: repack}
+	o := &DeviceShardedAdamW{AdamW: NewAdamW(nil, beta1, beta2, eps, weightDecay), g: g, stage: stage}
 	at := 0
 	for k, b := range g.l.buckets() {
 		lo, hi := b.piece(g.l.rank)
@@ -476,10 +476,10 @@ func NewDeviceShardedAdamW(g *DeviceReduce, stage loop.Sharding, beta1, beta2, e
 // Steps is the number of steps taken.
 func (o *DeviceShardedAdamW) Steps() int { return o.T }
 
-// Step implements loop.Optimizer for one rank; with several, the loop calls StepGroup.
+// Step implements Optimizer for one rank; with several, the loop calls StepGroup.
 func (o *DeviceShardedAdamW) Step(lr, maxNorm float64) (float64, error) {
 	if o.g.l.size != 1 {
-		return 0, fmt.Errorf("hflm: DeviceShardedAdamW of %d ranks steps through StepGroup", o.g.l.size)
+		return 0, fmt.Errorf("loop: DeviceShardedAdamW of %d ranks steps through StepGroup", o.g.l.size)
 	}
 	norm, _, err := o.StepGroup(context.Background(), nil, lr, maxNorm)
 	return norm, err
@@ -493,19 +493,19 @@ func (o *DeviceShardedAdamW) grad(p devPart) (*tensor.Tensor, error) {
 	return flatView(o.g.params[p.i].Grad, p.lo, p.hi)
 }
 
-// StepGroup implements loop.GroupOptimizer: the norm, clipping, this rank's AdamW step and the
+// StepGroup implements GroupOptimizer: the norm, clipping, this rank's AdamW step and the
 // parameter all-gather. The gradients are zero afterwards either way.
 func (o *DeviceShardedAdamW) StepGroup(ctx context.Context, comm collective.Comm, lr, maxNorm float64) (norm float64, received int64, err error) {
 	g, l := o.g, o.g.l
 	if size, rank := commShape(comm); size != l.size || rank != l.rank {
-		return 0, 0, fmt.Errorf("hflm: optimizer laid out for rank %d of %d, stepped by rank %d of %d", l.rank, l.size, rank, size)
+		return 0, 0, fmt.Errorf("loop: optimizer laid out for rank %d of %d, stepped by rank %d of %d", l.rank, l.size, rank, size)
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	defer func() {
 		for _, p := range g.params {
-			if zerr := zero(p.Grad); err == nil {
+			if zerr := zeroTensor(p.Grad); err == nil {
 				err = zerr
 			}
 		}
@@ -575,8 +575,8 @@ func (o *DeviceShardedAdamW) StepGroup(ctx context.Context, comm collective.Comm
 			return 0, 0, err
 		}
 	}
-	if o.repack != nil {
-		err = o.repack()
+	if o.Stepped != nil {
+		err = o.Stepped()
 	}
 	return norm, received, err
 }
@@ -633,7 +633,7 @@ func (o *DeviceShardedAdamW) gatherParams(ctx context.Context, comm collective.C
 
 // Moments returns copies of this rank's moments, one shard per owned range (for a
 // checkpoint: rank-independent ranges of the flattened parameters).
-func (o *DeviceShardedAdamW) Moments() ([]loop.MomentShard, error) {
+func (o *DeviceShardedAdamW) Moments() ([]MomentShard, error) {
 	m, err := download(o.m)
 	if err != nil {
 		return nil, err
@@ -642,12 +642,12 @@ func (o *DeviceShardedAdamW) Moments() ([]loop.MomentShard, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []loop.MomentShard
+	var out []MomentShard
 	at := 0
 	for _, b := range o.g.l.buckets() {
 		lo, hi := b.piece(o.g.l.rank)
 		if hi > lo {
-			out = append(out, loop.MomentShard{Lo: lo, Hi: hi, M: slices.Clone(m[at : at+hi-lo]), V: slices.Clone(v[at : at+hi-lo])})
+			out = append(out, MomentShard{Lo: lo, Hi: hi, M: slices.Clone(m[at : at+hi-lo]), V: slices.Clone(v[at : at+hi-lo])})
 			at += hi - lo
 		}
 	}
@@ -657,22 +657,22 @@ func (o *DeviceShardedAdamW) Moments() ([]loop.MomentShard, error) {
 // SetMoments sets this rank's moments from shards written by any number of ranks (or one
 // whole range): they must not overlap and must cover every value this rank owns. The step
 // count is not touched.
-func (o *DeviceShardedAdamW) SetMoments(shards []loop.MomentShard) error {
+func (o *DeviceShardedAdamW) SetMoments(shards []MomentShard) error {
 	byLo := slices.Clone(shards)
-	slices.SortFunc(byLo, func(a, b loop.MomentShard) int { return a.Lo - b.Lo })
+	slices.SortFunc(byLo, func(a, b MomentShard) int { return a.Lo - b.Lo })
 	for i, s := range byLo {
 		if s.Lo < 0 || s.Hi > o.g.l.n || s.Hi < s.Lo || len(s.M) != s.Hi-s.Lo || len(s.V) != s.Hi-s.Lo {
-			return fmt.Errorf("hflm: moment shard [%d, %d) with %d and %d values, of %d parameters", s.Lo, s.Hi, len(s.M), len(s.V), o.g.l.n)
+			return fmt.Errorf("loop: moment shard [%d, %d) with %d and %d values, of %d parameters", s.Lo, s.Hi, len(s.M), len(s.V), o.g.l.n)
 		}
 		if i > 0 && s.Lo < byLo[i-1].Hi && s.Hi > s.Lo {
-			return fmt.Errorf("hflm: moment shards [%d, %d) and [%d, %d) overlap", byLo[i-1].Lo, byLo[i-1].Hi, s.Lo, s.Hi)
+			return fmt.Errorf("loop: moment shards [%d, %d) and [%d, %d) overlap", byLo[i-1].Lo, byLo[i-1].Hi, s.Lo, s.Hi)
 		}
 	}
 	var m, v []float32
 	for _, b := range o.g.l.buckets() {
 		lo, hi := b.piece(o.g.l.rank)
 		for at := lo; at < hi; {
-			k, ok := slices.BinarySearchFunc(byLo, at, func(s loop.MomentShard, x int) int {
+			k, ok := slices.BinarySearchFunc(byLo, at, func(s MomentShard, x int) int {
 				if s.Hi <= x {
 					return -1
 				}
@@ -682,7 +682,7 @@ func (o *DeviceShardedAdamW) SetMoments(shards []loop.MomentShard) error {
 				return 0
 			})
 			if !ok {
-				return fmt.Errorf("hflm: no moment shard holds parameter value %d", at)
+				return fmt.Errorf("loop: no moment shard holds parameter value %d", at)
 			}
 			s := byLo[k]
 			end := min(hi, s.Hi)
@@ -718,11 +718,4 @@ func (o *DeviceShardedAdamW) Close() error {
 		_ = t.Release()
 	}
 	return nil
-}
-
-func commShape(c collective.Comm) (size, rank int) {
-	if c == nil {
-		return 1, 0
-	}
-	return c.Size(), c.Rank()
 }

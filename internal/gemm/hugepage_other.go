@@ -1,0 +1,6 @@
+//go:build unix && !linux
+
+package gemm
+
+// adviseHugePages does nothing where there is no MADV_HUGEPAGE.
+func adviseHugePages([]byte) {}
