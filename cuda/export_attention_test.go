@@ -2,12 +2,7 @@
 
 package cuda
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/mtrl-go/mtrl/tensor"
-)
+import "github.com/mtrl-go/mtrl/tensor"
 
 // OnLaunch makes f see the name of every kernel launched until restore is called.
 func OnLaunch(f func(name string)) (restore func()) {
@@ -37,7 +32,3 @@ func MMACheck(b *Backend, a, bm, c *tensor.Tensor) (*tensor.Tensor, error) {
 		return b.launch(op, "attention_mma_check_bf16", 1, 1, 32, 0, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(p[3]))
 	})
 }
-
-// Emulated reports whether b runs on internal/cuemu (whose contexts print as cuemu-context-N),
-// not on a GPU.
-func Emulated(b *Backend) bool { return strings.HasPrefix(fmt.Sprint(b.ctx), "cuemu-") }
