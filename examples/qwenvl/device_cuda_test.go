@@ -4,6 +4,9 @@ package qwenvl
 
 import (
 	"fmt"
+	"github.com/mtrl-go/mtrl/divergence"
+	"github.com/mtrl-go/mtrl/perturb"
+	"github.com/mtrl-go/mtrl/tprl/loop"
 	"math"
 	"os"
 	"path/filepath"
@@ -458,5 +461,79 @@ func TestCUDAVisionMixedPrecision(t *testing.T) {
 				require.NotEqual(t, want[0], want[1], "bf16 mode rounds")
 			})
 		}
+	}
+}
+
+// TestCUDAVisionPerturbedLogProbs: the policy's scoring passes on the device, with the images
+// as given and perturbed (the trainer's perturbed pass: blackened patches, the default and a
+// denser one), give the CPU's log-probs and entropies within the tolerance of
+// TestCUDAVisionLogits, for images of several sizes in one batch; and as tprl/loop runs them
+// (micro-batches of 2 rows written into row views of one [B, T] tensor, the perturbed pass
+// without entropies), with the perception score computed on each backend. Written after a
+// model_path trainer run on an H200 logged other perception scores on the device than on the
+// CPU (docs/2026-11-gpu-h200.md): there the first part passed.
+func TestCUDAVisionPerturbedLogProbs(t *testing.T) {
+	b := device(t)
+	for _, cfg := range []string{"qwen2-vl.json", "qwen2.5-vl.json"} {
+		t.Run(cfg, func(t *testing.T) {
+			cpu, dev := loadPair(t, b, cfg, 5, nil)
+			hp, dp := testPolicy(t, cpu), testPolicy(t, dev)
+			ps := testPrompts(cpu, 3)
+			ps[2].Images = []*RGB{testImage(84, 112, 2)}
+			batch := &loop.Batch[Prompt]{Prompts: ps, IDs: []uint64{40, 41, 42}, T: 4, Temperature: 1,
+				Completions: []loop.Completion{{Tokens: []int32{7, 8, 9}}, {Tokens: []int32{11}}, {Tokens: []int32{3, 4, 5, 6}}}}
+			for _, in := range []loop.Input{{}, {Perturb: perturb.DefaultBlackening(), Seed: 9}, {Perturb: perturb.Blackening{PatchSize: 14, Prob: 0.5}, Seed: 3}} {
+				var want, wantEnt []float32
+				for _, pol := range []*Policy[Prompt]{hp, dp} {
+					lp, err := tensor.New(pol.Backend(), tensor.Float32, 3, 4)
+					require.NoError(t, err)
+					ent, err := tensor.New(pol.Backend(), tensor.Float32, 3, 4)
+					require.NoError(t, err)
+					require.NoError(t, pol.LogProbs(batch, 0, 3, in, lp, ent))
+					if want == nil {
+						want, wantEnt = downloaded(t, lp), downloaded(t, ent)
+						continue
+					}
+					t.Logf("perturbed %v: log-probs largest relative difference %.3g, entropies %.3g", in.Perturb != nil,
+						closeTo(t, "log-probs", downloaded(t, lp), want, 1e-5), closeTo(t, "entropies", downloaded(t, ent), wantEnt, 1e-5))
+				}
+			}
+			// As the loop scores: row views, no entropies for the perturbed pass, the score.
+			var wantScore []float32
+			for _, pol := range []*Policy[Prompt]{hp, dp} {
+				pass := func(in loop.Input, withEnt bool) *tensor.Tensor {
+					lp, err := tensor.New(pol.Backend(), tensor.Float32, 3, 4)
+					require.NoError(t, err)
+					ent, err := tensor.New(pol.Backend(), tensor.Float32, 3, 4)
+					require.NoError(t, err)
+					for _, r := range [][2]int{{0, 2}, {2, 3}} {
+						lr, err := lp.Rows(r[0], r[1])
+						require.NoError(t, err)
+						var er *tensor.Tensor
+						if withEnt {
+							er, err = ent.Rows(r[0], r[1])
+							require.NoError(t, err)
+						}
+						require.NoError(t, pol.LogProbs(batch, r[0], r[1], in, lr, er))
+					}
+					return lp
+				}
+				old, aug := pass(loop.Input{}, true), pass(loop.Input{Perturb: perturb.DefaultBlackening(), Seed: 9}, false)
+				score, err := tensor.New(pol.Backend(), tensor.Float32, 3, 4)
+				require.NoError(t, err)
+				require.NoError(t, divergence.PerceptionScore(score, old, aug))
+				// Padding positions hold whatever the passes left there: compare the completions'.
+				got := downloaded(t, score)
+				var kept []float32
+				for i, c := range batch.Completions {
+					kept = append(kept, got[i*4:i*4+len(c.Tokens)]...)
+				}
+				if wantScore == nil {
+					wantScore = kept
+					continue
+				}
+				t.Logf("perception scores largest relative difference %.3g", closeTo(t, "perception scores", kept, wantScore, 1e-5))
+			}
+		})
 	}
 }
