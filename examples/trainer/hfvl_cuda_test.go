@@ -27,7 +27,9 @@ import (
 // sampling among the 151,936 nearly equally likely tokens of a random model flips a token for
 // differences of that size (at step 2, a quarter of the rows at lr 1e-2 and at 1e-4 alike);
 // lr 1e-4 keeps the updated models close enough for the greedy validation after the step.
-// The resume test below runs further steps on the device.
+// The resume test below runs further steps on the device. On an H200 this test fails: the
+// perception metrics (and grad_norm through the shaping) differ from the CPU's, the rest agree
+// (docs/2026-11-gpu-h200.md; open).
 //
 // bf16: the same step in bf16 mixed precision (fsdp.mixed_precision_dtype=bf16: the tower and
 // the language model on bfloat16 copies and activations, every rounding made on the device)
