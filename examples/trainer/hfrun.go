@@ -60,6 +60,11 @@ type hfSession[P any] struct {
 	close func() error
 }
 
+// testHFStep, when set (tests), sees each model_path RL step's response mask, old log-probs
+// and perception score (nil without the perturbed pass), [B, T] on the policy's backend,
+// before they are released.
+var testHFStep func(step int, mask, oldLogProbs, perception *tensor.Tensor)
+
 // hfState is state.json of a model_path checkpoint: with the trained weights
 // (model.safetensors) and AdamW's moments (optimizer.safetensors), an exact resume.
 type hfState struct {
@@ -594,6 +599,9 @@ func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSes
 			return nil, fmt.Errorf("step %d: %w", t.loop.State().Step+1, err)
 		}
 		m := Metrics(res.Metrics)
+		if testHFStep != nil {
+			testHFStep(t.loop.State().Step, res.ResponseMask, res.OldLogProbs, res.PerceptionScore)
+		}
 		res.Release()
 		step := t.loop.State().Step
 		last := step == steps

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/stretchr/testify/require"
 )
@@ -27,9 +28,11 @@ import (
 // sampling among the 151,936 nearly equally likely tokens of a random model flips a token for
 // differences of that size (at step 2, a quarter of the rows at lr 1e-2 and at 1e-4 alike);
 // lr 1e-4 keeps the updated models close enough for the greedy validation after the step.
-// The resume test below runs further steps on the device. On an H200 this test fails: the
-// perception metrics (and grad_norm through the shaping) differ from the CPU's, the rest agree
-// (docs/2026-11-gpu-h200.md; open).
+// The resume test below runs further steps on the device. Before the metrics, the step's old
+// log-probs and perception scores are compared per response token (testHFStep), within 1e-5
+// of their scale: which one differs tells the scoring pass from the perturbed one. On an H200
+// this test fails: the perception metrics (and grad_norm through the shaping) differ from the
+// CPU's, the rest agree (docs/2026-11-gpu-h200.md; open; the per-token comparison came after).
 //
 // bf16: the same step in bf16 mixed precision (fsdp.mixed_precision_dtype=bf16: the tower and
 // the language model on bfloat16 copies and activations, every rounding made on the device)
@@ -50,6 +53,11 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 			cpu, dev := filepath.Join(t.TempDir(), "cpu"), filepath.Join(t.TempDir(), "dev")
 			extra := append([]string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8", "worker.actor.model.lora_dropout=0.1",
 				"dataset.val_size=2", "worker.actor.use_kl_loss=true", "worker.actor.optim.lr=1e-4", "training.steps=1"}, strings.Fields(mode.set)...)
+			var tokens []stepTokens // the CPU run's, then the device run's
+			testHFStep = func(step int, mask, old, perception *tensor.Tensor) {
+				tokens = append(tokens, stepTokens{hostFloats(t, mask), hostFloats(t, old), hostFloats(t, perception)})
+			}
+			defer func() { testHFStep = nil }()
 			for _, r := range []struct {
 				dir string
 				set []string
@@ -58,6 +66,11 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 				require.NoError(t, err)
 				run(t, cfg)
 			}
+			require.Len(t, tokens, 2)
+			// Per response token first: which of the two inputs of the perception metrics
+			// differs tells a scoring pass from the perturbed one.
+			closeTokens(t, "old log-probs", tokens[0].mask, tokens[1].old, tokens[0].old)
+			closeTokens(t, "perception scores", tokens[0].mask, tokens[1].perception, tokens[0].perception)
 			closeRuns(t, cpu, dev, 1e-4)
 			read := func(path string) map[string][]float32 {
 				ts, err := hfmodel.ReadSafetensors(path)
@@ -262,4 +275,52 @@ func TestDeviceVLModelPathBF16DataParallel(t *testing.T) {
 	t.Logf("bf16, 2 devices vs 1: largest relative metric difference %.2g", worst)
 	require.Empty(t, diffs)
 	sameState(t, one, two, 2, "bf16, 2 devices vs 1")
+}
+
+// stepTokens is one RL step's per-token tensors on the host (testHFStep).
+type stepTokens struct{ mask, old, perception []float32 }
+
+// hostFloats returns a float32 tensor's values on the host (nil for nil).
+func hostFloats(t *testing.T, x *tensor.Tensor) []float32 {
+	t.Helper()
+	if x == nil {
+		return nil
+	}
+	h, err := tensor.To(tensor.CPU(), x)
+	require.NoError(t, err)
+	v, err := h.Float32s()
+	require.NoError(t, err)
+	return v
+}
+
+// closeTokens reports the response tokens (mask 1) where got and want differ by more than
+// 1e-5·(1 + max|want|), the device-vs-CPU tolerance of the models' own tests, and logs the
+// largest difference.
+func closeTokens(t *testing.T, name string, mask, got, want []float32) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), name)
+	scale := 0.0
+	for i, m := range mask {
+		if m != 0 {
+			scale = max(scale, math.Abs(float64(want[i])))
+		}
+	}
+	worst, bad := 0.0, 0
+	for i, m := range mask {
+		if m == 0 {
+			continue
+		}
+		d := math.Abs(float64(got[i])-float64(want[i])) / (1 + scale)
+		worst = max(worst, d)
+		if d > 1e-5 {
+			if bad == 0 {
+				t.Errorf("%s at token %d: device %v, cpu %v", name, i, got[i], want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of the response tokens differ by more than 1e-5", name, bad)
+	}
+	t.Logf("%s: largest relative difference %.3g", name, worst)
 }
