@@ -57,12 +57,8 @@ func loadPair(t *testing.T, b tensor.Backend, cfgFile string, seed uint64) (cpu,
 // closeTo is the examples' shared device-against-CPU comparison.
 var closeTo = devicetest.CloseTo
 
-func downloaded(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	v, err := download(x)
-	require.NoError(t, err)
-	return v
-}
+// downloaded is a tensor's values on the host.
+var downloaded = devicetest.Downloaded
 
 // TestCUDALogits: the full forward's logits of every test configuration (untied and tied
 // Qwen2, Llama with linear rope scaling, GQA) on the device equal the CPU's within 1e-5 of

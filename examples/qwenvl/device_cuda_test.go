@@ -66,12 +66,8 @@ func loadPair(t *testing.T, b tensor.Backend, cfgFile string, seed uint64, edit 
 // closeTo is the examples' shared device-against-CPU comparison.
 var closeTo = devicetest.CloseTo
 
-func downloaded(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	v, err := download(x)
-	require.NoError(t, err)
-	return v
-}
+// downloaded is a tensor's values on the host.
+var downloaded = devicetest.Downloaded
 
 // TestCUDAVisionLogits: the tower's image and video features and the whole model's logits
 // (two images and a two-frame video in one sequence) on the device equal the CPU's within

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
+	"github.com/mtrl-go/mtrl/examples/internal/devicetest"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/stretchr/testify/require"
@@ -55,7 +56,7 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 				"dataset.val_size=2", "worker.actor.use_kl_loss=true", "worker.actor.optim.lr=1e-4", "training.steps=1"}, strings.Fields(mode.set)...)
 			var tokens []stepTokens // the CPU run's, then the device run's
 			testHFStep = func(step int, mask, old, perception *tensor.Tensor) {
-				tokens = append(tokens, stepTokens{hostFloats(t, mask), hostFloats(t, old), hostFloats(t, perception)})
+				tokens = append(tokens, stepTokens{devicetest.Downloaded(t, mask), devicetest.Downloaded(t, old), devicetest.Downloaded(t, perception)})
 			}
 			defer func() { testHFStep = nil }()
 			for _, r := range []struct {
@@ -279,19 +280,6 @@ func TestDeviceVLModelPathBF16DataParallel(t *testing.T) {
 
 // stepTokens is one RL step's per-token tensors on the host (testHFStep).
 type stepTokens struct{ mask, old, perception []float32 }
-
-// hostFloats returns a float32 tensor's values on the host (nil for nil).
-func hostFloats(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	if x == nil {
-		return nil
-	}
-	h, err := tensor.To(tensor.CPU(), x)
-	require.NoError(t, err)
-	v, err := h.Float32s()
-	require.NoError(t, err)
-	return v
-}
 
 // closeTokens reports the response tokens (mask 1) where got and want differ by more than
 // 1e-5·(1 + max|want|), the device-vs-CPU tolerance of the models' own tests, and logs the

@@ -5,6 +5,8 @@ package devicetest
 import (
 	"math"
 	"testing"
+
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // CloseTo fails t when |got − want| > tol·(1 + max|want|) anywhere (the device's sums run in
@@ -28,4 +30,22 @@ func CloseTo(t testing.TB, name string, got, want []float32, tol float64) float6
 		worst = max(worst, d)
 	}
 	return worst
+}
+
+// Downloaded returns a float32 tensor's values on the host, copied from its backend (nil for a
+// nil tensor); it fails t when they cannot be read.
+func Downloaded(t testing.TB, x *tensor.Tensor) []float32 {
+	t.Helper()
+	if x == nil {
+		return nil
+	}
+	h, err := tensor.To(tensor.CPU(), x)
+	if err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	v, err := h.Float32s()
+	if err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	return v
 }

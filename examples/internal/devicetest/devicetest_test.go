@@ -4,6 +4,8 @@ import (
 	"math"
 	"runtime"
 	"testing"
+
+	"github.com/mtrl-go/mtrl/tensor"
 )
 
 // fatal records a Fatalf and, as testing.T does, ends the goroutine.
@@ -40,5 +42,19 @@ func TestCloseTo(t *testing.T) {
 		if !f.failed {
 			t.Fatalf("%v against %v within %v passed", c.got, want, c.tol)
 		}
+	}
+}
+
+// TestDownloaded: a CPU tensor's values come back as they are; nil gives nil.
+func TestDownloaded(t *testing.T) {
+	x, err := tensor.FromFloat32([]float32{1, -2.5, 3}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Downloaded(t, x); len(got) != 3 || got[0] != 1 || got[1] != -2.5 || got[2] != 3 {
+		t.Fatalf("Downloaded = %v, want [1 -2.5 3]", got)
+	}
+	if got := Downloaded(t, nil); got != nil {
+		t.Fatalf("Downloaded(nil) = %v, want nil", got)
 	}
 }
