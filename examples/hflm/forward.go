@@ -1,8 +1,10 @@
 package hflm
 
 import (
+	"fmt"
 	"slices"
 
+	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -226,11 +228,13 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		return nil, err
 	}
 	if in.scatter != nil {
+		stage(&a.e, x, "lm.token_embed")
 		if err := in.scatter(x); err != nil {
 			return nil, err
 		}
 	}
 	m.round(&a.e, x)
+	stage(&a.e, x, "lm.embed")
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
@@ -252,6 +256,7 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		if err != nil {
 			return nil, err
 		}
+		stage(&a.e, y, "lm.layer.%d", l)
 		if keep {
 			a.layers[l] = m.storeLayer(&a.e, s)
 			m.freeStored(s, a.layers[l])
@@ -265,7 +270,16 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	a.hidden = m.alloc(&a.e, n, d)
 	a.e.do(tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps))
 	m.round(&a.e, a.hidden)
+	stage(&a.e, a.hidden, "lm.norm")
 	return a, a.e.err
+}
+
+// stage shows probe.Stage (set by the device tests) x at the stage of a forward named by
+// format and args.
+func stage(e *errs, x *tensor.Tensor, format string, args ...any) {
+	if probe.Stage != nil && e.err == nil {
+		probe.Stage(fmt.Sprintf(format, args...), x)
+	}
 }
 
 // layerForward runs decoder layer l on x [N, D] and returns its output and the inputs of its
@@ -308,6 +322,7 @@ func (m *Model) layerForward(l int, x *tensor.Tensor, in *packed, a *acts, onKV 
 		e.do(tensor.Attention(s.attn, ai, m.attn))
 	}
 	m.round(e, s.attn)
+	stage(e, s.attn, "lm.layer.%d.attn", l)
 	s.attn = a.stored("attn", s.attn)
 	o := a.buf("o", n, d)
 	e.do(m.linearFwd(o, s.attn, ly.o, a))

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/mtrl-go/mtrl/examples/hflm"
+	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tprl/loop"
 )
@@ -38,8 +39,8 @@ type Policy[P any] struct {
 func (p *Policy[P]) Backend() tensor.Backend { return p.Model.Backend() }
 
 // sample preprocesses a prompt (its images perturbed by in for row id) into a Sample whose IDs
-// are the expanded prompt followed by completion.
-func (p *Policy[P]) sample(q P, completion []int32, in loop.Input, id uint64) (Sample, error) {
+// are the expanded prompt followed by completion; it also returns the images it processed.
+func (p *Policy[P]) sample(q P, completion []int32, in loop.Input, id uint64) (Sample, []*RGB, error) {
 	pr := p.Prompt(q)
 	images := pr.Images
 	if in.Perturb != nil {
@@ -47,14 +48,14 @@ func (p *Policy[P]) sample(q P, completion []int32, in loop.Input, id uint64) (S
 		for i, img := range pr.Images {
 			src, err := tensor.FromUint8(img.Pix, img.Height, img.Width, 3)
 			if err != nil {
-				return Sample{}, err
+				return Sample{}, nil, err
 			}
 			dst, err := tensor.New(tensor.CPU(), tensor.Uint8, img.Height, img.Width, 3)
 			if err != nil {
-				return Sample{}, err
+				return Sample{}, nil, err
 			}
 			if err := in.Perturb.Apply(dst, src, in.Seed, id); err != nil {
-				return Sample{}, fmt.Errorf("qwenvl: perturb: %w", err)
+				return Sample{}, nil, fmt.Errorf("qwenvl: perturb: %w", err)
 			}
 			pix, _ := dst.Uint8s()
 			images[i] = &RGB{Width: img.Width, Height: img.Height, Pix: pix}
@@ -64,7 +65,7 @@ func (p *Policy[P]) sample(q P, completion []int32, in loop.Input, id uint64) (S
 	if len(images) > 0 {
 		var err error
 		if s.Images, err = p.Processor.Images(images); err != nil {
-			return Sample{}, err
+			return Sample{}, nil, err
 		}
 	}
 	ids := make([]int64, len(pr.IDs))
@@ -73,14 +74,14 @@ func (p *Policy[P]) sample(q P, completion []int32, in loop.Input, id uint64) (S
 	}
 	rows, err := ExpandTokens([][]int64{ids}, s.Images.Grids, nil, p.Model.Config.Tokens)
 	if err != nil {
-		return Sample{}, err
+		return Sample{}, nil, err
 	}
 	s.IDs = make([]int32, 0, len(rows[0])+len(completion))
 	for _, id := range rows[0] {
 		s.IDs = append(s.IDs, int32(id))
 	}
 	s.IDs = append(s.IDs, completion...)
-	return s, nil
+	return s, images, nil
 }
 
 // Generate implements loop.Policy with Model.Generate.
@@ -88,7 +89,7 @@ func (p *Policy[P]) Generate(prompts []P, s loop.Sampling, rngs []*rand.Rand) ([
 	samples := make([]Sample, len(prompts))
 	for i, q := range prompts {
 		var err error
-		if samples[i], err = p.sample(q, nil, loop.Input{}, 0); err != nil {
+		if samples[i], _, err = p.sample(q, nil, loop.Input{}, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -126,6 +127,7 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 	}
 	samples := make([]Sample, hi-lo)
 	lens := make([]int, hi-lo)
+	pixels := make([][][]byte, hi-lo)
 	for i := range samples {
 		c := b.Completions[lo+i].Tokens
 		c = c[:min(len(c), b.T)]
@@ -133,15 +135,31 @@ func (p *Policy[P]) score(b *loop.Batch[P], lo, hi int, in loop.Input, train boo
 		if in.Perturb != nil {
 			id = b.IDs[lo+i]
 		}
-		var err error
-		if samples[i], err = p.sample(b.Prompts[lo+i], c, in, id); err != nil {
+		var (
+			images []*RGB
+			err    error
+		)
+		if samples[i], images, err = p.sample(b.Prompts[lo+i], c, in, id); err != nil {
 			return nil, err
 		}
 		lens[i] = len(c)
+		if probe.Score != nil {
+			for _, img := range images {
+				pixels[i] = append(pixels[i], img.Pix)
+			}
+		}
 	}
 	s, err := p.Model.Score(samples, lens, b.Temperature, train)
 	if err != nil {
 		return nil, err
+	}
+	if probe.Score != nil {
+		pass := probe.Pass{Perturbed: in.Perturb != nil, Train: train, Seed: in.Seed, Pixels: pixels, Samples: samples,
+			Completions: lens, Temperature: b.Temperature, LogProbs: s.LogProbs}
+		if in.Perturb != nil {
+			pass.IDs = b.IDs[lo:hi]
+		}
+		probe.Score(pass)
 	}
 	return s, hflm.WriteScores(logp, ent, s.LogProbs, s.Entropy, b.T)
 }

@@ -64,7 +64,7 @@ func TestPolicyPerturbedLogProbs(t *testing.T) {
 		return v
 	}
 	for i, p := range ps { // RowTokens counts what the pass computes
-		s, err := pol.sample(p, b.Completions[i].Tokens, loop.Input{}, 0)
+		s, _, err := pol.sample(p, b.Completions[i].Tokens, loop.Input{}, 0)
 		require.NoError(t, err)
 		require.Equal(t, len(s.IDs), pol.RowTokens(b, i))
 	}
@@ -139,7 +139,7 @@ func TestPolicyLearns(t *testing.T) {
 				p := 0.0
 				for _, d := range data {
 					for tok := range int32(low) {
-						s, err := policy.sample(d, []int32{tok}, loop.Input{}, 0)
+						s, _, err := policy.sample(d, []int32{tok}, loop.Input{}, 0)
 						require.NoError(t, err)
 						sc, err := m.Score([]Sample{s}, []int{1}, 1, false)
 						require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestPolicyLearns(t *testing.T) {
 			require.NoError(t, ck.Save(dir, hfmodel.Float32, LayoutNested))
 			saved, err := LoadDir(dir)
 			require.NoError(t, err)
-			s, err := policy.sample(data[1], nil, loop.Input{}, 0)
+			s, _, err := policy.sample(data[1], nil, loop.Input{}, 0)
 			require.NoError(t, err)
 			want, err := m.Logits(s)
 			require.NoError(t, err)

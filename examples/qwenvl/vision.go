@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mtrl-go/mtrl/examples/internal/mixedbf16"
+	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/internal/nnref"
 	"github.com/mtrl-go/mtrl/tensor"
 )
@@ -450,6 +451,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		return nil, nil, err
 	}
 	px = t.store(&e, px) // bf16 mode: rounded
+	stage(&e, px, "vision.pixels")
 	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
 	var ka *VisionActs // the adapters keep their activations in a training pass
 	if keep {
@@ -462,6 +464,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		x = t.permute(&e, x, l.win, unit*d)
 	}
 	t.round(&e, x)
+	stage(&e, x, "vision.patch_embed")
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -488,6 +491,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		e.do(tensor.RoPE(s.k, s.k, l.pos, t.rope))
 		t.round(&e, s.q)
 		t.round(&e, s.k)
+		stage(&e, qkvp, "vision.block.%d.qkv", i)
 		s.attn = fb.get(&e, "attn", n, v.Heads, hd)
 		ai := tensor.AttentionInputs{Q: s.q, K: s.k, V: s.v, CuSeqlensQ: cu, CuSeqlensK: cu}
 		if keep {
@@ -496,12 +500,14 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		} else {
 			e.do(tensor.Attention(s.attn, ai, t.attn))
 		}
+		stage(&e, s.attn, "vision.block.%d.attn", i)
 		s.attn = fb.gemmIn(&e, "attn", s.attn)
 		o := fb.get(&e, "o", n, d)
 		e.do(linearInto(o, s.attn, blk.proj))
 		e.do(t.adapt(o, s.attn, blk.proj, ka))
 		e.do(t.residual(o, x))
 		s.xMid = o
+		stage(&e, o, "vision.block.%d.mid", i)
 		s.h2 = fb.get(&e, "h2", n, d)
 		e.do(t.normFwd(s.h2, s.xMid, blk.norm2))
 		s.h2 = fb.gemmIn(&e, "h2", s.h2)
@@ -556,6 +562,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		}
 		e.do(t.residual(y, s.xMid))
 		x = y
+		stage(&e, x, "vision.block.%d", i)
 		if e.err != nil {
 			return nil, nil, e.err
 		}
@@ -587,6 +594,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	if l.winInv != nil {
 		out = t.permute(&e, out, l.winInv, v.OutDim)
 	}
+	stage(&e, out, "vision.merger")
 	if e.err != nil {
 		return nil, nil, e.err
 	}
@@ -594,6 +602,14 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		a = nil
 	}
 	return out, a, nil
+}
+
+// stage shows probe.Stage (set by the device tests) x at the stage of a forward named by
+// format and args.
+func stage(e *errs, x *tensor.Tensor, format string, args ...any) {
+	if probe.Stage != nil && e.err == nil {
+		probe.Stage(fmt.Sprintf(format, args...), x)
+	}
 }
 
 func (t *Vision) normFwd(y, x *tensor.Tensor, n norm) error {

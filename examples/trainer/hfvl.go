@@ -443,6 +443,23 @@ func vlPolicy(m *qwenvl.Model, proc *qwenvl.Processor, gen *hfmodel.GenerationCo
 	}
 }
 
+// loadVL loads the model_path checkpoint onto backend b with the actor's precision settings,
+// the tower's included.
+func (cfg Config) loadVL(b tensor.Backend) (*qwenvl.Model, error) {
+	mc := cfg.Worker.Actor.Model
+	model, err := qwenvl.LoadDirOn(mc.ModelPath, b)
+	if err != nil {
+		return nil, keyErr("worker.actor.model.model_path", "%s: %v", mc.ModelPath, err)
+	}
+	if err := cfg.Worker.Actor.applyScale(model.LM); err != nil {
+		return nil, err
+	}
+	if err := model.Vision.SetMixedPrecision(model.LM.MixedPrecision()); err != nil { // the tower too
+		return nil, err
+	}
+	return model, nil
+}
+
 // openHFVL opens a Qwen2-VL or Qwen2.5-VL checkpoint, its processor, tokenizer and chat
 // template, adds the adapters, freezes the tower when asked, and loads the prompts with their
 // images; the perturbed pass perturbs them with optimization.perturbation.
@@ -466,14 +483,8 @@ func openHFVL(cfg Config) (_ *hfSession[vlPrompt], err error) {
 			_ = closeBackend()
 		}
 	}()
-	model, err := qwenvl.LoadDirOn(mc.ModelPath, backend)
+	model, err := cfg.loadVL(backend)
 	if err != nil {
-		return nil, key(err)
-	}
-	if err := cfg.Worker.Actor.applyScale(model.LM); err != nil {
-		return nil, err
-	}
-	if err := model.Vision.SetMixedPrecision(model.LM.MixedPrecision()); err != nil { // the tower too
 		return nil, err
 	}
 	model.Vision.Frozen = mc.FreezeVisionTower
@@ -548,14 +559,8 @@ func openHFVL(cfg Config) (_ *hfSession[vlPrompt], err error) {
 		if mc.LoraRank > 0 { // only adapters train: the reference is the model without them, no copy
 			return vlPolicy(model.Base(), proc, gen, tok), nil
 		}
-		base, err := qwenvl.LoadDirOn(mc.ModelPath, backend) // trained in full: a second, frozen load
+		base, err := cfg.loadVL(backend) // trained in full: a second, frozen load
 		if err != nil {
-			return nil, key(err)
-		}
-		if err := cfg.Worker.Actor.applyScale(base.LM); err != nil {
-			return nil, err
-		}
-		if err := base.Vision.SetMixedPrecision(base.LM.MixedPrecision()); err != nil {
 			return nil, err
 		}
 		base.Vision.Frozen = true

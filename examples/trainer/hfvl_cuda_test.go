@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hfmodel"
 	"github.com/mtrl-go/mtrl/examples/internal/devicetest"
+	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/tensor"
 	"github.com/mtrl-go/mtrl/tensor/collective"
 	"github.com/stretchr/testify/require"
@@ -59,15 +61,31 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 				tokens = append(tokens, stepTokens{devicetest.Downloaded(t, mask), devicetest.Downloaded(t, old), devicetest.Downloaded(t, perception)})
 			}
 			defer func() { testHFStep = nil }()
-			for _, r := range []struct {
+			var passes [2][]probe.Pass // each run's scoring passes (probe.Score)
+			var devCfg Config
+			for i, r := range []struct {
 				dir string
 				set []string
 			}{{cpu, extra}, {dev, append(extra, "worker.actor.device=cuda")}} {
 				cfg, err := LoadConfig("", vlOverrides(model, r.dir, r.set...))
 				require.NoError(t, err)
+				rec, stop := recordVLPasses()
 				run(t, cfg)
+				stop()
+				passes[i], devCfg = *rec, cfg
 			}
 			require.Len(t, tokens, 2)
+			// Where a difference enters: the passes' host inputs and log-probs, then the first
+			// plain and the first perturbed pass's inputs through fresh models stage by stage.
+			compareVLPasses(t, passes[0], passes[1], 1e-5)
+			var bisect []struct{ cpu, dev probe.Pass }
+			for _, perturbed := range []bool{false, true} {
+				if k := slices.IndexFunc(passes[1], func(p probe.Pass) bool { return p.Perturbed == perturbed && !p.Train }); k >= 0 && k < len(passes[0]) {
+					bisect = append(bisect, struct{ cpu, dev probe.Pass }{passes[0][k], passes[1][k]})
+				}
+			}
+			require.Len(t, bisect, 2, "a plain and a perturbed pass")
+			bisectVLStages(t, devCfg, stageTol[mode.name], bisect)
 			// Per response token first: which of the two inputs of the perception metrics
 			// differs tells a scoring pass from the perturbed one.
 			closeTokens(t, "old log-probs", tokens[0].mask, tokens[1].old, tokens[0].old)
