@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/cuda"
+	"github.com/mtrl-go/mtrl/examples/hflm"
 	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/examples/qwenvl"
 	"github.com/mtrl-go/mtrl/tensor"
@@ -53,6 +55,10 @@ func recordVLPasses() (*[]probe.Pass, func()) {
 // passName says which pass of a step p is: the loop scores the old log-probs, the perturbed
 // ones, the reference's and then the update's (train) passes, each in micro-batches.
 func passName(k int, p probe.Pass) string {
+	return fmt.Sprintf("pass %d (%s)", k, kindOf(p))
+}
+
+func kindOf(p probe.Pass) string {
 	kind := "plain"
 	switch {
 	case p.Perturbed:
@@ -60,7 +66,7 @@ func passName(k int, p probe.Pass) string {
 	case p.Train:
 		kind = "update"
 	}
-	return fmt.Sprintf("pass %d (%s, %d rows)", k, kind, len(p.Completions))
+	return fmt.Sprintf("%s, %d rows", kind, len(p.Completions))
 }
 
 // hashOf is FNV-1a over the bytes of each part.
@@ -281,10 +287,9 @@ func bisectVLStages(t *testing.T, cfg Config, tol float64, passes []struct{ cpu,
 		}
 		models[on.name] = m
 	}
-	for _, p := range passes {
-		name := passName(-1, p.dev)
-		name = "fresh models, " + strings.TrimPrefix(name, "pass -1 (")
-		name = strings.TrimSuffix(name, ")")
+	freshDev := make([][][]float32, len(passes))
+	for k, p := range passes {
+		name := "fresh models, " + kindOf(p.dev)
 		samples := p.dev.Samples.([]qwenvl.Sample)
 		run := func(m *qwenvl.Model) (stageValues, [][]float32) {
 			return traced(t, func() (*qwenvl.Scores, error) {
@@ -293,6 +298,7 @@ func bisectVLStages(t *testing.T, cfg Config, tol float64, passes []struct{ cpu,
 		}
 		hs, hl := run(models["cpu"])
 		ds, dl := run(models["device"])
+		freshDev[k] = dl
 		require.Equal(t, hs.names, ds.names, "%s: the stages the host and the device ran", name)
 		first := ""
 		var line []string
@@ -314,5 +320,30 @@ func bisectVLStages(t *testing.T, cfg Config, tol float64, passes []struct{ cpu,
 		}
 		t.Logf("%s: log-probs: fresh device vs the device run's %.3g, fresh cpu vs the cpu run's %.3g, the device run's vs fresh cpu %.3g",
 			name, relDiff(dl, p.dev.LogProbs), relDiff(hl, p.cpu.LogProbs), relDiff(p.dev.LogProbs, hl))
+	}
+	// The run generates before it scores: the same passes after a greedy Generate of the first
+	// pass's prompts on the device model must give the same bits (the kernels are
+	// deterministic); a difference is state a generation leaves (a cache, a reused buffer).
+	first := passes[0].dev
+	var prompts []qwenvl.Sample
+	for i, s := range first.Samples.([]qwenvl.Sample) {
+		q := s
+		q.IDs = s.IDs[:len(s.IDs)-first.Completions[i]]
+		prompts = append(prompts, q)
+	}
+	rngs := make([]*rand.Rand, len(prompts))
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(1, uint64(i)))
+	}
+	_, err = models["device"].Generate(prompts, hflm.Sampling{MaxNewTokens: 4}, rngs)
+	require.NoError(t, err)
+	for k, p := range passes {
+		s, err := models["device"].Score(p.dev.Samples.([]qwenvl.Sample), p.dev.Completions, p.dev.Temperature, false)
+		require.NoError(t, err)
+		d := relDiff(s.LogProbs, freshDev[k])
+		t.Logf("fresh device model, %s: log-probs after a Generate vs before: %.3g", kindOf(p.dev), d)
+		if d != 0 {
+			t.Errorf("fresh device model, %s: a Generate changed the log-probs by %.3g: state the generation left", kindOf(p.dev), d)
+		}
 	}
 }
