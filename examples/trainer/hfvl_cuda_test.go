@@ -90,6 +90,7 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 			// differs tells a scoring pass from the perturbed one.
 			closeTokens(t, "old log-probs", tokens[0].mask, tokens[1].old, tokens[0].old)
 			closeTokens(t, "perception scores", tokens[0].mask, tokens[1].perception, tokens[0].perception)
+			logPerception(t, cpu, dev)
 			closeRuns(t, cpu, dev, 1e-4)
 			read := func(path string) map[string][]float32 {
 				ts, err := hfmodel.ReadSafetensors(path)

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -301,20 +302,33 @@ func bisectVLStages(t *testing.T, cfg Config, tol float64, passes []struct{ cpu,
 		freshDev[k] = dl
 		require.Equal(t, hs.names, ds.names, "%s: the stages the host and the device ran", name)
 		first := ""
-		var line []string
+		var order []string // the stages' names without the image, the largest over the images
+		worst := map[string]float64{}
 		for i, n := range hs.names {
 			d := relDiff([][]float32{ds.values[i]}, [][]float32{hs.values[i]})
-			line = append(line, fmt.Sprintf("%s %.2g", n, d))
 			if !(d <= tol) && first == "" {
 				first = fmt.Sprintf("%s (%.3g > %.3g)", n, d, tol)
 			}
+			if _, short, ok := strings.Cut(n, " vision."); ok {
+				n = "vision." + short
+			}
+			if _, seen := worst[n]; !seen {
+				order = append(order, n)
+			}
+			if w, seen := worst[n]; !seen || !(d <= w) {
+				worst[n] = d
+			}
+		}
+		var line []string
+		for _, n := range order {
+			line = append(line, fmt.Sprintf("%s %.2g", strings.TrimPrefix(strings.TrimPrefix(n, "vision."), "lm."), worst[n]))
 		}
 		lp := relDiff(dl, hl)
 		line = append(line, fmt.Sprintf("log-probs %.2g", lp))
 		if !(lp <= tol) && first == "" {
 			first = fmt.Sprintf("log-probs (%.3g > %.3g)", lp, tol)
 		}
-		t.Logf("%s: device vs cpu by stage: %s", name, strings.Join(line, ", "))
+		t.Logf("%s: device vs cpu by stage (the tower's over its %d images, then the language model's): %s", name, len(samples), strings.Join(line, ", "))
 		if first != "" {
 			t.Errorf("%s: the first stage whose device values differ from the host's: %s", name, first)
 		}
@@ -344,6 +358,27 @@ func bisectVLStages(t *testing.T, cfg Config, tol float64, passes []struct{ cpu,
 		t.Logf("fresh device model, %s: log-probs after a Generate vs before: %.3g", kindOf(p.dev), d)
 		if d != 0 {
 			t.Errorf("fresh device model, %s: a Generate changed the log-probs by %.3g: state the generation left", kindOf(p.dev), d)
+		}
+	}
+}
+
+// logPerception logs the perception metrics of both runs' first step in full: the host's own
+// values, which a GPU machine's CPU run (another CPU, other kernels) can be set against.
+func logPerception(t *testing.T, cpu, dev string) {
+	t.Helper()
+	for _, r := range []struct{ name, dir string }{{"cpu", cpu}, {"device", dev}} {
+		ls, err := ReadMetrics(filepath.Join(r.dir, "metrics.jsonl"))
+		require.NoError(t, err)
+		for _, l := range ls {
+			var parts []string
+			for _, k := range []string{"actor/sensitivity_score_mean", "actor/dynamic_scaling_max", "actor/global_sensitivity_score_max", "actor/grad_norm"} {
+				if v := l.Metrics[k]; v != nil {
+					parts = append(parts, fmt.Sprintf("%s %.9g", k, *v))
+				}
+			}
+			if len(parts) > 0 {
+				t.Logf("%s run, step %d: %s", r.name, l.Step, strings.Join(parts, ", "))
+			}
 		}
 	}
 }
