@@ -63,6 +63,10 @@ var config = struct {
 	sms     int
 	memory  int64
 	reverse bool
+	// The opt-in modes that behave as a GPU does where the defaults are stricter or simpler
+	// (see the package doc): freed ranges reused with their bytes, shared memory as the
+	// previous block left it, operations queued until a synchronising call.
+	reuse, staleShared, deferred bool
 }{devices: 1, sms: 132, memory: 8 << 30}
 
 func init() {
@@ -88,6 +92,19 @@ func init() {
 	default:
 		fmt.Fprintf(os.Stderr, "cuemu: CUEMU_ORDER=%q: want forward or reverse\n", o)
 		os.Exit(2)
+	}
+	for _, m := range []struct {
+		name, on string
+		dst      *bool
+	}{{"CUEMU_ALLOC", "reuse", &config.reuse}, {"CUEMU_SHARED", "stale", &config.staleShared}, {"CUEMU_ASYNC", "deferred", &config.deferred}} {
+		switch v := os.Getenv(m.name); v {
+		case "":
+		case m.on:
+			*m.dst = true
+		default:
+			fmt.Fprintf(os.Stderr, "cuemu: %s=%q: want %s or nothing\n", m.name, v, m.on)
+			os.Exit(2)
+		}
 	}
 }
 
@@ -156,6 +173,7 @@ type context struct {
 	device Device
 	owner  int // the OS thread it was created on (and is current on)
 	live   bool
+	queues []*queue // its streams' (CUEMU_ASYNC=deferred)
 }
 
 // CUContext is a context handle.
@@ -199,6 +217,7 @@ func (ctx *CUContext) Destroy() error {
 	if tid != c.owner {
 		violation("cuCtxDestroy on OS thread %d of context %d, which was created and is current on thread %d", tid, c.id, c.owner)
 	}
+	flushLocked(c, false)
 	freeContextLocked(c)
 	c.live = false
 	delete(current, c.owner)
@@ -225,27 +244,81 @@ func currentLocked(call string) *context {
 // StreamFlags are cuStreamCreate's flags.
 type StreamFlags byte
 
-// DefaultStream is CU_STREAM_DEFAULT.
-const DefaultStream StreamFlags = 0
+// The stream flags: CU_STREAM_DEFAULT (a blocking stream: the legacy null stream's work and
+// its own wait for each other) and CU_STREAM_NON_BLOCKING.
+const (
+	DefaultStream StreamFlags = 0
+	NonBlocking   StreamFlags = 1
+)
 
-// Stream is a stream handle. The emulator runs every operation when it is issued, so streams
-// only carry their context.
-type Stream struct{ c *context }
+// Stream is a stream handle: its context and, for a created stream, its queue. By default the
+// emulator runs every operation when it is issued; under CUEMU_ASYNC=deferred a created
+// stream's launches, memsets and device copies wait in its queue until a synchronising call.
+type Stream struct {
+	c *context
+	q *queue
+}
+
+// queue is one stream's work not yet run (CUEMU_ASYNC=deferred).
+type queue struct {
+	blocking bool
+	ops      []func()
+}
 
 // MakeStream creates a stream in the current context.
 func MakeStream(flags StreamFlags) (Stream, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	return Stream{currentLocked("cuStreamCreate")}, nil
+	c := currentLocked("cuStreamCreate")
+	q := &queue{blocking: flags&NonBlocking == 0}
+	c.queues = append(c.queues, q)
+	return Stream{c, q}, nil
 }
 
-// Synchronize waits for the stream's work: there is none pending in the emulator.
+// Synchronize runs the stream's queued work (the null stream's: every blocking stream's).
 func (s Stream) Synchronize() error {
 	mu.Lock()
 	defer mu.Unlock()
 	c := currentLocked("cuStreamSynchronize")
 	s.check("cuStreamSynchronize", c)
+	if s.q == nil {
+		flushLocked(c, true)
+	} else {
+		s.q.runLocked()
+	}
 	return nil
+}
+
+// issueLocked runs op now, or under CUEMU_ASYNC=deferred queues it on s: the null stream's
+// operations first wait for every blocking stream's, as the legacy stream does.
+func (s Stream) issueLocked(c *context, op func()) {
+	switch {
+	case !config.deferred:
+		op()
+	case s.q == nil:
+		flushLocked(c, true)
+		op()
+	default:
+		s.q.ops = append(s.q.ops, op)
+	}
+}
+
+func (q *queue) runLocked() {
+	for len(q.ops) > 0 {
+		op := q.ops[0]
+		q.ops = q.ops[1:]
+		op()
+	}
+}
+
+// flushLocked runs the queued work of c's streams, of the blocking ones only when blocking:
+// what a synchronous copy on the legacy stream waits for.
+func flushLocked(c *context, blocking bool) {
+	for _, q := range c.queues {
+		if q.blocking || !blocking {
+			q.runLocked()
+		}
+	}
 }
 
 // check panics when s belongs to another context than c (the null stream belongs to all).

@@ -62,10 +62,31 @@
 //	CUEMU_ORDER     "reverse" runs blocks and threads in reverse order
 //	CUEMU_LAUNCH_LOG a file to which each kernel's name is appended at its first launch
 //
+// Opt-in modes that behave as a GPU does where the default is stricter or simpler, each to
+// expose a class of bug the default hides (modes_test.go plants one for each):
+//
+//	CUEMU_ALLOC=reuse   cuMemFree'd ranges are handed out again, the last freed first (a range
+//	                    at most twice the request), with the bytes they held: a cache keyed by
+//	                    a device address goes stale, and memory read before it is written holds
+//	                    an earlier buffer's finite values instead of NaN
+//	CUEMU_SHARED=stale  shared memory is not refilled with 0xff before a block: a block reads
+//	                    what the kernel's previous block (or launch) left in its variables, as a
+//	                    GPU leaves it (there, any kernel's), where the NaN fill can vanish in
+//	                    fmaxf or a comparison
+//	CUEMU_ASYNC=deferred a created stream's launches, memsets and device-to-device copies wait
+//	                    in its queue until a synchronising call: cuStreamSynchronize, a
+//	                    synchronous copy (the legacy stream: it waits for blocking streams
+//	                    only), cuMemFree, a cuBLAS or NCCL stand-in call, cuCtxDestroy; a
+//	                    download that relies on ordering a non-blocking stream lacks reads old
+//	                    values
+//
 // # What is not emulated
 //
-// Asynchrony (every call completes before it returns, so missing stream synchronisation goes
-// unseen), several streams, NCCL's ring order, transports and timeouts, PTX itself (only its entry declarations are read; the JIT is not),
+// Asynchrony by default (every call completes before it returns, so missing stream
+// synchronisation goes unseen; CUEMU_ASYNC=deferred queues per stream, in issue order, and runs
+// the queues at the synchronising calls, not concurrently), concurrency between streams,
+// NCCL's ring order, transports and timeouts, PTX itself (only its entry declarations are read;
+// the JIT is not),
 // real driver error codes beyond the few returned here, the device's libm (expf and friends
 // are the host C library's, not CUDA's ≤2-ulp versions), warp-synchronous timing, speed.
 // Launches are serialised process-wide. x86-64 Linux only.

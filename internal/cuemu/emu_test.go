@@ -30,6 +30,7 @@ const selftestPTX = `
 .visible .entry cuemu_selftest_shfl_idx(.param .u64 out) { ret; }
 .visible .entry cuemu_selftest_mixed_shuffle(.param .u64 out) { ret; }
 .visible .entry cuemu_selftest_gather(.param .u64 out) { ret; }
+.visible .entry cuemu_selftest_leftover(.param .u64 out) .maxntid 32, 1, 1 { ret; }
 `
 
 // device opens a context current on the test's (locked) OS thread and loads the selftest module.

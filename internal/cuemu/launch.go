@@ -33,7 +33,8 @@ func logLaunch(name string) {
 	fmt.Fprintln(f, name)
 }
 
-// Launch runs the kernel on the emulated device: every block, to completion, before it returns.
+// Launch runs the kernel on the emulated device: every block, to completion, before it returns
+// (under CUEMU_ASYNC=deferred, a created stream's launch when the stream is synchronised).
 //
 // As gorgonia.org/cu's Launch does, it copies 8 bytes from every parameter pointer; the kernel
 // then reads each parameter at the size the PTX declares from the start of its 8 bytes. Invalid
@@ -56,17 +57,29 @@ func (fn Function) Launch(gridDimX, gridDimY, gridDimZ int, blockDimX, blockDimY
 	if config.reverse {
 		order = 1
 	}
-	var msg [2048]C.char
-	var argp *C.uint64_t
-	if len(argv) > 0 {
-		argp = (*C.uint64_t)(unsafe.Pointer(&argv[0]))
+	if config.staleShared {
+		order |= 2
 	}
-	rc := C.cuemu_launch(f.kernel.handle, C.uint(gridDimX), C.uint(gridDimY), C.uint(gridDimZ),
-		C.uint(blockDimX), C.uint(blockDimY), C.uint(blockDimZ), argp, C.int(order), &msg[0], C.size_t(len(msg)))
-	if rc != 0 {
-		violation("kernel %s (%s), grid (%d,%d,%d), block (%d,%d,%d): %s", name, f.kernel.source,
-			gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, C.GoString(&msg[0]))
+	run := func() {
+		var msg [2048]C.char
+		var argp *C.uint64_t
+		if len(argv) > 0 {
+			argp = (*C.uint64_t)(unsafe.Pointer(&argv[0]))
+		}
+		rc := C.cuemu_launch(f.kernel.handle, C.uint(gridDimX), C.uint(gridDimY), C.uint(gridDimZ),
+			C.uint(blockDimX), C.uint(blockDimY), C.uint(blockDimZ), argp, C.int(order), &msg[0], C.size_t(len(msg)))
+		if rc != 0 {
+			violation("kernel %s (%s), grid (%d,%d,%d), block (%d,%d,%d): %s", name, f.kernel.source,
+				gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, C.GoString(&msg[0]))
+		}
 	}
+	if !config.deferred {
+		run()
+		return nil
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	stream.issueLocked(currentLocked("cuLaunchKernel"), run)
 	return nil
 }
 

@@ -19,6 +19,7 @@ type allocation struct {
 	base DevicePtr
 	ptr  unsafe.Pointer // the same address as C memory, so that Go may point into it
 	size int64
+	cap  int64 // the C allocation's size (CUEMU_ALLOC=reuse hands out a range again)
 	ctx  *context
 }
 
@@ -26,6 +27,9 @@ var (
 	live  []*allocation // sorted by base; guarded by mu
 	freed []*allocation // the most recent frees, for messages about dangling pointers
 	used  = map[Device]int64{}
+	// spare are the freed ranges of each context that CUEMU_ALLOC=reuse hands out again, the
+	// most recent last, with the bytes they held.
+	spare = map[*context][]*allocation{}
 )
 
 const keepFreed = 256
@@ -43,11 +47,17 @@ func MemAlloc(bytesize int64) (DevicePtr, error) {
 	if used[c.device]+bytesize > config.memory {
 		return 0, errorf(OutOfMemory, "cuMemAlloc of %d bytes with %d of %d in use (CUEMU_MEMORY)", bytesize, used[c.device], config.memory)
 	}
-	p := C.cuemu_alloc(C.size_t(bytesize))
-	if p == nil {
-		return 0, errorf(OutOfMemory, "the host allocator refused %d bytes", bytesize)
+	var a *allocation
+	if config.reuse {
+		a = reuseLocked(c, bytesize)
 	}
-	a := &allocation{base: DevicePtr(uintptr(p)), ptr: p, size: bytesize, ctx: c}
+	if a == nil {
+		p := C.cuemu_alloc(C.size_t(bytesize))
+		if p == nil {
+			return 0, errorf(OutOfMemory, "the host allocator refused %d bytes", bytesize)
+		}
+		a = &allocation{base: DevicePtr(uintptr(p)), ptr: p, size: bytesize, cap: bytesize, ctx: c}
+	}
 	i, _ := slices.BinarySearchFunc(live, a.base, byBase)
 	live = slices.Insert(live, i, a)
 	used[c.device] += bytesize
@@ -68,15 +78,36 @@ func MemFree(dptr DevicePtr) error {
 	if a.ctx != c {
 		violation("cuMemFree(%#x): allocation of context %d freed in context %d", uintptr(dptr), a.ctx.id, c.id)
 	}
+	flushLocked(c, false) // cuMemFree waits for the device's work
 	releaseLocked(i)
 	return nil
 }
 
+// reuseLocked returns, under CUEMU_ALLOC=reuse, the most recently freed range of c that holds
+// n bytes and is at most twice that (a GPU's allocator hands freed ranges out again, last freed
+// first, with whatever they held), or nil.
+func reuseLocked(c *context, n int64) *allocation {
+	s := spare[c]
+	for i := len(s) - 1; i >= 0; i-- {
+		if f := s[i]; f.cap >= n && f.cap <= 2*n {
+			spare[c] = slices.Delete(s, i, i+1)
+			return &allocation{base: f.base, ptr: f.ptr, size: n, cap: f.cap, ctx: c}
+		}
+	}
+	return nil
+}
+
+// releaseLocked frees live[i]; under CUEMU_ALLOC=reuse a freed range of a live context is kept
+// for reuseLocked.
 func releaseLocked(i int) {
 	a := live[i]
 	live = slices.Delete(live, i, i+1)
 	used[a.ctx.device] -= a.size
-	C.cuemu_free(a.ptr)
+	if config.reuse && a.ctx.live {
+		spare[a.ctx] = append(spare[a.ctx], a)
+	} else {
+		C.cuemu_free(a.ptr)
+	}
 	freed = append(freed, a)
 	if len(freed) > keepFreed {
 		freed = freed[len(freed)-keepFreed:]
@@ -85,11 +116,16 @@ func releaseLocked(i int) {
 
 // freeContextLocked frees every allocation of c (cuCtxDestroy).
 func freeContextLocked(c *context) {
+	c.live = false // nothing is kept for reuse
 	for i := len(live) - 1; i >= 0; i-- {
 		if live[i].ctx == c {
 			releaseLocked(i)
 		}
 	}
+	for _, a := range spare[c] {
+		C.cuemu_free(a.ptr)
+	}
+	delete(spare, c)
 }
 
 // findLocked returns the live allocation holding [p, p+n) (n may be 0: p may then be its end).
@@ -147,6 +183,7 @@ func MemcpyHtoD(dstDevice DevicePtr, srcHost unsafe.Pointer, ByteCount int64) er
 	mu.Lock()
 	defer mu.Unlock()
 	c := currentLocked("cuMemcpyHtoD")
+	flushLocked(c, true) // a synchronous copy runs on the legacy stream
 	copy(checkRangeLocked("cuMemcpyHtoD", c, dstDevice, ByteCount), hostBytes(srcHost, ByteCount))
 	return nil
 }
@@ -156,6 +193,7 @@ func MemcpyDtoH(dstHost unsafe.Pointer, srcDevice DevicePtr, ByteCount int64) er
 	mu.Lock()
 	defer mu.Unlock()
 	c := currentLocked("cuMemcpyDtoH")
+	flushLocked(c, true)
 	copy(hostBytes(dstHost, ByteCount), checkRangeLocked("cuMemcpyDtoH", c, srcDevice, ByteCount))
 	return nil
 }
@@ -173,7 +211,7 @@ func MemcpyDtoDAsync(dstDevice, srcDevice DevicePtr, ByteCount int64, hStream St
 		violation("cuMemcpyDtoDAsync: source [%#x, +%d) and destination [%#x, +%d) overlap (undefined on a GPU)",
 			uintptr(srcDevice), ByteCount, uintptr(dstDevice), ByteCount)
 	}
-	copy(dst, src)
+	hStream.issueLocked(c, func() { copy(dst, src) })
 	return nil
 }
 
@@ -184,7 +222,7 @@ func MemsetD8Async(dstDevice DevicePtr, uc byte, N int64, hStream Stream) error 
 	c := currentLocked("cuMemsetD8Async")
 	hStream.check("cuMemsetD8Async", c)
 	if b := checkRangeLocked("cuMemsetD8Async", c, dstDevice, N); N > 0 {
-		C.memset(unsafe.Pointer(&b[0]), C.int(uc), C.size_t(N))
+		hStream.issueLocked(c, func() { C.memset(unsafe.Pointer(&b[0]), C.int(uc), C.size_t(N)) })
 	}
 	return nil
 }
@@ -195,6 +233,13 @@ func MemsetD8Async(dstDevice DevicePtr, uc byte, N int64, hStream Stream) error 
 func deviceRangeLocked(call string, dev Device, p DevicePtr, n int64) []byte {
 	if n < 0 {
 		violation("%s: negative byte count %d", call, n)
+	}
+	if config.deferred { // a collective runs after the work queued on its device
+		for _, a := range live {
+			if a.ctx.device == dev {
+				flushLocked(a.ctx, false)
+			}
+		}
 	}
 	a := findLocked(p, n)
 	if a == nil {

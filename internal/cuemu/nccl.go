@@ -511,10 +511,10 @@ func (c *ncclComm) check(kind string, send, recv unsafe.Pointer, sendN, recvN in
 		switch {
 		case !ok:
 			violation("%s: %p is not a stream handle", kind, stream)
-		case !sc.live:
-			violation("%s: stream of destroyed context %d", kind, sc.id)
-		case sc.device != c.dev:
-			violation("%s: stream of device %d for a communicator rank on device %d", kind, int(sc.device), int(c.dev))
+		case !sc.c.live:
+			violation("%s: stream of destroyed context %d", kind, sc.c.id)
+		case sc.c.device != c.dev:
+			violation("%s: stream of device %d for a communicator rank on device %d", kind, int(sc.c.device), int(c.dev))
 		}
 	}
 	if reads {

@@ -269,9 +269,9 @@ bool complete_shuffles(bool* progress) {
     return true;
 }
 
-bool run_block(uint3 idx, int order) {
+bool run_block(uint3 idx, int order, bool stale_shared) {
     L->block.idx = idx;
-    if (__start_cuemu_shared != nullptr && __stop_cuemu_shared > __start_cuemu_shared) {
+    if (!stale_shared && __start_cuemu_shared != nullptr && __stop_cuemu_shared > __start_cuemu_shared) {
         memset(__start_cuemu_shared, 0xff, (size_t)(__stop_cuemu_shared - __start_cuemu_shared));
     }
     size_t n = L->fibers.size();
@@ -397,9 +397,9 @@ extern "C" int cuemu_launch(const void* handle, unsigned gx, unsigned gy, unsign
     size_t blocks = (size_t)gx * gy * gz;
     int rc = 0;
     for (size_t k = 0; k < blocks; k++) {
-        size_t b = order ? blocks - 1 - k : k;
+        size_t b = (order & 1) ? blocks - 1 - k : k;
         uint3 idx = {(unsigned)(b % gx), (unsigned)(b / gx % gy), (unsigned)(b / ((size_t)gx * gy))};
-        if (!cuemu::run_block(idx, order)) {
+        if (!cuemu::run_block(idx, order & 1, (order & 2) != 0)) {
             snprintf(err, errlen, "block (%u,%u,%u): %s", idx.x, idx.y, idx.z, l.msg.c_str());
             rc = 1;
             break;

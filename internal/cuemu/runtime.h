@@ -25,7 +25,8 @@ int cuemu_kernel_count(void);
 void cuemu_kernel_at(int i, cuemu_kernel_info* out);
 
 // cuemu_launch runs every block of the grid to completion. argv holds one 8-byte slot per
-// parameter. order: 0 runs blocks and threads in index order, 1 in reverse. On a violation of
+// parameter. order: bit 0 clear runs blocks and threads in index order, set in reverse; bit 1
+// set leaves shared memory as the previous block left it (CUEMU_SHARED=stale). On a violation of
 // the execution model it returns non-zero with a message in err.
 int cuemu_launch(const void* handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                  unsigned by, unsigned bz, const uint64_t* argv, int order, char* err,

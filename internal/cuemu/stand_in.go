@@ -8,25 +8,24 @@ import "unsafe"
 // Support for the stand-ins of the CUDA libraries (./blas: cuBLAS), which are not part of
 // gorgonia.org/cu's driver API: they check their pointers and streams as the driver calls here do.
 
-// streamHandles maps the handles Stream.C gave out to their contexts; guarded by mu.
-var streamHandles = map[unsafe.Pointer]*context{}
+// streamHandles maps the handles Stream.C gave out to their streams; guarded by mu.
+var streamHandles = map[unsafe.Pointer]Stream{}
 
 // C returns the stream's handle as the C APIs take it (a CUstream): nil for the null stream,
-// else the address of a byte allocated for the stream's context (the emulator has one stream
-// per context: every operation completes when issued).
+// else the address of a byte allocated for the stream.
 func (s Stream) C() unsafe.Pointer {
 	if s.c == nil {
 		return nil
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for h, c := range streamHandles {
-		if c == s.c {
+	for h, o := range streamHandles {
+		if o == s {
 			return h
 		}
 	}
 	h := C.malloc(1)
-	streamHandles[h] = s.c
+	streamHandles[h] = s
 	return h
 }
 
@@ -51,7 +50,7 @@ func CheckStream(call string, h unsafe.Pointer) {
 	if !ok {
 		violation("%s: %p is not a stream handle", call, h)
 	}
-	Stream{s}.check(call, c)
+	s.check(call, c)
 }
 
 // DeviceBytes checks, as a copy does, that [p, p+n) lies inside one live allocation of the
@@ -59,5 +58,7 @@ func CheckStream(call string, h unsafe.Pointer) {
 func DeviceBytes(call string, p DevicePtr, n int64) []byte {
 	mu.Lock()
 	defer mu.Unlock()
-	return checkRangeLocked(call, currentLocked(call), p, n)
+	c := currentLocked(call)
+	flushLocked(c, false) // the library call runs after the work queued before it
+	return checkRangeLocked(call, c, p, n)
 }

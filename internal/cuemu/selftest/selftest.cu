@@ -74,6 +74,16 @@ __global__ void cuemu_selftest_uninit(float* out) {
     if (threadIdx.x == 0) out[0] = s[threadIdx.x + 1];
 }
 
+// A planted bug: the blocks after the first read shared memory only block 0 wrote. fmaxf drops
+// the NaN the emulator fills shared memory with, so by default they read 0; under
+// CUEMU_SHARED=stale they read block 0's 7, as a GPU's next block on the multiprocessor would.
+__global__ void cuemu_selftest_leftover(float* out) {
+    __shared__ float s[32];
+    if (blockIdx.x == 0) s[threadIdx.x] = 7.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = fmaxf(s[1], 0.0f);
+}
+
 // Order-dependent code: every thread writes its own index to one place without a barrier, so
 // the value left depends on which thread ran last.
 __global__ void cuemu_selftest_order(int* out) {
