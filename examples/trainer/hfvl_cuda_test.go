@@ -61,7 +61,7 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 				tokens = append(tokens, stepTokens{devicetest.Downloaded(t, mask), devicetest.Downloaded(t, old), devicetest.Downloaded(t, perception)})
 			}
 			defer func() { testHFStep = nil }()
-			var passes [2][]probe.Pass // each run's scoring passes (probe.Score)
+			var recs [2]*vlRecord // each run's scoring passes and stages (probe)
 			var devCfg Config
 			for i, r := range []struct {
 				dir string
@@ -69,15 +69,17 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 			}{{cpu, extra}, {dev, append(extra, "worker.actor.device=cuda")}} {
 				cfg, err := LoadConfig("", vlOverrides(model, r.dir, r.set...))
 				require.NoError(t, err)
-				rec, stop := recordVLPasses()
+				rec, stop := recordVL()
 				run(t, cfg)
 				stop()
-				passes[i], devCfg = *rec, cfg
+				recs[i], devCfg = rec, cfg
 			}
 			require.Len(t, tokens, 2)
 			// Where a difference enters: the passes' host inputs and log-probs, then the first
 			// plain and the first perturbed pass's inputs through fresh models stage by stage.
+			passes := [2][]probe.Pass{recs[0].passes, recs[1].passes}
 			compareVLPasses(t, passes[0], passes[1], 1e-5)
+			compareRunStages(t, recs[0], recs[1], stageTol[mode.name])
 			var bisect []struct{ cpu, dev probe.Pass }
 			for _, perturbed := range []bool{false, true} {
 				if k := slices.IndexFunc(passes[1], func(p probe.Pass) bool { return p.Perturbed == perturbed && !p.Train }); k >= 0 && k < len(passes[0]) {

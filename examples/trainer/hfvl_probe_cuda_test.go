@@ -30,10 +30,18 @@ import (
 // value within float32 rounding of a bfloat16 boundary rounds the other way, 2⁻⁸ of itself.
 var stageTol = map[string]float64{"fp32": 1e-5, "bf16": 1e-2}
 
-// recordVLPasses records every scoring pass of a qwenvl.Policy (probe.Score), copied, until
-// the returned stop.
-func recordVLPasses() (*[]probe.Pass, func()) {
-	var passes []probe.Pass
+// vlRecord is what a run's model saw and computed: its scoring passes (probe.Score), copied,
+// and every forward's stages (probe.Stage), with the stage count at the end of each pass.
+type vlRecord struct {
+	passes []probe.Pass
+	ends   []int
+	stages stageValues
+	err    error
+}
+
+// recordVL records a run's scoring passes and stages until the returned stop.
+func recordVL() (*vlRecord, func()) {
+	r := &vlRecord{}
 	probe.Score = func(p probe.Pass) {
 		c := p
 		c.IDs = slices.Clone(p.IDs)
@@ -45,12 +53,72 @@ func recordVLPasses() (*[]probe.Pass, func()) {
 		}
 		c.Completions = slices.Clone(p.Completions)
 		c.LogProbs = make([][]float32, len(p.LogProbs))
-		for i, r := range p.LogProbs {
-			c.LogProbs[i] = slices.Clone(r)
+		for i, row := range p.LogProbs {
+			c.LogProbs[i] = slices.Clone(row)
 		}
-		passes = append(passes, c)
+		r.passes, r.ends = append(r.passes, c), append(r.ends, len(r.stages.names))
 	}
-	return &passes, func() { probe.Score = nil }
+	probe.Stage = r.stages.recorder(&r.err)
+	return r, func() { probe.Score, probe.Stage = nil, nil }
+}
+
+// recorder returns a probe.Stage hook appending to sv, the tower's stages named by their image
+// within the forward (the tower runs per sample); the first error goes to *err.
+func (sv *stageValues) recorder(err *error) func(string, *tensor.Tensor) {
+	image := -1
+	return func(name string, x *tensor.Tensor) {
+		switch {
+		case name == "vision.pixels":
+			image++
+		case name == "lm.norm":
+			image = -1
+		}
+		if strings.HasPrefix(name, "vision.") {
+			name = fmt.Sprintf("image %d %s", image, name)
+		}
+		v, e := probe.Host(x)
+		if e != nil && *err == nil {
+			*err = fmt.Errorf("stage %s: %w", name, e)
+		}
+		sv.names, sv.values = append(sv.names, name), append(sv.values, v)
+	}
+}
+
+// compareRunStages compares the two runs' forwards stage by stage (the generations' prefills,
+// then each scoring pass: the state of the run included) and reports the first stage whose
+// device values differ from the host's by more than tol of their scale, with its forward.
+func compareRunStages(t *testing.T, cpu, dev *vlRecord, tol float64) {
+	t.Helper()
+	require.NoError(t, cpu.err)
+	require.NoError(t, dev.err)
+	a, b := cpu.stages, dev.stages
+	if !slices.Equal(a.names, b.names) {
+		n, at := differing(a.names, b.names)
+		t.Errorf("the runs' forwards ran different stages (%d of %d / %d differ, first at %d)", n, len(a.names), len(b.names), at)
+		return
+	}
+	label := func(end int) string {
+		if k := slices.Index(dev.ends, end); k >= 0 {
+			return passName(k, dev.passes[k])
+		}
+		return "a generation's prefill (validation or rollout)"
+	}
+	first := ""
+	start, worst, worstAt := 0, 0.0, ""
+	for i, n := range a.names {
+		d := relDiff([][]float32{b.values[i]}, [][]float32{a.values[i]})
+		if !(d <= worst) {
+			worst, worstAt = d, n
+		}
+		if !(d <= tol) && first == "" {
+			first = n
+			t.Errorf("in the runs, %s: the first stage whose device values differ from the cpu's: %s (%.3g > %.3g)", label(i+1+slices.Index(a.names[i:], "lm.norm")), n, d, tol)
+		}
+		if n == "lm.norm" {
+			t.Logf("in the runs, forward of stages %d–%d, %s: largest device-vs-cpu stage difference %.3g (%s)", start, i, label(i+1), worst, worstAt)
+			start, worst, worstAt = i+1, 0, ""
+		}
+	}
 }
 
 // passName says which pass of a step p is: the loop scores the old log-probs, the perturbed
@@ -241,20 +309,7 @@ func traced(t *testing.T, score func() (*qwenvl.Scores, error)) (stageValues, []
 	t.Helper()
 	var sv stageValues
 	var err error
-	image := -1 // the tower runs per sample: its stages are named by the image too
-	probe.Stage = func(name string, x *tensor.Tensor) {
-		if name == "vision.pixels" {
-			image++
-		}
-		if strings.HasPrefix(name, "vision.") {
-			name = fmt.Sprintf("image %d %s", image, name)
-		}
-		v, e := probe.Host(x)
-		if e != nil && err == nil {
-			err = fmt.Errorf("stage %s: %w", name, e)
-		}
-		sv.names, sv.values = append(sv.names, name), append(sv.values, v)
-	}
+	probe.Stage = sv.recorder(&err)
 	defer func() { probe.Stage = nil }()
 	s, serr := score()
 	require.NoError(t, serr)
