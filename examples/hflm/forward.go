@@ -228,13 +228,13 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 		return nil, err
 	}
 	if in.scatter != nil {
-		stage(&a.e, x, "lm.token_embed")
+		stage(&a.e, x, "lm.token_embed", -1)
 		if err := in.scatter(x); err != nil {
 			return nil, err
 		}
 	}
 	m.round(&a.e, x)
-	stage(&a.e, x, "lm.embed")
+	stage(&a.e, x, "lm.embed", -1)
 	if keep {
 		a.layers = make([]layerActs, len(m.layers))
 	}
@@ -270,15 +270,19 @@ func (m *Model) forward(in *packed, keep bool, onKV func(l int, k, v *tensor.Ten
 	a.hidden = m.alloc(&a.e, n, d)
 	a.e.do(tensor.RMSNorm(a.hidden, x, m.norm, c.RMSNormEps))
 	m.round(&a.e, a.hidden)
-	stage(&a.e, a.hidden, "lm.norm")
+	stage(&a.e, a.hidden, "lm.norm", -1)
 	return a, a.e.err
 }
 
 // stage shows probe.Stage (set by the device tests) x at the stage of a forward named by
-// format and args.
-func stage(e *errs, x *tensor.Tensor, format string, args ...any) {
+// format, with i for its %d (i < 0: format is the name).
+func stage(e *errs, x *tensor.Tensor, format string, i int) {
 	if probe.Stage != nil && e.err == nil {
-		probe.Stage(fmt.Sprintf(format, args...), x)
+		name := format
+		if i >= 0 {
+			name = fmt.Sprintf(format, i)
+		}
+		probe.Stage(name, x)
 	}
 }
 

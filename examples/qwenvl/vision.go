@@ -451,7 +451,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		return nil, nil, err
 	}
 	px = t.store(&e, px) // bf16 mode: rounded
-	stage(&e, px, "vision.pixels")
+	stage(&e, px, "vision.pixels", -1)
 	a := &VisionActs{l: l, pixels: px, lora: map[*towerAdapter]loraAct{}}
 	var ka *VisionActs // the adapters keep their activations in a training pass
 	if keep {
@@ -464,7 +464,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 		x = t.permute(&e, x, l.win, unit*d)
 	}
 	t.round(&e, x)
-	stage(&e, x, "vision.patch_embed")
+	stage(&e, x, "vision.patch_embed", -1)
 	if keep {
 		a.blocks = make([]blockActs, len(t.blocks))
 	}
@@ -594,7 +594,7 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	if l.winInv != nil {
 		out = t.permute(&e, out, l.winInv, v.OutDim)
 	}
-	stage(&e, out, "vision.merger")
+	stage(&e, out, "vision.merger", -1)
 	if e.err != nil {
 		return nil, nil, e.err
 	}
@@ -605,10 +605,14 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 }
 
 // stage shows probe.Stage (set by the device tests) x at the stage of a forward named by
-// format and args.
-func stage(e *errs, x *tensor.Tensor, format string, args ...any) {
+// format, with i for its %d (i < 0: format is the name).
+func stage(e *errs, x *tensor.Tensor, format string, i int) {
 	if probe.Stage != nil && e.err == nil {
-		probe.Stage(fmt.Sprintf(format, args...), x)
+		name := format
+		if i >= 0 {
+			name = fmt.Sprintf(format, i)
+		}
+		probe.Stage(name, x)
 	}
 }
 
