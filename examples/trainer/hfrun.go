@@ -60,10 +60,10 @@ type hfSession[P any] struct {
 	close func() error
 }
 
-// testHFStep, when set (tests), sees each model_path RL step's response mask, old log-probs
-// and perception score (nil without the perturbed pass), [B, T] on the policy's backend,
-// before they are released.
-var testHFStep func(step int, mask, oldLogProbs, perception *tensor.Tensor)
+// testHFStep, when set (tests), sees each model_path RL step's response mask, old log-probs,
+// entropies, perception score (nil without the perturbed pass) and advantages, [B, T] on the
+// policy's backend, before they are released.
+var testHFStep func(step int, mask, oldLogProbs, entropy, perception, advantages *tensor.Tensor)
 
 // hfState is state.json of a model_path checkpoint: with the trained weights
 // (model.safetensors) and AdamW's moments (optimizer.safetensors), an exact resume.
@@ -600,7 +600,7 @@ func runHFRank[P any](ctx context.Context, cfg Config, open func(Config) (*hfSes
 		}
 		m := Metrics(res.Metrics)
 		if testHFStep != nil {
-			testHFStep(t.loop.State().Step, res.ResponseMask, res.OldLogProbs, res.PerceptionScore)
+			testHFStep(t.loop.State().Step, res.ResponseMask, res.OldLogProbs, res.Entropy, res.PerceptionScore, res.Advantages)
 		}
 		res.Release()
 		step := t.loop.State().Step

@@ -57,8 +57,9 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 			extra := append([]string{"worker.actor.model.lora_rank=4", "worker.actor.model.lora_alpha=8", "worker.actor.model.lora_dropout=0.1",
 				"dataset.val_size=2", "worker.actor.use_kl_loss=true", "worker.actor.optim.lr=1e-4", "training.steps=1"}, strings.Fields(mode.set)...)
 			var tokens []stepTokens // the CPU run's, then the device run's
-			testHFStep = func(step int, mask, old, perception *tensor.Tensor) {
-				tokens = append(tokens, stepTokens{devicetest.Downloaded(t, mask), devicetest.Downloaded(t, old), devicetest.Downloaded(t, perception)})
+			testHFStep = func(step int, mask, old, entropy, perception, advantages *tensor.Tensor) {
+				d := func(x *tensor.Tensor) []float32 { return devicetest.Downloaded(t, x) }
+				tokens = append(tokens, stepTokens{mask.Dim(0), mask.Dim(1), d(mask), d(old), d(entropy), d(perception), d(advantages)})
 			}
 			defer func() { testHFStep = nil }()
 			var recs [2]*vlRecord // each run's scoring passes and stages (probe)
@@ -92,6 +93,8 @@ func TestDeviceVLModelPathMatchesCPU(t *testing.T) {
 			// differs tells a scoring pass from the perturbed one.
 			closeTokens(t, "old log-probs", tokens[0].mask, tokens[1].old, tokens[0].old)
 			closeTokens(t, "perception scores", tokens[0].mask, tokens[1].perception, tokens[0].perception)
+			closeTokens(t, "advantages", tokens[0].mask, tokens[1].advantages, tokens[0].advantages)
+			compareShaping(t, devCfg, tokens[1], 1e-5)
 			logPerception(t, cpu, dev)
 			closeRuns(t, cpu, dev, 1e-4)
 			read := func(path string) map[string][]float32 {
@@ -299,8 +302,11 @@ func TestDeviceVLModelPathBF16DataParallel(t *testing.T) {
 	sameState(t, one, two, 2, "bf16, 2 devices vs 1")
 }
 
-// stepTokens is one RL step's per-token tensors on the host (testHFStep).
-type stepTokens struct{ mask, old, perception []float32 }
+// stepTokens is one RL step's [rows, cols] per-token tensors on the host (testHFStep).
+type stepTokens struct {
+	rows, cols                                 int
+	mask, old, entropy, perception, advantages []float32
+}
 
 // closeTokens reports the response tokens (mask 1) where got and want differ by more than
 // 1e-5·(1 + max|want|), the device-vs-CPU tolerance of the models' own tests, and logs the

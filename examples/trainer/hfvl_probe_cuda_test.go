@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -14,9 +15,11 @@ import (
 
 	"github.com/mtrl-go/mtrl/cuda"
 	"github.com/mtrl-go/mtrl/examples/hflm"
+	"github.com/mtrl-go/mtrl/examples/internal/devicetest"
 	"github.com/mtrl-go/mtrl/examples/internal/probe"
 	"github.com/mtrl-go/mtrl/examples/qwenvl"
 	"github.com/mtrl-go/mtrl/tensor"
+	"github.com/mtrl-go/mtrl/tprl"
 	"github.com/stretchr/testify/require"
 )
 
@@ -436,4 +439,68 @@ func logPerception(t *testing.T, cpu, dev string) {
 			}
 		}
 	}
+}
+
+// compareShaping runs the step's token selection and advantage shaping (tprl.Config.Apply of
+// the run's configuration: the perception filter, the sensitivity scores, the scaling factors
+// and their metrics) on the device run's own per-token tensors on the host and on the device:
+// the perception metrics' last stage, after the perception score. A difference here with
+// equal perception scores is the tprl kernels', not the model's.
+func compareShaping(t *testing.T, cfg Config, s stepTokens, tol float64) {
+	t.Helper()
+	tc := cfg.Tokens()
+	if !tc.EnablePerceptionFiltering && !tc.Shaping() {
+		return
+	}
+	b, err := cuda.New(0)
+	require.NoError(t, err)
+	defer func() { _ = b.Close() }()
+	apply := func(on tensor.Backend) (*tprl.Result, map[string][]float32) {
+		put := func(v []float32) *tensor.Tensor {
+			x := tensor.Must(tensor.FromFloat32(slices.Clone(v), s.rows, s.cols))
+			if on != tensor.CPU() {
+				x = tensor.Must(tensor.To(on, x))
+			}
+			return x
+		}
+		res, err := tc.Apply(tprl.Batch{ResponseMask: put(s.mask), Entropy: put(s.entropy), PerceptionScore: put(s.perception),
+			Advantages: put(s.advantages), Random: tprl.RandomKey{Seed: 1}})
+		require.NoError(t, err)
+		out := map[string][]float32{}
+		for name, x := range map[string]*tensor.Tensor{"loss token mask": res.LossTokenMask, "perception mask": res.PerceptionMask,
+			"advantages": res.Advantages, "sensitivity": res.Sensitivity, "scaling factors": res.ScalingFactors} {
+			if x != nil {
+				out[name] = devicetest.Downloaded(t, x)
+			}
+		}
+		return res, out
+	}
+	h, ht := apply(tensor.CPU())
+	d, dt := apply(b)
+	defer func() { _ = d.Release() }()
+	var line []string
+	for _, k := range slices.Sorted(maps.Keys(h.Metrics)) {
+		hv, dv := h.Metrics[k], d.Metrics[k]
+		worst := 0.0
+		if len(hv) != len(dv) {
+			worst = math.Inf(1)
+		}
+		for i := range min(len(hv), len(dv)) {
+			if x := math.Abs(dv[i]-hv[i]) / (1 + math.Abs(hv[i])); !(x <= worst) {
+				worst = x
+			}
+		}
+		line = append(line, fmt.Sprintf("%s %.2g", strings.TrimPrefix(k, "actor/"), worst))
+		if !(worst <= tol) {
+			t.Errorf("tprl.Config.Apply on the device run's tensors: %s cpu %v, device %v", k, hv, dv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(ht)) {
+		d := relDiff([][]float32{dt[k]}, [][]float32{ht[k]})
+		line = append(line, fmt.Sprintf("%s %.2g", k, d))
+		if !(d <= tol) {
+			t.Errorf("tprl.Config.Apply on the device run's tensors: %s differ by %.3g", k, d)
+		}
+	}
+	t.Logf("tprl.Config.Apply on the device run's tensors, device vs cpu: %s", strings.Join(line, ", "))
 }
