@@ -33,9 +33,13 @@ import (
 // lr 1e-4 keeps the updated models close enough for the greedy validation after the step.
 // The resume test below runs further steps on the device. Before the metrics, the step's old
 // log-probs and perception scores are compared per response token (testHFStep), within 1e-5
-// of their scale: which one differs tells the scoring pass from the perturbed one. On an H200
-// this test fails: the perception metrics (and grad_norm through the shaping) differ from the
-// CPU's, the rest agree (docs/2026-11-gpu-h200.md; open; the per-token comparison came after).
+// of their scale: which one differs tells the scoring pass from the perturbed one. Before those,
+// to name where a device run departs (hfvl_probe_cuda_test.go): every scoring pass's host
+// inputs and log-probs, both runs' forwards stage by stage, the first plain and perturbed pass
+// on fresh models, and after them the step's selection and shaping on the device run's
+// tensors, host against device. On an H200 this test fails: the perception metrics (and
+// grad_norm through the shaping) differ from the CPU's, the rest agree
+// (docs/2026-11-gpu-h200.md; open; the per-token and stage comparisons came after).
 //
 // bf16: the same step in bf16 mixed precision (fsdp.mixed_precision_dtype=bf16: the tower and
 // the language model on bfloat16 copies and activations, every rounding made on the device)
