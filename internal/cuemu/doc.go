@@ -79,6 +79,9 @@
 //	                    only), cuMemFree, a cuBLAS or NCCL stand-in call, cuCtxDestroy; a
 //	                    download that relies on ordering a non-blocking stream lacks reads old
 //	                    values
+//	CUEMU_BLAS=reverse  the cuBLAS stand-in sums each product over k in descending order (cuBLAS
+//	                    picks its order by the shapes): a result that holds in one order only
+//	                    shows, and how much one depends on the order
 //
 // # What is not emulated
 //

@@ -9,7 +9,7 @@
 // leading dimensions and batch strides in elements, A and B both CUDA_R_32F or both
 // CUDA_R_16BF, C CUDA_R_32F, compute type CUBLAS_COMPUTE_32F (or its _PEDANTIC form), algorithm
 // CUBLAS_GEMM_DEFAULT or CUBLAS_GEMM_DEFAULT_TENSOR_OP. Products are summed in float32 over k
-// in ascending order; when beta is 0, C is not read (as cuBLAS, so NaN in C does not
+// in ascending order (descending under CUEMU_BLAS=reverse); when beta is 0, C is not read (as cuBLAS, so NaN in C does not
 // propagate). Arguments cuBLAS rejects return CUBLAS_STATUS_INVALID_VALUE; types it has but
 // this stand-in does not compute return CUBLAS_STATUS_NOT_SUPPORTED. Every matrix must lie in
 // one live allocation of the calling thread's context, the handle must come from
@@ -21,7 +21,9 @@ package cublas
 import "C"
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -57,7 +59,18 @@ type handle struct {
 var (
 	mu      sync.Mutex
 	handles = map[unsafe.Pointer]*handle{}
+	// reverseK (CUEMU_BLAS=reverse) sums each product over k in descending order: another
+	// order of the same float32 sums, as cuBLAS picks its own by the shapes, to see how much a
+	// result depends on it.
+	reverseK = os.Getenv("CUEMU_BLAS") == "reverse"
 )
+
+func init() {
+	if v := os.Getenv("CUEMU_BLAS"); v != "" && v != "reverse" {
+		fmt.Fprintf(os.Stderr, "cuemu: CUEMU_BLAS=%q: want reverse or nothing\n", v)
+		os.Exit(2)
+	}
+}
 
 func lookup(call string, h unsafe.Pointer) *handle {
 	mu.Lock()
@@ -217,6 +230,9 @@ func gemm(call string, h unsafe.Pointer, transa, transb, m, n, k C.int, alpha, a
 			for i := range int(m) {
 				var sum float32
 				for l := range int(k) {
+					if reverseK {
+						l = int(k) - 1 - l
+					}
 					sum += at(av, z*sa, lda, transa == opT, i, l) * at(bv, z*sb, ldb, transb == opT, l, j)
 				}
 				p := &cv[z*sc+int64(j)*int64(ldc)+int64(i)]
