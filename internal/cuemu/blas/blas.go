@@ -9,12 +9,12 @@
 // leading dimensions and batch strides in elements, A and B both CUDA_R_32F or both
 // CUDA_R_16BF, C CUDA_R_32F, compute type CUBLAS_COMPUTE_32F (or its _PEDANTIC form), algorithm
 // CUBLAS_GEMM_DEFAULT or CUBLAS_GEMM_DEFAULT_TENSOR_OP. Products are summed in float32 over k
-// in ascending order (descending under CUEMU_BLAS=reverse); when beta is 0, C is not read (as cuBLAS, so NaN in C does not
-// propagate). Arguments cuBLAS rejects return CUBLAS_STATUS_INVALID_VALUE; types it has but
-// this stand-in does not compute return CUBLAS_STATUS_NOT_SUPPORTED. Every matrix must lie in
-// one live allocation of the calling thread's context, the handle must come from
-// cublasCreate_v2 on that context and its stream belong to it: otherwise the call panics, as the
-// driver calls of the emulator do.
+// in ascending order (descending under CUEMU_BLAS=reverse); when beta is 0, C is not read (as
+// cuBLAS, so NaN in C does not propagate). Arguments cuBLAS rejects return
+// CUBLAS_STATUS_INVALID_VALUE; types it has but this stand-in does not compute return
+// CUBLAS_STATUS_NOT_SUPPORTED. Every matrix must lie in one live allocation of the calling
+// thread's context, the handle must come from cublasCreate_v2 on that context and its stream
+// belong to it: otherwise the call panics, as the driver calls of the emulator do.
 package cublas
 
 // #include <stdlib.h>
