@@ -19,9 +19,11 @@ func TestLayerNormAsmUpToDate(t *testing.T) { asmcheck.UpToDate(t, "layernorm", 
 // AVX2 kernels and the Go loops) equals nnref in float32 bit for bit, forward and backward
 // (dx, and dw and db accumulated), and with bfloat16 activations nnref on the widened values
 // rounded once; row counts around the 8-row groups, widths around the lanes (7: no vector;
-// 50: a tail; 1280: Qwen2-VL's vision width), rows with an offset mean far above their spread
+// 50: a tail; 300: a last block of columns not a multiple of the lanes in the backward's
+// column pass; 1280: Qwen2-VL's vision width), rows with an offset mean far above their spread
 // (where a one-pass variance or a float32 mean would give other bits), and special values
-// (zeros, a constant row: var = 0, r = 1/sqrt(eps); huge values whose squares overflow; NaN).
+// (zeros, a constant row: var = 0, r = 1/sqrt(eps); huge values whose squares overflow; NaN);
+// then LayerNormStats and the backward from its saved statistics, which give the same bits.
 func TestLayerNormMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	randv := func(n int, off float64) []float32 {
@@ -63,7 +65,7 @@ func TestLayerNormMatchesReference(t *testing.T) {
 	for _, im := range lnImpls.Impls() {
 		restore := lnImpls.Use(im.Name)
 		for _, bf := range []bool{false, true} {
-			for _, d := range []int{7, 16, 50, 1280} {
+			for _, d := range []int{7, 16, 50, 300, 1280} {
 				for _, rows := range []int{1, 7, 8, 9, 13, 17} {
 					x, w, b := randv(rows*d, 0), randv(d, 1), randv(d, 0)
 					copy(x[d:], randv(d, 300)) // row 1: mean 300, spread 1
@@ -96,6 +98,22 @@ func TestLayerNormMatchesReference(t *testing.T) {
 					same(name+" dx", dx, wdx)
 					same(name+" dw", dw, wdw)
 					same(name+" db", db, wdb)
+
+					// The same from the statistics the forward saved.
+					mean, rstd := Must(FromFloat32(make([]float32, rows), rows)), Must(FromFloat32(make([]float32, rows), rows))
+					y = mk(make([]float32, len(x)), bf, rows, d)
+					if err := LayerNormStats(y, mean, rstd, in.X, in.Weight, Must(FromFloat32(b, d)), eps); err != nil {
+						t.Fatal(err)
+					}
+					same(name+" y (stats)", y, want)
+					in.Mean, in.Rstd = mean, rstd
+					dx, dw, db = mk(make([]float32, len(x)), bf, rows, d), Must(FromFloat32(append([]float32(nil), g0...), d)), Must(FromFloat32(append([]float32(nil), g0...), d))
+					if err := LayerNormBackward(dx, dw, db, in); err != nil {
+						t.Fatal(err)
+					}
+					same(name+" dx (stats)", dx, wdx)
+					same(name+" dw (stats)", dw, wdw)
+					same(name+" db (stats)", db, wdb)
 				}
 			}
 		}
