@@ -107,11 +107,11 @@ func layerNormHost(k *lnKernels, y, x actView, w, b []float32, rows, d int, eps 
 // place with the vector kernels, bit for bit, in two passes. The first, over groups of 8 rows,
 // finds each row's mean and r (lnStats; taken from savedMean and savedRstd, the forward's, when
 // not nil) and, with g = dy·w and x̂ = (x − mean)·r, mg = float32(Σ g / d) and
-// mgx = float32(Σ g·x̂ / d) (float64 sums in column order). The second (normDXAccHost) writes
+// mgx = float32(Σ g·x̂ / d) (float64 sums in column order). The second (normBackwardPasses) writes
 // dx = r·(g − mg − x̂·mgx) and sums dw = Σ dy·x̂ and db = Σ dy.
 func layerNormBackwardHost(k *lnKernels, dx, x, dy actView, w, dw, db []float32, rows, d int, eps float64, savedMean, savedRstd []float32, acc bool) {
-	mean, rstd, mgs, mgxs := make([]float32, rows), make([]float32, rows), make([]float32, rows), make([]float32, rows)
-	lnGroups(rows, d, func(i0, n int) {
+	st := make([]float32, 4*rows) // each row's mean, r, mg and mgx
+	stats := func(i0, n int) {
 		var mu, r [8]float32
 		var sg, sgx [8]float64
 		if savedRstd != nil {
@@ -137,23 +137,24 @@ func layerNormBackwardHost(k *lnKernels, dx, x, dy actView, w, dw, db []float32,
 				sgx[q] += float64(g) * float64(float32((x.at(o+j)-mq)*rq))
 			}
 			i := i0 + q
-			mean[i], rstd[i], mgs[i], mgxs[i] = mq, rq, float32(sg[q]/float64(d)), float32(sgx[q]/float64(d))
+			st[4*i], st[4*i+1], st[4*i+2], st[4*i+3] = mq, rq, float32(sg[q]/float64(d)), float32(sgx[q]/float64(d))
 		}
-	})
-	normDXAccHost(k.lanes, rows, d, dw, db, acc, func(i, lo, hi, m int, sw, sb []float32) {
-		o, mu, r, mg, mgx := i*d+lo, mean[i], rstd[i], mgs[i], mgxs[i]
+	}
+	m := d / k.lanes * k.lanes
+	normBackwardPasses(rows, d, x.size(), dw, db, acc, stats, func(i int, sw, sb []float32) {
+		o, mu, r, mg, mgx := i*d, st[4*i], st[4*i+1], st[4*i+2], st[4*i+3]
 		if m > 0 {
 			if x.b16 {
-				k.dxAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[lo:lo+m], sw[:m], sb[:m], mu, r, mg, mgx)
+				k.dxAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
 			} else {
-				k.dxAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[lo:lo+m], sw[:m], sb[:m], mu, r, mg, mgx)
+				k.dxAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
 			}
 		}
-		for j := m; j < hi-lo; j++ {
+		for j := m; j < d; j++ {
 			g, xh := dy.at(o+j), float32((x.at(o+j)-mu)*r)
 			sw[j] += float32(g * xh)
 			sb[j] += g
-			dx.set(o+j, r*(float32(g*w[lo+j])-mg-float32(xh*mgx)))
+			dx.set(o+j, r*(float32(g*w[j])-mg-float32(xh*mgx)))
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
@@ -194,13 +196,17 @@ func TestLayerNormSum8Order(t *testing.T) {
 	}
 }
 
-// BenchmarkLayerNormImpls times LayerNorm and its backward (dx, dw, db) on every implementation
+// BenchmarkLayerNormImpls times LayerNorm and its backward (dx, dw, db; recomputing the rows'
+// statistics, and from the ones LayerNormStats saved) on every implementation
 // of this CPU (the Go loops: nnref on blocks of widened rows; AVX2; AVX-512) at a Qwen2-VL
 // vision-tower shape (1024 patches of 1280), float32 and bfloat16. b.SetBytes counts the
 // activations read and written (x, y; x, dy, dx), so MB/s is wall-clock bandwidth; cpu-ns/elem
 // is process CPU time per element. Run with -count N: the sub-benchmarks interleave per count.
 func BenchmarkLayerNormImpls(b *testing.B) {
-	const rows, d, eps = 1024, 1280, 1e-6
+	rows, d, eps := 1024, 1280, 1e-6
+	if s := os.Getenv("LN_ROWS"); s != "" { // another row count, e.g. one whose rows stay in the caches
+		rows, _ = strconv.Atoi(s)
+	}
 	mk := func(dt DType, off float32, s ...int) *Tensor {
 		n := 1
 		for _, v := range s {
@@ -219,15 +225,21 @@ func BenchmarkLayerNormImpls(b *testing.B) {
 		}
 		return Must(FromBF16(y, s...))
 	}
-	for _, bwd := range []bool{false, true} {
+	for _, pass := range []string{"forward", "backward", "backward-saved"} {
 		for _, dt := range []DType{Float32, BFloat16} {
 			x, w, bb := mk(dt, 0.3, rows, d), mk(Float32, 1, d), mk(Float32, 0, d)
 			y, dy := mk(dt, 0, rows, d), mk(dt, 0, rows, d)
 			dw, db := mk(Float32, 0, d), mk(Float32, 0, d)
-			op, pass, tensors := func() error { return LayerNorm(y, x, w, bb, eps) }, "forward", 2
-			if bwd {
+			op, tensors := func() error { return LayerNorm(y, x, w, bb, eps) }, 2
+			if pass != "forward" {
 				in := NormGrad{X: x, Weight: w, DY: dy, Eps: eps}
-				op, pass, tensors = func() error { return LayerNormBackward(y, dw, db, in) }, "backward", 3
+				if pass == "backward-saved" {
+					in.Mean, in.Rstd = mk(Float32, 0, rows), mk(Float32, 0, rows)
+					if err := LayerNormStats(y, in.Mean, in.Rstd, x, w, bb, eps); err != nil {
+						b.Fatal(err)
+					}
+				}
+				op, tensors = func() error { return LayerNormBackward(y, dw, db, in) }, 3
 			}
 			for _, im := range lnImpls.Impls() {
 				b.Run(pass+"/"+dt.String()+"/"+im.Name, func(b *testing.B) {

@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -172,6 +174,14 @@ func (v actView) at(i int) float32 {
 	return v.f[i]
 }
 
+// size is the bytes of one element.
+func (v actView) size() int {
+	if v.b16 {
+		return 2
+	}
+	return 4
+}
+
 // set writes element i of a host activation (rounded once when bfloat16).
 func (v actView) set(i int, f float32) {
 	if v.b16 {
@@ -186,99 +196,123 @@ func (v actView) set(i int, f float32) {
 // row's r = 1/sqrt(mean(x²) + eps) (float64 sum in column order; taken from saved, the
 // forward's, when not nil) and c = float32(gx/d) with gx = Σ float64(dy·w)·float64(x·r)
 // (likewise), with the 8-row kernels on the first d/8·8 columns of a whole group and Go for the
-// rest. The second (normDXAccHost) writes dx = r·(dy·w − (x·r)·c) and sums dw = Σ dy·(x·r).
+// rest. The second writes dx = r·(dy·w − (x·r)·c) and sums dw = Σ dy·(x·r) (normBackwardPasses).
 func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows, d int, eps float64, saved []float32, acc bool) {
-	rstd, cs := make([]float32, rows), make([]float32, rows)
-	groups := (rows + 7) / 8
-	parallel.For(groups, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
-		for g := glo; g < ghi; g++ {
-			i0, n := 8*g, min(8, rows-8*g)
-			var ss, gx [8]float64
-			var r [8]float32
-			c0 := d / 8 * 8
-			if n < 8 {
-				c0 = 0
-			}
-			if saved != nil {
-				copy(r[:n], saved[i0:i0+n])
-			} else {
-				if n == 8 {
-					if x.b16 {
-						k.sumSq8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), d, &ss)
-					} else {
-						k.sumSq8F32(x.f[i0*d:(i0+8)*d], d, &ss)
-					}
-				}
-				for q := range n {
-					o := (i0 + q) * d
-					for j := c0; j < d; j++ {
-						v := float64(x.at(o + j))
-						ss[q] += v * v
-					}
-					r[q] = float32(1 / math.Sqrt(ss[q]/float64(d)+eps))
-				}
-			}
+	st := make([]float32, 2*rows) // each row's r and c
+	stats := func(i0, n int) {
+		var ss, gx [8]float64
+		var r [8]float32
+		c0 := d / 8 * 8
+		if n < 8 {
+			c0 = 0
+		}
+		if saved != nil {
+			copy(r[:n], saved[i0:i0+n])
+		} else {
 			if n == 8 {
 				if x.b16 {
-					k.rmsDot8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), bf16Bits(dy.b[i0*d:(i0+8)*d]), w, &r, d, &gx)
+					k.sumSq8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), d, &ss)
 				} else {
-					k.rmsDot8F32(x.f[i0*d:(i0+8)*d], dy.f[i0*d:(i0+8)*d], w, &r, d, &gx)
+					k.sumSq8F32(x.f[i0*d:(i0+8)*d], d, &ss)
 				}
 			}
 			for q := range n {
-				o, rq := (i0+q)*d, r[q]
+				o := (i0 + q) * d
 				for j := c0; j < d; j++ {
-					gx[q] += float64(dy.at(o+j)*w[j]) * float64(x.at(o+j)*rq)
+					v := float64(x.at(o + j))
+					ss[q] += v * v
 				}
-				rstd[i0+q], cs[i0+q] = rq, float32(gx[q]/float64(d))
+				r[q] = float32(1 / math.Sqrt(ss[q]/float64(d)+eps))
 			}
 		}
-	})
-	normDXAccHost(k.lanes, rows, d, dw, nil, acc, func(i, lo, hi, m int, sw, _ []float32) {
-		o, r, c := i*d+lo, rstd[i], cs[i]
+		if n == 8 {
+			if x.b16 {
+				k.rmsDot8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), bf16Bits(dy.b[i0*d:(i0+8)*d]), w, &r, d, &gx)
+			} else {
+				k.rmsDot8F32(x.f[i0*d:(i0+8)*d], dy.f[i0*d:(i0+8)*d], w, &r, d, &gx)
+			}
+		}
+		for q := range n {
+			o, rq := (i0+q)*d, r[q]
+			for j := c0; j < d; j++ {
+				gx[q] += float64(dy.at(o+j)*w[j]) * float64(x.at(o+j)*rq)
+			}
+			st[2*(i0+q)], st[2*(i0+q)+1] = rq, float32(gx[q]/float64(d))
+		}
+	}
+	m := d / k.lanes * k.lanes
+	normBackwardPasses(rows, d, x.size(), dw, nil, acc, stats, func(i int, sw, _ []float32) {
+		o, r, c := i*d, st[2*i], st[2*i+1]
 		if m > 0 {
 			if x.b16 {
-				k.rmsDXAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[lo:lo+m], sw[:m], r, c)
+				k.rmsDXAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], r, c)
 			} else {
-				k.rmsDXAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[lo:lo+m], sw[:m], r, c)
+				k.rmsDXAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], r, c)
 			}
 		}
-		for j := m; j < hi-lo; j++ {
+		for j := m; j < d; j++ {
 			g, xh := dy.at(o+j), float32(x.at(o+j)*r)
 			sw[j] += float32(g * xh)
-			dx.set(o+j, r*(float32(g*w[lo+j])-float32(xh*c)))
+			dx.set(o+j, r*(float32(g*w[j])-float32(xh*c)))
 		}
 	})
 }
 
-// normColBlock is the columns normDXAccHost gives a task: a multiple of the lanes whose blocks
-// share 1280, 896 and 3584 columns evenly among a few cores.
-const normColBlock = 128
-
-// normDXAccHost is the norms' second backward pass, in parallel over blocks of columns: row(i,
-// lo, hi, m, sw, sb) writes dx on columns [lo, hi) of row i (the first m of them a whole number
-// of vectors of lanes) and adds the row's terms of the weight and bias gradients to the block's
-// column sums sw and sb, which thus go over the rows in order (nnref.NormWeightGrad's order);
-// at the end the sums overwrite dw and db (db nil for RMSNorm), or are added to them when acc.
-func normDXAccHost(lanes, rows, d int, dw, db []float32, acc bool, row func(i, lo, hi, m int, sw, sb []float32)) {
-	parallel.For(d, normColBlock, func(lo, hi int) {
-		n := hi - lo
-		sw, sb := make([]float32, n), make([]float32, n)
-		m := n / lanes * lanes
-		for i := range rows {
-			row(i, lo, hi, m, sw, sb)
-		}
-		for j := range n {
-			if acc {
-				sw[j] += dw[lo+j]
-				if db != nil {
-					sb[j] += db[lo+j]
-				}
+// normBackwardPasses runs the norms' two backward passes on chunks of rows small enough to stay
+// in a core's L2 cache from the first pass to the second, the chunks dealt round-robin to
+// GOMAXPROCS workers. The first pass, stats(i0, n), finds the statistics and sums of the n <= 8
+// rows from i0; the workers run it on their chunks at once. The second, row(i, sw, sb), writes
+// dx on row i and adds its terms of the weight and bias gradients to the column sums sw and sb
+// [d]; it runs on the chunks in order, a chunk waiting for its predecessor's (a token passed on
+// a channel), so that every column sums the rows in order (nnref.NormWeightGrad's order), while
+// each chunk's x and dy are read from the cache of the core that read them first. At the end the
+// sums overwrite dw and db (db nil for RMSNorm), or are added to them when acc. esize is the
+// bytes of an activation.
+func normBackwardPasses(rows, d, esize int, dw, db []float32, acc bool, stats func(i0, n int), row func(i int, sw, sb []float32)) {
+	sw, sb := make([]float32, d), make([]float32, d)
+	chunk := max(8, normChunk/(2*d*esize)/8*8)
+	chunks := (rows + chunk - 1) / chunk
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	turn := make([]chan struct{}, chunks+1) // turn[c] is closed when chunk c may run its second pass
+	for c := range turn {
+		turn[c] = make(chan struct{})
+	}
+	close(turn[0])
+	work := func(w int) {
+		for c := w; c < chunks; c += workers {
+			r0, r1 := c*chunk, min(rows, (c+1)*chunk)
+			for i0 := r0; i0 < r1; i0 += 8 {
+				stats(i0, min(8, r1-i0))
 			}
-			dw[lo+j] = sw[j]
+			<-turn[c]
+			for i := r0; i < r1; i++ {
+				row(i, sw, sb)
+			}
+			close(turn[c+1])
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(w)
+		}()
+	}
+	work(0)
+	wg.Wait()
+	for j := range d {
+		if acc {
+			sw[j] += dw[j]
 			if db != nil {
-				db[lo+j] = sb[j]
+				sb[j] += db[j]
 			}
 		}
-	})
+		dw[j] = sw[j]
+		if db != nil {
+			db[j] = sb[j]
+		}
+	}
 }
+
+const normChunk = 256 << 10 // bytes of x and dy per chunk: a quarter of the L2 of the Zen 4 this was tuned on
