@@ -141,7 +141,7 @@ func layerNormBackwardHost(k *lnKernels, dx, x, dy actView, w, dw, db []float32,
 		}
 	}
 	m := d / k.lanes * k.lanes
-	normBackwardPasses(rows, d, x.size(), dw, db, acc, stats, func(i int, sw, sb []float32) {
+	normBackwardPasses(rows, d, dw, db, acc, stats, func(i int, sw, sb []float32) {
 		o, mu, r, mg, mgx := i*d, st[4*i], st[4*i+1], st[4*i+2], st[4*i+3]
 		if m > 0 {
 			if x.b16 {

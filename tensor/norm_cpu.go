@@ -2,8 +2,6 @@ package tensor
 
 import (
 	"math"
-	"runtime"
-	"sync"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -174,14 +172,6 @@ func (v actView) at(i int) float32 {
 	return v.f[i]
 }
 
-// size is the bytes of one element.
-func (v actView) size() int {
-	if v.b16 {
-		return 2
-	}
-	return 4
-}
-
 // set writes element i of a host activation (rounded once when bfloat16).
 func (v actView) set(i int, f float32) {
 	if v.b16 {
@@ -241,7 +231,7 @@ func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows
 		}
 	}
 	m := d / k.lanes * k.lanes
-	normBackwardPasses(rows, d, x.size(), dw, nil, acc, stats, func(i int, sw, _ []float32) {
+	normBackwardPasses(rows, d, dw, nil, acc, stats, func(i int, sw, _ []float32) {
 		o, r, c := i*d, st[2*i], st[2*i+1]
 		if m > 0 {
 			if x.b16 {
@@ -258,49 +248,25 @@ func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows
 	})
 }
 
-// normBackwardPasses runs the norms' two backward passes on chunks of rows small enough to stay
-// in a core's L2 cache from the first pass to the second, the chunks dealt round-robin to
-// GOMAXPROCS workers. The first pass, stats(i0, n), finds the statistics and sums of the n <= 8
-// rows from i0; the workers run it on their chunks at once. The second, row(i, sw, sb), writes
-// dx on row i and adds its terms of the weight and bias gradients to the column sums sw and sb
-// [d]; it runs on the chunks in order, a chunk waiting for its predecessor's (a token passed on
-// a channel), so that every column sums the rows in order (nnref.NormWeightGrad's order), while
-// each chunk's x and dy are read from the cache of the core that read them first. At the end the
-// sums overwrite dw and db (db nil for RMSNorm), or are added to them when acc. esize is the
-// bytes of an activation.
-func normBackwardPasses(rows, d, esize int, dw, db []float32, acc bool, stats func(i0, n int), row func(i int, sw, sb []float32)) {
-	sw, sb := make([]float32, d), make([]float32, d)
-	chunk := max(8, normChunk/(2*d*esize)/8*8)
-	chunks := (rows + chunk - 1) / chunk
-	workers := min(runtime.GOMAXPROCS(0), chunks)
-	turn := make([]chan struct{}, chunks+1) // turn[c] is closed when chunk c may run its second pass
-	for c := range turn {
-		turn[c] = make(chan struct{})
-	}
-	close(turn[0])
-	work := func(w int) {
-		for c := w; c < chunks; c += workers {
-			r0, r1 := c*chunk, min(rows, (c+1)*chunk)
-			for i0 := r0; i0 < r1; i0 += 8 {
-				stats(i0, min(8, r1-i0))
-			}
-			<-turn[c]
-			for i := r0; i < r1; i++ {
-				row(i, sw, sb)
-			}
-			close(turn[c+1])
+// normBackwardPasses runs the norms' two backward passes. The first, stats(i0, n), finds the
+// statistics and sums of the n <= 8 rows from i0, in parallel over groups of 8 rows. The second,
+// row(i, sw, sb), writes dx on row i and adds its terms of the weight and bias gradients to the
+// column sums sw and sb [d]; it runs on the rows in order, on one core, so that every column sums
+// the rows in order (nnref.NormWeightGrad's order) reading x and dy once, a row at a time. (On
+// the loaded 2-core Zen 4 this was measured on, splitting it by columns over the cores, or
+// pipelining chunks of rows between them, cost more CPU time than it saved wall time: the
+// strided column blocks and the hand-offs between cores.) At the end the sums overwrite dw and
+// db (db nil for RMSNorm), or are added to them when acc.
+func normBackwardPasses(rows, d int, dw, db []float32, acc bool, stats func(i0, n int), row func(i int, sw, sb []float32)) {
+	parallel.For((rows+7)/8, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
+		for g := glo; g < ghi; g++ {
+			stats(8*g, min(8, rows-8*g))
 		}
+	})
+	sw, sb := make([]float32, d), make([]float32, d)
+	for i := range rows {
+		row(i, sw, sb)
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(w)
-		}()
-	}
-	work(0)
-	wg.Wait()
 	for j := range d {
 		if acc {
 			sw[j] += dw[j]
@@ -314,5 +280,3 @@ func normBackwardPasses(rows, d, esize int, dw, db []float32, acc bool, stats fu
 		}
 	}
 }
-
-const normChunk = 256 << 10 // bytes of x and dy per chunk: a quarter of the L2 of the Zen 4 this was tuned on
