@@ -205,10 +205,11 @@ __device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b,
         float xv[NORM_REG];
         norm_load<T>(xv, xi, d);
         layer_stats_reg(xv, d, eps, scratch, &mu, &r);
+        // x again from the cache: holding it across the divisions above spills on sm_90
 #pragma unroll
         for (int k = 0; k < NORM_REG; k++) {
             int64_t j = norm_j(k);
-            if (j < d) { store_f32<T>(yi, j, w[j] * ((xv[k] - mu) * r) + b[j]); }
+            if (j < d) { store_f32<T>(yi, j, w[j] * ((load_f32<T>(xi, j) - mu) * r) + b[j]); }
         }
         return;
     }
@@ -330,9 +331,10 @@ __device__ void norm_weight_bwd(float* dw, float* db, const float* stats, const 
 
 // ---- RoPE: a token per block (grid-stride over tokens); freq and sec (the section of each
 // frequency) come from the host, computed as the reference computes them. A thread takes one
-// frequency i and rotates that pair in every per-th head (per = the heads a block covers at
-// once, MTRL_BLOCK / (D/2) for D/2 ≤ MTRL_BLOCK), so cos and sin are evaluated once per token
-// and frequency, not per head, and the indices need no 64-bit division ----
+// frequency i and rotates that pair in every per-th head, four heads' loads at a time (per =
+// the heads a block covers at once, MTRL_BLOCK / (D/2) for D/2 ≤ MTRL_BLOCK), so cos and sin
+// are evaluated once per token and frequency, not per head, and the indices need no 64-bit
+// division ----
 
 template <typename T>
 __device__ void rope_fwd(T* y, const T* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
@@ -345,12 +347,24 @@ __device__ void rope_fwd(T* y, const T* x, const int* pos, const float* freq, co
             float a = (float)pos[(int64_t)sec[i] * t + ti] * freq[i];
             float c = (float)cos((double)a), s = (float)sin((double)a);
             if (inverse) s = -s;
-#pragma unroll 4
-            for (int64_t hh = q / half; hh < h; hh += per) {
-                int64_t o = (ti * h + hh) * d;
-                float x0 = load_f32<T>(x, o + i), x1 = load_f32<T>(x, o + i + half);
-                store_f32<T>(y, o + i, x0 * c - x1 * s);
-                store_f32<T>(y, o + i + half, x1 * c + x0 * s);
+            // four heads' loads issued before their stores
+            for (int64_t h0 = q / half; h0 < h; h0 += 4 * per) {
+                float x0[4], x1[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int64_t o = (ti * h + h0 + u * per) * d;
+                    bool in = h0 + u * per < h;
+                    x0[u] = in ? load_f32<T>(x, o + i) : 0.f;
+                    x1[u] = in ? load_f32<T>(x, o + i + half) : 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int64_t o = (ti * h + h0 + u * per) * d;
+                    if (h0 + u * per < h) {
+                        store_f32<T>(y, o + i, x0[u] * c - x1[u] * s);
+                        store_f32<T>(y, o + i + half, x1[u] * c + x0[u] * s);
+                    }
+                }
             }
         }
     }
