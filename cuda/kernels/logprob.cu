@@ -237,10 +237,22 @@ __device__ void lm_fold(double* __restrict__ state, const float* __restrict__ z,
     const float* x = z + row * vc;
     lpstate a = {-INFINITY, 0.f, 0.f};
     bool nan = false;
-    for (int64_t i = threadIdx.x; i < vc; i += MTRL_BLOCK) {
-        float zi = x[i] / temperature;
-        nan |= zi != zi;
-        lp_push(a, zi);
+    // The thread's logits in ascending order, eight loads issued before they are pushed.
+    for (int64_t i0 = threadIdx.x; i0 < vc; i0 += 8 * MTRL_BLOCK) {
+        float zv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int64_t i = i0 + (int64_t)u * MTRL_BLOCK;
+            zv[u] = i < vc ? x[i] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (i0 + (int64_t)u * MTRL_BLOCK < vc) {
+                float zi = zv[u] / temperature;
+                nan |= zi != zi;
+                lp_push(a, zi);
+            }
+        }
     }
     lp_block_merge(a, nan, sm, ss, st);
     if (threadIdx.x != 0) return;
