@@ -260,7 +260,7 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 const normWeightCols = 32
 
 // RMSNormBackward: dx one block per row (keeping each row's scale), then dw with each column
-// summed over the rows in order (a block per 32 columns, its warps loading 64 rows at a time).
+// summed over the rows in order (a block per 32 columns, its warps loading 128 rows at a time).
 func (b deviceKernels) RMSNormBackward(dx, dw *tensor.Tensor, in tensor.NormGrad) error {
 	return b.normBackward("tensor.RMSNormBackward", "norm_rms_bwd_"+dtypeSuffix(in.X.DType()), dx, dw, nil, in)
 }

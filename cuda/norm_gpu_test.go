@@ -13,10 +13,10 @@ import (
 
 // normShapes are the (rows, D) of TestNormShapes: the row kernels' register path (D ≤ 4096,
 // one to sixteen elements per thread, the last one partial or not) and the loop beyond it
-// (4097, 9000); the weight gradient's 32-column tiles (D not a multiple of 32) and 64-row steps
-// (rows 64, 65, 130); one row, and fewer rows than blocks.
-var normShapes = [][2]int{{1, 1}, {3, 31}, {70, 33}, {5, 200}, {2, 256}, {3, 257}, {64, 64}, {65, 1000},
-	{130, 40}, {2, 4096}, {1, 4097}, {3, 9000}}
+// (4097, 9000); the weight gradient's 32-column tiles (D not a multiple of 32) and 128-row steps
+// (rows 128, 129, 260); one row, and fewer rows than blocks.
+var normShapes = [][2]int{{1, 1}, {3, 31}, {70, 33}, {5, 200}, {2, 256}, {3, 257}, {128, 64}, {129, 1000},
+	{260, 40}, {2, 4096}, {1, 4097}, {3, 9000}}
 
 // ropeShapes are the (tokens, heads, D) of TestNormShapes: fewer pairs than a block, a half
 // that does not divide the block (D 80, Qwen2-VL's vision heads), more than 256 pairs per head

@@ -277,7 +277,7 @@ __device__ void norm_layer_bwd(T* dx, float* stats, const T* x, const float* w, 
 // float32 products, the sums the same sequence, so the bits are too; the loads, no longer one
 // row at a time, keep NW_ROWS·NW_COLS·2 values of each block in flight.
 #define NW_COLS 32
-#define NW_ROWS 64
+#define NW_ROWS 128
 #define NW_PER (NW_ROWS / MTRL_WARPS)
 
 template <typename T>
