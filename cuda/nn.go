@@ -256,8 +256,11 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 	})
 }
 
-// RMSNormBackward: dx one block per row (keeping each row's scale), then dw one thread per
-// column over the rows in order.
+// normWeightCols is NW_COLS of nn.cu: the columns of the weight gradient per block.
+const normWeightCols = 32
+
+// RMSNormBackward: dx one block per row (keeping each row's scale), then dw with each column
+// summed over the rows in order (a block per 32 columns, its warps loading 128 rows at a time).
 func (b deviceKernels) RMSNormBackward(dx, dw *tensor.Tensor, in tensor.NormGrad) error {
 	return b.normBackward("tensor.RMSNormBackward", "norm_rms_bwd_"+dtypeSuffix(in.X.DType()), dx, dw, nil, in)
 }
@@ -293,14 +296,14 @@ func (b deviceKernels) normBackward(op, name string, dx, dw, db *tensor.Tensor, 
 		if d == 0 {
 			return nil
 		}
-		return b.launch(op, "norm_weight_bwd_"+dtypeSuffix(in.X.DType()), ceilDiv(d, blockSize), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
+		return b.launch(op, "norm_weight_bwd_"+dtypeSuffix(in.X.DType()), ceilDiv(d, normWeightCols), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
 			ptrArg(stats), ptrArg(p[3]), ptrArg(p[4]), intArg(rows), intArg(d), boolArg(in.Accumulate))
 	})
 }
 
 // RoPE: the frequencies (cfg.Frequencies when given, else θ's) and the section of each are
 // computed on the host as the reference computes them (float32 roundings included) and
-// uploaded; one thread per rotated pair.
+// uploaded; a block per token (grid-stride), a thread per frequency over the heads.
 func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfig, inverse bool) error {
 	const op = "tensor.RoPE"
 	t, h, d := x.Dim(0), x.Dim(1), x.Dim(2)
@@ -327,7 +330,7 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		if err := b.upload(op, s, unsafe.Pointer(&tables[0]), len(tables)*4); err != nil {
 			return err
 		}
-		return b.elementwise(op, "rope_fwd_"+dtypeSuffix(x.DType()), t*h*half, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
+		return b.launch(op, "rope_fwd_"+dtypeSuffix(x.DType()), min(t, b.sms*32), 1, blockSize, 0, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
 			ptrArg(s+cu.DevicePtr(half*4)), intArg(t), intArg(h), intArg(d), boolArg(inverse))
 	})
 }

@@ -51,6 +51,7 @@ func tensorFuncs() map[string]any {
 		"FromFloat32":            tensor.FromFloat32,
 		"FromInt32":              tensor.FromInt32,
 		"FromUint8":              tensor.FromUint8,
+		"HostFloat32s":           tensor.HostFloat32s,
 		"KernelOf":               tensor.KernelOf[tensor.TopPKernel],
 		"LogProbEntropy":         tensor.LogProbEntropy,
 		"LogProbEntropyBackward": tensor.LogProbEntropyBackward,

@@ -303,6 +303,22 @@ func (t *Tensor) Int32s() ([]int32, error) { return typedHost[int32](t, "Tensor.
 // Uint8s returns the elements of a host-resident uint8 tensor without copying.
 func (t *Tensor) Uint8s() ([]uint8, error) { return typedHost[uint8](t, "Tensor.Uint8s", Uint8) }
 
+// HostFloat32s returns a float32 tensor's elements on the host: a host tensor's own (no copy,
+// as Float32s), a device tensor's downloaded into a new slice.
+func HostFloat32s(t *Tensor) ([]float32, error) {
+	if err := CheckTensor("tensor.HostFloat32s", "t", t); err != nil {
+		return nil, err
+	}
+	if t.IsHost() {
+		return t.Float32s()
+	}
+	h, err := To(CPU(), t)
+	if err != nil {
+		return nil, err
+	}
+	return h.Float32s()
+}
+
 // To copies t to backend b (a new tensor even when b is t's own backend).
 func To(b Backend, t *Tensor) (*Tensor, error) {
 	if err := CheckTensor("tensor.To", "t", t); err != nil {

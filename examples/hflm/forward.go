@@ -41,18 +41,6 @@ func (m *Model) upload(t *tensor.Tensor, err error) (*tensor.Tensor, error) {
 	return tensor.To(m.b, t)
 }
 
-// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
-func download(t *tensor.Tensor) ([]float32, error) {
-	if t.IsHost() {
-		return t.Float32s()
-	}
-	h, err := tensor.To(tensor.CPU(), t)
-	if err != nil {
-		return nil, err
-	}
-	return h.Float32s()
-}
-
 // zero sets a float32 tensor to zero on its backend.
 func zero(t *tensor.Tensor) error { return tensor.Axpby(t, t, 0, 0) }
 

@@ -107,7 +107,7 @@ func (m *Model) GenerateInput(inp Input, deltas []int32, s Sampling, rngs []*ran
 			return nil, e.err
 		}
 		// The sampler runs on the host: each step downloads the [B, V] logits on a device.
-		lv, err := download(logits)
+		lv, err := tensor.HostFloat32s(logits)
 		if err != nil {
 			return nil, err
 		}

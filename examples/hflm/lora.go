@@ -393,7 +393,7 @@ func (m *Model) delta(ad *adapter) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := download(ba)
+	v, err := tensor.HostFloat32s(ba)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +421,7 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 			suffix string
 			t      *tensor.Tensor
 		}{{".lora_A.weight", ad.a}, {".lora_B.weight", ad.b}} {
-			v, err := download(p.t)
+			v, err := tensor.HostFloat32s(p.t)
 			if err != nil {
 				return err
 			}

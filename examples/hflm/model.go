@@ -327,7 +327,7 @@ func (m *Model) Checkpoint(gen *hfmodel.GenerationConfig) (*hfmodel.Checkpoint, 
 		if err != nil {
 			return nil, err
 		}
-		v, err := download(val)
+		v, err := tensor.HostFloat32s(val)
 		if err != nil {
 			return nil, err
 		}

@@ -169,7 +169,7 @@ func (p *pass) Backward(dLogProbs, dEntropy *tensor.Tensor) error {
 		if d == nil {
 			return nil, nil
 		}
-		v, err := download(d) // [rows, T]: small, and the backward's per-row cut is the host's
+		v, err := tensor.HostFloat32s(d) // [rows, T]: small, and the backward's per-row cut is the host's
 		if err != nil {
 			return nil, err
 		}

@@ -67,7 +67,7 @@ func gradCopies(t *testing.T, m *Model) map[string][]float32 {
 	require.NoError(t, err)
 	out := map[string][]float32{}
 	for _, p := range ps {
-		v, err := download(p.Grad)
+		v, err := tensor.HostFloat32s(p.Grad)
 		require.NoError(t, err)
 		out[p.Name] = append([]float32(nil), v...)
 	}

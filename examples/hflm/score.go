@@ -123,11 +123,11 @@ func (m *Model) scoreInput(inp Input, promptLens, compLens, cols []int, temperat
 		return nil, e.err
 	}
 	// The scored positions' log-probs and entropies come to the host (a download on a device).
-	lpv, err := download(s.lp)
+	lpv, err := tensor.HostFloat32s(s.lp)
 	if err != nil {
 		return nil, err
 	}
-	entv, err := download(s.ent)
+	entv, err := tensor.HostFloat32s(s.ent)
 	if err != nil {
 		return nil, err
 	}

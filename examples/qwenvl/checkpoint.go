@@ -227,7 +227,7 @@ func (m *Model) Checkpoint() (*Checkpoint, error) {
 		ck.Weights[t.Name] = t.Float32s()
 	}
 	for _, p := range m.Vision.params {
-		v, err := download(p.value)
+		v, err := tensor.HostFloat32s(p.value)
 		if err != nil {
 			return nil, err
 		}

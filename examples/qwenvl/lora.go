@@ -211,7 +211,7 @@ func (t *Vision) delta(ad *towerAdapter) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := download(ba)
+	v, err := tensor.HostFloat32s(ba)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +403,7 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 	}
 	var hts []*hfmodel.Tensor
 	for _, p := range ts {
-		v, err := download(p.value)
+		v, err := tensor.HostFloat32s(p.value)
 		if err != nil {
 			return err
 		}

@@ -99,18 +99,6 @@ func rows(e *errs, x *tensor.Tensor, lo, hi int) *tensor.Tensor {
 	return y
 }
 
-// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
-func download(x *tensor.Tensor) ([]float32, error) {
-	if x.IsHost() {
-		return x.Float32s()
-	}
-	h, err := tensor.To(tensor.CPU(), x)
-	if err != nil {
-		return nil, err
-	}
-	return h.Float32s()
-}
-
 // param is one weight, named as Hugging Face's state_dict names it (the older layout, visual.*
 // and model.*), with its gradient (nil until the first backward) and packed form (matrices).
 type param struct {

@@ -119,7 +119,7 @@ func (o *DeviceAdamW) SaveMoments() error {
 			dst []float32
 			src *tensor.Tensor
 		}{{o.M[i], o.m[i]}, {o.V[i], o.v[i]}} {
-			v, err := download(p.src)
+			v, err := tensor.HostFloat32s(p.src)
 			if err != nil {
 				return err
 			}
@@ -166,18 +166,6 @@ func (g *DeviceGradients) Reduce(_ context.Context, comm collective.Comm, scale 
 		}
 	}
 	return 0, nil
-}
-
-// download returns a float32 tensor's elements on the host: its own on the CPU, else a copy.
-func download(t *tensor.Tensor) ([]float32, error) {
-	if t.IsHost() {
-		return t.Float32s()
-	}
-	h, err := tensor.To(tensor.CPU(), t)
-	if err != nil {
-		return nil, err
-	}
-	return h.Float32s()
 }
 
 // zeroTensor sets a float32 tensor to zero on its backend.

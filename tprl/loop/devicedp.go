@@ -634,11 +634,11 @@ func (o *DeviceShardedAdamW) gatherParams(ctx context.Context, comm collective.C
 // Moments returns copies of this rank's moments, one shard per owned range (for a
 // checkpoint: rank-independent ranges of the flattened parameters).
 func (o *DeviceShardedAdamW) Moments() ([]MomentShard, error) {
-	m, err := download(o.m)
+	m, err := tensor.HostFloat32s(o.m)
 	if err != nil {
 		return nil, err
 	}
-	v, err := download(o.v)
+	v, err := tensor.HostFloat32s(o.v)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,43 @@
+package tensor_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtrl-go/mtrl/internal/hostile"
+	"github.com/mtrl-go/mtrl/tensor"
+)
+
+// TestHostFloat32s: a host tensor's own elements (a write shows in the tensor), a device
+// tensor's as a downloaded copy, errors for what is not a float32 tensor.
+func TestHostFloat32s(t *testing.T) {
+	h := tensor.Must(tensor.FromFloat32([]float32{1, 2, 3}, 3))
+	v, err := tensor.HostFloat32s(h)
+	require.NoError(t, err)
+	v[0] = 7
+	own, _ := h.Float32s()
+	require.Equal(t, []float32{7, 2, 3}, own, "a host tensor's elements are its own")
+
+	d, err := tensor.To(hostile.Device(), h)
+	require.NoError(t, err)
+	require.False(t, d.IsHost())
+	v, err = tensor.HostFloat32s(d)
+	require.NoError(t, err)
+	require.Equal(t, []float32{7, 2, 3}, v)
+	v[1] = 9
+	again, err := tensor.HostFloat32s(d)
+	require.NoError(t, err)
+	require.Equal(t, []float32{7, 2, 3}, again, "a device tensor's elements are a copy")
+
+	for name, x := range map[string]*tensor.Tensor{
+		"nil":   nil,
+		"int32": tensor.Must(tensor.FromInt32([]int32{1}, 1)),
+	} {
+		_, err := tensor.HostFloat32s(x)
+		require.Error(t, err, name)
+		var te *tensor.Error
+		require.True(t, errors.As(err, &te), "%s: %v", name, err)
+	}
+}
