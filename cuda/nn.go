@@ -226,21 +226,32 @@ func (b *Backend) normParams(op string, off int64, names []string, ps ...*tensor
 
 // RMSNorm is one block per row (the sum of squares in float64, a fixed tree).
 func (b deviceKernels) RMSNorm(y, x, w *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, x, w, nil, eps)
+	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, nil, nil, x, w, nil, eps)
 }
 
 // LayerNorm is one block per row (mean and variance in float64).
 func (b deviceKernels) LayerNorm(y, x, w, bias *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, x, w, bias, eps)
+	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, nil, nil, x, w, bias, eps)
 }
 
-func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor, eps float64) error {
+// RMSNormStats is RMSNorm whose blocks also write their row's scale (tensor.NormStatsKernel).
+func (b deviceKernels) RMSNormStats(y, rstd, x, w *tensor.Tensor, eps float64) error {
+	return b.normForward("tensor.RMSNormStats", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, nil, rstd, x, w, nil, eps)
+}
+
+// LayerNormStats is LayerNorm whose blocks also write their row's mean and 1/σ.
+func (b deviceKernels) LayerNormStats(y, mean, rstd, x, w, bias *tensor.Tensor, eps float64) error {
+	return b.normForward("tensor.LayerNormStats", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, mean, rstd, x, w, bias, eps)
+}
+
+// normForward launches a norm's forward; mean (LayerNorm) and rstd may be nil (not written).
+func (b deviceKernels) normForward(op, name string, y, mean, rstd, x, w, bias *tensor.Tensor, eps float64) error {
 	rows, d := rowsOf(x), x.Dim(-1)
 	if rows == 0 {
 		return nil
 	}
 	return b.do(op, func() error {
-		p, err := b.ptrs(op, []string{"y", "x"}, y, x)
+		p, err := b.ptrs(op, []string{"y", "mean", "rstd", "x"}, y, mean, rstd, x)
 		if err != nil {
 			return err
 		}
@@ -248,7 +259,11 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 		if err != nil {
 			return err
 		}
-		args := []arg{ptrArg(p[0]), ptrArg(p[1]), ptrArg(wb[0])}
+		args := []arg{ptrArg(p[0])}
+		if bias != nil { // LayerNorm
+			args = append(args, ptrArg(p[1]))
+		}
+		args = append(args, ptrArg(p[2]), ptrArg(p[3]), ptrArg(wb[0]))
 		if bias != nil {
 			args = append(args, ptrArg(wb[1]))
 		}

@@ -16,7 +16,8 @@ type NormKernel interface {
 }
 
 // NormStatsKernel is implemented by backends whose norms can write each row's statistics for
-// the backward (RMSNormStats, LayerNormStats). Without it the statistics are found on the host.
+// the backward (RMSNormStats, LayerNormStats). Without it the norm runs on its backend and the
+// statistics are found on the host (x is downloaded for it).
 type NormStatsKernel interface {
 	RMSNormStats(y, rstd, x, w *Tensor, eps float64) error
 	LayerNormStats(y, mean, rstd, x, w, b *Tensor, eps float64) error

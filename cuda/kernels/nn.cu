@@ -43,7 +43,9 @@ __global__ void __launch_bounds__(MTRL_BLOCK) linear_colsum_bwd_f32(float* db, c
 // float32 weights (the host widens bfloat16 ones into scratch first: they are [D]); the gather
 // reads a float32 or bfloat16 table. Parameter gradients are float32.
 
-// ---- RMSNorm and LayerNorm: one block per row; stats[2·row] = mean, stats[2·row+1] = rstd ----
+// ---- RMSNorm and LayerNorm: one block per row; the backward's stats[2·row] = mean,
+// stats[2·row+1] = rstd; the forward writes mean[row] and rstd[row] when they are not null
+// (RMSNormStats, LayerNormStats) ----
 //
 // Thread t owns the row's elements j ≡ t (mod MTRL_BLOCK) and sums them in ascending j, then
 // block_sum_f64 adds the threads' sums in its fixed tree. Up to NORM_REG_D (16 per thread) the
@@ -130,7 +132,7 @@ __device__ __forceinline__ void layer_stats_reg(const float (&x)[NORM_REG], int6
 }
 
 template <typename T>
-__device__ void norm_rms_fwd(T* y, const T* x, const float* w, int64_t d, double eps) {
+__device__ void norm_rms_fwd(T* y, float* rstd, const T* x, const float* w, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     const T* xi = x + (int64_t)blockIdx.x * d;
     T* yi = y + (int64_t)blockIdx.x * d;
@@ -138,6 +140,7 @@ __device__ void norm_rms_fwd(T* y, const T* x, const float* w, int64_t d, double
         float xv[NORM_REG];
         norm_load<T>(xv, xi, d);
         float r = rms_scale_reg(xv, d, eps, scratch);
+        if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
 #pragma unroll
         for (int k = 0; k < NORM_REG; k++) {
             int64_t j = norm_j(k);
@@ -146,6 +149,7 @@ __device__ void norm_rms_fwd(T* y, const T* x, const float* w, int64_t d, double
         return;
     }
     float r = rms_scale<T>(xi, d, eps, scratch);
+    if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) store_f32<T>(yi, j, w[j] * (load_f32<T>(xi, j) * r));
 }
 
@@ -196,7 +200,7 @@ __device__ void norm_rms_bwd(T* dx, float* stats, const T* x, const float* w, co
 }
 
 template <typename T>
-__device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b, int64_t d, double eps) {
+__device__ void norm_layer_fwd(T* y, float* mean, float* rstd, const T* x, const float* w, const float* b, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     const T* xi = x + (int64_t)blockIdx.x * d;
     T* yi = y + (int64_t)blockIdx.x * d;
@@ -205,6 +209,10 @@ __device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b,
         float xv[NORM_REG];
         norm_load<T>(xv, xi, d);
         layer_stats_reg(xv, d, eps, scratch, &mu, &r);
+        if (mean && threadIdx.x == 0) {
+            mean[blockIdx.x] = mu;
+            rstd[blockIdx.x] = r;
+        }
         // x again from the cache: holding it across the divisions above spills on sm_90
 #pragma unroll
         for (int k = 0; k < NORM_REG; k++) {
@@ -214,6 +222,10 @@ __device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b,
         return;
     }
     layer_stats<T>(xi, d, eps, scratch, &mu, &r);
+    if (mean && threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = r;
+    }
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
         store_f32<T>(yi, j, w[j] * ((load_f32<T>(xi, j) - mu) * r) + b[j]);
     }
@@ -468,11 +480,11 @@ extern "C" {
 // The kernels: <family>_<op>_<fwd|bwd>_<activations' dtype>; embedding_gather_fwd_bf16_f32
 // gathers a float32 table into bfloat16 rows.
 
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, const float* x, const float* w, int64_t d, double eps) {
-    norm_rms_fwd<float>(y, x, w, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, float* rstd, const float* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<float>(y, rstd, x, w, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, const float* x, const float* w, const float* b, int64_t d, double eps) {
-    norm_layer_fwd<float>(y, x, w, b, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<float>(y, mean, rstd, x, w, b, d, eps);
 }
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
     norm_rms_bwd<float>(dx, stats, x, w, dy, d, eps);
@@ -480,11 +492,11 @@ __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float*
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
     norm_layer_bwd<float>(dx, stats, x, w, dy, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, int64_t d, double eps) {
-    norm_rms_fwd<bf16_t>(y, x, w, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_bf16(bf16_t* y, float* rstd, const bf16_t* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<bf16_t>(y, rstd, x, w, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, const float* b, int64_t d, double eps) {
-    norm_layer_fwd<bf16_t>(y, x, w, b, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_bf16(bf16_t* y, float* mean, float* rstd, const bf16_t* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<bf16_t>(y, mean, rstd, x, w, b, d, eps);
 }
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_bf16(bf16_t* dx, float* stats, const bf16_t* x, const float* w, const bf16_t* dy, int64_t d, double eps) {
     norm_rms_bwd<bf16_t>(dx, stats, x, w, dy, d, eps);

@@ -68,6 +68,15 @@ func normSaved(t *testing.T, e env, want [][]float32, xv, wv, bv, dyv, dw0, db0 
 			}
 		}
 	}
+	// The statistics themselves are the reference's (float64 sums, so any order is within rtol).
+	const rows = 15
+	x64, w64, dy64, dx64 := f64(xv), f64(wv), f64(dyv), make([]float64, rows*d)
+	wantR, wantMean, wantRstd := make([]float64, rows), make([]float64, rows), make([]float64, rows)
+	nnref.RMSNormDX(rows, d, x64, w64, dy64, eps, dx64, wantR)
+	nnref.LayerNormDX(rows, d, x64, w64, dy64, eps, dx64, wantMean, wantRstd)
+	near(t, "RMSNormStats rstd", e.host(r), wantR, rtol, 0)
+	near(t, "LayerNormStats mean", e.host(mean), wantMean, rtol, 1e-6)
+	near(t, "LayerNormStats rstd", e.host(rstd), wantRstd, rtol, 0)
 }
 
 // normBF16 checks the norms with bfloat16 activations and a float32 or bfloat16 weight and
