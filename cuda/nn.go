@@ -226,21 +226,32 @@ func (b *Backend) normParams(op string, off int64, names []string, ps ...*tensor
 
 // RMSNorm is one block per row (the sum of squares in float64, a fixed tree).
 func (b deviceKernels) RMSNorm(y, x, w *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, x, w, nil, eps)
+	return b.normForward("tensor.RMSNorm", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, nil, nil, x, w, nil, eps)
 }
 
 // LayerNorm is one block per row (mean and variance in float64).
 func (b deviceKernels) LayerNorm(y, x, w, bias *tensor.Tensor, eps float64) error {
-	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, x, w, bias, eps)
+	return b.normForward("tensor.LayerNorm", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, nil, nil, x, w, bias, eps)
 }
 
-func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor, eps float64) error {
+// RMSNormStats is RMSNorm whose blocks also write their row's scale (tensor.NormStatsKernel).
+func (b deviceKernels) RMSNormStats(y, rstd, x, w *tensor.Tensor, eps float64) error {
+	return b.normForward("tensor.RMSNormStats", "norm_rms_fwd_"+dtypeSuffix(x.DType()), y, nil, rstd, x, w, nil, eps)
+}
+
+// LayerNormStats is LayerNorm whose blocks also write their row's mean and 1/σ.
+func (b deviceKernels) LayerNormStats(y, mean, rstd, x, w, bias *tensor.Tensor, eps float64) error {
+	return b.normForward("tensor.LayerNormStats", "norm_layer_fwd_"+dtypeSuffix(x.DType()), y, mean, rstd, x, w, bias, eps)
+}
+
+// normForward launches a norm's forward; mean (LayerNorm) and rstd may be nil (not written).
+func (b deviceKernels) normForward(op, name string, y, mean, rstd, x, w, bias *tensor.Tensor, eps float64) error {
 	rows, d := rowsOf(x), x.Dim(-1)
 	if rows == 0 {
 		return nil
 	}
 	return b.do(op, func() error {
-		p, err := b.ptrs(op, []string{"y", "x"}, y, x)
+		p, err := b.ptrs(op, []string{"y", "mean", "rstd", "x"}, y, mean, rstd, x)
 		if err != nil {
 			return err
 		}
@@ -248,7 +259,11 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 		if err != nil {
 			return err
 		}
-		args := []arg{ptrArg(p[0]), ptrArg(p[1]), ptrArg(wb[0])}
+		args := []arg{ptrArg(p[0])}
+		if bias != nil { // LayerNorm
+			args = append(args, ptrArg(p[1]))
+		}
+		args = append(args, ptrArg(p[2]), ptrArg(p[3]), ptrArg(wb[0]))
 		if bias != nil {
 			args = append(args, ptrArg(wb[1]))
 		}
@@ -256,8 +271,11 @@ func (b deviceKernels) normForward(op, name string, y, x, w, bias *tensor.Tensor
 	})
 }
 
-// RMSNormBackward: dx one block per row (keeping each row's scale), then dw one thread per
-// column over the rows in order.
+// normWeightCols is NW_COLS of nn.cu: the columns of the weight gradient per block.
+const normWeightCols = 32
+
+// RMSNormBackward: dx one block per row (keeping each row's scale), then dw with each column
+// summed over the rows in order (a block per 32 columns, its warps loading 128 rows at a time).
 func (b deviceKernels) RMSNormBackward(dx, dw *tensor.Tensor, in tensor.NormGrad) error {
 	return b.normBackward("tensor.RMSNormBackward", "norm_rms_bwd_"+dtypeSuffix(in.X.DType()), dx, dw, nil, in)
 }
@@ -293,14 +311,14 @@ func (b deviceKernels) normBackward(op, name string, dx, dw, db *tensor.Tensor, 
 		if d == 0 {
 			return nil
 		}
-		return b.launch(op, "norm_weight_bwd_"+dtypeSuffix(in.X.DType()), ceilDiv(d, blockSize), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
+		return b.launch(op, "norm_weight_bwd_"+dtypeSuffix(in.X.DType()), ceilDiv(d, normWeightCols), 1, blockSize, 0, ptrArg(p[1]), ptrArg(p[2]),
 			ptrArg(stats), ptrArg(p[3]), ptrArg(p[4]), intArg(rows), intArg(d), boolArg(in.Accumulate))
 	})
 }
 
 // RoPE: the frequencies (cfg.Frequencies when given, else θ's) and the section of each are
 // computed on the host as the reference computes them (float32 roundings included) and
-// uploaded; one thread per rotated pair.
+// uploaded; a block per token (grid-stride), a thread per frequency over the heads.
 func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfig, inverse bool) error {
 	const op = "tensor.RoPE"
 	t, h, d := x.Dim(0), x.Dim(1), x.Dim(2)
@@ -327,7 +345,7 @@ func (b deviceKernels) RoPE(y, x, positions *tensor.Tensor, cfg tensor.RoPEConfi
 		if err := b.upload(op, s, unsafe.Pointer(&tables[0]), len(tables)*4); err != nil {
 			return err
 		}
-		return b.elementwise(op, "rope_fwd_"+dtypeSuffix(x.DType()), t*h*half, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
+		return b.launch(op, "rope_fwd_"+dtypeSuffix(x.DType()), min(t, b.sms*32), 1, blockSize, 0, ptrArg(p[0]), ptrArg(p[1]), ptrArg(p[2]), ptrArg(s),
 			ptrArg(s+cu.DevicePtr(half*4)), intArg(t), intArg(h), intArg(d), boolArg(inverse))
 	})
 }

@@ -16,6 +16,15 @@ import (
 // bitwise determinism.
 func TestNNOps(t *testing.T) { nntest.Run(t, device(t)) }
 
+// TestNormStatsKernel: the device's norms write their saved statistics themselves
+// (tensor.NormStatsKernel), so RMSNormStats and LayerNormStats never take the host fallback,
+// which would download x to find them; nntest.Run checks their values.
+func TestNormStatsKernel(t *testing.T) {
+	if _, ok := tensor.KernelOf[tensor.NormStatsKernel](device(t)); !ok {
+		t.Fatal("the cuda backend does not implement tensor.NormStatsKernel")
+	}
+}
+
 // TestAttentionWideHeads runs the head-dimension-256 attention kernels (tile sizes halved),
 // which nntest's small heads do not reach, against the CPU backend: a causal, grouped-query,
 // variable-length batch, forward with lse and backward, and a decode step, in float32 and

@@ -24,8 +24,10 @@ op's flops and bytes, and the load average when it was taken. Torch's equivalent
   Hugging Face trainers do), the backward's products then in bfloat16;
 - elementwise: F.layer_norm (weight and bias in the activations' dtype, as torch requires),
   F.gelu, F.gelu(approximate="tanh") and x·sigmoid(1.702·x) (Hugging Face's QuickGELU) at
-  Qwen2-VL's vision-tower shapes; forward under no_grad, backward alone: autograd.grad of a kept
-  graph (retain_graph) into x (and LayerNorm's weight and bias) against a random gradient;
+  Qwen2-VL's vision-tower shapes, and F.layer_norm and Hugging Face's Qwen2RMSNorm (eager:
+  float32 x.pow(2).mean, rsqrt, times the weight) at Qwen2.5-0.5B's and 7B's widths; forward
+  under no_grad, backward alone: autograd.grad of a kept graph (retain_graph) into x (and the
+  norms' weight and bias) against a random gradient;
 - stream: x.sum() over a 1 GiB float32 tensor (streaming read).
 """
 import argparse
@@ -43,7 +45,8 @@ GEMM = [(2048, 896, 4864), (2048, 4864, 896), (2048, 3584, 18944)]
 DECODE = [(m, 3584, 18944) for m in (1, 2, 4, 8, 16, 32)]
 ATTN = [(t, 14, 2, 64) for t in (512, 1024, 2048, 4096)]
 LMHEAD = (256, 896, 151936)
-ELEMENTWISE = [("layernorm", 1024, 1280), ("gelu", 1024, 5120), ("gelu_pytorch_tanh", 1024, 5120), ("quick_gelu", 1024, 5120)]
+ELEMENTWISE = [("layernorm", 1024, 1280), ("layernorm", 2048, 896), ("layernorm", 2048, 3584), ("rmsnorm", 2048, 896),
+               ("rmsnorm", 2048, 3584), ("gelu", 1024, 5120), ("gelu_pytorch_tanh", 1024, 5120), ("quick_gelu", 1024, 5120)]
 
 
 def load():
@@ -193,6 +196,14 @@ def run_torch(group, threads, reps):
                         w, b = (torch.randn(d, generator=g).to(tdt).requires_grad_(bwd) for _ in range(2))
                         ins += [w, b]
                         f = lambda x: F.layer_norm(x, (d,), w, b, 1e-6)
+                    elif op == "rmsnorm":
+                        w = torch.randn(d, generator=g).to(tdt).requires_grad_(bwd)
+                        ins += [w]
+
+                        def f(x):
+                            h = x.to(torch.float32)
+                            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+                            return w * h.to(x.dtype)
                     elif op == "gelu":
                         f = F.gelu
                     elif op == "gelu_pytorch_tanh":
@@ -252,7 +263,7 @@ def mem_child(case, threads):
 GO_NAME = re.compile(r"^Benchmark(\w+)(/\S*?)?(-\d+)?$")
 
 
-def parse_go(group, threads):
+def parse_go(group, threads, side="go"):
     for line in sys.stdin:
         f = line.split()
         if not f or not f[0].startswith("Benchmark") or len(f) < 4:
@@ -266,7 +277,7 @@ def parse_go(group, threads):
             key = "fmapeak/" + sub
         else:
             key = sub.replace("/float32", "")
-        rec = dict(side="go", group=group, key=key, wall=metrics["ns/op"] * 1e-9, threads=threads,
+        rec = dict(side=side, group=group, key=key, wall=metrics["ns/op"] * 1e-9, threads=threads,
                    metrics=metrics)
         if "cpu-ns/op" in metrics:
             rec["cpu"] = metrics["cpu-ns/op"] * 1e-9
@@ -310,9 +321,10 @@ def table(path):
     def runs(side, key):
         return by.get((side, key), [])
 
-    def ratio_med(key, f):
-        """Median over rounds of Go's f over torch's f, pairing the i-th runs (interleaved)."""
-        g, t = runs("go", key), runs("torch", key)
+    def ratio_med(key, f, side="go"):
+        """Median over rounds of Go's f (or the before binary's) over torch's f, pairing the i-th
+        runs (interleaved)."""
+        g, t = runs(side, key), runs("torch", key)
         rs = [f(a) / f(b) for a, b in zip(g, t) if f(a) and f(b)]
         return med(rs)
 
@@ -409,7 +421,7 @@ def table(path):
     if "lmhead" in groups:
         lmhead_table(runs, ratio_med, mem, cpu)
     if "elementwise" in groups:
-        elementwise_table(runs, ratio_med, cpu)
+        elementwise_table(runs, ratio_med, cpu, any(side == "before" for side, _ in by))
     print(f"\nMedians over {len(runs('go', 'fmapeak/avx512'))} interleaved rounds; ratios are medians of the per-round ratios.")
 
 
@@ -430,16 +442,20 @@ def attention_table(runs, ratio_med, gfl, gfl_cpu, mem, cpu):
 
 
 
-def elementwise_table(runs, ratio_med, cpu):
-    print(f"\n#### LayerNorm and the GELUs at Qwen2-VL's vision-tower shapes (1024 patches): GB/s of activations "
-          f"read and written, wall and per CPU-second — {cpu}\n")
-    print("Forward: x read, y written; backward: x and dy read, dx written (LayerNorm's dw and db are [D], not counted). "
-          "torch's backward is autograd.grad of a kept graph.\n")
-    print("| op | pass | dtype | Go GB/s | torch GB/s | Go/torch (wall) | Go GB/cpu-s | torch GB/cpu-s | Go/torch (cpu-s) |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+def elementwise_table(runs, ratio_med, cpu, has_before):
+    print(f"\n#### LayerNorm, RMSNorm and the GELUs at Qwen2-VL's vision-tower shapes (1024 patches) and Qwen2.5's "
+          f"(2048 tokens): GB/s of activations read and written, wall and per CPU-second — {cpu}\n")
+    print("Forward: x read, y written; backward: x and dy read, dx written (the norms' dw and db are [D], not counted). "
+          "torch's backward is autograd.grad of a kept graph; the norms' Go backward reads the statistics its forward "
+          "saved.\n")
+    head = "| op | pass | dtype | Go GB/s | torch GB/s | Go/torch (wall) | Go GB/cpu-s | torch GB/cpu-s | Go/torch (cpu-s) |"
+    if has_before:
+        head += " before GB/cpu-s | before/torch (cpu-s) |"
+    print(head)
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_before else ""))
 
     def gbs(r):
-        return r["metrics"]["MB/s"] / 1e3 if r["side"] == "go" else r["bytes"] / r["wall"] / 1e9
+        return r["bytes"] / r["wall"] / 1e9 if r["side"] == "torch" else r["metrics"]["MB/s"] / 1e3
 
     def gbs_cpu(r):
         if r["side"] == "torch":
@@ -454,7 +470,9 @@ def elementwise_table(runs, ratio_med, cpu):
                 print(f"| {op} {t}×{d} | {p} | {dt} | {fmt(med([gbs(r) for r in runs('go', key)]), '.1f')} | "
                       f"{fmt(med([gbs(r) for r in runs('torch', key)]), '.1f')} | {fmt(ratio_med(key, gbs), '.2f')}× | "
                       f"{fmt(med([gbs_cpu(r) for r in runs('go', key)]), '.1f')} | {fmt(med([gbs_cpu(r) for r in runs('torch', key)]), '.1f')} | "
-                      f"{fmt(ratio_med(key, gbs_cpu), '.2f')}× |")
+                      f"{fmt(ratio_med(key, gbs_cpu), '.2f')}× |" +
+                      (f" {fmt(med([gbs_cpu(r) for r in runs('before', key)]), '.1f')} | "
+                       f"{fmt(ratio_med(key, gbs_cpu, 'before'), '.2f')}× |" if has_before else ""))
 
 
 def lmhead_table(runs, ratio_med, mem, cpu):
@@ -497,6 +515,7 @@ def main():
     g = sub.add_parser("gobench")
     g.add_argument("group")
     g.add_argument("threads", type=int)
+    g.add_argument("side", nargs="?", default="go")
     m = sub.add_parser("mem")
     m.add_argument("--threads", type=int, required=True)
     mc = sub.add_parser("memchild")
@@ -508,7 +527,7 @@ def main():
     if a.cmd == "torch":
         run_torch(a.group, a.threads, a.reps)
     elif a.cmd == "gobench":
-        parse_go(a.group, a.threads)
+        parse_go(a.group, a.threads, a.side)
     elif a.cmd == "mem":
         for case in ("lmhead/fwd", "lmhead/fwd+bwd", "lmhead/fwd/bfloat16", "lmhead/fwd+bwd/bfloat16", "attention"):
             subprocess.run([sys.executable, __file__, "memchild", case, "--threads", str(a.threads)], check=True)

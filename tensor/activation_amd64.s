@@ -920,98 +920,353 @@ TEXT ·geluAVX512(SB), NOSPLIT, $0-52
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         x_len+32(FP), DX
-	VBROADCASTSS actconst<>+0(SB), Z0
-	VBROADCASTSS actconst<>+64(SB), Z1
-	VBROADCASTSS actconst<>+128(SB), Z2
-	VBROADCASTSS actconst<>+192(SB), Z3
-	VBROADCASTSS actconst<>+256(SB), Z4
-	VBROADCASTSS actconst<>+320(SB), Z5
-	VBROADCASTSS actconst<>+384(SB), Z6
-	VBROADCASTSS actconst<>+448(SB), Z7
-	VBROADCASTSS actconst<>+512(SB), Z8
-	VBROADCASTSS actconst<>+576(SB), Z9
-	VBROADCASTSS actconst<>+640(SB), Z10
-	VBROADCASTSS actconst<>+704(SB), Z11
-	VBROADCASTSS actconst<>+768(SB), Z12
-	VBROADCASTSS actconst<>+832(SB), Z13
-	VBROADCASTSS actconst<>+640(SB), Z13
+	VBROADCASTSS actconst<>+576(SB), Z0
+	VBROADCASTSS actconst<>+640(SB), Z1
+	VBROADCASTSS actconst<>+1024(SB), Z2
+
+geluAVX512_loopN:
+	CMPQ        DX, $0x00000040
+	JB          geluAVX512_loop
+	VMOVUPS     (CX), Z3
+	VMOVUPS     64(CX), Z7
+	VMOVUPS     128(CX), Z11
+	VMOVUPS     192(CX), Z15
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VMULPS      actconst<>+1152(SB), Z7, Z8
+	VMULPS      actconst<>+1152(SB), Z11, Z12
+	VMULPS      actconst<>+1152(SB), Z15, Z16
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VANDPS      actconst<>+960(SB), Z8, Z9
+	VANDPS      actconst<>+960(SB), Z12, Z13
+	VANDPS      actconst<>+960(SB), Z16, Z17
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VMULPS      actconst<>+64(SB), Z9, Z10
+	VMULPS      actconst<>+64(SB), Z13, Z14
+	VMULPS      actconst<>+64(SB), Z17, Z18
+	VADDPS      Z0, Z6, Z6
+	VADDPS      Z0, Z10, Z10
+	VADDPS      Z0, Z14, Z14
+	VADDPS      Z0, Z18, Z18
+	VDIVPS      Z6, Z0, Z6
+	VDIVPS      Z10, Z0, Z10
+	VDIVPS      Z14, Z0, Z14
+	VDIVPS      Z18, Z0, Z21
+	VMULPS      actconst<>+2048(SB), Z6, Z18
+	VMULPS      actconst<>+2048(SB), Z10, Z19
+	VMULPS      actconst<>+2048(SB), Z14, Z20
+	VMULPS      actconst<>+2048(SB), Z21, Z22
+	VADDPS      actconst<>+1984(SB), Z18, Z18
+	VADDPS      actconst<>+1984(SB), Z19, Z19
+	VADDPS      actconst<>+1984(SB), Z20, Z20
+	VADDPS      actconst<>+1984(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1920(SB), Z18, Z18
+	VADDPS      actconst<>+1920(SB), Z19, Z19
+	VADDPS      actconst<>+1920(SB), Z20, Z20
+	VADDPS      actconst<>+1920(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1856(SB), Z18, Z18
+	VADDPS      actconst<>+1856(SB), Z19, Z19
+	VADDPS      actconst<>+1856(SB), Z20, Z20
+	VADDPS      actconst<>+1856(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1792(SB), Z18, Z18
+	VADDPS      actconst<>+1792(SB), Z19, Z19
+	VADDPS      actconst<>+1792(SB), Z20, Z20
+	VADDPS      actconst<>+1792(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1728(SB), Z18, Z18
+	VADDPS      actconst<>+1728(SB), Z19, Z19
+	VADDPS      actconst<>+1728(SB), Z20, Z20
+	VADDPS      actconst<>+1728(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1664(SB), Z18, Z18
+	VADDPS      actconst<>+1664(SB), Z19, Z19
+	VADDPS      actconst<>+1664(SB), Z20, Z20
+	VADDPS      actconst<>+1664(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1600(SB), Z18, Z18
+	VADDPS      actconst<>+1600(SB), Z19, Z19
+	VADDPS      actconst<>+1600(SB), Z20, Z20
+	VADDPS      actconst<>+1600(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1536(SB), Z18, Z18
+	VADDPS      actconst<>+1536(SB), Z19, Z19
+	VADDPS      actconst<>+1536(SB), Z20, Z20
+	VADDPS      actconst<>+1536(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1472(SB), Z18, Z18
+	VADDPS      actconst<>+1472(SB), Z19, Z19
+	VADDPS      actconst<>+1472(SB), Z20, Z20
+	VADDPS      actconst<>+1472(SB), Z22, Z22
+	VMULPS      Z5, Z5, Z5
+	VMULPS      Z9, Z9, Z9
+	VMULPS      Z13, Z13, Z13
+	VMULPS      Z17, Z17, Z17
+	VSUBPS      Z5, Z18, Z5
+	VSUBPS      Z9, Z19, Z9
+	VSUBPS      Z13, Z20, Z13
+	VSUBPS      Z17, Z22, Z20
+	VMAXPS      Z1, Z5, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z13, Z1
+	VMAXPS      Z1, Z20, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z17
+	VMULPS      actconst<>+0(SB), Z9, Z18
+	VMULPS      actconst<>+0(SB), Z13, Z19
+	VMULPS      actconst<>+0(SB), Z20, Z22
+	VADDPS      actconst<>+64(SB), Z17, Z17
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VADDPS      actconst<>+64(SB), Z19, Z19
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VRNDSCALEPS $0x09, Z17, Z17
+	VRNDSCALEPS $0x09, Z18, Z18
+	VRNDSCALEPS $0x09, Z19, Z19
+	VRNDSCALEPS $0x09, Z22, Z25
+	VMULPS      actconst<>+128(SB), Z17, Z22
+	VMULPS      actconst<>+128(SB), Z18, Z23
+	VMULPS      actconst<>+128(SB), Z19, Z24
+	VMULPS      actconst<>+128(SB), Z25, Z26
+	VSUBPS      Z22, Z5, Z22
+	VSUBPS      Z23, Z9, Z23
+	VSUBPS      Z24, Z13, Z24
+	VSUBPS      Z26, Z20, Z29
+	VMULPS      actconst<>+192(SB), Z17, Z26
+	VMULPS      actconst<>+192(SB), Z18, Z27
+	VMULPS      actconst<>+192(SB), Z19, Z28
+	VMULPS      actconst<>+192(SB), Z25, Z30
+	VSUBPS      Z26, Z22, Z22
+	VSUBPS      Z27, Z23, Z23
+	VSUBPS      Z28, Z24, Z24
+	VSUBPS      Z30, Z29, Z29
+	VMULPS      actconst<>+256(SB), Z22, Z26
+	VMULPS      actconst<>+256(SB), Z23, Z27
+	VMULPS      actconst<>+256(SB), Z24, Z28
+	VMULPS      actconst<>+256(SB), Z29, Z30
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VADDPS      actconst<>+320(SB), Z27, Z27
+	VADDPS      actconst<>+320(SB), Z28, Z28
+	VADDPS      actconst<>+320(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VADDPS      actconst<>+384(SB), Z27, Z27
+	VADDPS      actconst<>+384(SB), Z28, Z28
+	VADDPS      actconst<>+384(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VADDPS      actconst<>+448(SB), Z27, Z27
+	VADDPS      actconst<>+448(SB), Z28, Z28
+	VADDPS      actconst<>+448(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VADDPS      actconst<>+512(SB), Z27, Z27
+	VADDPS      actconst<>+512(SB), Z28, Z28
+	VADDPS      actconst<>+512(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VADDPS      actconst<>+64(SB), Z27, Z27
+	VADDPS      actconst<>+64(SB), Z28, Z28
+	VADDPS      actconst<>+64(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      Z0, Z26, Z26
+	VADDPS      Z0, Z27, Z27
+	VADDPS      Z0, Z28, Z28
+	VADDPS      Z0, Z30, Z30
+	VMULPS      Z26, Z22, Z22
+	VMULPS      Z27, Z23, Z23
+	VMULPS      Z28, Z24, Z24
+	VMULPS      Z30, Z29, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      actconst<>+768(SB), Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      actconst<>+768(SB), Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VCVTTPS2DQ  Z19, Z19
+	VPADDD      actconst<>+768(SB), Z19, Z19
+	VPSLLD      $0x17, Z19, Z19
+	VCVTTPS2DQ  Z25, Z25
+	VPADDD      actconst<>+768(SB), Z25, Z25
+	VPSLLD      $0x17, Z25, Z25
+	VMULPS      Z17, Z22, Z17
+	VMULPS      Z18, Z23, Z18
+	VMULPS      Z19, Z24, Z19
+	VMULPS      Z25, Z26, Z22
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z13, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z20, K4
+	VXORPS      Z5, Z5, Z5
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z20, Z20, Z20
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z5, Z17, K1, Z17
+	VMOVAPS     Z18, Z5
+	VBLENDMPS   Z9, Z5, K2, Z5
+	VMOVAPS     Z19, Z9
+	VBLENDMPS   Z13, Z9, K3, Z9
+	VMOVAPS     Z22, Z13
+	VBLENDMPS   Z20, Z13, K4, Z13
+	VMULPS      Z17, Z6, Z6
+	VMULPS      Z5, Z10, Z5
+	VMULPS      Z9, Z14, Z9
+	VMULPS      Z13, Z21, Z17
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z14, Z14, Z14
+	VXORPS      Z18, Z18, Z18
+	VCMPPS      $0x11, Z10, Z4, K1
+	VCMPPS      $0x11, Z13, Z8, K2
+	VCMPPS      $0x11, Z14, Z12, K3
+	VCMPPS      $0x11, Z18, Z16, K4
+	VSUBPS      Z6, Z2, Z4
+	VSUBPS      Z5, Z2, Z8
+	VSUBPS      Z9, Z2, Z10
+	VSUBPS      Z17, Z2, Z12
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z4, Z6, K1, Z6
+	VMOVAPS     Z5, Z4
+	VBLENDMPS   Z8, Z4, K2, Z4
+	VMOVAPS     Z9, Z5
+	VBLENDMPS   Z10, Z5, K3, Z5
+	VMOVAPS     Z17, Z8
+	VBLENDMPS   Z12, Z8, K4, Z8
+	VMULPS      actconst<>+64(SB), Z6, Z6
+	VMULPS      actconst<>+64(SB), Z4, Z4
+	VMULPS      actconst<>+64(SB), Z5, Z5
+	VMULPS      actconst<>+64(SB), Z8, Z8
+	VMULPS      Z6, Z3, Z3
+	VMULPS      Z4, Z7, Z4
+	VMULPS      Z5, Z11, Z5
+	VMULPS      Z8, Z15, Z6
+	VMOVUPS     Z3, (AX)
+	VMOVUPS     Z4, 64(AX)
+	VMOVUPS     Z5, 128(AX)
+	VMOVUPS     Z6, 192(AX)
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	SUBQ        $0x00000040, DX
+	JMP         geluAVX512_loopN
 
 geluAVX512_loop:
-	CMPQ         DX, $0x00000010
-	JB           geluAVX512_done
-	VMOVUPS      (CX), Z14
-	VMULPS       actconst<>+1152(SB), Z14, Z15
-	VANDPS       actconst<>+960(SB), Z15, Z16
-	VMULPS       Z1, Z16, Z17
-	VADDPS       Z9, Z17, Z17
-	VDIVPS       Z17, Z9, Z17
-	VMULPS       actconst<>+2048(SB), Z17, Z18
-	VADDPS       actconst<>+1984(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1920(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1856(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1792(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1728(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1664(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1600(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1536(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1472(SB), Z18, Z18
-	VMULPS       Z16, Z16, Z16
-	VSUBPS       Z16, Z18, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z18
-	VADDPS       Z1, Z18, Z18
-	VRNDSCALEPS  $0x09, Z18, Z18
-	VMULPS       Z2, Z18, Z19
-	VSUBPS       Z19, Z16, Z19
-	VMULPS       Z3, Z18, Z20
-	VSUBPS       Z20, Z19, Z19
-	VMULPS       Z4, Z19, Z20
-	VADDPS       Z5, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z6, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z7, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z8, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z1, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z9, Z20, Z20
-	VMULPS       Z20, Z19, Z19
-	VADDPS       Z9, Z19, Z19
-	VCVTTPS2DQ   Z18, Z18
-	VPADDD       Z12, Z18, Z18
-	VPSLLD       $0x17, Z18, Z18
-	VMULPS       Z18, Z19, Z18
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z18, Z18
-	VBLENDMPS    Z16, Z18, K1, Z18
-	VMULPS       Z18, Z17, Z16
-	VXORPS       Z17, Z17, Z17
-	VCMPPS       $0x11, Z17, Z15, K1
-	VBROADCASTSS actconst<>+1024(SB), Z15
-	VSUBPS       Z16, Z15, Z15
-	VMOVAPS      Z16, Z16
-	VBLENDMPS    Z15, Z16, K1, Z16
-	VMULPS       Z1, Z16, Z15
-	VMULPS       Z15, Z14, Z14
-	VMOVUPS      Z14, (AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	SUBQ         $0x00000010, DX
-	JMP          geluAVX512_loop
+	CMPQ        DX, $0x00000010
+	JB          geluAVX512_done
+	VMOVUPS     (CX), Z3
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VADDPS      Z0, Z6, Z6
+	VDIVPS      Z6, Z0, Z6
+	VMULPS      actconst<>+2048(SB), Z6, Z7
+	VADDPS      actconst<>+1984(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1920(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1856(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1792(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1728(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1664(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1600(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1536(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1472(SB), Z7, Z7
+	VMULPS      Z5, Z5, Z5
+	VSUBPS      Z5, Z7, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z7
+	VADDPS      actconst<>+64(SB), Z7, Z7
+	VRNDSCALEPS $0x09, Z7, Z7
+	VMULPS      actconst<>+128(SB), Z7, Z8
+	VSUBPS      Z8, Z5, Z8
+	VMULPS      actconst<>+192(SB), Z7, Z9
+	VSUBPS      Z9, Z8, Z8
+	VMULPS      actconst<>+256(SB), Z8, Z9
+	VADDPS      actconst<>+320(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+384(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+448(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+512(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+64(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      Z0, Z9, Z9
+	VMULPS      Z9, Z8, Z8
+	VADDPS      Z0, Z8, Z8
+	VCVTTPS2DQ  Z7, Z7
+	VPADDD      actconst<>+768(SB), Z7, Z7
+	VPSLLD      $0x17, Z7, Z7
+	VMULPS      Z7, Z8, Z7
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z7, Z7
+	VBLENDMPS   Z5, Z7, K1, Z7
+	VMULPS      Z7, Z6, Z5
+	VXORPS      Z6, Z6, Z6
+	VCMPPS      $0x11, Z6, Z4, K1
+	VSUBPS      Z5, Z2, Z4
+	VMOVAPS     Z5, Z5
+	VBLENDMPS   Z4, Z5, K1, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z4
+	VMULPS      Z4, Z3, Z3
+	VMOVUPS     Z3, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000010, DX
+	JMP         geluAVX512_loop
 
 geluAVX512_done:
-	VCMPPS $0x1e, Z11, Z13, K1
+	VCMPPS $0x1e, actconst<>+704(SB), Z1, K1
 	KMOVW  K1, AX
 	VZEROUPPER
 	MOVL   AX, big+48(FP)
@@ -1024,135 +1279,535 @@ TEXT ·geluBwdAVX512(SB), NOSPLIT, $0-76
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         x_len+32(FP), BX
-	VBROADCASTSS actconst<>+0(SB), Z0
-	VBROADCASTSS actconst<>+64(SB), Z1
-	VBROADCASTSS actconst<>+128(SB), Z2
-	VBROADCASTSS actconst<>+192(SB), Z3
-	VBROADCASTSS actconst<>+256(SB), Z4
-	VBROADCASTSS actconst<>+320(SB), Z5
-	VBROADCASTSS actconst<>+384(SB), Z6
-	VBROADCASTSS actconst<>+448(SB), Z7
-	VBROADCASTSS actconst<>+512(SB), Z8
-	VBROADCASTSS actconst<>+576(SB), Z9
-	VBROADCASTSS actconst<>+640(SB), Z10
-	VBROADCASTSS actconst<>+704(SB), Z11
-	VBROADCASTSS actconst<>+768(SB), Z12
-	VBROADCASTSS actconst<>+832(SB), Z13
-	VBROADCASTSS actconst<>+640(SB), Z13
+	VBROADCASTSS actconst<>+576(SB), Z0
+	VBROADCASTSS actconst<>+640(SB), Z1
+	VBROADCASTSS actconst<>+1024(SB), Z2
+
+geluBwdAVX512_loopN:
+	CMPQ        BX, $0x00000040
+	JB          geluBwdAVX512_loop
+	VMOVUPS     (CX), Z3
+	VMOVUPS     64(CX), Z7
+	VMOVUPS     128(CX), Z11
+	VMOVUPS     192(CX), Z15
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VMULPS      actconst<>+1152(SB), Z7, Z8
+	VMULPS      actconst<>+1152(SB), Z11, Z12
+	VMULPS      actconst<>+1152(SB), Z15, Z16
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VANDPS      actconst<>+960(SB), Z8, Z9
+	VANDPS      actconst<>+960(SB), Z12, Z13
+	VANDPS      actconst<>+960(SB), Z16, Z17
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VMULPS      actconst<>+64(SB), Z9, Z10
+	VMULPS      actconst<>+64(SB), Z13, Z14
+	VMULPS      actconst<>+64(SB), Z17, Z18
+	VADDPS      Z0, Z6, Z6
+	VADDPS      Z0, Z10, Z10
+	VADDPS      Z0, Z14, Z14
+	VADDPS      Z0, Z18, Z18
+	VDIVPS      Z6, Z0, Z6
+	VDIVPS      Z10, Z0, Z10
+	VDIVPS      Z14, Z0, Z14
+	VDIVPS      Z18, Z0, Z21
+	VMULPS      actconst<>+2048(SB), Z6, Z18
+	VMULPS      actconst<>+2048(SB), Z10, Z19
+	VMULPS      actconst<>+2048(SB), Z14, Z20
+	VMULPS      actconst<>+2048(SB), Z21, Z22
+	VADDPS      actconst<>+1984(SB), Z18, Z18
+	VADDPS      actconst<>+1984(SB), Z19, Z19
+	VADDPS      actconst<>+1984(SB), Z20, Z20
+	VADDPS      actconst<>+1984(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1920(SB), Z18, Z18
+	VADDPS      actconst<>+1920(SB), Z19, Z19
+	VADDPS      actconst<>+1920(SB), Z20, Z20
+	VADDPS      actconst<>+1920(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1856(SB), Z18, Z18
+	VADDPS      actconst<>+1856(SB), Z19, Z19
+	VADDPS      actconst<>+1856(SB), Z20, Z20
+	VADDPS      actconst<>+1856(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1792(SB), Z18, Z18
+	VADDPS      actconst<>+1792(SB), Z19, Z19
+	VADDPS      actconst<>+1792(SB), Z20, Z20
+	VADDPS      actconst<>+1792(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1728(SB), Z18, Z18
+	VADDPS      actconst<>+1728(SB), Z19, Z19
+	VADDPS      actconst<>+1728(SB), Z20, Z20
+	VADDPS      actconst<>+1728(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1664(SB), Z18, Z18
+	VADDPS      actconst<>+1664(SB), Z19, Z19
+	VADDPS      actconst<>+1664(SB), Z20, Z20
+	VADDPS      actconst<>+1664(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1600(SB), Z18, Z18
+	VADDPS      actconst<>+1600(SB), Z19, Z19
+	VADDPS      actconst<>+1600(SB), Z20, Z20
+	VADDPS      actconst<>+1600(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1536(SB), Z18, Z18
+	VADDPS      actconst<>+1536(SB), Z19, Z19
+	VADDPS      actconst<>+1536(SB), Z20, Z20
+	VADDPS      actconst<>+1536(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1472(SB), Z18, Z18
+	VADDPS      actconst<>+1472(SB), Z19, Z19
+	VADDPS      actconst<>+1472(SB), Z20, Z20
+	VADDPS      actconst<>+1472(SB), Z22, Z22
+	VMULPS      Z5, Z5, Z5
+	VMULPS      Z9, Z9, Z9
+	VMULPS      Z13, Z13, Z13
+	VMULPS      Z17, Z17, Z17
+	VSUBPS      Z5, Z18, Z5
+	VSUBPS      Z9, Z19, Z9
+	VSUBPS      Z13, Z20, Z13
+	VSUBPS      Z17, Z22, Z20
+	VMAXPS      Z1, Z5, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z13, Z1
+	VMAXPS      Z1, Z20, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z17
+	VMULPS      actconst<>+0(SB), Z9, Z18
+	VMULPS      actconst<>+0(SB), Z13, Z19
+	VMULPS      actconst<>+0(SB), Z20, Z22
+	VADDPS      actconst<>+64(SB), Z17, Z17
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VADDPS      actconst<>+64(SB), Z19, Z19
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VRNDSCALEPS $0x09, Z17, Z17
+	VRNDSCALEPS $0x09, Z18, Z18
+	VRNDSCALEPS $0x09, Z19, Z19
+	VRNDSCALEPS $0x09, Z22, Z25
+	VMULPS      actconst<>+128(SB), Z17, Z22
+	VMULPS      actconst<>+128(SB), Z18, Z23
+	VMULPS      actconst<>+128(SB), Z19, Z24
+	VMULPS      actconst<>+128(SB), Z25, Z26
+	VSUBPS      Z22, Z5, Z22
+	VSUBPS      Z23, Z9, Z23
+	VSUBPS      Z24, Z13, Z24
+	VSUBPS      Z26, Z20, Z29
+	VMULPS      actconst<>+192(SB), Z17, Z26
+	VMULPS      actconst<>+192(SB), Z18, Z27
+	VMULPS      actconst<>+192(SB), Z19, Z28
+	VMULPS      actconst<>+192(SB), Z25, Z30
+	VSUBPS      Z26, Z22, Z22
+	VSUBPS      Z27, Z23, Z23
+	VSUBPS      Z28, Z24, Z24
+	VSUBPS      Z30, Z29, Z29
+	VMULPS      actconst<>+256(SB), Z22, Z26
+	VMULPS      actconst<>+256(SB), Z23, Z27
+	VMULPS      actconst<>+256(SB), Z24, Z28
+	VMULPS      actconst<>+256(SB), Z29, Z30
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VADDPS      actconst<>+320(SB), Z27, Z27
+	VADDPS      actconst<>+320(SB), Z28, Z28
+	VADDPS      actconst<>+320(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VADDPS      actconst<>+384(SB), Z27, Z27
+	VADDPS      actconst<>+384(SB), Z28, Z28
+	VADDPS      actconst<>+384(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VADDPS      actconst<>+448(SB), Z27, Z27
+	VADDPS      actconst<>+448(SB), Z28, Z28
+	VADDPS      actconst<>+448(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VADDPS      actconst<>+512(SB), Z27, Z27
+	VADDPS      actconst<>+512(SB), Z28, Z28
+	VADDPS      actconst<>+512(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VADDPS      actconst<>+64(SB), Z27, Z27
+	VADDPS      actconst<>+64(SB), Z28, Z28
+	VADDPS      actconst<>+64(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      Z0, Z26, Z26
+	VADDPS      Z0, Z27, Z27
+	VADDPS      Z0, Z28, Z28
+	VADDPS      Z0, Z30, Z30
+	VMULPS      Z26, Z22, Z22
+	VMULPS      Z27, Z23, Z23
+	VMULPS      Z28, Z24, Z24
+	VMULPS      Z30, Z29, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      actconst<>+768(SB), Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      actconst<>+768(SB), Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VCVTTPS2DQ  Z19, Z19
+	VPADDD      actconst<>+768(SB), Z19, Z19
+	VPSLLD      $0x17, Z19, Z19
+	VCVTTPS2DQ  Z25, Z25
+	VPADDD      actconst<>+768(SB), Z25, Z25
+	VPSLLD      $0x17, Z25, Z25
+	VMULPS      Z17, Z22, Z17
+	VMULPS      Z18, Z23, Z18
+	VMULPS      Z19, Z24, Z19
+	VMULPS      Z25, Z26, Z22
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z13, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z20, K4
+	VXORPS      Z5, Z5, Z5
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z20, Z20, Z20
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z5, Z17, K1, Z17
+	VMOVAPS     Z18, Z5
+	VBLENDMPS   Z9, Z5, K2, Z5
+	VMOVAPS     Z19, Z9
+	VBLENDMPS   Z13, Z9, K3, Z9
+	VMOVAPS     Z22, Z13
+	VBLENDMPS   Z20, Z13, K4, Z13
+	VMULPS      Z17, Z6, Z6
+	VMULPS      Z5, Z10, Z5
+	VMULPS      Z9, Z14, Z9
+	VMULPS      Z13, Z21, Z17
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z14, Z14, Z14
+	VXORPS      Z18, Z18, Z18
+	VCMPPS      $0x11, Z10, Z4, K1
+	VCMPPS      $0x11, Z13, Z8, K2
+	VCMPPS      $0x11, Z14, Z12, K3
+	VCMPPS      $0x11, Z18, Z16, K4
+	VSUBPS      Z6, Z2, Z4
+	VSUBPS      Z5, Z2, Z8
+	VSUBPS      Z9, Z2, Z10
+	VSUBPS      Z17, Z2, Z12
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z4, Z6, K1, Z6
+	VMOVAPS     Z5, Z4
+	VBLENDMPS   Z8, Z4, K2, Z4
+	VMOVAPS     Z9, Z5
+	VBLENDMPS   Z10, Z5, K3, Z5
+	VMOVAPS     Z17, Z8
+	VBLENDMPS   Z12, Z8, K4, Z8
+	VMULPS      actconst<>+64(SB), Z6, Z6
+	VMULPS      actconst<>+64(SB), Z4, Z4
+	VMULPS      actconst<>+64(SB), Z5, Z5
+	VMULPS      actconst<>+64(SB), Z8, Z12
+	VMULPS      Z3, Z3, Z8
+	VMULPS      Z7, Z7, Z9
+	VMULPS      Z11, Z11, Z10
+	VMULPS      Z15, Z15, Z13
+	VMULPS      actconst<>+1088(SB), Z8, Z8
+	VMULPS      actconst<>+1088(SB), Z9, Z9
+	VMULPS      actconst<>+1088(SB), Z10, Z10
+	VMULPS      actconst<>+1088(SB), Z13, Z17
+	VMAXPS      Z1, Z8, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z10, Z1
+	VMAXPS      Z1, Z17, Z1
+	VMULPS      actconst<>+0(SB), Z8, Z13
+	VMULPS      actconst<>+0(SB), Z9, Z14
+	VMULPS      actconst<>+0(SB), Z10, Z16
+	VMULPS      actconst<>+0(SB), Z17, Z18
+	VADDPS      actconst<>+64(SB), Z13, Z13
+	VADDPS      actconst<>+64(SB), Z14, Z14
+	VADDPS      actconst<>+64(SB), Z16, Z16
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VRNDSCALEPS $0x09, Z13, Z13
+	VRNDSCALEPS $0x09, Z14, Z14
+	VRNDSCALEPS $0x09, Z16, Z16
+	VRNDSCALEPS $0x09, Z18, Z21
+	VMULPS      actconst<>+128(SB), Z13, Z18
+	VMULPS      actconst<>+128(SB), Z14, Z19
+	VMULPS      actconst<>+128(SB), Z16, Z20
+	VMULPS      actconst<>+128(SB), Z21, Z22
+	VSUBPS      Z18, Z8, Z18
+	VSUBPS      Z19, Z9, Z19
+	VSUBPS      Z20, Z10, Z20
+	VSUBPS      Z22, Z17, Z25
+	VMULPS      actconst<>+192(SB), Z13, Z22
+	VMULPS      actconst<>+192(SB), Z14, Z23
+	VMULPS      actconst<>+192(SB), Z16, Z24
+	VMULPS      actconst<>+192(SB), Z21, Z26
+	VSUBPS      Z22, Z18, Z18
+	VSUBPS      Z23, Z19, Z19
+	VSUBPS      Z24, Z20, Z20
+	VSUBPS      Z26, Z25, Z25
+	VMULPS      actconst<>+256(SB), Z18, Z22
+	VMULPS      actconst<>+256(SB), Z19, Z23
+	VMULPS      actconst<>+256(SB), Z20, Z24
+	VMULPS      actconst<>+256(SB), Z25, Z26
+	VADDPS      actconst<>+320(SB), Z22, Z22
+	VADDPS      actconst<>+320(SB), Z23, Z23
+	VADDPS      actconst<>+320(SB), Z24, Z24
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+384(SB), Z22, Z22
+	VADDPS      actconst<>+384(SB), Z23, Z23
+	VADDPS      actconst<>+384(SB), Z24, Z24
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+448(SB), Z22, Z22
+	VADDPS      actconst<>+448(SB), Z23, Z23
+	VADDPS      actconst<>+448(SB), Z24, Z24
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+512(SB), Z22, Z22
+	VADDPS      actconst<>+512(SB), Z23, Z23
+	VADDPS      actconst<>+512(SB), Z24, Z24
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VADDPS      actconst<>+64(SB), Z23, Z23
+	VADDPS      actconst<>+64(SB), Z24, Z24
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VMULPS      Z22, Z18, Z18
+	VMULPS      Z23, Z19, Z19
+	VMULPS      Z24, Z20, Z20
+	VMULPS      Z26, Z25, Z22
+	VADDPS      Z0, Z18, Z18
+	VADDPS      Z0, Z19, Z19
+	VADDPS      Z0, Z20, Z20
+	VADDPS      Z0, Z22, Z22
+	VCVTTPS2DQ  Z13, Z13
+	VPADDD      actconst<>+768(SB), Z13, Z13
+	VPSLLD      $0x17, Z13, Z13
+	VCVTTPS2DQ  Z14, Z14
+	VPADDD      actconst<>+768(SB), Z14, Z14
+	VPSLLD      $0x17, Z14, Z14
+	VCVTTPS2DQ  Z16, Z16
+	VPADDD      actconst<>+768(SB), Z16, Z16
+	VPSLLD      $0x17, Z16, Z16
+	VCVTTPS2DQ  Z21, Z21
+	VPADDD      actconst<>+768(SB), Z21, Z21
+	VPSLLD      $0x17, Z21, Z21
+	VMULPS      Z13, Z18, Z13
+	VMULPS      Z14, Z19, Z14
+	VMULPS      Z16, Z20, Z16
+	VMULPS      Z21, Z22, Z18
+	VCMPPS      $0x11, actconst<>+640(SB), Z8, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z10, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z17, K4
+	VXORPS      Z8, Z8, Z8
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z13, Z13
+	VBLENDMPS   Z8, Z13, K1, Z13
+	VMOVAPS     Z14, Z8
+	VBLENDMPS   Z9, Z8, K2, Z8
+	VMOVAPS     Z16, Z9
+	VBLENDMPS   Z10, Z9, K3, Z9
+	VMOVAPS     Z18, Z10
+	VBLENDMPS   Z17, Z10, K4, Z10
+	VMULPS      actconst<>+1216(SB), Z13, Z13
+	VMULPS      actconst<>+1216(SB), Z8, Z8
+	VMULPS      actconst<>+1216(SB), Z9, Z9
+	VMULPS      actconst<>+1216(SB), Z10, Z17
+	VMOVUPS     (DX), Z10
+	VMOVUPS     64(DX), Z14
+	VMOVUPS     128(DX), Z16
+	VMOVUPS     192(DX), Z18
+	VMULPS      Z13, Z3, Z3
+	VMULPS      Z8, Z7, Z7
+	VMULPS      Z9, Z11, Z8
+	VMULPS      Z17, Z15, Z9
+	VADDPS      Z3, Z6, Z3
+	VADDPS      Z7, Z4, Z4
+	VADDPS      Z8, Z5, Z5
+	VADDPS      Z9, Z12, Z6
+	VMULPS      Z3, Z10, Z3
+	VMULPS      Z4, Z14, Z4
+	VMULPS      Z5, Z16, Z5
+	VMULPS      Z6, Z18, Z6
+	VMOVUPS     Z3, (AX)
+	VMOVUPS     Z4, 64(AX)
+	VMOVUPS     Z5, 128(AX)
+	VMOVUPS     Z6, 192(AX)
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x00000040, BX
+	JMP         geluBwdAVX512_loopN
 
 geluBwdAVX512_loop:
-	CMPQ         BX, $0x00000010
-	JB           geluBwdAVX512_done
-	VMOVUPS      (CX), Z14
-	VMULPS       actconst<>+1152(SB), Z14, Z15
-	VANDPS       actconst<>+960(SB), Z15, Z16
-	VMULPS       Z1, Z16, Z17
-	VADDPS       Z9, Z17, Z17
-	VDIVPS       Z17, Z9, Z17
-	VMULPS       actconst<>+2048(SB), Z17, Z18
-	VADDPS       actconst<>+1984(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1920(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1856(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1792(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1728(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1664(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1600(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1536(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1472(SB), Z18, Z18
-	VMULPS       Z16, Z16, Z16
-	VSUBPS       Z16, Z18, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z18
-	VADDPS       Z1, Z18, Z18
-	VRNDSCALEPS  $0x09, Z18, Z18
-	VMULPS       Z2, Z18, Z19
-	VSUBPS       Z19, Z16, Z19
-	VMULPS       Z3, Z18, Z20
-	VSUBPS       Z20, Z19, Z19
-	VMULPS       Z4, Z19, Z20
-	VADDPS       Z5, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z6, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z7, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z8, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z1, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z9, Z20, Z20
-	VMULPS       Z20, Z19, Z19
-	VADDPS       Z9, Z19, Z19
-	VCVTTPS2DQ   Z18, Z18
-	VPADDD       Z12, Z18, Z18
-	VPSLLD       $0x17, Z18, Z18
-	VMULPS       Z18, Z19, Z18
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z18, Z18
-	VBLENDMPS    Z16, Z18, K1, Z18
-	VMULPS       Z18, Z17, Z16
-	VXORPS       Z17, Z17, Z17
-	VCMPPS       $0x11, Z17, Z15, K1
-	VBROADCASTSS actconst<>+1024(SB), Z15
-	VSUBPS       Z16, Z15, Z15
-	VMOVAPS      Z16, Z16
-	VBLENDMPS    Z15, Z16, K1, Z16
-	VMULPS       Z1, Z16, Z15
-	VMULPS       Z14, Z14, Z16
-	VMULPS       actconst<>+1088(SB), Z16, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z17
-	VADDPS       Z1, Z17, Z17
-	VRNDSCALEPS  $0x09, Z17, Z17
-	VMULPS       Z2, Z17, Z18
-	VSUBPS       Z18, Z16, Z18
-	VMULPS       Z3, Z17, Z19
-	VSUBPS       Z19, Z18, Z18
-	VMULPS       Z4, Z18, Z19
-	VADDPS       Z5, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z6, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z7, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z8, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z1, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z9, Z19, Z19
-	VMULPS       Z19, Z18, Z18
-	VADDPS       Z9, Z18, Z18
-	VCVTTPS2DQ   Z17, Z17
-	VPADDD       Z12, Z17, Z17
-	VPSLLD       $0x17, Z17, Z17
-	VMULPS       Z17, Z18, Z17
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z17, Z17
-	VBLENDMPS    Z16, Z17, K1, Z17
-	VMULPS       actconst<>+1216(SB), Z17, Z16
-	VMOVUPS      (DX), Z17
-	VMULPS       Z16, Z14, Z14
-	VADDPS       Z14, Z15, Z14
-	VMULPS       Z14, Z17, Z14
-	VMOVUPS      Z14, (AX)
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	ADDQ         $0x00000040, DX
-	SUBQ         $0x00000010, BX
-	JMP          geluBwdAVX512_loop
+	CMPQ        BX, $0x00000010
+	JB          geluBwdAVX512_done
+	VMOVUPS     (CX), Z3
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VADDPS      Z0, Z6, Z6
+	VDIVPS      Z6, Z0, Z6
+	VMULPS      actconst<>+2048(SB), Z6, Z7
+	VADDPS      actconst<>+1984(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1920(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1856(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1792(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1728(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1664(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1600(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1536(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1472(SB), Z7, Z7
+	VMULPS      Z5, Z5, Z5
+	VSUBPS      Z5, Z7, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z7
+	VADDPS      actconst<>+64(SB), Z7, Z7
+	VRNDSCALEPS $0x09, Z7, Z7
+	VMULPS      actconst<>+128(SB), Z7, Z8
+	VSUBPS      Z8, Z5, Z8
+	VMULPS      actconst<>+192(SB), Z7, Z9
+	VSUBPS      Z9, Z8, Z8
+	VMULPS      actconst<>+256(SB), Z8, Z9
+	VADDPS      actconst<>+320(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+384(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+448(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+512(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+64(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      Z0, Z9, Z9
+	VMULPS      Z9, Z8, Z8
+	VADDPS      Z0, Z8, Z8
+	VCVTTPS2DQ  Z7, Z7
+	VPADDD      actconst<>+768(SB), Z7, Z7
+	VPSLLD      $0x17, Z7, Z7
+	VMULPS      Z7, Z8, Z7
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z7, Z7
+	VBLENDMPS   Z5, Z7, K1, Z7
+	VMULPS      Z7, Z6, Z5
+	VXORPS      Z6, Z6, Z6
+	VCMPPS      $0x11, Z6, Z4, K1
+	VSUBPS      Z5, Z2, Z4
+	VMOVAPS     Z5, Z5
+	VBLENDMPS   Z4, Z5, K1, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z4
+	VMULPS      Z3, Z3, Z5
+	VMULPS      actconst<>+1088(SB), Z5, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z6
+	VADDPS      actconst<>+64(SB), Z6, Z6
+	VRNDSCALEPS $0x09, Z6, Z6
+	VMULPS      actconst<>+128(SB), Z6, Z7
+	VSUBPS      Z7, Z5, Z7
+	VMULPS      actconst<>+192(SB), Z6, Z8
+	VSUBPS      Z8, Z7, Z7
+	VMULPS      actconst<>+256(SB), Z7, Z8
+	VADDPS      actconst<>+320(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+384(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+448(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+512(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+64(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      Z0, Z8, Z8
+	VMULPS      Z8, Z7, Z7
+	VADDPS      Z0, Z7, Z7
+	VCVTTPS2DQ  Z6, Z6
+	VPADDD      actconst<>+768(SB), Z6, Z6
+	VPSLLD      $0x17, Z6, Z6
+	VMULPS      Z6, Z7, Z6
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z5, Z6, K1, Z6
+	VMULPS      actconst<>+1216(SB), Z6, Z5
+	VMOVUPS     (DX), Z6
+	VMULPS      Z5, Z3, Z3
+	VADDPS      Z3, Z4, Z3
+	VMULPS      Z3, Z6, Z3
+	VMOVUPS     Z3, (AX)
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, DX
+	SUBQ        $0x00000010, BX
+	JMP         geluBwdAVX512_loop
 
 geluBwdAVX512_done:
-	VCMPPS $0x1e, Z11, Z13, K1
+	VCMPPS $0x1e, actconst<>+704(SB), Z1, K1
 	KMOVW  K1, AX
 	VZEROUPPER
 	MOVL   AX, big+72(FP)
@@ -2663,107 +3318,398 @@ TEXT ·geluBF16AVX512(SB), NOSPLIT, $0-52
 	MOVQ         y_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         x_len+32(FP), DX
-	VBROADCASTSS actconst<>+0(SB), Z0
-	VBROADCASTSS actconst<>+64(SB), Z1
-	VBROADCASTSS actconst<>+128(SB), Z2
-	VBROADCASTSS actconst<>+192(SB), Z3
-	VBROADCASTSS actconst<>+256(SB), Z4
-	VBROADCASTSS actconst<>+320(SB), Z5
-	VBROADCASTSS actconst<>+384(SB), Z6
-	VBROADCASTSS actconst<>+448(SB), Z7
-	VBROADCASTSS actconst<>+512(SB), Z8
-	VBROADCASTSS actconst<>+576(SB), Z9
-	VBROADCASTSS actconst<>+640(SB), Z10
-	VBROADCASTSS actconst<>+704(SB), Z11
-	VBROADCASTSS actconst<>+768(SB), Z12
-	VBROADCASTSS actconst<>+832(SB), Z13
-	VBROADCASTSS actconst<>+640(SB), Z13
+	VBROADCASTSS actconst<>+576(SB), Z0
+	VBROADCASTSS actconst<>+640(SB), Z1
+	VBROADCASTSS actconst<>+1024(SB), Z2
+
+geluBF16AVX512_loopN:
+	CMPQ        DX, $0x00000040
+	JB          geluBF16AVX512_loop
+	VPMOVZXWD   (CX), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VPMOVZXWD   32(CX), Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD   64(CX), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VPMOVZXWD   96(CX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VMULPS      actconst<>+1152(SB), Z7, Z8
+	VMULPS      actconst<>+1152(SB), Z11, Z12
+	VMULPS      actconst<>+1152(SB), Z15, Z16
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VANDPS      actconst<>+960(SB), Z8, Z9
+	VANDPS      actconst<>+960(SB), Z12, Z13
+	VANDPS      actconst<>+960(SB), Z16, Z17
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VMULPS      actconst<>+64(SB), Z9, Z10
+	VMULPS      actconst<>+64(SB), Z13, Z14
+	VMULPS      actconst<>+64(SB), Z17, Z18
+	VADDPS      Z0, Z6, Z6
+	VADDPS      Z0, Z10, Z10
+	VADDPS      Z0, Z14, Z14
+	VADDPS      Z0, Z18, Z18
+	VDIVPS      Z6, Z0, Z6
+	VDIVPS      Z10, Z0, Z10
+	VDIVPS      Z14, Z0, Z14
+	VDIVPS      Z18, Z0, Z21
+	VMULPS      actconst<>+2048(SB), Z6, Z18
+	VMULPS      actconst<>+2048(SB), Z10, Z19
+	VMULPS      actconst<>+2048(SB), Z14, Z20
+	VMULPS      actconst<>+2048(SB), Z21, Z22
+	VADDPS      actconst<>+1984(SB), Z18, Z18
+	VADDPS      actconst<>+1984(SB), Z19, Z19
+	VADDPS      actconst<>+1984(SB), Z20, Z20
+	VADDPS      actconst<>+1984(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1920(SB), Z18, Z18
+	VADDPS      actconst<>+1920(SB), Z19, Z19
+	VADDPS      actconst<>+1920(SB), Z20, Z20
+	VADDPS      actconst<>+1920(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1856(SB), Z18, Z18
+	VADDPS      actconst<>+1856(SB), Z19, Z19
+	VADDPS      actconst<>+1856(SB), Z20, Z20
+	VADDPS      actconst<>+1856(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1792(SB), Z18, Z18
+	VADDPS      actconst<>+1792(SB), Z19, Z19
+	VADDPS      actconst<>+1792(SB), Z20, Z20
+	VADDPS      actconst<>+1792(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1728(SB), Z18, Z18
+	VADDPS      actconst<>+1728(SB), Z19, Z19
+	VADDPS      actconst<>+1728(SB), Z20, Z20
+	VADDPS      actconst<>+1728(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1664(SB), Z18, Z18
+	VADDPS      actconst<>+1664(SB), Z19, Z19
+	VADDPS      actconst<>+1664(SB), Z20, Z20
+	VADDPS      actconst<>+1664(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1600(SB), Z18, Z18
+	VADDPS      actconst<>+1600(SB), Z19, Z19
+	VADDPS      actconst<>+1600(SB), Z20, Z20
+	VADDPS      actconst<>+1600(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1536(SB), Z18, Z18
+	VADDPS      actconst<>+1536(SB), Z19, Z19
+	VADDPS      actconst<>+1536(SB), Z20, Z20
+	VADDPS      actconst<>+1536(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1472(SB), Z18, Z18
+	VADDPS      actconst<>+1472(SB), Z19, Z19
+	VADDPS      actconst<>+1472(SB), Z20, Z20
+	VADDPS      actconst<>+1472(SB), Z22, Z22
+	VMULPS      Z5, Z5, Z5
+	VMULPS      Z9, Z9, Z9
+	VMULPS      Z13, Z13, Z13
+	VMULPS      Z17, Z17, Z17
+	VSUBPS      Z5, Z18, Z5
+	VSUBPS      Z9, Z19, Z9
+	VSUBPS      Z13, Z20, Z13
+	VSUBPS      Z17, Z22, Z20
+	VMAXPS      Z1, Z5, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z13, Z1
+	VMAXPS      Z1, Z20, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z17
+	VMULPS      actconst<>+0(SB), Z9, Z18
+	VMULPS      actconst<>+0(SB), Z13, Z19
+	VMULPS      actconst<>+0(SB), Z20, Z22
+	VADDPS      actconst<>+64(SB), Z17, Z17
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VADDPS      actconst<>+64(SB), Z19, Z19
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VRNDSCALEPS $0x09, Z17, Z17
+	VRNDSCALEPS $0x09, Z18, Z18
+	VRNDSCALEPS $0x09, Z19, Z19
+	VRNDSCALEPS $0x09, Z22, Z25
+	VMULPS      actconst<>+128(SB), Z17, Z22
+	VMULPS      actconst<>+128(SB), Z18, Z23
+	VMULPS      actconst<>+128(SB), Z19, Z24
+	VMULPS      actconst<>+128(SB), Z25, Z26
+	VSUBPS      Z22, Z5, Z22
+	VSUBPS      Z23, Z9, Z23
+	VSUBPS      Z24, Z13, Z24
+	VSUBPS      Z26, Z20, Z29
+	VMULPS      actconst<>+192(SB), Z17, Z26
+	VMULPS      actconst<>+192(SB), Z18, Z27
+	VMULPS      actconst<>+192(SB), Z19, Z28
+	VMULPS      actconst<>+192(SB), Z25, Z30
+	VSUBPS      Z26, Z22, Z22
+	VSUBPS      Z27, Z23, Z23
+	VSUBPS      Z28, Z24, Z24
+	VSUBPS      Z30, Z29, Z29
+	VMULPS      actconst<>+256(SB), Z22, Z26
+	VMULPS      actconst<>+256(SB), Z23, Z27
+	VMULPS      actconst<>+256(SB), Z24, Z28
+	VMULPS      actconst<>+256(SB), Z29, Z30
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VADDPS      actconst<>+320(SB), Z27, Z27
+	VADDPS      actconst<>+320(SB), Z28, Z28
+	VADDPS      actconst<>+320(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VADDPS      actconst<>+384(SB), Z27, Z27
+	VADDPS      actconst<>+384(SB), Z28, Z28
+	VADDPS      actconst<>+384(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VADDPS      actconst<>+448(SB), Z27, Z27
+	VADDPS      actconst<>+448(SB), Z28, Z28
+	VADDPS      actconst<>+448(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VADDPS      actconst<>+512(SB), Z27, Z27
+	VADDPS      actconst<>+512(SB), Z28, Z28
+	VADDPS      actconst<>+512(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VADDPS      actconst<>+64(SB), Z27, Z27
+	VADDPS      actconst<>+64(SB), Z28, Z28
+	VADDPS      actconst<>+64(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      Z0, Z26, Z26
+	VADDPS      Z0, Z27, Z27
+	VADDPS      Z0, Z28, Z28
+	VADDPS      Z0, Z30, Z30
+	VMULPS      Z26, Z22, Z22
+	VMULPS      Z27, Z23, Z23
+	VMULPS      Z28, Z24, Z24
+	VMULPS      Z30, Z29, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      actconst<>+768(SB), Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      actconst<>+768(SB), Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VCVTTPS2DQ  Z19, Z19
+	VPADDD      actconst<>+768(SB), Z19, Z19
+	VPSLLD      $0x17, Z19, Z19
+	VCVTTPS2DQ  Z25, Z25
+	VPADDD      actconst<>+768(SB), Z25, Z25
+	VPSLLD      $0x17, Z25, Z25
+	VMULPS      Z17, Z22, Z17
+	VMULPS      Z18, Z23, Z18
+	VMULPS      Z19, Z24, Z19
+	VMULPS      Z25, Z26, Z22
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z13, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z20, K4
+	VXORPS      Z5, Z5, Z5
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z20, Z20, Z20
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z5, Z17, K1, Z17
+	VMOVAPS     Z18, Z5
+	VBLENDMPS   Z9, Z5, K2, Z5
+	VMOVAPS     Z19, Z9
+	VBLENDMPS   Z13, Z9, K3, Z9
+	VMOVAPS     Z22, Z13
+	VBLENDMPS   Z20, Z13, K4, Z13
+	VMULPS      Z17, Z6, Z6
+	VMULPS      Z5, Z10, Z5
+	VMULPS      Z9, Z14, Z9
+	VMULPS      Z13, Z21, Z17
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z14, Z14, Z14
+	VXORPS      Z18, Z18, Z18
+	VCMPPS      $0x11, Z10, Z4, K1
+	VCMPPS      $0x11, Z13, Z8, K2
+	VCMPPS      $0x11, Z14, Z12, K3
+	VCMPPS      $0x11, Z18, Z16, K4
+	VSUBPS      Z6, Z2, Z4
+	VSUBPS      Z5, Z2, Z8
+	VSUBPS      Z9, Z2, Z10
+	VSUBPS      Z17, Z2, Z12
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z4, Z6, K1, Z6
+	VMOVAPS     Z5, Z4
+	VBLENDMPS   Z8, Z4, K2, Z4
+	VMOVAPS     Z9, Z5
+	VBLENDMPS   Z10, Z5, K3, Z5
+	VMOVAPS     Z17, Z8
+	VBLENDMPS   Z12, Z8, K4, Z8
+	VMULPS      actconst<>+64(SB), Z6, Z6
+	VMULPS      actconst<>+64(SB), Z4, Z4
+	VMULPS      actconst<>+64(SB), Z5, Z5
+	VMULPS      actconst<>+64(SB), Z8, Z8
+	VMULPS      Z6, Z3, Z3
+	VMULPS      Z4, Z7, Z4
+	VMULPS      Z5, Z11, Z5
+	VMULPS      Z8, Z15, Z6
+	VPSRLD      $0x10, Z3, Z8
+	VPANDD      actconst<>+2176(SB), Z8, Z7
+	VPADDD      actconst<>+2112(SB), Z7, Z7
+	VPADDD      Z3, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD       actconst<>+2240(SB), Z8, Z8
+	VCMPPS      $0x03, Z3, Z3, K1
+	VPBLENDMD   Z8, Z7, K1, Z7
+	VPMOVDW     Z7, (AX)
+	VPSRLD      $0x10, Z4, Z7
+	VPANDD      actconst<>+2176(SB), Z7, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z4, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z7, Z7
+	VCMPPS      $0x03, Z4, Z4, K1
+	VPBLENDMD   Z7, Z3, K1, Z3
+	VPMOVDW     Z3, 32(AX)
+	VPSRLD      $0x10, Z5, Z4
+	VPANDD      actconst<>+2176(SB), Z4, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z5, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z4, Z4
+	VCMPPS      $0x03, Z5, Z5, K1
+	VPBLENDMD   Z4, Z3, K1, Z3
+	VPMOVDW     Z3, 64(AX)
+	VPSRLD      $0x10, Z6, Z4
+	VPANDD      actconst<>+2176(SB), Z4, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z6, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z4, Z4
+	VCMPPS      $0x03, Z6, Z6, K1
+	VPBLENDMD   Z4, Z3, K1, Z3
+	VPMOVDW     Z3, 96(AX)
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000080, CX
+	SUBQ        $0x00000040, DX
+	JMP         geluBF16AVX512_loopN
 
 geluBF16AVX512_loop:
-	CMPQ         DX, $0x00000010
-	JB           geluBF16AVX512_done
-	VPMOVZXWD    (CX), Z14
-	VPSLLD       $0x10, Z14, Z14
-	VMULPS       actconst<>+1152(SB), Z14, Z15
-	VANDPS       actconst<>+960(SB), Z15, Z16
-	VMULPS       Z1, Z16, Z17
-	VADDPS       Z9, Z17, Z17
-	VDIVPS       Z17, Z9, Z17
-	VMULPS       actconst<>+2048(SB), Z17, Z18
-	VADDPS       actconst<>+1984(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1920(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1856(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1792(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1728(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1664(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1600(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1536(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1472(SB), Z18, Z18
-	VMULPS       Z16, Z16, Z16
-	VSUBPS       Z16, Z18, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z18
-	VADDPS       Z1, Z18, Z18
-	VRNDSCALEPS  $0x09, Z18, Z18
-	VMULPS       Z2, Z18, Z19
-	VSUBPS       Z19, Z16, Z19
-	VMULPS       Z3, Z18, Z20
-	VSUBPS       Z20, Z19, Z19
-	VMULPS       Z4, Z19, Z20
-	VADDPS       Z5, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z6, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z7, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z8, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z1, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z9, Z20, Z20
-	VMULPS       Z20, Z19, Z19
-	VADDPS       Z9, Z19, Z19
-	VCVTTPS2DQ   Z18, Z18
-	VPADDD       Z12, Z18, Z18
-	VPSLLD       $0x17, Z18, Z18
-	VMULPS       Z18, Z19, Z18
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z18, Z18
-	VBLENDMPS    Z16, Z18, K1, Z18
-	VMULPS       Z18, Z17, Z16
-	VXORPS       Z17, Z17, Z17
-	VCMPPS       $0x11, Z17, Z15, K1
-	VBROADCASTSS actconst<>+1024(SB), Z15
-	VSUBPS       Z16, Z15, Z15
-	VMOVAPS      Z16, Z16
-	VBLENDMPS    Z15, Z16, K1, Z16
-	VMULPS       Z1, Z16, Z15
-	VMULPS       Z15, Z14, Z14
-	VPSRLD       $0x10, Z14, Z16
-	VPANDD       actconst<>+2176(SB), Z16, Z15
-	VPADDD       actconst<>+2112(SB), Z15, Z15
-	VPADDD       Z14, Z15, Z15
-	VPSRLD       $0x10, Z15, Z15
-	VPORD        actconst<>+2240(SB), Z16, Z16
-	VCMPPS       $0x03, Z14, Z14, K1
-	VPBLENDMD    Z16, Z15, K1, Z15
-	VPMOVDW      Z15, (AX)
-	ADDQ         $0x00000020, AX
-	ADDQ         $0x00000020, CX
-	SUBQ         $0x00000010, DX
-	JMP          geluBF16AVX512_loop
+	CMPQ        DX, $0x00000010
+	JB          geluBF16AVX512_done
+	VPMOVZXWD   (CX), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VADDPS      Z0, Z6, Z6
+	VDIVPS      Z6, Z0, Z6
+	VMULPS      actconst<>+2048(SB), Z6, Z7
+	VADDPS      actconst<>+1984(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1920(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1856(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1792(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1728(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1664(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1600(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1536(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1472(SB), Z7, Z7
+	VMULPS      Z5, Z5, Z5
+	VSUBPS      Z5, Z7, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z7
+	VADDPS      actconst<>+64(SB), Z7, Z7
+	VRNDSCALEPS $0x09, Z7, Z7
+	VMULPS      actconst<>+128(SB), Z7, Z8
+	VSUBPS      Z8, Z5, Z8
+	VMULPS      actconst<>+192(SB), Z7, Z9
+	VSUBPS      Z9, Z8, Z8
+	VMULPS      actconst<>+256(SB), Z8, Z9
+	VADDPS      actconst<>+320(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+384(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+448(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+512(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+64(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      Z0, Z9, Z9
+	VMULPS      Z9, Z8, Z8
+	VADDPS      Z0, Z8, Z8
+	VCVTTPS2DQ  Z7, Z7
+	VPADDD      actconst<>+768(SB), Z7, Z7
+	VPSLLD      $0x17, Z7, Z7
+	VMULPS      Z7, Z8, Z7
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z7, Z7
+	VBLENDMPS   Z5, Z7, K1, Z7
+	VMULPS      Z7, Z6, Z5
+	VXORPS      Z6, Z6, Z6
+	VCMPPS      $0x11, Z6, Z4, K1
+	VSUBPS      Z5, Z2, Z4
+	VMOVAPS     Z5, Z5
+	VBLENDMPS   Z4, Z5, K1, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z4
+	VMULPS      Z4, Z3, Z3
+	VPSRLD      $0x10, Z3, Z5
+	VPANDD      actconst<>+2176(SB), Z5, Z4
+	VPADDD      actconst<>+2112(SB), Z4, Z4
+	VPADDD      Z3, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD       actconst<>+2240(SB), Z5, Z5
+	VCMPPS      $0x03, Z3, Z3, K1
+	VPBLENDMD   Z5, Z4, K1, Z4
+	VPMOVDW     Z4, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	SUBQ        $0x00000010, DX
+	JMP         geluBF16AVX512_loop
 
 geluBF16AVX512_done:
-	VCMPPS $0x1e, Z11, Z13, K1
+	VCMPPS $0x1e, actconst<>+704(SB), Z1, K1
 	KMOVW  K1, AX
 	VZEROUPPER
 	MOVL   AX, big+48(FP)
@@ -2776,145 +3722,585 @@ TEXT ·geluBwdBF16AVX512(SB), NOSPLIT, $0-76
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         x_len+32(FP), BX
-	VBROADCASTSS actconst<>+0(SB), Z0
-	VBROADCASTSS actconst<>+64(SB), Z1
-	VBROADCASTSS actconst<>+128(SB), Z2
-	VBROADCASTSS actconst<>+192(SB), Z3
-	VBROADCASTSS actconst<>+256(SB), Z4
-	VBROADCASTSS actconst<>+320(SB), Z5
-	VBROADCASTSS actconst<>+384(SB), Z6
-	VBROADCASTSS actconst<>+448(SB), Z7
-	VBROADCASTSS actconst<>+512(SB), Z8
-	VBROADCASTSS actconst<>+576(SB), Z9
-	VBROADCASTSS actconst<>+640(SB), Z10
-	VBROADCASTSS actconst<>+704(SB), Z11
-	VBROADCASTSS actconst<>+768(SB), Z12
-	VBROADCASTSS actconst<>+832(SB), Z13
-	VBROADCASTSS actconst<>+640(SB), Z13
+	VBROADCASTSS actconst<>+576(SB), Z0
+	VBROADCASTSS actconst<>+640(SB), Z1
+	VBROADCASTSS actconst<>+1024(SB), Z2
+
+geluBwdBF16AVX512_loopN:
+	CMPQ        BX, $0x00000040
+	JB          geluBwdBF16AVX512_loop
+	VPMOVZXWD   (CX), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VPMOVZXWD   32(CX), Z7
+	VPSLLD      $0x10, Z7, Z7
+	VPMOVZXWD   64(CX), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VPMOVZXWD   96(CX), Z15
+	VPSLLD      $0x10, Z15, Z15
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VMULPS      actconst<>+1152(SB), Z7, Z8
+	VMULPS      actconst<>+1152(SB), Z11, Z12
+	VMULPS      actconst<>+1152(SB), Z15, Z16
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VANDPS      actconst<>+960(SB), Z8, Z9
+	VANDPS      actconst<>+960(SB), Z12, Z13
+	VANDPS      actconst<>+960(SB), Z16, Z17
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VMULPS      actconst<>+64(SB), Z9, Z10
+	VMULPS      actconst<>+64(SB), Z13, Z14
+	VMULPS      actconst<>+64(SB), Z17, Z18
+	VADDPS      Z0, Z6, Z6
+	VADDPS      Z0, Z10, Z10
+	VADDPS      Z0, Z14, Z14
+	VADDPS      Z0, Z18, Z18
+	VDIVPS      Z6, Z0, Z6
+	VDIVPS      Z10, Z0, Z10
+	VDIVPS      Z14, Z0, Z14
+	VDIVPS      Z18, Z0, Z21
+	VMULPS      actconst<>+2048(SB), Z6, Z18
+	VMULPS      actconst<>+2048(SB), Z10, Z19
+	VMULPS      actconst<>+2048(SB), Z14, Z20
+	VMULPS      actconst<>+2048(SB), Z21, Z22
+	VADDPS      actconst<>+1984(SB), Z18, Z18
+	VADDPS      actconst<>+1984(SB), Z19, Z19
+	VADDPS      actconst<>+1984(SB), Z20, Z20
+	VADDPS      actconst<>+1984(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1920(SB), Z18, Z18
+	VADDPS      actconst<>+1920(SB), Z19, Z19
+	VADDPS      actconst<>+1920(SB), Z20, Z20
+	VADDPS      actconst<>+1920(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1856(SB), Z18, Z18
+	VADDPS      actconst<>+1856(SB), Z19, Z19
+	VADDPS      actconst<>+1856(SB), Z20, Z20
+	VADDPS      actconst<>+1856(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1792(SB), Z18, Z18
+	VADDPS      actconst<>+1792(SB), Z19, Z19
+	VADDPS      actconst<>+1792(SB), Z20, Z20
+	VADDPS      actconst<>+1792(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1728(SB), Z18, Z18
+	VADDPS      actconst<>+1728(SB), Z19, Z19
+	VADDPS      actconst<>+1728(SB), Z20, Z20
+	VADDPS      actconst<>+1728(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1664(SB), Z18, Z18
+	VADDPS      actconst<>+1664(SB), Z19, Z19
+	VADDPS      actconst<>+1664(SB), Z20, Z20
+	VADDPS      actconst<>+1664(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1600(SB), Z18, Z18
+	VADDPS      actconst<>+1600(SB), Z19, Z19
+	VADDPS      actconst<>+1600(SB), Z20, Z20
+	VADDPS      actconst<>+1600(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1536(SB), Z18, Z18
+	VADDPS      actconst<>+1536(SB), Z19, Z19
+	VADDPS      actconst<>+1536(SB), Z20, Z20
+	VADDPS      actconst<>+1536(SB), Z22, Z22
+	VMULPS      Z18, Z6, Z18
+	VMULPS      Z19, Z10, Z19
+	VMULPS      Z20, Z14, Z20
+	VMULPS      Z22, Z21, Z22
+	VADDPS      actconst<>+1472(SB), Z18, Z18
+	VADDPS      actconst<>+1472(SB), Z19, Z19
+	VADDPS      actconst<>+1472(SB), Z20, Z20
+	VADDPS      actconst<>+1472(SB), Z22, Z22
+	VMULPS      Z5, Z5, Z5
+	VMULPS      Z9, Z9, Z9
+	VMULPS      Z13, Z13, Z13
+	VMULPS      Z17, Z17, Z17
+	VSUBPS      Z5, Z18, Z5
+	VSUBPS      Z9, Z19, Z9
+	VSUBPS      Z13, Z20, Z13
+	VSUBPS      Z17, Z22, Z20
+	VMAXPS      Z1, Z5, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z13, Z1
+	VMAXPS      Z1, Z20, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z17
+	VMULPS      actconst<>+0(SB), Z9, Z18
+	VMULPS      actconst<>+0(SB), Z13, Z19
+	VMULPS      actconst<>+0(SB), Z20, Z22
+	VADDPS      actconst<>+64(SB), Z17, Z17
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VADDPS      actconst<>+64(SB), Z19, Z19
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VRNDSCALEPS $0x09, Z17, Z17
+	VRNDSCALEPS $0x09, Z18, Z18
+	VRNDSCALEPS $0x09, Z19, Z19
+	VRNDSCALEPS $0x09, Z22, Z25
+	VMULPS      actconst<>+128(SB), Z17, Z22
+	VMULPS      actconst<>+128(SB), Z18, Z23
+	VMULPS      actconst<>+128(SB), Z19, Z24
+	VMULPS      actconst<>+128(SB), Z25, Z26
+	VSUBPS      Z22, Z5, Z22
+	VSUBPS      Z23, Z9, Z23
+	VSUBPS      Z24, Z13, Z24
+	VSUBPS      Z26, Z20, Z29
+	VMULPS      actconst<>+192(SB), Z17, Z26
+	VMULPS      actconst<>+192(SB), Z18, Z27
+	VMULPS      actconst<>+192(SB), Z19, Z28
+	VMULPS      actconst<>+192(SB), Z25, Z30
+	VSUBPS      Z26, Z22, Z22
+	VSUBPS      Z27, Z23, Z23
+	VSUBPS      Z28, Z24, Z24
+	VSUBPS      Z30, Z29, Z29
+	VMULPS      actconst<>+256(SB), Z22, Z26
+	VMULPS      actconst<>+256(SB), Z23, Z27
+	VMULPS      actconst<>+256(SB), Z24, Z28
+	VMULPS      actconst<>+256(SB), Z29, Z30
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VADDPS      actconst<>+320(SB), Z27, Z27
+	VADDPS      actconst<>+320(SB), Z28, Z28
+	VADDPS      actconst<>+320(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VADDPS      actconst<>+384(SB), Z27, Z27
+	VADDPS      actconst<>+384(SB), Z28, Z28
+	VADDPS      actconst<>+384(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VADDPS      actconst<>+448(SB), Z27, Z27
+	VADDPS      actconst<>+448(SB), Z28, Z28
+	VADDPS      actconst<>+448(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VADDPS      actconst<>+512(SB), Z27, Z27
+	VADDPS      actconst<>+512(SB), Z28, Z28
+	VADDPS      actconst<>+512(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VADDPS      actconst<>+64(SB), Z27, Z27
+	VADDPS      actconst<>+64(SB), Z28, Z28
+	VADDPS      actconst<>+64(SB), Z30, Z30
+	VMULPS      Z26, Z22, Z26
+	VMULPS      Z27, Z23, Z27
+	VMULPS      Z28, Z24, Z28
+	VMULPS      Z30, Z29, Z30
+	VADDPS      Z0, Z26, Z26
+	VADDPS      Z0, Z27, Z27
+	VADDPS      Z0, Z28, Z28
+	VADDPS      Z0, Z30, Z30
+	VMULPS      Z26, Z22, Z22
+	VMULPS      Z27, Z23, Z23
+	VMULPS      Z28, Z24, Z24
+	VMULPS      Z30, Z29, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VCVTTPS2DQ  Z17, Z17
+	VPADDD      actconst<>+768(SB), Z17, Z17
+	VPSLLD      $0x17, Z17, Z17
+	VCVTTPS2DQ  Z18, Z18
+	VPADDD      actconst<>+768(SB), Z18, Z18
+	VPSLLD      $0x17, Z18, Z18
+	VCVTTPS2DQ  Z19, Z19
+	VPADDD      actconst<>+768(SB), Z19, Z19
+	VPSLLD      $0x17, Z19, Z19
+	VCVTTPS2DQ  Z25, Z25
+	VPADDD      actconst<>+768(SB), Z25, Z25
+	VPSLLD      $0x17, Z25, Z25
+	VMULPS      Z17, Z22, Z17
+	VMULPS      Z18, Z23, Z18
+	VMULPS      Z19, Z24, Z19
+	VMULPS      Z25, Z26, Z22
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z13, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z20, K4
+	VXORPS      Z5, Z5, Z5
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z20, Z20, Z20
+	VMOVAPS     Z17, Z17
+	VBLENDMPS   Z5, Z17, K1, Z17
+	VMOVAPS     Z18, Z5
+	VBLENDMPS   Z9, Z5, K2, Z5
+	VMOVAPS     Z19, Z9
+	VBLENDMPS   Z13, Z9, K3, Z9
+	VMOVAPS     Z22, Z13
+	VBLENDMPS   Z20, Z13, K4, Z13
+	VMULPS      Z17, Z6, Z6
+	VMULPS      Z5, Z10, Z5
+	VMULPS      Z9, Z14, Z9
+	VMULPS      Z13, Z21, Z17
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z13, Z13, Z13
+	VXORPS      Z14, Z14, Z14
+	VXORPS      Z18, Z18, Z18
+	VCMPPS      $0x11, Z10, Z4, K1
+	VCMPPS      $0x11, Z13, Z8, K2
+	VCMPPS      $0x11, Z14, Z12, K3
+	VCMPPS      $0x11, Z18, Z16, K4
+	VSUBPS      Z6, Z2, Z4
+	VSUBPS      Z5, Z2, Z8
+	VSUBPS      Z9, Z2, Z10
+	VSUBPS      Z17, Z2, Z12
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z4, Z6, K1, Z6
+	VMOVAPS     Z5, Z4
+	VBLENDMPS   Z8, Z4, K2, Z4
+	VMOVAPS     Z9, Z5
+	VBLENDMPS   Z10, Z5, K3, Z5
+	VMOVAPS     Z17, Z8
+	VBLENDMPS   Z12, Z8, K4, Z8
+	VMULPS      actconst<>+64(SB), Z6, Z6
+	VMULPS      actconst<>+64(SB), Z4, Z4
+	VMULPS      actconst<>+64(SB), Z5, Z5
+	VMULPS      actconst<>+64(SB), Z8, Z12
+	VMULPS      Z3, Z3, Z8
+	VMULPS      Z7, Z7, Z9
+	VMULPS      Z11, Z11, Z10
+	VMULPS      Z15, Z15, Z13
+	VMULPS      actconst<>+1088(SB), Z8, Z8
+	VMULPS      actconst<>+1088(SB), Z9, Z9
+	VMULPS      actconst<>+1088(SB), Z10, Z10
+	VMULPS      actconst<>+1088(SB), Z13, Z17
+	VMAXPS      Z1, Z8, Z1
+	VMAXPS      Z1, Z9, Z1
+	VMAXPS      Z1, Z10, Z1
+	VMAXPS      Z1, Z17, Z1
+	VMULPS      actconst<>+0(SB), Z8, Z13
+	VMULPS      actconst<>+0(SB), Z9, Z14
+	VMULPS      actconst<>+0(SB), Z10, Z16
+	VMULPS      actconst<>+0(SB), Z17, Z18
+	VADDPS      actconst<>+64(SB), Z13, Z13
+	VADDPS      actconst<>+64(SB), Z14, Z14
+	VADDPS      actconst<>+64(SB), Z16, Z16
+	VADDPS      actconst<>+64(SB), Z18, Z18
+	VRNDSCALEPS $0x09, Z13, Z13
+	VRNDSCALEPS $0x09, Z14, Z14
+	VRNDSCALEPS $0x09, Z16, Z16
+	VRNDSCALEPS $0x09, Z18, Z21
+	VMULPS      actconst<>+128(SB), Z13, Z18
+	VMULPS      actconst<>+128(SB), Z14, Z19
+	VMULPS      actconst<>+128(SB), Z16, Z20
+	VMULPS      actconst<>+128(SB), Z21, Z22
+	VSUBPS      Z18, Z8, Z18
+	VSUBPS      Z19, Z9, Z19
+	VSUBPS      Z20, Z10, Z20
+	VSUBPS      Z22, Z17, Z25
+	VMULPS      actconst<>+192(SB), Z13, Z22
+	VMULPS      actconst<>+192(SB), Z14, Z23
+	VMULPS      actconst<>+192(SB), Z16, Z24
+	VMULPS      actconst<>+192(SB), Z21, Z26
+	VSUBPS      Z22, Z18, Z18
+	VSUBPS      Z23, Z19, Z19
+	VSUBPS      Z24, Z20, Z20
+	VSUBPS      Z26, Z25, Z25
+	VMULPS      actconst<>+256(SB), Z18, Z22
+	VMULPS      actconst<>+256(SB), Z19, Z23
+	VMULPS      actconst<>+256(SB), Z20, Z24
+	VMULPS      actconst<>+256(SB), Z25, Z26
+	VADDPS      actconst<>+320(SB), Z22, Z22
+	VADDPS      actconst<>+320(SB), Z23, Z23
+	VADDPS      actconst<>+320(SB), Z24, Z24
+	VADDPS      actconst<>+320(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+384(SB), Z22, Z22
+	VADDPS      actconst<>+384(SB), Z23, Z23
+	VADDPS      actconst<>+384(SB), Z24, Z24
+	VADDPS      actconst<>+384(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+448(SB), Z22, Z22
+	VADDPS      actconst<>+448(SB), Z23, Z23
+	VADDPS      actconst<>+448(SB), Z24, Z24
+	VADDPS      actconst<>+448(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+512(SB), Z22, Z22
+	VADDPS      actconst<>+512(SB), Z23, Z23
+	VADDPS      actconst<>+512(SB), Z24, Z24
+	VADDPS      actconst<>+512(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      actconst<>+64(SB), Z22, Z22
+	VADDPS      actconst<>+64(SB), Z23, Z23
+	VADDPS      actconst<>+64(SB), Z24, Z24
+	VADDPS      actconst<>+64(SB), Z26, Z26
+	VMULPS      Z22, Z18, Z22
+	VMULPS      Z23, Z19, Z23
+	VMULPS      Z24, Z20, Z24
+	VMULPS      Z26, Z25, Z26
+	VADDPS      Z0, Z22, Z22
+	VADDPS      Z0, Z23, Z23
+	VADDPS      Z0, Z24, Z24
+	VADDPS      Z0, Z26, Z26
+	VMULPS      Z22, Z18, Z18
+	VMULPS      Z23, Z19, Z19
+	VMULPS      Z24, Z20, Z20
+	VMULPS      Z26, Z25, Z22
+	VADDPS      Z0, Z18, Z18
+	VADDPS      Z0, Z19, Z19
+	VADDPS      Z0, Z20, Z20
+	VADDPS      Z0, Z22, Z22
+	VCVTTPS2DQ  Z13, Z13
+	VPADDD      actconst<>+768(SB), Z13, Z13
+	VPSLLD      $0x17, Z13, Z13
+	VCVTTPS2DQ  Z14, Z14
+	VPADDD      actconst<>+768(SB), Z14, Z14
+	VPSLLD      $0x17, Z14, Z14
+	VCVTTPS2DQ  Z16, Z16
+	VPADDD      actconst<>+768(SB), Z16, Z16
+	VPSLLD      $0x17, Z16, Z16
+	VCVTTPS2DQ  Z21, Z21
+	VPADDD      actconst<>+768(SB), Z21, Z21
+	VPSLLD      $0x17, Z21, Z21
+	VMULPS      Z13, Z18, Z13
+	VMULPS      Z14, Z19, Z14
+	VMULPS      Z16, Z20, Z16
+	VMULPS      Z21, Z22, Z18
+	VCMPPS      $0x11, actconst<>+640(SB), Z8, K1
+	VCMPPS      $0x11, actconst<>+640(SB), Z9, K2
+	VCMPPS      $0x11, actconst<>+640(SB), Z10, K3
+	VCMPPS      $0x11, actconst<>+640(SB), Z17, K4
+	VXORPS      Z8, Z8, Z8
+	VXORPS      Z9, Z9, Z9
+	VXORPS      Z10, Z10, Z10
+	VXORPS      Z17, Z17, Z17
+	VMOVAPS     Z13, Z13
+	VBLENDMPS   Z8, Z13, K1, Z13
+	VMOVAPS     Z14, Z8
+	VBLENDMPS   Z9, Z8, K2, Z8
+	VMOVAPS     Z16, Z9
+	VBLENDMPS   Z10, Z9, K3, Z9
+	VMOVAPS     Z18, Z10
+	VBLENDMPS   Z17, Z10, K4, Z10
+	VMULPS      actconst<>+1216(SB), Z13, Z13
+	VMULPS      actconst<>+1216(SB), Z8, Z8
+	VMULPS      actconst<>+1216(SB), Z9, Z9
+	VMULPS      actconst<>+1216(SB), Z10, Z17
+	VPMOVZXWD   (DX), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   32(DX), Z14
+	VPSLLD      $0x10, Z14, Z14
+	VPMOVZXWD   64(DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VPMOVZXWD   96(DX), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VMULPS      Z13, Z3, Z3
+	VMULPS      Z8, Z7, Z7
+	VMULPS      Z9, Z11, Z8
+	VMULPS      Z17, Z15, Z9
+	VADDPS      Z3, Z6, Z3
+	VADDPS      Z7, Z4, Z4
+	VADDPS      Z8, Z5, Z5
+	VADDPS      Z9, Z12, Z6
+	VMULPS      Z3, Z10, Z3
+	VMULPS      Z4, Z14, Z4
+	VMULPS      Z5, Z16, Z5
+	VMULPS      Z6, Z18, Z6
+	VPSRLD      $0x10, Z3, Z8
+	VPANDD      actconst<>+2176(SB), Z8, Z7
+	VPADDD      actconst<>+2112(SB), Z7, Z7
+	VPADDD      Z3, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD       actconst<>+2240(SB), Z8, Z8
+	VCMPPS      $0x03, Z3, Z3, K1
+	VPBLENDMD   Z8, Z7, K1, Z7
+	VPMOVDW     Z7, (AX)
+	VPSRLD      $0x10, Z4, Z7
+	VPANDD      actconst<>+2176(SB), Z7, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z4, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z7, Z7
+	VCMPPS      $0x03, Z4, Z4, K1
+	VPBLENDMD   Z7, Z3, K1, Z3
+	VPMOVDW     Z3, 32(AX)
+	VPSRLD      $0x10, Z5, Z4
+	VPANDD      actconst<>+2176(SB), Z4, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z5, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z4, Z4
+	VCMPPS      $0x03, Z5, Z5, K1
+	VPBLENDMD   Z4, Z3, K1, Z3
+	VPMOVDW     Z3, 64(AX)
+	VPSRLD      $0x10, Z6, Z4
+	VPANDD      actconst<>+2176(SB), Z4, Z3
+	VPADDD      actconst<>+2112(SB), Z3, Z3
+	VPADDD      Z6, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD       actconst<>+2240(SB), Z4, Z4
+	VCMPPS      $0x03, Z6, Z6, K1
+	VPBLENDMD   Z4, Z3, K1, Z3
+	VPMOVDW     Z3, 96(AX)
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000080, DX
+	SUBQ        $0x00000040, BX
+	JMP         geluBwdBF16AVX512_loopN
 
 geluBwdBF16AVX512_loop:
-	CMPQ         BX, $0x00000010
-	JB           geluBwdBF16AVX512_done
-	VPMOVZXWD    (CX), Z14
-	VPSLLD       $0x10, Z14, Z14
-	VMULPS       actconst<>+1152(SB), Z14, Z15
-	VANDPS       actconst<>+960(SB), Z15, Z16
-	VMULPS       Z1, Z16, Z17
-	VADDPS       Z9, Z17, Z17
-	VDIVPS       Z17, Z9, Z17
-	VMULPS       actconst<>+2048(SB), Z17, Z18
-	VADDPS       actconst<>+1984(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1920(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1856(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1792(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1728(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1664(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1600(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1536(SB), Z18, Z18
-	VMULPS       Z18, Z17, Z18
-	VADDPS       actconst<>+1472(SB), Z18, Z18
-	VMULPS       Z16, Z16, Z16
-	VSUBPS       Z16, Z18, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z18
-	VADDPS       Z1, Z18, Z18
-	VRNDSCALEPS  $0x09, Z18, Z18
-	VMULPS       Z2, Z18, Z19
-	VSUBPS       Z19, Z16, Z19
-	VMULPS       Z3, Z18, Z20
-	VSUBPS       Z20, Z19, Z19
-	VMULPS       Z4, Z19, Z20
-	VADDPS       Z5, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z6, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z7, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z8, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z1, Z20, Z20
-	VMULPS       Z20, Z19, Z20
-	VADDPS       Z9, Z20, Z20
-	VMULPS       Z20, Z19, Z19
-	VADDPS       Z9, Z19, Z19
-	VCVTTPS2DQ   Z18, Z18
-	VPADDD       Z12, Z18, Z18
-	VPSLLD       $0x17, Z18, Z18
-	VMULPS       Z18, Z19, Z18
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z18, Z18
-	VBLENDMPS    Z16, Z18, K1, Z18
-	VMULPS       Z18, Z17, Z16
-	VXORPS       Z17, Z17, Z17
-	VCMPPS       $0x11, Z17, Z15, K1
-	VBROADCASTSS actconst<>+1024(SB), Z15
-	VSUBPS       Z16, Z15, Z15
-	VMOVAPS      Z16, Z16
-	VBLENDMPS    Z15, Z16, K1, Z16
-	VMULPS       Z1, Z16, Z15
-	VMULPS       Z14, Z14, Z16
-	VMULPS       actconst<>+1088(SB), Z16, Z16
-	VMAXPS       Z13, Z16, Z13
-	VMULPS       Z0, Z16, Z17
-	VADDPS       Z1, Z17, Z17
-	VRNDSCALEPS  $0x09, Z17, Z17
-	VMULPS       Z2, Z17, Z18
-	VSUBPS       Z18, Z16, Z18
-	VMULPS       Z3, Z17, Z19
-	VSUBPS       Z19, Z18, Z18
-	VMULPS       Z4, Z18, Z19
-	VADDPS       Z5, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z6, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z7, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z8, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z1, Z19, Z19
-	VMULPS       Z19, Z18, Z19
-	VADDPS       Z9, Z19, Z19
-	VMULPS       Z19, Z18, Z18
-	VADDPS       Z9, Z18, Z18
-	VCVTTPS2DQ   Z17, Z17
-	VPADDD       Z12, Z17, Z17
-	VPSLLD       $0x17, Z17, Z17
-	VMULPS       Z17, Z18, Z17
-	VCMPPS       $0x11, Z10, Z16, K1
-	VXORPS       Z16, Z16, Z16
-	VMOVAPS      Z17, Z17
-	VBLENDMPS    Z16, Z17, K1, Z17
-	VMULPS       actconst<>+1216(SB), Z17, Z16
-	VPMOVZXWD    (DX), Z17
-	VPSLLD       $0x10, Z17, Z17
-	VMULPS       Z16, Z14, Z14
-	VADDPS       Z14, Z15, Z14
-	VMULPS       Z14, Z17, Z14
-	VPSRLD       $0x10, Z14, Z16
-	VPANDD       actconst<>+2176(SB), Z16, Z15
-	VPADDD       actconst<>+2112(SB), Z15, Z15
-	VPADDD       Z14, Z15, Z15
-	VPSRLD       $0x10, Z15, Z15
-	VPORD        actconst<>+2240(SB), Z16, Z16
-	VCMPPS       $0x03, Z14, Z14, K1
-	VPBLENDMD    Z16, Z15, K1, Z15
-	VPMOVDW      Z15, (AX)
-	ADDQ         $0x00000020, AX
-	ADDQ         $0x00000020, CX
-	ADDQ         $0x00000020, DX
-	SUBQ         $0x00000010, BX
-	JMP          geluBwdBF16AVX512_loop
+	CMPQ        BX, $0x00000010
+	JB          geluBwdBF16AVX512_done
+	VPMOVZXWD   (CX), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VMULPS      actconst<>+1152(SB), Z3, Z4
+	VANDPS      actconst<>+960(SB), Z4, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z6
+	VADDPS      Z0, Z6, Z6
+	VDIVPS      Z6, Z0, Z6
+	VMULPS      actconst<>+2048(SB), Z6, Z7
+	VADDPS      actconst<>+1984(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1920(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1856(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1792(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1728(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1664(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1600(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1536(SB), Z7, Z7
+	VMULPS      Z7, Z6, Z7
+	VADDPS      actconst<>+1472(SB), Z7, Z7
+	VMULPS      Z5, Z5, Z5
+	VSUBPS      Z5, Z7, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z7
+	VADDPS      actconst<>+64(SB), Z7, Z7
+	VRNDSCALEPS $0x09, Z7, Z7
+	VMULPS      actconst<>+128(SB), Z7, Z8
+	VSUBPS      Z8, Z5, Z8
+	VMULPS      actconst<>+192(SB), Z7, Z9
+	VSUBPS      Z9, Z8, Z8
+	VMULPS      actconst<>+256(SB), Z8, Z9
+	VADDPS      actconst<>+320(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+384(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+448(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+512(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      actconst<>+64(SB), Z9, Z9
+	VMULPS      Z9, Z8, Z9
+	VADDPS      Z0, Z9, Z9
+	VMULPS      Z9, Z8, Z8
+	VADDPS      Z0, Z8, Z8
+	VCVTTPS2DQ  Z7, Z7
+	VPADDD      actconst<>+768(SB), Z7, Z7
+	VPSLLD      $0x17, Z7, Z7
+	VMULPS      Z7, Z8, Z7
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z7, Z7
+	VBLENDMPS   Z5, Z7, K1, Z7
+	VMULPS      Z7, Z6, Z5
+	VXORPS      Z6, Z6, Z6
+	VCMPPS      $0x11, Z6, Z4, K1
+	VSUBPS      Z5, Z2, Z4
+	VMOVAPS     Z5, Z5
+	VBLENDMPS   Z4, Z5, K1, Z5
+	VMULPS      actconst<>+64(SB), Z5, Z4
+	VMULPS      Z3, Z3, Z5
+	VMULPS      actconst<>+1088(SB), Z5, Z5
+	VMAXPS      Z1, Z5, Z1
+	VMULPS      actconst<>+0(SB), Z5, Z6
+	VADDPS      actconst<>+64(SB), Z6, Z6
+	VRNDSCALEPS $0x09, Z6, Z6
+	VMULPS      actconst<>+128(SB), Z6, Z7
+	VSUBPS      Z7, Z5, Z7
+	VMULPS      actconst<>+192(SB), Z6, Z8
+	VSUBPS      Z8, Z7, Z7
+	VMULPS      actconst<>+256(SB), Z7, Z8
+	VADDPS      actconst<>+320(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+384(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+448(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+512(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      actconst<>+64(SB), Z8, Z8
+	VMULPS      Z8, Z7, Z8
+	VADDPS      Z0, Z8, Z8
+	VMULPS      Z8, Z7, Z7
+	VADDPS      Z0, Z7, Z7
+	VCVTTPS2DQ  Z6, Z6
+	VPADDD      actconst<>+768(SB), Z6, Z6
+	VPSLLD      $0x17, Z6, Z6
+	VMULPS      Z6, Z7, Z6
+	VCMPPS      $0x11, actconst<>+640(SB), Z5, K1
+	VXORPS      Z5, Z5, Z5
+	VMOVAPS     Z6, Z6
+	VBLENDMPS   Z5, Z6, K1, Z6
+	VMULPS      actconst<>+1216(SB), Z6, Z5
+	VPMOVZXWD   (DX), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VMULPS      Z5, Z3, Z3
+	VADDPS      Z3, Z4, Z3
+	VMULPS      Z3, Z6, Z3
+	VPSRLD      $0x10, Z3, Z5
+	VPANDD      actconst<>+2176(SB), Z5, Z4
+	VPADDD      actconst<>+2112(SB), Z4, Z4
+	VPADDD      Z3, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD       actconst<>+2240(SB), Z5, Z5
+	VCMPPS      $0x03, Z3, Z3, K1
+	VPBLENDMD   Z5, Z4, K1, Z4
+	VPMOVDW     Z4, (AX)
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, DX
+	SUBQ        $0x00000010, BX
+	JMP         geluBwdBF16AVX512_loop
 
 geluBwdBF16AVX512_done:
-	VCMPPS $0x1e, Z11, Z13, K1
+	VCMPPS $0x1e, actconst<>+704(SB), Z1, K1
 	KMOVW  K1, AX
 	VZEROUPPER
 	MOVL   AX, big+72(FP)

@@ -4,56 +4,6 @@
 
 #include "textflag.h"
 
-DATA lnconst<>+0(SB)/4, $0x00000001
-DATA lnconst<>+4(SB)/4, $0x00000001
-DATA lnconst<>+8(SB)/4, $0x00000001
-DATA lnconst<>+12(SB)/4, $0x00000001
-DATA lnconst<>+16(SB)/4, $0x00000001
-DATA lnconst<>+20(SB)/4, $0x00000001
-DATA lnconst<>+24(SB)/4, $0x00000001
-DATA lnconst<>+28(SB)/4, $0x00000001
-DATA lnconst<>+32(SB)/4, $0x00000001
-DATA lnconst<>+36(SB)/4, $0x00000001
-DATA lnconst<>+40(SB)/4, $0x00000001
-DATA lnconst<>+44(SB)/4, $0x00000001
-DATA lnconst<>+48(SB)/4, $0x00000001
-DATA lnconst<>+52(SB)/4, $0x00000001
-DATA lnconst<>+56(SB)/4, $0x00000001
-DATA lnconst<>+60(SB)/4, $0x00000001
-DATA lnconst<>+64(SB)/4, $0x00007fff
-DATA lnconst<>+68(SB)/4, $0x00007fff
-DATA lnconst<>+72(SB)/4, $0x00007fff
-DATA lnconst<>+76(SB)/4, $0x00007fff
-DATA lnconst<>+80(SB)/4, $0x00007fff
-DATA lnconst<>+84(SB)/4, $0x00007fff
-DATA lnconst<>+88(SB)/4, $0x00007fff
-DATA lnconst<>+92(SB)/4, $0x00007fff
-DATA lnconst<>+96(SB)/4, $0x00007fff
-DATA lnconst<>+100(SB)/4, $0x00007fff
-DATA lnconst<>+104(SB)/4, $0x00007fff
-DATA lnconst<>+108(SB)/4, $0x00007fff
-DATA lnconst<>+112(SB)/4, $0x00007fff
-DATA lnconst<>+116(SB)/4, $0x00007fff
-DATA lnconst<>+120(SB)/4, $0x00007fff
-DATA lnconst<>+124(SB)/4, $0x00007fff
-DATA lnconst<>+128(SB)/4, $0x00000040
-DATA lnconst<>+132(SB)/4, $0x00000040
-DATA lnconst<>+136(SB)/4, $0x00000040
-DATA lnconst<>+140(SB)/4, $0x00000040
-DATA lnconst<>+144(SB)/4, $0x00000040
-DATA lnconst<>+148(SB)/4, $0x00000040
-DATA lnconst<>+152(SB)/4, $0x00000040
-DATA lnconst<>+156(SB)/4, $0x00000040
-DATA lnconst<>+160(SB)/4, $0x00000040
-DATA lnconst<>+164(SB)/4, $0x00000040
-DATA lnconst<>+168(SB)/4, $0x00000040
-DATA lnconst<>+172(SB)/4, $0x00000040
-DATA lnconst<>+176(SB)/4, $0x00000040
-DATA lnconst<>+180(SB)/4, $0x00000040
-DATA lnconst<>+184(SB)/4, $0x00000040
-DATA lnconst<>+188(SB)/4, $0x00000040
-GLOBL lnconst<>(SB), RODATA|NOPTR, $192
-
 // func sum8F32AVX2(x []float32, d int, s *[8]float64)
 // Requires: AVX
 TEXT ·sum8F32AVX2(SB), NOSPLIT, $0-40
@@ -1051,32 +1001,39 @@ lnScaleF32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func lnDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, mu float32, r float32, mg float32, mgx float32)
+// func lnDXAccF32AVX512(dx []float32, x []float32, dy []float32, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 // Requires: AVX, AVX512F, SSE
-TEXT ·lnDXF32AVX512(SB), NOSPLIT, $0-112
+TEXT ·lnDXAccF32AVX512(SB), NOSPLIT, $0-160
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         sb_base+120(FP), DI
+	MOVQ         dx_len+8(FP), R8
+	MOVSS        mu+144(FP), X0
 	VBROADCASTSS X0, Z0
-	MOVSS        r+100(FP), X1
+	MOVSS        r+148(FP), X1
 	VBROADCASTSS X1, Z1
-	MOVSS        mg+104(FP), X2
+	MOVSS        mg+152(FP), X2
 	VBROADCASTSS X2, Z2
-	MOVSS        mgx+108(FP), X3
+	MOVSS        mgx+156(FP), X3
 	VBROADCASTSS X3, Z3
 
-lnDXF32AVX512_loop:
-	CMPQ    SI, $0x00000010
-	JB      lnDXF32AVX512_done
+lnDXAccF32AVX512_loop:
+	CMPQ    R8, $0x00000010
+	JB      lnDXAccF32AVX512_done
 	VMOVUPS (CX), Z4
 	VMOVUPS (DX), Z5
-	VMULPS  (BX), Z5, Z5
-	VSUBPS  Z2, Z5, Z5
 	VSUBPS  Z0, Z4, Z4
 	VMULPS  Z1, Z4, Z4
+	VMULPS  Z5, Z4, Z6
+	VADDPS  (SI), Z6, Z6
+	VMOVUPS Z6, (SI)
+	VADDPS  (DI), Z5, Z6
+	VMOVUPS Z6, (DI)
+	VMULPS  (BX), Z5, Z5
+	VSUBPS  Z2, Z5, Z5
 	VMULPS  Z3, Z4, Z4
 	VSUBPS  Z4, Z5, Z5
 	VMULPS  Z1, Z5, Z5
@@ -1085,10 +1042,12 @@ lnDXF32AVX512_loop:
 	ADDQ    $0x00000040, CX
 	ADDQ    $0x00000040, DX
 	ADDQ    $0x00000040, BX
-	SUBQ    $0x00000010, SI
-	JMP     lnDXF32AVX512_loop
+	ADDQ    $0x00000040, SI
+	ADDQ    $0x00000040, DI
+	SUBQ    $0x00000010, R8
+	JMP     lnDXAccF32AVX512_loop
 
-lnDXF32AVX512_done:
+lnDXAccF32AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -1115,11 +1074,11 @@ lnScaleBF16AVX512_loop:
 	VMULPS    (DX), Z2, Z2
 	VADDPS    (BX), Z2, Z2
 	VPSRLD    $0x10, Z2, Z4
-	VPANDD    lnconst<>+0(SB), Z4, Z3
-	VPADDD    lnconst<>+64(SB), Z3, Z3
+	VPANDD    ·roundBF16Const+0(SB), Z4, Z3
+	VPADDD    ·roundBF16Const+64(SB), Z3, Z3
 	VPADDD    Z2, Z3, Z3
 	VPSRLD    $0x10, Z3, Z3
-	VPORD     lnconst<>+128(SB), Z4, Z4
+	VPORD     ·roundBF16Const+128(SB), Z4, Z4
 	VCMPPS    $0x03, Z2, Z2, K1
 	VPBLENDMD Z4, Z3, K1, Z3
 	VPMOVDW   Z3, (AX)
@@ -1134,43 +1093,50 @@ lnScaleBF16AVX512_done:
 	VZEROUPPER
 	RET
 
-// func lnDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, mu float32, r float32, mg float32, mgx float32)
+// func lnDXAccBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 // Requires: AVX, AVX512F, SSE
-TEXT ·lnDXBF16AVX512(SB), NOSPLIT, $0-112
+TEXT ·lnDXAccBF16AVX512(SB), NOSPLIT, $0-160
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         sb_base+120(FP), DI
+	MOVQ         dx_len+8(FP), R8
+	MOVSS        mu+144(FP), X0
 	VBROADCASTSS X0, Z0
-	MOVSS        r+100(FP), X1
+	MOVSS        r+148(FP), X1
 	VBROADCASTSS X1, Z1
-	MOVSS        mg+104(FP), X2
+	MOVSS        mg+152(FP), X2
 	VBROADCASTSS X2, Z2
-	MOVSS        mgx+108(FP), X3
+	MOVSS        mgx+156(FP), X3
 	VBROADCASTSS X3, Z3
 
-lnDXBF16AVX512_loop:
-	CMPQ      SI, $0x00000010
-	JB        lnDXBF16AVX512_done
+lnDXAccBF16AVX512_loop:
+	CMPQ      R8, $0x00000010
+	JB        lnDXAccBF16AVX512_done
 	VPMOVZXWD (CX), Z4
 	VPSLLD    $0x10, Z4, Z4
 	VPMOVZXWD (DX), Z5
 	VPSLLD    $0x10, Z5, Z5
-	VMULPS    (BX), Z5, Z5
-	VSUBPS    Z2, Z5, Z5
 	VSUBPS    Z0, Z4, Z4
 	VMULPS    Z1, Z4, Z4
+	VMULPS    Z5, Z4, Z6
+	VADDPS    (SI), Z6, Z6
+	VMOVUPS   Z6, (SI)
+	VADDPS    (DI), Z5, Z6
+	VMOVUPS   Z6, (DI)
+	VMULPS    (BX), Z5, Z5
+	VSUBPS    Z2, Z5, Z5
 	VMULPS    Z3, Z4, Z4
 	VSUBPS    Z4, Z5, Z5
 	VMULPS    Z1, Z5, Z5
 	VPSRLD    $0x10, Z5, Z6
-	VPANDD    lnconst<>+0(SB), Z6, Z4
-	VPADDD    lnconst<>+64(SB), Z4, Z4
+	VPANDD    ·roundBF16Const+0(SB), Z6, Z4
+	VPADDD    ·roundBF16Const+64(SB), Z4, Z4
 	VPADDD    Z5, Z4, Z4
 	VPSRLD    $0x10, Z4, Z4
-	VPORD     lnconst<>+128(SB), Z6, Z6
+	VPORD     ·roundBF16Const+128(SB), Z6, Z6
 	VCMPPS    $0x03, Z5, Z5, K1
 	VPBLENDMD Z6, Z4, K1, Z4
 	VPMOVDW   Z4, (AX)
@@ -1178,10 +1144,12 @@ lnDXBF16AVX512_loop:
 	ADDQ      $0x00000020, CX
 	ADDQ      $0x00000020, DX
 	ADDQ      $0x00000040, BX
-	SUBQ      $0x00000010, SI
-	JMP       lnDXBF16AVX512_loop
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DI
+	SUBQ      $0x00000010, R8
+	JMP       lnDXAccBF16AVX512_loop
 
-lnDXBF16AVX512_done:
+lnDXAccBF16AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -1218,32 +1186,39 @@ lnScaleF32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func lnDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, mu float32, r float32, mg float32, mgx float32)
+// func lnDXAccF32AVX2(dx []float32, x []float32, dy []float32, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 // Requires: AVX, AVX2, SSE
-TEXT ·lnDXF32AVX2(SB), NOSPLIT, $0-112
+TEXT ·lnDXAccF32AVX2(SB), NOSPLIT, $0-160
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         sb_base+120(FP), DI
+	MOVQ         dx_len+8(FP), R8
+	MOVSS        mu+144(FP), X0
 	VBROADCASTSS X0, Y0
-	MOVSS        r+100(FP), X1
+	MOVSS        r+148(FP), X1
 	VBROADCASTSS X1, Y1
-	MOVSS        mg+104(FP), X2
+	MOVSS        mg+152(FP), X2
 	VBROADCASTSS X2, Y2
-	MOVSS        mgx+108(FP), X3
+	MOVSS        mgx+156(FP), X3
 	VBROADCASTSS X3, Y3
 
-lnDXF32AVX2_loop:
-	CMPQ    SI, $0x00000008
-	JB      lnDXF32AVX2_done
+lnDXAccF32AVX2_loop:
+	CMPQ    R8, $0x00000008
+	JB      lnDXAccF32AVX2_done
 	VMOVUPS (CX), Y4
 	VMOVUPS (DX), Y5
-	VMULPS  (BX), Y5, Y5
-	VSUBPS  Y2, Y5, Y5
 	VSUBPS  Y0, Y4, Y4
 	VMULPS  Y1, Y4, Y4
+	VMULPS  Y5, Y4, Y6
+	VADDPS  (SI), Y6, Y6
+	VMOVUPS Y6, (SI)
+	VADDPS  (DI), Y5, Y6
+	VMOVUPS Y6, (DI)
+	VMULPS  (BX), Y5, Y5
+	VSUBPS  Y2, Y5, Y5
 	VMULPS  Y3, Y4, Y4
 	VSUBPS  Y4, Y5, Y5
 	VMULPS  Y1, Y5, Y5
@@ -1252,10 +1227,12 @@ lnDXF32AVX2_loop:
 	ADDQ    $0x00000020, CX
 	ADDQ    $0x00000020, DX
 	ADDQ    $0x00000020, BX
-	SUBQ    $0x00000008, SI
-	JMP     lnDXF32AVX2_loop
+	ADDQ    $0x00000020, SI
+	ADDQ    $0x00000020, DI
+	SUBQ    $0x00000008, R8
+	JMP     lnDXAccF32AVX2_loop
 
-lnDXF32AVX2_done:
+lnDXAccF32AVX2_done:
 	VZEROUPPER
 	RET
 
@@ -1282,11 +1259,11 @@ lnScaleBF16AVX2_loop:
 	VMULPS       (DX), Y2, Y2
 	VADDPS       (BX), Y2, Y2
 	VPSRLD       $0x10, Y2, Y4
-	VPAND        lnconst<>+0(SB), Y4, Y3
-	VPADDD       lnconst<>+64(SB), Y3, Y3
+	VPAND        ·roundBF16Const+0(SB), Y4, Y3
+	VPADDD       ·roundBF16Const+64(SB), Y3, Y3
 	VPADDD       Y2, Y3, Y3
 	VPSRLD       $0x10, Y3, Y3
-	VPOR         lnconst<>+128(SB), Y4, Y4
+	VPOR         ·roundBF16Const+128(SB), Y4, Y4
 	VCMPPS       $0x03, Y2, Y2, Y2
 	VBLENDVPS    Y2, Y4, Y3, Y3
 	VEXTRACTI128 $0x01, Y3, X2
@@ -1303,43 +1280,50 @@ lnScaleBF16AVX2_done:
 	VZEROUPPER
 	RET
 
-// func lnDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, mu float32, r float32, mg float32, mgx float32)
+// func lnDXAccBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 // Requires: AVX, AVX2, SSE
-TEXT ·lnDXBF16AVX2(SB), NOSPLIT, $0-112
+TEXT ·lnDXAccBF16AVX2(SB), NOSPLIT, $0-160
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         sb_base+120(FP), DI
+	MOVQ         dx_len+8(FP), R8
+	MOVSS        mu+144(FP), X0
 	VBROADCASTSS X0, Y0
-	MOVSS        r+100(FP), X1
+	MOVSS        r+148(FP), X1
 	VBROADCASTSS X1, Y1
-	MOVSS        mg+104(FP), X2
+	MOVSS        mg+152(FP), X2
 	VBROADCASTSS X2, Y2
-	MOVSS        mgx+108(FP), X3
+	MOVSS        mgx+156(FP), X3
 	VBROADCASTSS X3, Y3
 
-lnDXBF16AVX2_loop:
-	CMPQ         SI, $0x00000008
-	JB           lnDXBF16AVX2_done
+lnDXAccBF16AVX2_loop:
+	CMPQ         R8, $0x00000008
+	JB           lnDXAccBF16AVX2_done
 	VPMOVZXWD    (CX), Y4
 	VPSLLD       $0x10, Y4, Y4
 	VPMOVZXWD    (DX), Y5
 	VPSLLD       $0x10, Y5, Y5
-	VMULPS       (BX), Y5, Y5
-	VSUBPS       Y2, Y5, Y5
 	VSUBPS       Y0, Y4, Y4
 	VMULPS       Y1, Y4, Y4
+	VMULPS       Y5, Y4, Y6
+	VADDPS       (SI), Y6, Y6
+	VMOVUPS      Y6, (SI)
+	VADDPS       (DI), Y5, Y6
+	VMOVUPS      Y6, (DI)
+	VMULPS       (BX), Y5, Y5
+	VSUBPS       Y2, Y5, Y5
 	VMULPS       Y3, Y4, Y4
 	VSUBPS       Y4, Y5, Y5
 	VMULPS       Y1, Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        lnconst<>+0(SB), Y6, Y4
-	VPADDD       lnconst<>+64(SB), Y4, Y4
+	VPAND        ·roundBF16Const+0(SB), Y6, Y4
+	VPADDD       ·roundBF16Const+64(SB), Y4, Y4
 	VPADDD       Y5, Y4, Y4
 	VPSRLD       $0x10, Y4, Y4
-	VPOR         lnconst<>+128(SB), Y6, Y6
+	VPOR         ·roundBF16Const+128(SB), Y6, Y6
 	VCMPPS       $0x03, Y5, Y5, Y5
 	VBLENDVPS    Y5, Y6, Y4, Y4
 	VEXTRACTI128 $0x01, Y4, X5
@@ -1349,9 +1333,11 @@ lnDXBF16AVX2_loop:
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000010, DX
 	ADDQ         $0x00000020, BX
-	SUBQ         $0x00000008, SI
-	JMP          lnDXBF16AVX2_loop
+	ADDQ         $0x00000020, SI
+	ADDQ         $0x00000020, DI
+	SUBQ         $0x00000008, R8
+	JMP          lnDXAccBF16AVX2_loop
 
-lnDXBF16AVX2_done:
+lnDXAccBF16AVX2_done:
 	VZEROUPPER
 	RET

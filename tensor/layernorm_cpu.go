@@ -20,8 +20,8 @@ type lnKernels struct {
 	scaleBF16  func(y, x []uint16, w, b []float32, mu, r float32)
 	dot8F32    func(x, dy, w []float32, mu, r *[8]float32, d int, sg, sgx *[8]float64)
 	dot8BF16   func(x, dy []uint16, w []float32, mu, r *[8]float32, d int, sg, sgx *[8]float64)
-	dxF32      func(dx, x, dy, w []float32, mu, r, mg, mgx float32)
-	dxBF16     func(dx, x, dy []uint16, w []float32, mu, r, mg, mgx float32)
+	dxAccF32   func(dx, x, dy, w, sw, sb []float32, mu, r, mg, mgx float32)
+	dxAccBF16  func(dx, x, dy []uint16, w, sw, sb []float32, mu, r, mg, mgx float32)
 }
 
 // lnImpls lists the LayerNorm kernels this build and CPU can run, the Go loops last (which
@@ -76,12 +76,17 @@ func lnStats(k *lnKernels, x actView, i0, n, d int, eps float64, mean, rstd *[8]
 
 // layerNormHost is nnref.LayerNorm on host activations read and written in place with the
 // vector kernels, bit for bit: y = w·((x − mean)·r) + b, each operation rounded to float32, a
-// bfloat16 y rounded once as it is stored.
-func layerNormHost(k *lnKernels, y, x actView, w, b []float32, rows, d int, eps float64) {
+// bfloat16 y rounded once as it is stored. The rows' mean and r go to saveMean and saveRstd
+// when they are not nil.
+func layerNormHost(k *lnKernels, y, x actView, w, b []float32, rows, d int, eps float64, saveMean, saveRstd []float32) {
 	m := d / k.lanes * k.lanes
 	lnGroups(rows, d, func(i0, n int) {
 		var mean, rstd [8]float32
 		lnStats(k, x, i0, n, d, eps, &mean, &rstd)
+		if saveRstd != nil {
+			copy(saveMean[i0:i0+n], mean[:n])
+			copy(saveRstd[i0:i0+n], rstd[:n])
+		}
 		for q := range n {
 			o, mu, r := (i0+q)*d, mean[q], rstd[q]
 			if m > 0 {
@@ -98,16 +103,23 @@ func layerNormHost(k *lnKernels, y, x actView, w, b []float32, rows, d int, eps 
 	})
 }
 
-// layerNormDXHost is nnref.LayerNormDX on host activations read and written in place with the
-// vector kernels, bit for bit: with g = dy·w and x̂ = (x − mean)·r, mg = float32(Σ g / d) and
-// mgx = float32(Σ g·x̂ / d) (float64 sums in column order), dx = r·(g − mg − x̂·mgx); each
-// row's mean and r go to mean and rstd for the weight gradients.
-func layerNormDXHost(k *lnKernels, dx, x, dy actView, w []float32, rows, d int, eps float64, mean, rstd []float32) {
-	m := d / k.lanes * k.lanes
-	lnGroups(rows, d, func(i0, n int) {
+// layerNormBackwardHost is nnref.LayerNormBackward on host activations read and written in
+// place with the vector kernels, bit for bit, in two passes. The first, over groups of 8 rows,
+// finds each row's mean and r (lnStats; taken from savedMean and savedRstd, the forward's, when
+// not nil) and, with g = dy·w and x̂ = (x − mean)·r, mg = float32(Σ g / d) and
+// mgx = float32(Σ g·x̂ / d) (float64 sums in column order). The second (normBackwardPasses) writes
+// dx = r·(g − mg − x̂·mgx) and sums dw = Σ dy·x̂ and db = Σ dy.
+func layerNormBackwardHost(k *lnKernels, dx, x, dy actView, w, dw, db []float32, rows, d int, eps float64, savedMean, savedRstd []float32, acc bool) {
+	st := make([]float32, 4*rows) // each row's mean, r, mg and mgx
+	stats := func(i0, n int) {
 		var mu, r [8]float32
 		var sg, sgx [8]float64
-		lnStats(k, x, i0, n, d, eps, &mu, &r)
+		if savedRstd != nil {
+			copy(mu[:n], savedMean[i0:i0+n])
+			copy(r[:n], savedRstd[i0:i0+n])
+		} else {
+			lnStats(k, x, i0, n, d, eps, &mu, &r)
+		}
 		c0, o := 0, i0*d
 		if n == 8 {
 			c0 = d / 8 * 8
@@ -124,19 +136,25 @@ func layerNormDXHost(k *lnKernels, dx, x, dy actView, w []float32, rows, d int, 
 				sg[q] += float64(g)
 				sgx[q] += float64(g) * float64(float32((x.at(o+j)-mq)*rq))
 			}
-			mg, mgx := float32(sg[q]/float64(d)), float32(sgx[q]/float64(d))
-			if m > 0 {
-				if x.b16 {
-					k.dxBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], mq, rq, mg, mgx)
-				} else {
-					k.dxF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], mq, rq, mg, mgx)
-				}
+			i := i0 + q
+			st[4*i], st[4*i+1], st[4*i+2], st[4*i+3] = mq, rq, float32(sg[q]/float64(d)), float32(sgx[q]/float64(d))
+		}
+	}
+	m := d / k.lanes * k.lanes
+	normBackwardPasses(rows, d, dw, db, acc, stats, func(i int, sw, sb []float32) {
+		o, mu, r, mg, mgx := i*d, st[4*i], st[4*i+1], st[4*i+2], st[4*i+3]
+		if m > 0 {
+			if x.b16 {
+				k.dxAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
+			} else {
+				k.dxAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
 			}
-			for j := m; j < d; j++ {
-				xh := float32((x.at(o+j) - mq) * rq)
-				dx.set(o+j, rq*(float32(dy.at(o+j)*w[j])-mg-float32(xh*mgx)))
-			}
-			mean[i0+q], rstd[i0+q] = mq, rq
+		}
+		for j := m; j < d; j++ {
+			g, xh := dy.at(o+j), float32((x.at(o+j)-mu)*r)
+			sw[j] += float32(g * xh)
+			sb[j] += g
+			dx.set(o+j, r*(float32(g*w[j])-mg-float32(xh*mgx)))
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/asmcheck"
@@ -19,9 +21,11 @@ func TestLayerNormAsmUpToDate(t *testing.T) { asmcheck.UpToDate(t, "layernorm", 
 // AVX2 kernels and the Go loops) equals nnref in float32 bit for bit, forward and backward
 // (dx, and dw and db accumulated), and with bfloat16 activations nnref on the widened values
 // rounded once; row counts around the 8-row groups, widths around the lanes (7: no vector;
-// 50: a tail; 1280: Qwen2-VL's vision width), rows with an offset mean far above their spread
+// 50: a tail; 300: a last block of columns not a multiple of the lanes in the backward's
+// column pass; 1280: Qwen2-VL's vision width), rows with an offset mean far above their spread
 // (where a one-pass variance or a float32 mean would give other bits), and special values
-// (zeros, a constant row: var = 0, r = 1/sqrt(eps); huge values whose squares overflow; NaN).
+// (zeros, a constant row: var = 0, r = 1/sqrt(eps); huge values whose squares overflow; NaN);
+// then LayerNormStats and the backward from its saved statistics, which give the same bits.
 func TestLayerNormMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	randv := func(n int, off float64) []float32 {
@@ -63,7 +67,7 @@ func TestLayerNormMatchesReference(t *testing.T) {
 	for _, im := range lnImpls.Impls() {
 		restore := lnImpls.Use(im.Name)
 		for _, bf := range []bool{false, true} {
-			for _, d := range []int{7, 16, 50, 1280} {
+			for _, d := range []int{7, 16, 50, 300, 1280} {
 				for _, rows := range []int{1, 7, 8, 9, 13, 17} {
 					x, w, b := randv(rows*d, 0), randv(d, 1), randv(d, 0)
 					copy(x[d:], randv(d, 300)) // row 1: mean 300, spread 1
@@ -96,6 +100,22 @@ func TestLayerNormMatchesReference(t *testing.T) {
 					same(name+" dx", dx, wdx)
 					same(name+" dw", dw, wdw)
 					same(name+" db", db, wdb)
+
+					// The same from the statistics the forward saved.
+					mean, rstd := Must(FromFloat32(make([]float32, rows), rows)), Must(FromFloat32(make([]float32, rows), rows))
+					y = mk(make([]float32, len(x)), bf, rows, d)
+					if err := LayerNormStats(y, mean, rstd, in.X, in.Weight, Must(FromFloat32(b, d)), eps); err != nil {
+						t.Fatal(err)
+					}
+					same(name+" y (stats)", y, want)
+					in.Mean, in.Rstd = mean, rstd
+					dx, dw, db = mk(make([]float32, len(x)), bf, rows, d), Must(FromFloat32(append([]float32(nil), g0...), d)), Must(FromFloat32(append([]float32(nil), g0...), d))
+					if err := LayerNormBackward(dx, dw, db, in); err != nil {
+						t.Fatal(err)
+					}
+					same(name+" dx (stats)", dx, wdx)
+					same(name+" dw (stats)", dw, wdw)
+					same(name+" db (stats)", db, wdb)
 				}
 			}
 		}
@@ -176,13 +196,17 @@ func TestLayerNormSum8Order(t *testing.T) {
 	}
 }
 
-// BenchmarkLayerNormImpls times LayerNorm and its backward (dx, dw, db) on every implementation
+// BenchmarkLayerNormImpls times LayerNorm and its backward (dx, dw, db; recomputing the rows'
+// statistics, and from the ones LayerNormStats saved) on every implementation
 // of this CPU (the Go loops: nnref on blocks of widened rows; AVX2; AVX-512) at a Qwen2-VL
 // vision-tower shape (1024 patches of 1280), float32 and bfloat16. b.SetBytes counts the
 // activations read and written (x, y; x, dy, dx), so MB/s is wall-clock bandwidth; cpu-ns/elem
 // is process CPU time per element. Run with -count N: the sub-benchmarks interleave per count.
 func BenchmarkLayerNormImpls(b *testing.B) {
-	const rows, d, eps = 1024, 1280, 1e-6
+	rows, d, eps := 1024, 1280, 1e-6
+	if s := os.Getenv("LN_ROWS"); s != "" { // another row count, e.g. one whose rows stay in the caches
+		rows, _ = strconv.Atoi(s)
+	}
 	mk := func(dt DType, off float32, s ...int) *Tensor {
 		n := 1
 		for _, v := range s {
@@ -201,15 +225,21 @@ func BenchmarkLayerNormImpls(b *testing.B) {
 		}
 		return Must(FromBF16(y, s...))
 	}
-	for _, bwd := range []bool{false, true} {
+	for _, pass := range []string{"forward", "backward", "backward-saved"} {
 		for _, dt := range []DType{Float32, BFloat16} {
 			x, w, bb := mk(dt, 0.3, rows, d), mk(Float32, 1, d), mk(Float32, 0, d)
 			y, dy := mk(dt, 0, rows, d), mk(dt, 0, rows, d)
 			dw, db := mk(Float32, 0, d), mk(Float32, 0, d)
-			op, pass, tensors := func() error { return LayerNorm(y, x, w, bb, eps) }, "forward", 2
-			if bwd {
+			op, tensors := func() error { return LayerNorm(y, x, w, bb, eps) }, 2
+			if pass != "forward" {
 				in := NormGrad{X: x, Weight: w, DY: dy, Eps: eps}
-				op, pass, tensors = func() error { return LayerNormBackward(y, dw, db, in) }, "backward", 3
+				if pass == "backward-saved" {
+					in.Mean, in.Rstd = mk(Float32, 0, rows), mk(Float32, 0, rows)
+					if err := LayerNormStats(y, in.Mean, in.Rstd, x, w, bb, eps); err != nil {
+						b.Fatal(err)
+					}
+				}
+				op, tensors = func() error { return LayerNormBackward(y, dw, db, in) }, 3
 			}
 			for _, im := range lnImpls.Impls() {
 				b.Run(pass+"/"+dt.String()+"/"+im.Name, func(b *testing.B) {

@@ -48,11 +48,11 @@ func lnDot8BF16AVX2(x []uint16, dy []uint16, w []float32, mu *[8]float32, r *[8]
 //go:noescape
 func lnScaleF32AVX512(y []float32, x []float32, w []float32, b []float32, mu float32, r float32)
 
-// lnDXF32AVX512 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) (LayerNormDX's Go loop, bit for bit);
-// len(dx) must be a multiple of 16.
+// lnDXAccF32AVX512 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) and adds dy·((x − mu)·r) to sw and
+// dy to sb (lnDXAccRow's Go loop, bit for bit); len(dx) must be a multiple of 16.
 //
 //go:noescape
-func lnDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, mu float32, r float32, mg float32, mgx float32)
+func lnDXAccF32AVX512(dx []float32, x []float32, dy []float32, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 
 // lnScaleBF16AVX512 writes y = w·((x − mu)·r) + b (LayerNorm's Go loop, bit for bit); len(y) must be
 // a multiple of 16.
@@ -60,11 +60,11 @@ func lnDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, mu floa
 //go:noescape
 func lnScaleBF16AVX512(y []uint16, x []uint16, w []float32, b []float32, mu float32, r float32)
 
-// lnDXBF16AVX512 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) (LayerNormDX's Go loop, bit for bit);
-// len(dx) must be a multiple of 16.
+// lnDXAccBF16AVX512 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) and adds dy·((x − mu)·r) to sw and
+// dy to sb (lnDXAccRow's Go loop, bit for bit); len(dx) must be a multiple of 16.
 //
 //go:noescape
-func lnDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, mu float32, r float32, mg float32, mgx float32)
+func lnDXAccBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 
 // lnScaleF32AVX2 writes y = w·((x − mu)·r) + b (LayerNorm's Go loop, bit for bit); len(y) must be
 // a multiple of 8.
@@ -72,11 +72,11 @@ func lnDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, mu float3
 //go:noescape
 func lnScaleF32AVX2(y []float32, x []float32, w []float32, b []float32, mu float32, r float32)
 
-// lnDXF32AVX2 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) (LayerNormDX's Go loop, bit for bit);
-// len(dx) must be a multiple of 8.
+// lnDXAccF32AVX2 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) and adds dy·((x − mu)·r) to sw and
+// dy to sb (lnDXAccRow's Go loop, bit for bit); len(dx) must be a multiple of 8.
 //
 //go:noescape
-func lnDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, mu float32, r float32, mg float32, mgx float32)
+func lnDXAccF32AVX2(dx []float32, x []float32, dy []float32, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)
 
 // lnScaleBF16AVX2 writes y = w·((x − mu)·r) + b (LayerNorm's Go loop, bit for bit); len(y) must be
 // a multiple of 8.
@@ -84,8 +84,8 @@ func lnDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, mu float3
 //go:noescape
 func lnScaleBF16AVX2(y []uint16, x []uint16, w []float32, b []float32, mu float32, r float32)
 
-// lnDXBF16AVX2 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) (LayerNormDX's Go loop, bit for bit);
-// len(dx) must be a multiple of 8.
+// lnDXAccBF16AVX2 writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) and adds dy·((x − mu)·r) to sw and
+// dy to sb (lnDXAccRow's Go loop, bit for bit); len(dx) must be a multiple of 8.
 //
 //go:noescape
-func lnDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, mu float32, r float32, mg float32, mgx float32)
+func lnDXAccBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, sb []float32, mu float32, r float32, mg float32, mgx float32)

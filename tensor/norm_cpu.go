@@ -19,13 +19,11 @@ type rowKernels struct {
 	ropeF32    func(y, x, cos, sin []float32, d int)
 	ropeBF16   func(y, x []uint16, cos, sin []float32, d int)
 
-	// RMSNorm's backward and the norms' weight gradients.
-	rmsDot8F32  func(x, dy, w []float32, r *[8]float32, d int, gx *[8]float64)
-	rmsDot8BF16 func(x, dy []uint16, w []float32, r *[8]float32, d int, gx *[8]float64)
-	rmsDXF32    func(dx, x, dy, w []float32, r, c float32)
-	rmsDXBF16   func(dx, x, dy []uint16, w []float32, r, c float32)
-	normAccF32  func(sw, sb, x, dy []float32, mu, r float32)
-	normAccBF16 func(sw, sb []float32, x, dy []uint16, mu, r float32)
+	// RMSNorm's backward: the rows' sums, then dx and the weight gradient's terms in one pass.
+	rmsDot8F32   func(x, dy, w []float32, r *[8]float32, d int, gx *[8]float64)
+	rmsDot8BF16  func(x, dy []uint16, w []float32, r *[8]float32, d int, gx *[8]float64)
+	rmsDXAccF32  func(dx, x, dy, w, sw []float32, r, c float32)
+	rmsDXAccBF16 func(dx, x, dy []uint16, w, sw []float32, r, c float32)
 }
 
 // rowImpls lists the row kernels this build and CPU can run, the Go loops last.
@@ -36,10 +34,17 @@ var rowImpls = dispatch.New(rowSIMD()...)
 // to float32, y = w·float32(x·r)), read and written in place: a bfloat16 x is widened as it is
 // read and y rounded once as it is stored, without a conversion pass or scratch. The vector
 // kernels sum 8 rows at once, a row per float64 lane (sumSq8), the Go loops 4 rows
-// interleaved, each in its own order, so the sums are not one chain of dependent adds.
-func rmsNormHost(y, x *Tensor, w []float32, eps float64) {
+// interleaved, each in its own order, so the sums are not one chain of dependent adds. Each
+// row's r goes to rstd when it is not nil.
+func rmsNormHost(y, x *Tensor, w []float32, eps float64, rstd []float32) {
 	rows, d := rowsOf(x), x.Dim(-1)
-	scale := func(ss float64) float32 { return float32(1 / math.Sqrt(ss/float64(d)+eps)) }
+	scale := func(i int, ss float64) float32 {
+		r := float32(1 / math.Sqrt(ss/float64(d)+eps))
+		if rstd != nil {
+			rstd[i] = r
+		}
+		return r
+	}
 	k := rowImpls.Active()
 	if x.dtype == BFloat16 {
 		xb, yb := bf16Of(x), bf16Of(y)
@@ -53,13 +58,13 @@ func rmsNormHost(y, x *Tensor, w []float32, eps float64) {
 					for _, h := range xb[(i+r)*d+d/8*8 : (i+r+1)*d] {
 						ss[r] += sq(h)
 					}
-					scaleRowBF16(k, yb[(i+r)*d:(i+r+1)*d], xb[(i+r)*d:(i+r+1)*d], w, scale(ss[r]))
+					scaleRowBF16(k, yb[(i+r)*d:(i+r+1)*d], xb[(i+r)*d:(i+r+1)*d], w, scale(i+r, ss[r]))
 				}
 			}
 			for ; i+4 <= hi; i += 4 {
 				ss := sumSq4BF16(xb[i*d:(i+4)*d], d)
 				for r := range 4 {
-					scaleRowBF16(k, yb[(i+r)*d:(i+r+1)*d], xb[(i+r)*d:(i+r+1)*d], w, scale(ss[r]))
+					scaleRowBF16(k, yb[(i+r)*d:(i+r+1)*d], xb[(i+r)*d:(i+r+1)*d], w, scale(i+r, ss[r]))
 				}
 			}
 			for ; i < hi; i++ {
@@ -67,7 +72,7 @@ func rmsNormHost(y, x *Tensor, w []float32, eps float64) {
 				for _, h := range xb[i*d : (i+1)*d] {
 					ss += sq(h)
 				}
-				scaleRowBF16(k, yb[i*d:(i+1)*d], xb[i*d:(i+1)*d], w, scale(ss))
+				scaleRowBF16(k, yb[i*d:(i+1)*d], xb[i*d:(i+1)*d], w, scale(i, ss))
 			}
 		})
 		return
@@ -82,13 +87,13 @@ func rmsNormHost(y, x *Tensor, w []float32, eps float64) {
 				for _, v := range xf[(i+r)*d+d/8*8 : (i+r+1)*d] {
 					ss[r] += float64(v) * float64(v)
 				}
-				scaleRowF32(k, yf[(i+r)*d:(i+r+1)*d], xf[(i+r)*d:(i+r+1)*d], w, scale(ss[r]))
+				scaleRowF32(k, yf[(i+r)*d:(i+r+1)*d], xf[(i+r)*d:(i+r+1)*d], w, scale(i+r, ss[r]))
 			}
 		}
 		for ; i+4 <= hi; i += 4 {
 			ss := sumSq4F32(xf[i*d:(i+4)*d], d)
 			for r := range 4 {
-				scaleRowF32(k, yf[(i+r)*d:(i+r+1)*d], xf[(i+r)*d:(i+r+1)*d], w, scale(ss[r]))
+				scaleRowF32(k, yf[(i+r)*d:(i+r+1)*d], xf[(i+r)*d:(i+r+1)*d], w, scale(i+r, ss[r]))
 			}
 		}
 		for ; i < hi; i++ {
@@ -96,7 +101,7 @@ func rmsNormHost(y, x *Tensor, w []float32, eps float64) {
 			for _, v := range xf[i*d : (i+1)*d] {
 				ss += float64(v) * float64(v)
 			}
-			scaleRowF32(k, yf[i*d:(i+1)*d], xf[i*d:(i+1)*d], w, scale(ss))
+			scaleRowF32(k, yf[i*d:(i+1)*d], xf[i*d:(i+1)*d], w, scale(i, ss))
 		}
 	})
 }
@@ -176,28 +181,30 @@ func (v actView) set(i int, f float32) {
 	}
 }
 
-// rmsNormDXHost is nnref.RMSNormDX on host activations read and written in place with the row
-// kernels, bit for bit: per row r = 1/sqrt(mean(x²) + eps) (float64 sum in column order),
-// gx = Σ float64(dy·w)·float64(x·r) (likewise), c = float32(gx/d) and
-// dx = r·(dy·w − (x·r)·c); each row's r goes to rstd. Groups of 8 rows take the 8-row kernels,
-// the columns after the last multiple of 8 and the rows after the last group the Go loop.
-func rmsNormDXHost(k *rowKernels, dx, x, dy actView, w []float32, rows, d int, eps float64, rstd []float32) {
-	groups := (rows + 7) / 8
-	parallel.For(groups, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
-		for g := glo; g < ghi; g++ {
-			i0, n := 8*g, min(8, rows-8*g)
-			var ss, gx [8]float64
-			var r [8]float32
+// rmsNormBackwardHost is nnref.RMSNormBackward on host activations read and written in place
+// with the row kernels, bit for bit, in two passes. The first, over groups of 8 rows, finds each
+// row's r = 1/sqrt(mean(x²) + eps) (float64 sum in column order; taken from saved, the
+// forward's, when not nil) and c = float32(gx/d) with gx = Σ float64(dy·w)·float64(x·r)
+// (likewise), with the 8-row kernels on the first d/8·8 columns of a whole group and Go for the
+// rest. The second writes dx = r·(dy·w − (x·r)·c) and sums dw = Σ dy·(x·r) (normBackwardPasses).
+func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows, d int, eps float64, saved []float32, acc bool) {
+	st := make([]float32, 2*rows) // each row's r and c
+	stats := func(i0, n int) {
+		var ss, gx [8]float64
+		var r [8]float32
+		c0 := d / 8 * 8
+		if n < 8 {
+			c0 = 0
+		}
+		if saved != nil {
+			copy(r[:n], saved[i0:i0+n])
+		} else {
 			if n == 8 {
 				if x.b16 {
 					k.sumSq8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), d, &ss)
 				} else {
 					k.sumSq8F32(x.f[i0*d:(i0+8)*d], d, &ss)
 				}
-			}
-			c0 := d / 8 * 8
-			if n < 8 {
-				c0 = 0
 			}
 			for q := range n {
 				o := (i0 + q) * d
@@ -207,75 +214,69 @@ func rmsNormDXHost(k *rowKernels, dx, x, dy actView, w []float32, rows, d int, e
 				}
 				r[q] = float32(1 / math.Sqrt(ss[q]/float64(d)+eps))
 			}
-			if n == 8 {
-				if x.b16 {
-					k.rmsDot8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), bf16Bits(dy.b[i0*d:(i0+8)*d]), w, &r, d, &gx)
-				} else {
-					k.rmsDot8F32(x.f[i0*d:(i0+8)*d], dy.f[i0*d:(i0+8)*d], w, &r, d, &gx)
-				}
+		}
+		if n == 8 {
+			if x.b16 {
+				k.rmsDot8BF16(bf16Bits(x.b[i0*d:(i0+8)*d]), bf16Bits(dy.b[i0*d:(i0+8)*d]), w, &r, d, &gx)
+			} else {
+				k.rmsDot8F32(x.f[i0*d:(i0+8)*d], dy.f[i0*d:(i0+8)*d], w, &r, d, &gx)
 			}
-			for q := range n {
-				o, rq := (i0+q)*d, r[q]
-				for j := c0; j < d; j++ {
-					gx[q] += float64(dy.at(o+j)*w[j]) * float64(x.at(o+j)*rq)
-				}
-				c := float32(gx[q] / float64(d))
-				m := d / k.lanes * k.lanes
-				if m > 0 {
-					if x.b16 {
-						k.rmsDXBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], rq, c)
-					} else {
-						k.rmsDXF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], rq, c)
-					}
-				}
-				for j := m; j < d; j++ {
-					dx.set(o+j, rq*(float32(dy.at(o+j)*w[j])-float32(float32(x.at(o+j)*rq)*c)))
-				}
-				rstd[i0+q] = rq
+		}
+		for q := range n {
+			o, rq := (i0+q)*d, r[q]
+			for j := c0; j < d; j++ {
+				gx[q] += float64(dy.at(o+j)*w[j]) * float64(x.at(o+j)*rq)
 			}
+			st[2*(i0+q)], st[2*(i0+q)+1] = rq, float32(gx[q]/float64(d))
+		}
+	}
+	m := d / k.lanes * k.lanes
+	normBackwardPasses(rows, d, dw, nil, acc, stats, func(i int, sw, _ []float32) {
+		o, r, c := i*d, st[2*i], st[2*i+1]
+		if m > 0 {
+			if x.b16 {
+				k.rmsDXAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], r, c)
+			} else {
+				k.rmsDXAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], r, c)
+			}
+		}
+		for j := m; j < d; j++ {
+			g, xh := dy.at(o+j), float32(x.at(o+j)*r)
+			sw[j] += float32(g * xh)
+			dx.set(o+j, r*(float32(g*w[j])-float32(xh*c)))
 		}
 	})
 }
 
-// normWeightGradHost is nnref.NormWeightGrad on host activations read in place with the row
-// kernels, bit for bit: dw = Σ dy·((x − mean)·rstd) and db = Σ dy (db nil for RMSNorm, mean
-// nil: no centring), each column summing the rows in order, in parallel over blocks of 256
-// columns; overwritten, or added to when acc.
-func normWeightGradHost(k *rowKernels, dw, db []float32, x, dy actView, rows, d int, mean, rstd []float32, acc bool) {
-	parallel.For(d, 256, func(lo, hi int) {
-		n := hi - lo
-		sw, sb := make([]float32, n), make([]float32, n)
-		m := n / k.lanes * k.lanes
-		for i := range rows {
-			var mu float32
-			if mean != nil {
-				mu = mean[i]
-			}
-			r, o := rstd[i], i*d+lo
-			if m > 0 {
-				if x.b16 {
-					k.normAccBF16(sw[:m], sb[:m], bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), mu, r)
-				} else {
-					k.normAccF32(sw[:m], sb[:m], x.f[o:o+m], dy.f[o:o+m], mu, r)
-				}
-			}
-			for j := m; j < n; j++ {
-				g := dy.at(o + j)
-				sw[j] += float32(g * float32((x.at(o+j)-mu)*r))
-				sb[j] += g
-			}
-		}
-		for j := range n {
-			if acc {
-				sw[j] += dw[lo+j]
-				if db != nil {
-					sb[j] += db[lo+j]
-				}
-			}
-			dw[lo+j] = sw[j]
-			if db != nil {
-				db[lo+j] = sb[j]
-			}
+// normBackwardPasses runs the norms' two backward passes. The first, stats(i0, n), finds the
+// statistics and sums of the n <= 8 rows from i0, in parallel over groups of 8 rows. The second,
+// row(i, sw, sb), writes dx on row i and adds its terms of the weight and bias gradients to the
+// column sums sw and sb [d]; it runs on the rows in order, on one core, so that every column sums
+// the rows in order (nnref.NormWeightGrad's order) reading x and dy once, a row at a time. (On
+// the loaded 2-core Zen 4 this was measured on, splitting it by columns over the cores, or
+// pipelining chunks of rows between them, cost more CPU time than it saved wall time: the
+// strided column blocks and the hand-offs between cores.) At the end the sums overwrite dw and
+// db (db nil for RMSNorm), or are added to them when acc.
+func normBackwardPasses(rows, d int, dw, db []float32, acc bool, stats func(i0, n int), row func(i int, sw, sb []float32)) {
+	parallel.For((rows+7)/8, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
+		for g := glo; g < ghi; g++ {
+			stats(8*g, min(8, rows-8*g))
 		}
 	})
+	sw, sb := make([]float32, d), make([]float32, d)
+	for i := range rows {
+		row(i, sw, sb)
+	}
+	for j := range d {
+		if acc {
+			sw[j] += dw[j]
+			if db != nil {
+				sb[j] += db[j]
+			}
+		}
+		dw[j] = sw[j]
+		if db != nil {
+			db[j] = sb[j]
+		}
+	}
 }

@@ -68,12 +68,19 @@ func BenchmarkOpsLMHead(b *testing.B) {
 }
 
 // BenchmarkOpsElementwise is LayerNorm and the GELUs at Qwen2-VL's vision-tower shapes (1024
-// patches; width 1280, MLP 5120), forward and backward, float32 and bfloat16; b.SetBytes counts
-// the activations read and written (forward x, y; backward x, dy, dx), so MB/s is wall-clock
-// bandwidth, and cpu-ns/op is the process's CPU time per call. The backward of LayerNorm also
-// writes dw and db.
+// patches; width 1280, MLP 5120), and LayerNorm and RMSNorm at Qwen2.5-0.5B's and 7B's
+// (2048 tokens; 896, 3584), forward and backward, float32 and bfloat16; b.SetBytes counts the
+// activations read and written (forward x, y; backward x, dy, dx), so MB/s is wall-clock
+// bandwidth, and cpu-ns/op is the process's CPU time per call. The norms' backward also writes
+// dw (and db), from the statistics their forward saved (LayerNormStats, RMSNormStats), as torch's
+// autograd keeps them.
 func BenchmarkOpsElementwise(b *testing.B) {
 	const t, d, ff = 1024, 1280, 5120
+	type benchCase struct {
+		name string
+		t, n int
+		op   func(bwd bool) func() error
+	}
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
 		mk := func(off float32, s ...int) *tensor.Tensor {
 			x := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...))
@@ -90,25 +97,33 @@ func BenchmarkOpsElementwise(b *testing.B) {
 			}
 			return tensor.Must(tensor.FromBF16(y, s...))
 		}
-		cases := []struct {
-			name string
-			n    int
-			op   func(bwd bool) func() error
-		}{{"layernorm", d, func(bwd bool) func() error {
-			x, y, w, bb := mk(0.3, t, d), mk(0, t, d), mk(1, d), mk(0, d)
-			if !bwd {
-				return func() error { return tensor.LayerNorm(y, x, w, bb, 1e-6) }
-			}
-			dw, db := tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, d)), tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, d))
-			in := tensor.NormGrad{X: x, Weight: w, DY: mk(0, t, d), Eps: 1e-6}
-			return func() error { return tensor.LayerNormBackward(y, dw, db, in) }
-		}}}
+		f32 := func(s ...int) *tensor.Tensor { return tensor.Must(tensor.New(tensor.CPU(), tensor.Float32, s...)) }
+		norm := func(name string, t, d int) benchCase {
+			return benchCase{name, t, d, func(bwd bool) func() error {
+				x, y, w, bb := mk(0.3, t, d), mk(0, t, d), mk(1, d), mk(0, d)
+				mean, rstd := f32(t), f32(t)
+				fwd := func() error { return tensor.LayerNormStats(y, mean, rstd, x, w, bb, 1e-6) }
+				if name == "rmsnorm" {
+					mean, fwd = nil, func() error { return tensor.RMSNormStats(y, rstd, x, w, 1e-6) }
+				}
+				if !bwd {
+					return fwd
+				}
+				if err := fwd(); err != nil {
+					b.Fatal(err)
+				}
+				dw, db := f32(d), f32(d)
+				in := tensor.NormGrad{X: x, Weight: w, DY: mk(0, t, d), Eps: 1e-6, Mean: mean, Rstd: rstd}
+				if name == "rmsnorm" {
+					return func() error { return tensor.RMSNormBackward(y, dw, in) }
+				}
+				return func() error { return tensor.LayerNormBackward(y, dw, db, in) }
+			}}
+		}
+		cases := []benchCase{norm("layernorm", t, d), norm("layernorm", 2048, 896), norm("layernorm", 2048, 3584),
+			norm("rmsnorm", 2048, 896), norm("rmsnorm", 2048, 3584)}
 		for _, a := range []tensor.Activation{tensor.GELU, tensor.GELUTanh, tensor.QuickGELU} {
-			cases = append(cases, struct {
-				name string
-				n    int
-				op   func(bwd bool) func() error
-			}{a.String(), ff, func(bwd bool) func() error {
+			cases = append(cases, benchCase{a.String(), t, ff, func(bwd bool) func() error {
 				x, y := mk(0, t, ff), mk(0, t, ff)
 				if !bwd {
 					return func() error { return tensor.Activate(y, x, a) }
@@ -123,9 +138,9 @@ func BenchmarkOpsElementwise(b *testing.B) {
 				if bwd {
 					pass, tensors = "bwd", 3
 				}
-				b.Run(fmt.Sprintf("%s/%s/%s/T=%d/D=%d", c.name, pass, dt, t, c.n), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%s/%s/T=%d/D=%d", c.name, pass, dt, c.t, c.n), func(b *testing.B) {
 					op := c.op(bwd)
-					b.SetBytes(int64(tensors * t * c.n * dt.Size()))
+					b.SetBytes(int64(tensors * c.t * c.n * dt.Size()))
 					cpu0, _ := cputime.Process()
 					for b.Loop() {
 						if err := op(); err != nil {

@@ -85,7 +85,7 @@ func TestRowNormMatchesReference(t *testing.T) {
 					}
 				}
 			}
-			for _, d := range []int{48, 50, 7, 896} {
+			for _, d := range []int{48, 50, 7, 300, 896} {
 				for _, rows := range []int{1, 4, 7, 8, 9, 13, 33} {
 					x, w := randv(rows*d), randv(d)
 					if rows == 13 {
@@ -98,7 +98,7 @@ func TestRowNormMatchesReference(t *testing.T) {
 					want := make([]float32, len(x))
 					nnref.RMSNorm(rows, d, x, w, 1e-6, want)
 					y := mk(make([]float32, len(x)), bf, rows, d)
-					rmsNormHost(y, mk(x, bf, rows, d), w, 1e-6)
+					rmsNormHost(y, mk(x, bf, rows, d), w, 1e-6, nil)
 					same(im.Name+" rmsnorm", y, want)
 					// the backwards, accumulating into dw and db
 					dy, b0 := randv(rows*d), randv(d)
@@ -120,6 +120,21 @@ func TestRowNormMatchesReference(t *testing.T) {
 						}
 						same(fmt.Sprintf("%s layer %v dx d %d rows %d", im.Name, layer, d, rows), dx, wdx)
 						same(im.Name+" dw", dw, wdw)
+						if !layer { // from the statistics RMSNormStats saved: the same bits
+							rstd := Must(FromFloat32(make([]float32, rows), rows))
+							y := mk(make([]float32, len(x)), bf, rows, d)
+							if err := RMSNormStats(y, rstd, in.X, in.Weight, 1e-6); err != nil {
+								t.Fatal(err)
+							}
+							same(im.Name+" rmsnorm (stats)", y, want)
+							in.Rstd = rstd
+							dx, dw = mk(make([]float32, len(x)), bf, rows, d), Must(FromFloat32(append([]float32(nil), b0...), d))
+							if err := RMSNormBackward(dx, dw, in); err != nil {
+								t.Fatal(err)
+							}
+							same(im.Name+" dx (stats)", dx, wdx)
+							same(im.Name+" dw (stats)", dw, wdw)
+						}
 					}
 				}
 			}

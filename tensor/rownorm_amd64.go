@@ -15,15 +15,24 @@ func rowSIMD() []dispatch.Impl[rowKernels] {
 		out = append(out, dispatch.Impl[rowKernels]{Name: "avx512", Kernels: &rowKernels{lanes: 16,
 			sumSq8F32: sumSq8F32AVX2, sumSq8BF16: sumSq8BF16AVX2, scaleF32: scaleRowF32AVX512,
 			scaleBF16: scaleRowBF16AVX512, ropeF32: ropeF32AVX512, ropeBF16: ropeBF16AVX512,
-			rmsDot8F32: rmsDot8F32AVX2, rmsDot8BF16: rmsDot8BF16AVX2, rmsDXF32: rmsDXF32AVX512,
-			rmsDXBF16: rmsDXBF16AVX512, normAccF32: normAccF32AVX512, normAccBF16: normAccBF16AVX512}})
+			rmsDot8F32: rmsDot8F32AVX2, rmsDot8BF16: rmsDot8BF16AVX2, rmsDXAccF32: rmsDXAccF32AVX512,
+			rmsDXAccBF16: rmsDXAccBF16AVX512}})
 	}
 	if dispatch.HasAVX2(false) {
 		out = append(out, dispatch.Impl[rowKernels]{Name: "avx2", Kernels: &rowKernels{lanes: 8,
 			sumSq8F32: sumSq8F32AVX2, sumSq8BF16: sumSq8BF16AVX2, scaleF32: scaleRowF32AVX2,
 			scaleBF16: scaleRowBF16AVX2, ropeF32: ropeF32AVX2, ropeBF16: ropeBF16AVX2,
-			rmsDot8F32: rmsDot8F32AVX2, rmsDot8BF16: rmsDot8BF16AVX2, rmsDXF32: rmsDXF32AVX2,
-			rmsDXBF16: rmsDXBF16AVX2, normAccF32: normAccF32AVX2, normAccBF16: normAccBF16AVX2}})
+			rmsDot8F32: rmsDot8F32AVX2, rmsDot8BF16: rmsDot8BF16AVX2, rmsDXAccF32: rmsDXAccF32AVX2,
+			rmsDXAccBF16: rmsDXAccBF16AVX2}})
 	}
 	return out
+}
+
+// roundBF16Const holds the constants of the kernels' bfloat16 rounding at the store (1, 0x7fff
+// and the quiet bit 0x40, 16 copies each: one zmm), which rownorm_amd64.s and
+// layernorm_amd64.s read as ·roundBF16Const (one table for both files).
+var roundBF16Const = [3][16]uint32{
+	{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+	{0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff, 0x7fff},
+	{0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40},
 }

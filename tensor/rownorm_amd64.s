@@ -4,56 +4,6 @@
 
 #include "textflag.h"
 
-DATA normconst<>+0(SB)/4, $0x00000001
-DATA normconst<>+4(SB)/4, $0x00000001
-DATA normconst<>+8(SB)/4, $0x00000001
-DATA normconst<>+12(SB)/4, $0x00000001
-DATA normconst<>+16(SB)/4, $0x00000001
-DATA normconst<>+20(SB)/4, $0x00000001
-DATA normconst<>+24(SB)/4, $0x00000001
-DATA normconst<>+28(SB)/4, $0x00000001
-DATA normconst<>+32(SB)/4, $0x00000001
-DATA normconst<>+36(SB)/4, $0x00000001
-DATA normconst<>+40(SB)/4, $0x00000001
-DATA normconst<>+44(SB)/4, $0x00000001
-DATA normconst<>+48(SB)/4, $0x00000001
-DATA normconst<>+52(SB)/4, $0x00000001
-DATA normconst<>+56(SB)/4, $0x00000001
-DATA normconst<>+60(SB)/4, $0x00000001
-DATA normconst<>+64(SB)/4, $0x00007fff
-DATA normconst<>+68(SB)/4, $0x00007fff
-DATA normconst<>+72(SB)/4, $0x00007fff
-DATA normconst<>+76(SB)/4, $0x00007fff
-DATA normconst<>+80(SB)/4, $0x00007fff
-DATA normconst<>+84(SB)/4, $0x00007fff
-DATA normconst<>+88(SB)/4, $0x00007fff
-DATA normconst<>+92(SB)/4, $0x00007fff
-DATA normconst<>+96(SB)/4, $0x00007fff
-DATA normconst<>+100(SB)/4, $0x00007fff
-DATA normconst<>+104(SB)/4, $0x00007fff
-DATA normconst<>+108(SB)/4, $0x00007fff
-DATA normconst<>+112(SB)/4, $0x00007fff
-DATA normconst<>+116(SB)/4, $0x00007fff
-DATA normconst<>+120(SB)/4, $0x00007fff
-DATA normconst<>+124(SB)/4, $0x00007fff
-DATA normconst<>+128(SB)/4, $0x00000040
-DATA normconst<>+132(SB)/4, $0x00000040
-DATA normconst<>+136(SB)/4, $0x00000040
-DATA normconst<>+140(SB)/4, $0x00000040
-DATA normconst<>+144(SB)/4, $0x00000040
-DATA normconst<>+148(SB)/4, $0x00000040
-DATA normconst<>+152(SB)/4, $0x00000040
-DATA normconst<>+156(SB)/4, $0x00000040
-DATA normconst<>+160(SB)/4, $0x00000040
-DATA normconst<>+164(SB)/4, $0x00000040
-DATA normconst<>+168(SB)/4, $0x00000040
-DATA normconst<>+172(SB)/4, $0x00000040
-DATA normconst<>+176(SB)/4, $0x00000040
-DATA normconst<>+180(SB)/4, $0x00000040
-DATA normconst<>+184(SB)/4, $0x00000040
-DATA normconst<>+188(SB)/4, $0x00000040
-GLOBL normconst<>(SB), RODATA|NOPTR, $192
-
 // func sumSq8F32AVX2(x []float32, d int, ss *[8]float64)
 // Requires: AVX
 TEXT ·sumSq8F32AVX2(SB), NOSPLIT, $0-40
@@ -815,26 +765,30 @@ ropeF32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func rmsDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+// func rmsDXAccF32AVX512(dx []float32, x []float32, dy []float32, w []float32, sw []float32, r float32, c float32)
 // Requires: AVX, AVX512F, SSE
-TEXT ·rmsDXF32AVX512(SB), NOSPLIT, $0-104
+TEXT ·rmsDXAccF32AVX512(SB), NOSPLIT, $0-128
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        r+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         dx_len+8(FP), DI
+	MOVSS        r+120(FP), X0
 	VBROADCASTSS X0, Z0
-	MOVSS        c+100(FP), X1
+	MOVSS        c+124(FP), X1
 	VBROADCASTSS X1, Z1
 
-rmsDXF32AVX512_loop:
-	CMPQ    SI, $0x00000010
-	JB      rmsDXF32AVX512_done
+rmsDXAccF32AVX512_loop:
+	CMPQ    DI, $0x00000010
+	JB      rmsDXAccF32AVX512_done
 	VMOVUPS (CX), Z2
 	VMOVUPS (DX), Z3
-	VMULPS  (BX), Z3, Z3
 	VMULPS  Z0, Z2, Z2
+	VMULPS  Z3, Z2, Z4
+	VADDPS  (SI), Z4, Z4
+	VMOVUPS Z4, (SI)
+	VMULPS  (BX), Z3, Z3
 	VMULPS  Z1, Z2, Z2
 	VSUBPS  Z2, Z3, Z3
 	VMULPS  Z0, Z3, Z3
@@ -843,46 +797,11 @@ rmsDXF32AVX512_loop:
 	ADDQ    $0x00000040, CX
 	ADDQ    $0x00000040, DX
 	ADDQ    $0x00000040, BX
-	SUBQ    $0x00000010, SI
-	JMP     rmsDXF32AVX512_loop
+	ADDQ    $0x00000040, SI
+	SUBQ    $0x00000010, DI
+	JMP     rmsDXAccF32AVX512_loop
 
-rmsDXF32AVX512_done:
-	VZEROUPPER
-	RET
-
-// func normAccF32AVX512(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
-// Requires: AVX, AVX512F, SSE
-TEXT ·normAccF32AVX512(SB), NOSPLIT, $0-104
-	MOVQ         sw_base+0(FP), AX
-	MOVQ         sb_base+24(FP), CX
-	MOVQ         x_base+48(FP), DX
-	MOVQ         dy_base+72(FP), BX
-	MOVQ         sw_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        r+100(FP), X1
-	VBROADCASTSS X1, Z1
-
-normAccF32AVX512_loop:
-	CMPQ    SI, $0x00000010
-	JB      normAccF32AVX512_done
-	VMOVUPS (DX), Z2
-	VMOVUPS (BX), Z3
-	VSUBPS  Z0, Z2, Z2
-	VMULPS  Z1, Z2, Z2
-	VMULPS  Z3, Z2, Z2
-	VADDPS  (AX), Z2, Z2
-	VMOVUPS Z2, (AX)
-	VADDPS  (CX), Z3, Z3
-	VMOVUPS Z3, (CX)
-	ADDQ    $0x00000040, DX
-	ADDQ    $0x00000040, BX
-	ADDQ    $0x00000040, AX
-	ADDQ    $0x00000040, CX
-	SUBQ    $0x00000010, SI
-	JMP     normAccF32AVX512_loop
-
-normAccF32AVX512_done:
+rmsDXAccF32AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -904,11 +823,11 @@ scaleRowBF16AVX512_loop:
 	VMULPS    Z0, Z1, Z1
 	VMULPS    (DX), Z1, Z1
 	VPSRLD    $0x10, Z1, Z3
-	VPANDD    normconst<>+0(SB), Z3, Z2
-	VPADDD    normconst<>+64(SB), Z2, Z2
+	VPANDD    ·roundBF16Const+0(SB), Z3, Z2
+	VPADDD    ·roundBF16Const+64(SB), Z2, Z2
 	VPADDD    Z1, Z2, Z2
 	VPSRLD    $0x10, Z2, Z2
-	VPORD     normconst<>+128(SB), Z3, Z3
+	VPORD     ·roundBF16Const+128(SB), Z3, Z3
 	VCMPPS    $0x03, Z1, Z1, K1
 	VPBLENDMD Z3, Z2, K1, Z2
 	VPMOVDW   Z2, (AX)
@@ -961,20 +880,20 @@ ropeBF16AVX512_loop:
 	VMULPS    Z0, Z3, Z0
 	VADDPS    Z1, Z0, Z0
 	VPSRLD    $0x10, Z4, Z2
-	VPANDD    normconst<>+0(SB), Z2, Z1
-	VPADDD    normconst<>+64(SB), Z1, Z1
+	VPANDD    ·roundBF16Const+0(SB), Z2, Z1
+	VPADDD    ·roundBF16Const+64(SB), Z1, Z1
 	VPADDD    Z4, Z1, Z1
 	VPSRLD    $0x10, Z1, Z1
-	VPORD     normconst<>+128(SB), Z2, Z2
+	VPORD     ·roundBF16Const+128(SB), Z2, Z2
 	VCMPPS    $0x03, Z4, Z4, K1
 	VPBLENDMD Z2, Z1, K1, Z1
 	VPMOVDW   Z1, (AX)(R12*2)
 	VPSRLD    $0x10, Z0, Z2
-	VPANDD    normconst<>+0(SB), Z2, Z1
-	VPADDD    normconst<>+64(SB), Z1, Z1
+	VPANDD    ·roundBF16Const+0(SB), Z2, Z1
+	VPADDD    ·roundBF16Const+64(SB), Z1, Z1
 	VPADDD    Z0, Z1, Z1
 	VPSRLD    $0x10, Z1, Z1
-	VPORD     normconst<>+128(SB), Z2, Z2
+	VPORD     ·roundBF16Const+128(SB), Z2, Z2
 	VCMPPS    $0x03, Z0, Z0, K1
 	VPBLENDMD Z2, Z1, K1, Z1
 	VPMOVDW   Z1, (R11)(R12*2)
@@ -990,37 +909,41 @@ ropeBF16AVX512_done:
 	VZEROUPPER
 	RET
 
-// func rmsDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+// func rmsDXAccBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, r float32, c float32)
 // Requires: AVX, AVX512F, SSE
-TEXT ·rmsDXBF16AVX512(SB), NOSPLIT, $0-104
+TEXT ·rmsDXAccBF16AVX512(SB), NOSPLIT, $0-128
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        r+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         dx_len+8(FP), DI
+	MOVSS        r+120(FP), X0
 	VBROADCASTSS X0, Z0
-	MOVSS        c+100(FP), X1
+	MOVSS        c+124(FP), X1
 	VBROADCASTSS X1, Z1
 
-rmsDXBF16AVX512_loop:
-	CMPQ      SI, $0x00000010
-	JB        rmsDXBF16AVX512_done
+rmsDXAccBF16AVX512_loop:
+	CMPQ      DI, $0x00000010
+	JB        rmsDXAccBF16AVX512_done
 	VPMOVZXWD (CX), Z2
 	VPSLLD    $0x10, Z2, Z2
 	VPMOVZXWD (DX), Z3
 	VPSLLD    $0x10, Z3, Z3
-	VMULPS    (BX), Z3, Z3
 	VMULPS    Z0, Z2, Z2
+	VMULPS    Z3, Z2, Z4
+	VADDPS    (SI), Z4, Z4
+	VMOVUPS   Z4, (SI)
+	VMULPS    (BX), Z3, Z3
 	VMULPS    Z1, Z2, Z2
 	VSUBPS    Z2, Z3, Z3
 	VMULPS    Z0, Z3, Z3
 	VPSRLD    $0x10, Z3, Z4
-	VPANDD    normconst<>+0(SB), Z4, Z2
-	VPADDD    normconst<>+64(SB), Z2, Z2
+	VPANDD    ·roundBF16Const+0(SB), Z4, Z2
+	VPADDD    ·roundBF16Const+64(SB), Z2, Z2
 	VPADDD    Z3, Z2, Z2
 	VPSRLD    $0x10, Z2, Z2
-	VPORD     normconst<>+128(SB), Z4, Z4
+	VPORD     ·roundBF16Const+128(SB), Z4, Z4
 	VCMPPS    $0x03, Z3, Z3, K1
 	VPBLENDMD Z4, Z2, K1, Z2
 	VPMOVDW   Z2, (AX)
@@ -1028,48 +951,11 @@ rmsDXBF16AVX512_loop:
 	ADDQ      $0x00000020, CX
 	ADDQ      $0x00000020, DX
 	ADDQ      $0x00000040, BX
-	SUBQ      $0x00000010, SI
-	JMP       rmsDXBF16AVX512_loop
+	ADDQ      $0x00000040, SI
+	SUBQ      $0x00000010, DI
+	JMP       rmsDXAccBF16AVX512_loop
 
-rmsDXBF16AVX512_done:
-	VZEROUPPER
-	RET
-
-// func normAccBF16AVX512(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
-// Requires: AVX, AVX512F, SSE
-TEXT ·normAccBF16AVX512(SB), NOSPLIT, $0-104
-	MOVQ         sw_base+0(FP), AX
-	MOVQ         sb_base+24(FP), CX
-	MOVQ         x_base+48(FP), DX
-	MOVQ         dy_base+72(FP), BX
-	MOVQ         sw_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
-	VBROADCASTSS X0, Z0
-	MOVSS        r+100(FP), X1
-	VBROADCASTSS X1, Z1
-
-normAccBF16AVX512_loop:
-	CMPQ      SI, $0x00000010
-	JB        normAccBF16AVX512_done
-	VPMOVZXWD (DX), Z2
-	VPSLLD    $0x10, Z2, Z2
-	VPMOVZXWD (BX), Z3
-	VPSLLD    $0x10, Z3, Z3
-	VSUBPS    Z0, Z2, Z2
-	VMULPS    Z1, Z2, Z2
-	VMULPS    Z3, Z2, Z2
-	VADDPS    (AX), Z2, Z2
-	VMOVUPS   Z2, (AX)
-	VADDPS    (CX), Z3, Z3
-	VMOVUPS   Z3, (CX)
-	ADDQ      $0x00000020, DX
-	ADDQ      $0x00000020, BX
-	ADDQ      $0x00000040, AX
-	ADDQ      $0x00000040, CX
-	SUBQ      $0x00000010, SI
-	JMP       normAccBF16AVX512_loop
-
-normAccBF16AVX512_done:
+rmsDXAccBF16AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -1150,26 +1036,30 @@ ropeF32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func rmsDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
+// func rmsDXAccF32AVX2(dx []float32, x []float32, dy []float32, w []float32, sw []float32, r float32, c float32)
 // Requires: AVX, AVX2, SSE
-TEXT ·rmsDXF32AVX2(SB), NOSPLIT, $0-104
+TEXT ·rmsDXAccF32AVX2(SB), NOSPLIT, $0-128
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        r+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         dx_len+8(FP), DI
+	MOVSS        r+120(FP), X0
 	VBROADCASTSS X0, Y0
-	MOVSS        c+100(FP), X1
+	MOVSS        c+124(FP), X1
 	VBROADCASTSS X1, Y1
 
-rmsDXF32AVX2_loop:
-	CMPQ    SI, $0x00000008
-	JB      rmsDXF32AVX2_done
+rmsDXAccF32AVX2_loop:
+	CMPQ    DI, $0x00000008
+	JB      rmsDXAccF32AVX2_done
 	VMOVUPS (CX), Y2
 	VMOVUPS (DX), Y3
-	VMULPS  (BX), Y3, Y3
 	VMULPS  Y0, Y2, Y2
+	VMULPS  Y3, Y2, Y4
+	VADDPS  (SI), Y4, Y4
+	VMOVUPS Y4, (SI)
+	VMULPS  (BX), Y3, Y3
 	VMULPS  Y1, Y2, Y2
 	VSUBPS  Y2, Y3, Y3
 	VMULPS  Y0, Y3, Y3
@@ -1178,46 +1068,11 @@ rmsDXF32AVX2_loop:
 	ADDQ    $0x00000020, CX
 	ADDQ    $0x00000020, DX
 	ADDQ    $0x00000020, BX
-	SUBQ    $0x00000008, SI
-	JMP     rmsDXF32AVX2_loop
+	ADDQ    $0x00000020, SI
+	SUBQ    $0x00000008, DI
+	JMP     rmsDXAccF32AVX2_loop
 
-rmsDXF32AVX2_done:
-	VZEROUPPER
-	RET
-
-// func normAccF32AVX2(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
-// Requires: AVX, AVX2, SSE
-TEXT ·normAccF32AVX2(SB), NOSPLIT, $0-104
-	MOVQ         sw_base+0(FP), AX
-	MOVQ         sb_base+24(FP), CX
-	MOVQ         x_base+48(FP), DX
-	MOVQ         dy_base+72(FP), BX
-	MOVQ         sw_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
-	VBROADCASTSS X0, Y0
-	MOVSS        r+100(FP), X1
-	VBROADCASTSS X1, Y1
-
-normAccF32AVX2_loop:
-	CMPQ    SI, $0x00000008
-	JB      normAccF32AVX2_done
-	VMOVUPS (DX), Y2
-	VMOVUPS (BX), Y3
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VMULPS  Y3, Y2, Y2
-	VADDPS  (AX), Y2, Y2
-	VMOVUPS Y2, (AX)
-	VADDPS  (CX), Y3, Y3
-	VMOVUPS Y3, (CX)
-	ADDQ    $0x00000020, DX
-	ADDQ    $0x00000020, BX
-	ADDQ    $0x00000020, AX
-	ADDQ    $0x00000020, CX
-	SUBQ    $0x00000008, SI
-	JMP     normAccF32AVX2_loop
-
-normAccF32AVX2_done:
+rmsDXAccF32AVX2_done:
 	VZEROUPPER
 	RET
 
@@ -1239,11 +1094,11 @@ scaleRowBF16AVX2_loop:
 	VMULPS       Y0, Y1, Y1
 	VMULPS       (DX), Y1, Y1
 	VPSRLD       $0x10, Y1, Y3
-	VPAND        normconst<>+0(SB), Y3, Y2
-	VPADDD       normconst<>+64(SB), Y2, Y2
+	VPAND        ·roundBF16Const+0(SB), Y3, Y2
+	VPADDD       ·roundBF16Const+64(SB), Y2, Y2
 	VPADDD       Y1, Y2, Y2
 	VPSRLD       $0x10, Y2, Y2
-	VPOR         normconst<>+128(SB), Y3, Y3
+	VPOR         ·roundBF16Const+128(SB), Y3, Y3
 	VCMPPS       $0x03, Y1, Y1, Y1
 	VBLENDVPS    Y1, Y3, Y2, Y2
 	VEXTRACTI128 $0x01, Y2, X1
@@ -1298,22 +1153,22 @@ ropeBF16AVX2_loop:
 	VMULPS       Y0, Y3, Y0
 	VADDPS       Y1, Y0, Y0
 	VPSRLD       $0x10, Y4, Y2
-	VPAND        normconst<>+0(SB), Y2, Y1
-	VPADDD       normconst<>+64(SB), Y1, Y1
+	VPAND        ·roundBF16Const+0(SB), Y2, Y1
+	VPADDD       ·roundBF16Const+64(SB), Y1, Y1
 	VPADDD       Y4, Y1, Y1
 	VPSRLD       $0x10, Y1, Y1
-	VPOR         normconst<>+128(SB), Y2, Y2
+	VPOR         ·roundBF16Const+128(SB), Y2, Y2
 	VCMPPS       $0x03, Y4, Y4, Y3
 	VBLENDVPS    Y3, Y2, Y1, Y1
 	VEXTRACTI128 $0x01, Y1, X2
 	VPACKUSDW    X2, X1, X2
 	VMOVDQU      X2, (AX)(R12*2)
 	VPSRLD       $0x10, Y0, Y2
-	VPAND        normconst<>+0(SB), Y2, Y1
-	VPADDD       normconst<>+64(SB), Y1, Y1
+	VPAND        ·roundBF16Const+0(SB), Y2, Y1
+	VPADDD       ·roundBF16Const+64(SB), Y1, Y1
 	VPADDD       Y0, Y1, Y1
 	VPSRLD       $0x10, Y1, Y1
-	VPOR         normconst<>+128(SB), Y2, Y2
+	VPOR         ·roundBF16Const+128(SB), Y2, Y2
 	VCMPPS       $0x03, Y0, Y0, Y0
 	VBLENDVPS    Y0, Y2, Y1, Y1
 	VEXTRACTI128 $0x01, Y1, X0
@@ -1331,37 +1186,41 @@ ropeBF16AVX2_done:
 	VZEROUPPER
 	RET
 
-// func rmsDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
+// func rmsDXAccBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, r float32, c float32)
 // Requires: AVX, AVX2, SSE
-TEXT ·rmsDXBF16AVX2(SB), NOSPLIT, $0-104
+TEXT ·rmsDXAccBF16AVX2(SB), NOSPLIT, $0-128
 	MOVQ         dx_base+0(FP), AX
 	MOVQ         x_base+24(FP), CX
 	MOVQ         dy_base+48(FP), DX
 	MOVQ         w_base+72(FP), BX
-	MOVQ         dx_len+8(FP), SI
-	MOVSS        r+96(FP), X0
+	MOVQ         sw_base+96(FP), SI
+	MOVQ         dx_len+8(FP), DI
+	MOVSS        r+120(FP), X0
 	VBROADCASTSS X0, Y0
-	MOVSS        c+100(FP), X1
+	MOVSS        c+124(FP), X1
 	VBROADCASTSS X1, Y1
 
-rmsDXBF16AVX2_loop:
-	CMPQ         SI, $0x00000008
-	JB           rmsDXBF16AVX2_done
+rmsDXAccBF16AVX2_loop:
+	CMPQ         DI, $0x00000008
+	JB           rmsDXAccBF16AVX2_done
 	VPMOVZXWD    (CX), Y2
 	VPSLLD       $0x10, Y2, Y2
 	VPMOVZXWD    (DX), Y3
 	VPSLLD       $0x10, Y3, Y3
-	VMULPS       (BX), Y3, Y3
 	VMULPS       Y0, Y2, Y2
+	VMULPS       Y3, Y2, Y4
+	VADDPS       (SI), Y4, Y4
+	VMOVUPS      Y4, (SI)
+	VMULPS       (BX), Y3, Y3
 	VMULPS       Y1, Y2, Y2
 	VSUBPS       Y2, Y3, Y3
 	VMULPS       Y0, Y3, Y3
 	VPSRLD       $0x10, Y3, Y4
-	VPAND        normconst<>+0(SB), Y4, Y2
-	VPADDD       normconst<>+64(SB), Y2, Y2
+	VPAND        ·roundBF16Const+0(SB), Y4, Y2
+	VPADDD       ·roundBF16Const+64(SB), Y2, Y2
 	VPADDD       Y3, Y2, Y2
 	VPSRLD       $0x10, Y2, Y2
-	VPOR         normconst<>+128(SB), Y4, Y4
+	VPOR         ·roundBF16Const+128(SB), Y4, Y4
 	VCMPPS       $0x03, Y3, Y3, Y3
 	VBLENDVPS    Y3, Y4, Y2, Y2
 	VEXTRACTI128 $0x01, Y2, X3
@@ -1371,47 +1230,10 @@ rmsDXBF16AVX2_loop:
 	ADDQ         $0x00000010, CX
 	ADDQ         $0x00000010, DX
 	ADDQ         $0x00000020, BX
-	SUBQ         $0x00000008, SI
-	JMP          rmsDXBF16AVX2_loop
+	ADDQ         $0x00000020, SI
+	SUBQ         $0x00000008, DI
+	JMP          rmsDXAccBF16AVX2_loop
 
-rmsDXBF16AVX2_done:
-	VZEROUPPER
-	RET
-
-// func normAccBF16AVX2(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
-// Requires: AVX, AVX2, SSE
-TEXT ·normAccBF16AVX2(SB), NOSPLIT, $0-104
-	MOVQ         sw_base+0(FP), AX
-	MOVQ         sb_base+24(FP), CX
-	MOVQ         x_base+48(FP), DX
-	MOVQ         dy_base+72(FP), BX
-	MOVQ         sw_len+8(FP), SI
-	MOVSS        mu+96(FP), X0
-	VBROADCASTSS X0, Y0
-	MOVSS        r+100(FP), X1
-	VBROADCASTSS X1, Y1
-
-normAccBF16AVX2_loop:
-	CMPQ      SI, $0x00000008
-	JB        normAccBF16AVX2_done
-	VPMOVZXWD (DX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD (BX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VSUBPS    Y0, Y2, Y2
-	VMULPS    Y1, Y2, Y2
-	VMULPS    Y3, Y2, Y2
-	VADDPS    (AX), Y2, Y2
-	VMOVUPS   Y2, (AX)
-	VADDPS    (CX), Y3, Y3
-	VMOVUPS   Y3, (CX)
-	ADDQ      $0x00000010, DX
-	ADDQ      $0x00000010, BX
-	ADDQ      $0x00000020, AX
-	ADDQ      $0x00000020, CX
-	SUBQ      $0x00000008, SI
-	JMP       normAccBF16AVX2_loop
-
-normAccBF16AVX2_done:
+rmsDXAccBF16AVX2_done:
 	VZEROUPPER
 	RET

@@ -41,17 +41,11 @@ func scaleRowF32AVX512(y []float32, x []float32, w []float32, r float32)
 //go:noescape
 func ropeF32AVX512(y []float32, x []float32, cos []float32, sin []float32, d int)
 
-// rmsDXF32AVX512 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
-// be a multiple of 16.
+// rmsDXAccF32AVX512 writes dx = r·(dy·w − (x·r)·c) and adds dy·(x·r) to sw (rmsDXAccRow's Go
+// loop, bit for bit); len(dx) must be a multiple of 16.
 //
 //go:noescape
-func rmsDXF32AVX512(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
-
-// normAccF32AVX512 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
-// len(sw) must be a multiple of 16.
-//
-//go:noescape
-func normAccF32AVX512(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+func rmsDXAccF32AVX512(dx []float32, x []float32, dy []float32, w []float32, sw []float32, r float32, c float32)
 
 // scaleRowBF16AVX512 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 16.
@@ -66,17 +60,11 @@ func scaleRowBF16AVX512(y []uint16, x []uint16, w []float32, r float32)
 //go:noescape
 func ropeBF16AVX512(y []uint16, x []uint16, cos []float32, sin []float32, d int)
 
-// rmsDXBF16AVX512 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
-// be a multiple of 16.
+// rmsDXAccBF16AVX512 writes dx = r·(dy·w − (x·r)·c) and adds dy·(x·r) to sw (rmsDXAccRow's Go
+// loop, bit for bit); len(dx) must be a multiple of 16.
 //
 //go:noescape
-func rmsDXBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
-
-// normAccBF16AVX512 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
-// len(sw) must be a multiple of 16.
-//
-//go:noescape
-func normAccBF16AVX512(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
+func rmsDXAccBF16AVX512(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, r float32, c float32)
 
 // scaleRowF32AVX2 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 8.
@@ -91,17 +79,11 @@ func scaleRowF32AVX2(y []float32, x []float32, w []float32, r float32)
 //go:noescape
 func ropeF32AVX2(y []float32, x []float32, cos []float32, sin []float32, d int)
 
-// rmsDXF32AVX2 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
-// be a multiple of 8.
+// rmsDXAccF32AVX2 writes dx = r·(dy·w − (x·r)·c) and adds dy·(x·r) to sw (rmsDXAccRow's Go
+// loop, bit for bit); len(dx) must be a multiple of 8.
 //
 //go:noescape
-func rmsDXF32AVX2(dx []float32, x []float32, dy []float32, w []float32, r float32, c float32)
-
-// normAccF32AVX2 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
-// len(sw) must be a multiple of 8.
-//
-//go:noescape
-func normAccF32AVX2(sw []float32, sb []float32, x []float32, dy []float32, mu float32, r float32)
+func rmsDXAccF32AVX2(dx []float32, x []float32, dy []float32, w []float32, sw []float32, r float32, c float32)
 
 // scaleRowBF16AVX2 writes y = w·(x·r) (scaleRow's Go loop, bit for bit); len(y) must be a
 // multiple of 8.
@@ -116,14 +98,8 @@ func scaleRowBF16AVX2(y []uint16, x []uint16, w []float32, r float32)
 //go:noescape
 func ropeBF16AVX2(y []uint16, x []uint16, cos []float32, sin []float32, d int)
 
-// rmsDXBF16AVX2 writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must
-// be a multiple of 8.
+// rmsDXAccBF16AVX2 writes dx = r·(dy·w − (x·r)·c) and adds dy·(x·r) to sw (rmsDXAccRow's Go
+// loop, bit for bit); len(dx) must be a multiple of 8.
 //
 //go:noescape
-func rmsDXBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, r float32, c float32)
-
-// normAccBF16AVX2 adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);
-// len(sw) must be a multiple of 8.
-//
-//go:noescape
-func normAccBF16AVX2(sw []float32, sb []float32, x []uint16, dy []uint16, mu float32, r float32)
+func rmsDXAccBF16AVX2(dx []uint16, x []uint16, dy []uint16, w []float32, sw []float32, r float32, c float32)

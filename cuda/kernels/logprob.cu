@@ -201,8 +201,8 @@ __device__ void lp_backward(O* __restrict__ dlogits, long long* flag, const T* _
 //     entropy = log s - t/s, as lp_finish.
 //   lmhead_target_bwd_<h>[_<w>]: block per row, lse = z_y - logp with z_y = h·w_y/temperature
 //     (a fixed tree over D, in double).
-//   lmhead_grad_bwd_f32: the chunk's logits gradient in place (and, when dzb is not null, its
-//     bfloat16 copy), with the formula of lp_backward.
+//   lmhead_grad_bwd_f32: the chunk's logits gradient with the formula of lp_backward, in place,
+//     or only into its bfloat16 copy dzb when that is not null (what the products then read).
 
 // lm_merge combines the state (m, s, t) of b into a, in double (a NaN m poisons the row).
 __device__ __forceinline__ void lm_merge(double* a, double bm, double bs, double bt) {
@@ -237,10 +237,22 @@ __device__ void lm_fold(double* __restrict__ state, const float* __restrict__ z,
     const float* x = z + row * vc;
     lpstate a = {-INFINITY, 0.f, 0.f};
     bool nan = false;
-    for (int64_t i = threadIdx.x; i < vc; i += MTRL_BLOCK) {
-        float zi = x[i] / temperature;
-        nan |= zi != zi;
-        lp_push(a, zi);
+    // The thread's logits in ascending order, eight loads issued before they are pushed.
+    for (int64_t i0 = threadIdx.x; i0 < vc; i0 += 8 * MTRL_BLOCK) {
+        float zv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int64_t i = i0 + (int64_t)u * MTRL_BLOCK;
+            zv[u] = i < vc ? x[i] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (i0 + (int64_t)u * MTRL_BLOCK < vc) {
+                float zi = zv[u] / temperature;
+                nan |= zi != zi;
+                lp_push(a, zi);
+            }
+        }
     }
     lp_block_merge(a, nan, sm, ss, st);
     if (threadIdx.x != 0) return;
@@ -293,9 +305,11 @@ __device__ void lm_grad(float* __restrict__ dz, bf16_t* __restrict__ dzb, const 
         float p = expf(u);
         float g = (-gl * p - ge * p * (u + h)) * invT;
         if (i == y) g += gl * invT;
-        if (rnd) g = bf16_to_f32(f32_to_bf16(g));
-        x[i] = g;
-        if (dzb != nullptr) dzb[row * vc + i] = f32_to_bf16(g);
+        if (dzb != nullptr) {
+            dzb[row * vc + i] = f32_to_bf16(g);  // the products read only this copy
+        } else {
+            x[i] = rnd ? bf16_to_f32(f32_to_bf16(g)) : g;
+        }
     }
 }
 

@@ -43,7 +43,31 @@ __global__ void __launch_bounds__(MTRL_BLOCK) linear_colsum_bwd_f32(float* db, c
 // float32 weights (the host widens bfloat16 ones into scratch first: they are [D]); the gather
 // reads a float32 or bfloat16 table. Parameter gradients are float32.
 
-// ---- RMSNorm and LayerNorm: one block per row; stats[2·row] = mean, stats[2·row+1] = rstd ----
+// ---- RMSNorm and LayerNorm: one block per row; the backward's stats[2·row] = mean,
+// stats[2·row+1] = rstd; the forward writes mean[row] and rstd[row] when they are not null
+// (RMSNormStats, LayerNormStats) ----
+//
+// Thread t owns the row's elements j ≡ t (mod MTRL_BLOCK) and sums them in ascending j, then
+// block_sum_f64 adds the threads' sums in its fixed tree. Up to NORM_REG_D (16 per thread) the
+// row lives in registers: each input is read from memory once, all of a thread's loads issued
+// before the first sum (many in flight), the passes after it on the registers. Longer rows take
+// the same passes as loops over memory (later passes hit the cache). Both paths sum the same
+// elements in the same order, so they give the same bits.
+
+#define NORM_REG 16
+#define NORM_REG_D (NORM_REG * MTRL_BLOCK)
+
+// norm_j is the row index of the thread's k-th element.
+__device__ __forceinline__ int64_t norm_j(int k) { return threadIdx.x + (int64_t)k * MTRL_BLOCK; }
+
+// norm_load reads the thread's elements j = threadIdx.x + k·MTRL_BLOCK < d into v (0 beyond d).
+template <typename T>
+__device__ __forceinline__ void norm_load(float (&v)[NORM_REG], const T* p, int64_t d) {
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        v[k] = norm_j(k) < d ? load_f32<T>(p, norm_j(k)) : 0.f;
+    }
+}
 
 template <typename T>
 __device__ __forceinline__ float rms_scale(const T* x, int64_t d, double eps, double* scratch) {
@@ -51,6 +75,20 @@ __device__ __forceinline__ float rms_scale(const T* x, int64_t d, double eps, do
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
         double v = (double)load_f32<T>(x, j);
         ss += v * v;
+    }
+    ss = block_sum_f64(ss, scratch);
+    return (float)(1.0 / sqrt(ss / (double)d + eps));
+}
+
+__device__ __forceinline__ float rms_scale_reg(const float (&x)[NORM_REG], int64_t d, double eps, double* scratch) {
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        int64_t j = norm_j(k);
+        if (j < d) {
+            double v = (double)x[k];
+            ss += v * v;
+        }
     }
     ss = block_sum_f64(ss, scratch);
     return (float)(1.0 / sqrt(ss / (double)d + eps));
@@ -71,12 +109,47 @@ __device__ __forceinline__ void layer_stats(const T* x, int64_t d, double eps, d
     *rstd = (float)(1.0 / sqrt(ss / (double)d + eps));
 }
 
+__device__ __forceinline__ void layer_stats_reg(const float (&x)[NORM_REG], int64_t d, double eps, double* scratch, float* mean, float* rstd) {
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        int64_t j = norm_j(k);
+        if (j < d) { s += (double)x[k]; }
+    }
+    double mu = block_sum_f64(s, scratch) / (double)d;
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < NORM_REG; k++) {
+        int64_t j = norm_j(k);
+        if (j < d) {
+            double c = (double)x[k] - mu;
+            ss += c * c;
+        }
+    }
+    ss = block_sum_f64(ss, scratch);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(ss / (double)d + eps));
+}
+
 template <typename T>
-__device__ void norm_rms_fwd(T* y, const T* x, const float* w, int64_t d, double eps) {
+__device__ void norm_rms_fwd(T* y, float* rstd, const T* x, const float* w, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     const T* xi = x + (int64_t)blockIdx.x * d;
     T* yi = y + (int64_t)blockIdx.x * d;
+    if (d <= NORM_REG_D) {
+        float xv[NORM_REG];
+        norm_load<T>(xv, xi, d);
+        float r = rms_scale_reg(xv, d, eps, scratch);
+        if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) { store_f32<T>(yi, j, w[j] * (xv[k] * r)); }
+        }
+        return;
+    }
     float r = rms_scale<T>(xi, d, eps, scratch);
+    if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) store_f32<T>(yi, j, w[j] * (load_f32<T>(xi, j) * r));
 }
 
@@ -87,15 +160,38 @@ __device__ void norm_rms_bwd(T* dx, float* stats, const T* x, const float* w, co
     int64_t row = blockIdx.x;
     const T *xi = x + row * d, *dyi = dy + row * d;
     T* dxi = dx + row * d;
-    float r = rms_scale<T>(xi, d, eps, scratch);
-    double gx = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        gx += (double)(load_f32<T>(dyi, j) * w[j]) * (double)(load_f32<T>(xi, j) * r);
-    }
-    float c = (float)(block_sum_f64(gx, scratch) / (double)d);
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float xh = load_f32<T>(xi, j) * r;
-        store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - xh * c));
+    float r;
+    if (d <= NORM_REG_D) {
+        float xv[NORM_REG], gv[NORM_REG];
+        norm_load<T>(xv, xi, d);
+        norm_load<T>(gv, dyi, d);
+        r = rms_scale_reg(xv, d, eps, scratch);
+        double gx = 0;
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) {
+                gv[k] = gv[k] * w[j];
+                gx += (double)gv[k] * (double)(xv[k] * r);
+            }
+        }
+        float c = (float)(block_sum_f64(gx, scratch) / (double)d);
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) { store_f32<T>(dxi, j, r * (gv[k] - (xv[k] * r) * c)); }
+        }
+    } else {
+        r = rms_scale<T>(xi, d, eps, scratch);
+        double gx = 0;
+        for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+            gx += (double)(load_f32<T>(dyi, j) * w[j]) * (double)(load_f32<T>(xi, j) * r);
+        }
+        float c = (float)(block_sum_f64(gx, scratch) / (double)d);
+        for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+            float xh = load_f32<T>(xi, j) * r;
+            store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - xh * c));
+        }
     }
     if (threadIdx.x == 0) {
         stats[2 * row] = 0;
@@ -104,12 +200,32 @@ __device__ void norm_rms_bwd(T* dx, float* stats, const T* x, const float* w, co
 }
 
 template <typename T>
-__device__ void norm_layer_fwd(T* y, const T* x, const float* w, const float* b, int64_t d, double eps) {
+__device__ void norm_layer_fwd(T* y, float* mean, float* rstd, const T* x, const float* w, const float* b, int64_t d, double eps) {
     __shared__ double scratch[MTRL_WARPS];
     const T* xi = x + (int64_t)blockIdx.x * d;
     T* yi = y + (int64_t)blockIdx.x * d;
     float mu, r;
+    if (d <= NORM_REG_D) {
+        float xv[NORM_REG];
+        norm_load<T>(xv, xi, d);
+        layer_stats_reg(xv, d, eps, scratch, &mu, &r);
+        if (mean && threadIdx.x == 0) {
+            mean[blockIdx.x] = mu;
+            rstd[blockIdx.x] = r;
+        }
+        // x again from the cache: holding it across the divisions above spills on sm_90
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) { store_f32<T>(yi, j, w[j] * ((load_f32<T>(xi, j) - mu) * r) + b[j]); }
+        }
+        return;
+    }
     layer_stats<T>(xi, d, eps, scratch, &mu, &r);
+    if (mean && threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = r;
+    }
     for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
         store_f32<T>(yi, j, w[j] * ((load_f32<T>(xi, j) - mu) * r) + b[j]);
     }
@@ -122,18 +238,42 @@ __device__ void norm_layer_bwd(T* dx, float* stats, const T* x, const float* w, 
     const T *xi = x + row * d, *dyi = dy + row * d;
     T* dxi = dx + row * d;
     float mu, r;
-    layer_stats<T>(xi, d, eps, scratch, &mu, &r);
-    double sg = 0, sgx = 0;
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float g = load_f32<T>(dyi, j) * w[j];
-        sg += (double)g;
-        sgx += (double)g * (double)((load_f32<T>(xi, j) - mu) * r);
-    }
-    float mg = (float)(block_sum_f64(sg, scratch) / (double)d);
-    float mgx = (float)(block_sum_f64(sgx, scratch) / (double)d);
-    for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
-        float xh = (load_f32<T>(xi, j) - mu) * r;
-        store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - mg - xh * mgx));
+    if (d <= NORM_REG_D) {
+        float xv[NORM_REG], gv[NORM_REG];
+        norm_load<T>(xv, xi, d);
+        norm_load<T>(gv, dyi, d);
+        layer_stats_reg(xv, d, eps, scratch, &mu, &r);
+        double sg = 0, sgx = 0;
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) {
+                gv[k] = gv[k] * w[j];
+                sg += (double)gv[k];
+                sgx += (double)gv[k] * (double)((xv[k] - mu) * r);
+            }
+        }
+        float mg = (float)(block_sum_f64(sg, scratch) / (double)d);
+        float mgx = (float)(block_sum_f64(sgx, scratch) / (double)d);
+#pragma unroll
+        for (int k = 0; k < NORM_REG; k++) {
+            int64_t j = norm_j(k);
+            if (j < d) { store_f32<T>(dxi, j, r * (gv[k] - mg - ((xv[k] - mu) * r) * mgx)); }
+        }
+    } else {
+        layer_stats<T>(xi, d, eps, scratch, &mu, &r);
+        double sg = 0, sgx = 0;
+        for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+            float g = load_f32<T>(dyi, j) * w[j];
+            sg += (double)g;
+            sgx += (double)g * (double)((load_f32<T>(xi, j) - mu) * r);
+        }
+        float mg = (float)(block_sum_f64(sg, scratch) / (double)d);
+        float mgx = (float)(block_sum_f64(sgx, scratch) / (double)d);
+        for (int64_t j = threadIdx.x; j < d; j += MTRL_BLOCK) {
+            float xh = (load_f32<T>(xi, j) - mu) * r;
+            store_f32<T>(dxi, j, r * (load_f32<T>(dyi, j) * w[j] - mg - xh * mgx));
+        }
     }
     if (threadIdx.x == 0) {
         stats[2 * row] = mu;
@@ -141,17 +281,57 @@ __device__ void norm_layer_bwd(T* dx, float* stats, const T* x, const float* w, 
     }
 }
 
-// dw[j] (+)= Σ_i dy·float((x − mean)·rstd), db[j] (+)= Σ_i dy (db may be null): one thread per
-// column, rows in ascending order (nnref.NormWeightGrad).
+// dw[j] (+)= Σ_i dy·float((x − mean)·rstd), db[j] (+)= Σ_i dy (db may be null), each column's
+// sum in ascending rows (nnref.NormWeightGrad). A block owns NW_COLS columns (lane = column) and
+// walks the rows NW_ROWS at a time: its 8 warps load NW_ROWS / 8 rows each (issued together,
+// before the previous step's sum), multiply and store the terms into shared memory, and warp 0
+// adds them to its running sums in row order. The terms are the one-thread-per-column kernel's
+// float32 products, the sums the same sequence, so the bits are too; the loads, no longer one
+// row at a time, keep NW_ROWS·NW_COLS·2 values of each block in flight.
+#define NW_COLS 32
+#define NW_ROWS 128
+#define NW_PER (NW_ROWS / MTRL_WARPS)
+
 template <typename T>
 __device__ void norm_weight_bwd(float* dw, float* db, const float* stats, const T* x, const T* dy, int64_t rows, int64_t d, int acc) {
-    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= d) return;
-    float sw = 0, sb = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        float g = load_f32<T>(dy, i * d + j);
-        sw += g * ((load_f32<T>(x, i * d + j) - stats[2 * i]) * stats[2 * i + 1]);
-        sb += g;
+    __shared__ float tw[NW_ROWS][NW_COLS], tb[NW_ROWS][NW_COLS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t j = (int64_t)blockIdx.x * NW_COLS + lane;
+    bool col = j < d;
+    float sw = 0, sb = 0;  // warp 0's
+    for (int64_t r0 = 0; r0 < rows; r0 += NW_ROWS) {
+        float xv[NW_PER], gv[NW_PER], mv[NW_PER], rv[NW_PER];
+#pragma unroll
+        for (int k = 0; k < NW_PER; k++) {
+            int64_t i = r0 + warp * NW_PER + k;
+            bool in = col && i < rows;
+            xv[k] = in ? load_f32<T>(x, i * d + j) : 0.f;
+            gv[k] = in ? load_f32<T>(dy, i * d + j) : 0.f;
+            mv[k] = in ? stats[2 * i] : 0.f;
+            rv[k] = in ? stats[2 * i + 1] : 0.f;
+        }
+        if (warp == 0 && r0 > 0) {
+#pragma unroll 16
+            for (int i = 0; i < NW_ROWS; i++) {
+                sw += tw[i][lane];
+                sb += tb[i][lane];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NW_PER; k++) {
+            tw[warp * NW_PER + k][lane] = gv[k] * ((xv[k] - mv[k]) * rv[k]);
+            tb[warp * NW_PER + k][lane] = gv[k];
+        }
+        __syncthreads();
+    }
+    if (warp != 0 || !col) return;
+    if (rows > 0) {
+        int last = (int)(rows - (rows - 1) / NW_ROWS * NW_ROWS);  // rows in the final step
+        for (int i = 0; i < last; i++) {
+            sw += tw[i][lane];
+            sb += tb[i][lane];
+        }
     }
     if (acc) {
         sw += dw[j];
@@ -161,21 +341,44 @@ __device__ void norm_weight_bwd(float* dw, float* db, const float* stats, const 
     if (db) db[j] = sb;
 }
 
-// ---- RoPE: one thread per (token, head, i < D/2); freq and sec (the section of each
-// frequency) come from the host, computed as the reference computes them ----
+// ---- RoPE: a token per block (grid-stride over tokens); freq and sec (the section of each
+// frequency) come from the host, computed as the reference computes them. A thread takes one
+// frequency i and rotates that pair in every per-th head, four heads' loads at a time (per =
+// the heads a block covers at once, MTRL_BLOCK / (D/2) for D/2 ≤ MTRL_BLOCK), so cos and sin
+// are evaluated once per token and frequency, not per head, and the indices need no 64-bit
+// division ----
 
 template <typename T>
 __device__ void rope_fwd(T* y, const T* x, const int* pos, const float* freq, const int* sec, int64_t t, int64_t h, int64_t d, int inverse) {
-    int64_t half = d / 2, total = t * h * half;
-    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = q % half, row = q / half, ti = row / h;
-        float a = (float)pos[(int64_t)sec[i] * t + ti] * freq[i];
-        float c = (float)cos((double)a), s = (float)sin((double)a);
-        if (inverse) s = -s;
-        int64_t o = row * d;
-        float x0 = load_f32<T>(x, o + i), x1 = load_f32<T>(x, o + i + half);
-        store_f32<T>(y, o + i, x0 * c - x1 * s);
-        store_f32<T>(y, o + i + half, x1 * c + x0 * s);
+    int64_t half = d / 2;
+    int per = half < MTRL_BLOCK ? (int)(MTRL_BLOCK / half) : 1;
+    int64_t lanes = per * half;  // ≤ MTRL_BLOCK when per > 1, else half
+    for (int64_t ti = blockIdx.x; ti < t; ti += gridDim.x) {
+        for (int64_t q = threadIdx.x; q < lanes; q += MTRL_BLOCK) {
+            int64_t i = q % half;
+            float a = (float)pos[(int64_t)sec[i] * t + ti] * freq[i];
+            float c = (float)cos((double)a), s = (float)sin((double)a);
+            if (inverse) s = -s;
+            // four heads' loads issued before their stores
+            for (int64_t h0 = q / half; h0 < h; h0 += 4 * per) {
+                float x0[4], x1[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int64_t o = (ti * h + h0 + u * per) * d;
+                    bool in = h0 + u * per < h;
+                    x0[u] = in ? load_f32<T>(x, o + i) : 0.f;
+                    x1[u] = in ? load_f32<T>(x, o + i + half) : 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int64_t o = (ti * h + h0 + u * per) * d;
+                    if (h0 + u * per < h) {
+                        store_f32<T>(y, o + i, x0[u] * c - x1[u] * s);
+                        store_f32<T>(y, o + i + half, x1[u] * c + x0[u] * s);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -277,11 +480,11 @@ extern "C" {
 // The kernels: <family>_<op>_<fwd|bwd>_<activations' dtype>; embedding_gather_fwd_bf16_f32
 // gathers a float32 table into bfloat16 rows.
 
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, const float* x, const float* w, int64_t d, double eps) {
-    norm_rms_fwd<float>(y, x, w, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_f32(float* y, float* rstd, const float* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<float>(y, rstd, x, w, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, const float* x, const float* w, const float* b, int64_t d, double eps) {
-    norm_layer_fwd<float>(y, x, w, b, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_f32(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<float>(y, mean, rstd, x, w, b, d, eps);
 }
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
     norm_rms_bwd<float>(dx, stats, x, w, dy, d, eps);
@@ -289,11 +492,11 @@ __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_f32(float* dx, float*
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_bwd_f32(float* dx, float* stats, const float* x, const float* w, const float* dy, int64_t d, double eps) {
     norm_layer_bwd<float>(dx, stats, x, w, dy, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, int64_t d, double eps) {
-    norm_rms_fwd<bf16_t>(y, x, w, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_fwd_bf16(bf16_t* y, float* rstd, const bf16_t* x, const float* w, int64_t d, double eps) {
+    norm_rms_fwd<bf16_t>(y, rstd, x, w, d, eps);
 }
-__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_bf16(bf16_t* y, const bf16_t* x, const float* w, const float* b, int64_t d, double eps) {
-    norm_layer_fwd<bf16_t>(y, x, w, b, d, eps);
+__global__ void __launch_bounds__(MTRL_BLOCK) norm_layer_fwd_bf16(bf16_t* y, float* mean, float* rstd, const bf16_t* x, const float* w, const float* b, int64_t d, double eps) {
+    norm_layer_fwd<bf16_t>(y, mean, rstd, x, w, b, d, eps);
 }
 __global__ void __launch_bounds__(MTRL_BLOCK) norm_rms_bwd_bf16(bf16_t* dx, float* stats, const bf16_t* x, const float* w, const bf16_t* dy, int64_t d, double eps) {
     norm_rms_bwd<bf16_t>(dx, stats, x, w, dy, d, eps);

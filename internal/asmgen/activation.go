@@ -167,6 +167,40 @@ type act struct {
 	isa
 	k   map[int]VecVirtual // AVX-512 keeps the constants in registers
 	big VecVirtual         // the running maximum of the exp arguments
+	rec *[]func()          // when not nil, instructions are recorded here instead of emitted
+}
+
+// emit emits an instruction (f), or records it while the kernel interleaves its vectors.
+func (g *act) emit(f func()) {
+	if g.rec != nil {
+		*g.rec = append(*g.rec, f)
+		return
+	}
+	f()
+}
+
+// interleave emits the bodies body(0) … body(n−1), each one vector's independent chain of
+// instructions, in turns of one instruction each, so that the out-of-order core sees n
+// chains at once: the same instructions on the same registers, in another order.
+func (g *act) interleave(n int, body func(i int)) {
+	streams := make([][]func(), n)
+	for i := range streams {
+		g.rec = &streams[i]
+		body(i)
+	}
+	g.rec = nil
+	for k := 0; ; k++ {
+		done := true
+		for _, st := range streams {
+			if k < len(st) {
+				st[k]()
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+	}
 }
 
 func (g *act) c(i int) Op {
@@ -178,7 +212,7 @@ func (g *act) c(i int) Op {
 
 func (g *act) binop(f func(Op, Op, Op), a, b Op) VecVirtual {
 	d := g.vec()
-	f(b, a, d) // Go assembler order: d = a OP b in Intel's operand order
+	g.emit(func() { f(b, a, d) }) // Go assembler order: d = a OP b in Intel's operand order
 	return d
 }
 
@@ -191,62 +225,69 @@ func (g *act) div(a, b Op) VecVirtual { return g.binop(func(x, y, z Op) { VDIVPS
 func (g *act) cmpMask(pred uint8, a VecVirtual, b Op) Op {
 	if g.avx512 {
 		k := K()
-		VCMPPS(U8(pred), b, a, k)
+		g.emit(func() { VCMPPS(U8(pred), b, a, k) })
 		return k
 	}
 	m := g.vec()
-	VCMPPS(U8(pred), b, a, m)
+	g.emit(func() { VCMPPS(U8(pred), b, a, m) })
 	return m
 }
 
 // sel returns m ? t : f.
 func (g *act) sel(m Op, t, f VecVirtual) VecVirtual {
 	d := g.vec()
-	if g.avx512 {
-		VMOVAPS(f, d)
-		VBLENDMPS(t, d, m, d)
-	} else {
-		VBLENDVPS(m, t, f, d)
-	}
+	g.emit(func() {
+		if g.avx512 {
+			VMOVAPS(f, d)
+			VBLENDMPS(t, d, m, d)
+		} else {
+			VBLENDVPS(m, t, f, d)
+		}
+	})
 	return d
 }
 
 // exp32 is hostops.Exp32(u) for u <= 88 (NaN gives NaN); it folds u into g.big.
 func (g *act) exp32(u VecVirtual) VecVirtual {
-	VMAXPS(g.big, u, g.big) // Intel: max(u, big), which returns big when u is NaN
+	g.emit(func() { VMAXPS(g.big, u, g.big) }) // Intel: max(u, big), which returns big when u is NaN
 	kf := g.add(g.mul(u, g.c(aLog2e)), g.c(aHalf))
 	k := g.vec()
-	if g.avx512 {
-		VRNDSCALEPS(U8(9), kf, k) // floor, inexact suppressed: int32(kf) rounded down
-	} else {
-		VROUNDPS(U8(9), kf, k)
-	}
+	g.emit(func() {
+		if g.avx512 {
+			VRNDSCALEPS(U8(9), kf, k) // floor, inexact suppressed: int32(kf) rounded down
+		} else {
+			VROUNDPS(U8(9), kf, k)
+		}
+	})
 	r := g.sub(g.sub(u, g.mul(k, g.c(aLn2Hi))), g.mul(k, g.c(aLn2Lo)))
 	p := g.c(aC7)
 	for _, c := range []int{aC6, aC5, aC4, aC3, aHalf, aOne, aOne} {
 		p = g.add(g.mul(r, p), g.c(c))
 	}
 	s := g.vec()
-	VCVTTPS2DQ(k, s)
-	VPADDD(g.c(aBias), s, s)
-	VPSLLD(U8(23), s, s)
+	bias := g.c(aBias)
+	g.emit(func() {
+		VCVTTPS2DQ(k, s)
+		VPADDD(bias, s, s)
+		VPSLLD(U8(23), s, s)
+	})
 	e := g.mul(p, s)
 	// Below expMin Exp32 returns 0 (an ordered compare: NaN keeps its NaN).
 	m := g.cmpMask(ltOQ, u, g.c(aExpMin))
+	z := g.vec()
 	if g.avx512 {
-		z := g.vec()
-		VXORPS(z, z, z)
+		g.emit(func() { VXORPS(z, z, z) })
 		return g.sel(m, z, e)
 	}
-	z := g.vec()
-	VANDNPS(e, m, z) // ^m & e
+	g.emit(func() { VANDNPS(e, m, z) }) // ^m & e
 	return z
 }
 
 // neg returns −v (the sign bit flipped, as Go's unary minus).
 func (g *act) neg(v VecVirtual) VecVirtual {
 	d := g.vec()
-	VXORPS(g.c(aSign), v, d)
+	sign := g.c(aSign)
+	g.emit(func() { VXORPS(sign, v, d) })
 	return d
 }
 
@@ -269,7 +310,7 @@ func (g *act) reg(i int) VecVirtual {
 		return r
 	}
 	v := g.vec()
-	VBROADCASTSS(actTable.Offset(64*i), v)
+	VBROADCASTSS(actTable.Offset(64*i), v) // emitted at once, even while recording: it reads no vector
 	g.k[i] = v
 	return v
 }
@@ -279,7 +320,8 @@ func (g *act) reg(i int) VecVirtual {
 func (g *act) geluCDF2(x VecVirtual) VecVirtual {
 	z := g.mul(x, g.c(aNegInvSqrt2))
 	a := g.vec()
-	VANDPS(g.c(aAbs), z, a)
+	abs := g.c(aAbs)
+	g.emit(func() { VANDPS(abs, z, a) })
 	t := g.div(g.c(aOne), g.add(g.mul(a, g.c(aHalf)), g.c(aOne)))
 	p := Op(g.c(aP9))
 	for i := aP9 - 1; i >= aP0; i-- {
@@ -287,7 +329,7 @@ func (g *act) geluCDF2(x VecVirtual) VecVirtual {
 	}
 	e := g.mul(t, g.exp32(g.sub(p.(VecVirtual), g.mul(a, a))))
 	zero := g.vec()
-	VXORPS(zero, zero, zero)
+	g.emit(func() { VXORPS(zero, zero, zero) })
 	return g.sel(g.cmpMask(ltOQ, z, zero), g.sub(g.reg(aTwo), e), e)
 }
 
@@ -295,6 +337,17 @@ func (g *act) geluCDF2(x VecVirtual) VecVirtual {
 func (g *act) geluTanhArg(x VecVirtual) (w, xx VecVirtual) {
 	xx = g.mul(x, x)
 	return g.mul(g.add(x, g.mul(g.mul(xx, x), g.c(aK3))), g.c(aK2)), xx
+}
+
+// geluVecs is how many vectors GELU's kernels interleave per iteration on a (1: the others):
+// AVX-512 4, with its constants then read from memory (more vectors and the register allocator
+// runs out of the 32 registers). On a Zen 4 core 4 cut GELU's time per element by 1.2–1.7×, 2 by
+// 1.1–1.25×. The AVX2 kernels, for CPUs without AVX-512, keep one vector per iteration.
+func geluVecs(a isa, base string) int {
+	if a.avx512 && (base == "gelu" || base == "geluBwd") {
+		return 4
+	}
+	return 1
 }
 
 // actKernel emits name+ISA (name+"BF16"+ISA when bf16: the slices hold bfloat16, widened as
@@ -335,7 +388,9 @@ func actKernel(a isa, base string, bf16 bool) {
 	}
 	g.k = map[int]VecVirtual{}
 	for i := 0; i < nKeep; i++ {
-		if a.avx512 || i == aOne { // AVX2 needs 1 as a first source; the rest stay in memory
+		// AVX2 needs 1 as a first source; the rest stay in memory, as on AVX-512 where GELU
+		// interleaves more vectors than the registers hold with the constants.
+		if (a.avx512 && geluVecs(a, base) == 1) || i == aOne {
 			v := g.vec()
 			VBROADCASTSS(actTable.Offset(64*i), v)
 			g.k[i] = v
@@ -343,24 +398,32 @@ func actKernel(a isa, base string, bf16 bool) {
 	}
 	g.big = g.vec()
 	VBROADCASTSS(actTable.Offset(64*aExpMin), g.big)
+	if geluVecs(a, base) > 1 {
+		g.reg(aTwo) // before both loops: the interleaved one would otherwise be the one to load it
+	}
 	ld := func(p Register, off int) VecVirtual {
 		v := g.vec()
 		m := Mem{Base: p, Disp: off * esize}
-		if bf16 {
-			VPMOVZXWD(m, v)
-			VPSLLD(U8(16), v, v)
-		} else {
-			VMOVUPS(m, v)
-		}
+		g.emit(func() {
+			if bf16 {
+				VPMOVZXWD(m, v)
+				VPSLLD(U8(16), v, v)
+			} else {
+				VMOVUPS(m, v)
+			}
+		})
 		return v
 	}
 	st := func(v VecVirtual, p Register, off int) {
 		m := Mem{Base: p, Disp: off * esize}
-		if bf16 {
-			storeBF16(a, v, m, g.c(aIOne), g.c(aI7fff), g.c(aQuiet))
-		} else {
-			VMOVUPS(v, m)
-		}
+		one, c7fff, quiet := g.c(aIOne), g.c(aI7fff), g.c(aQuiet)
+		g.emit(func() {
+			if bf16 {
+				storeBF16(a, v, m, one, c7fff, quiet)
+			} else {
+				VMOVUPS(v, m)
+			}
+		})
 	}
 	body := func(off int) {
 		switch base {
@@ -408,8 +471,20 @@ func actKernel(a isa, base string, bf16 bool) {
 			st(g.mul(ld(ptrs[2], off), t), ptrs[0], off)
 		}
 	}
-	// One vector per iteration: the bodies are long (VDIVPS-bound), and an unrolled copy would
-	// triple the generated code.
+	// GELU's bodies are long chains of dependent instructions (the division, the polynomial,
+	// the exp): they run geluVecs vectors per iteration, interleaved, so that the core overlaps
+	// their latencies, then one at a time. The other kernels run one vector per iteration.
+	if nv := geluVecs(a, base); nv > 1 {
+		Label(name + "_loopN")
+		CMPQ(n, U32(nv*a.lanes))
+		JB(LabelRef(name + "_loop"))
+		g.interleave(nv, func(i int) { body(i * a.lanes) })
+		for _, p := range ptrs {
+			ADDQ(U32(nv*a.lanes*esize), p)
+		}
+		SUBQ(U32(nv*a.lanes), n)
+		JMP(LabelRef(name + "_loopN"))
+	}
 	Label(name + "_loop")
 	CMPQ(n, U32(a.lanes))
 	JB(LabelRef(name + "_done"))

@@ -16,17 +16,11 @@ import (
 //     row in column order as rownorm's sumSq8: layerStats' two passes;
 //   - lnScale: y = w·((x − mu)·r) + b;
 //   - lnDot8: 8 rows' float64 sums of g = dy·w and of g·((x − mu)·r) (LayerNormDX's sums);
-//   - lnDX: dx = r·(g − mg − x̂·mgx).
+//   - lnDXAcc: dx = r·(g − mg − x̂·mgx), and the row's terms dy·x̂ and dy of the weight and bias
+//     gradients added to their column sums, in one pass over x and dy.
 //
-// The weight and bias gradients are rownorm's normAcc.
+// The bfloat16 rounding reads rownorm's table (normTable).
 func layernormFamily() {
-	nt := GLOBL("lnconst", RODATA|NOPTR)
-	for i, v := range []uint32{1, 0x7fff, 0x40} {
-		for j := 0; j < 16; j++ {
-			DATA(64*i+4*j, U32(v))
-		}
-	}
-	normTable = nt
 	for _, bf16 := range []bool{false, true} {
 		stat8Kernel("sum8", bf16)
 		stat8Kernel("devSq8", bf16)
@@ -35,7 +29,7 @@ func layernormFamily() {
 	for _, a := range []isa{avx512, avx2} {
 		for _, bf16 := range []bool{false, true} {
 			lnScaleKernel(a, bf16)
-			lnDXKernel(a, bf16)
+			lnDXAccKernel(a, bf16)
 		}
 	}
 }
@@ -216,20 +210,23 @@ func lnScaleKernel(a isa, bf16 bool) {
 	RET()
 }
 
-// lnDXKernel emits lnDX<F32|BF16><ISA>(dx, x, dy, w, mu, r, mg, mgx):
-// dx = r·((dy·w − mg) − ((x − mu)·r)·mgx), each operation rounded to float32, over whole
-// vectors (LayerNormDX's last loop).
-func lnDXKernel(a isa, bf16 bool) {
+// lnDXAccKernel emits lnDXAcc<F32|BF16><ISA>(dx, x, dy, w, sw, sb, mu, r, mg, mgx): with
+// x̂ = (x − mu)·r, dx = r·((dy·w − mg) − x̂·mgx), sw += dy·x̂ and sb += dy, each operation
+// rounded to float32, over whole vectors: one row's segment of LayerNormDX's last loop and of
+// NormWeightGrad's column sums (which go over the rows in order), x and dy read once for both.
+func lnDXAccKernel(a isa, bf16 bool) {
 	dt, elem, esize := dtName(bf16)
-	name := "lnDX" + dt + a.name
-	TEXT(name, NOSPLIT, "func(dx, x, dy []"+elem+", w []float32, mu, r, mg, mgx float32)")
+	name := "lnDXAcc" + dt + a.name
+	TEXT(name, NOSPLIT, "func(dx, x, dy []"+elem+", w, sw, sb []float32, mu, r, mg, mgx float32)")
 	Pragma("noescape")
-	Doc(name+" writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) (LayerNormDX's Go loop, bit for bit);",
-		fmt.Sprintf("len(dx) must be a multiple of %d.", a.lanes))
+	Doc(name+" writes dx = r·(dy·w − mg − ((x − mu)·r)·mgx) and adds dy·((x − mu)·r) to sw and",
+		fmt.Sprintf("dy to sb (lnDXAccRow's Go loop, bit for bit); len(dx) must be a multiple of %d.", a.lanes))
 	op := Load(Param("dx").Base(), GP64())
 	xp := Load(Param("x").Base(), GP64())
 	dp := Load(Param("dy").Base(), GP64())
 	wp := Load(Param("w").Base(), GP64())
+	swp := Load(Param("sw").Base(), GP64())
+	sbp := Load(Param("sb").Base(), GP64())
 	n := Load(Param("dx").Len(), GP64())
 	mv, rv, gv, cv := a.vec(), a.vec(), a.vec(), a.vec()
 	VBROADCASTSS(Load(Param("mu"), XMM()), mv)
@@ -240,19 +237,27 @@ func lnDXKernel(a isa, bf16 bool) {
 	CMPQ(n, U32(a.lanes))
 	JB(LabelRef(name + "_done"))
 	x := rowLoad(a, Mem{Base: xp}, bf16)
-	g := rowLoad(a, Mem{Base: dp}, bf16)
-	VMULPS(Mem{Base: wp}, g, g) // dy·w
-	VSUBPS(gv, g, g)            // − mg
+	dy := rowLoad(a, Mem{Base: dp}, bf16)
 	VSUBPS(mv, x, x)
 	VMULPS(rv, x, x) // x̂
-	VMULPS(cv, x, x) // x̂·mgx
+	t, g := a.vec(), a.vec()
+	VMULPS(dy, x, t)             // dy·x̂
+	VADDPS(Mem{Base: swp}, t, t) // sw + dy·x̂
+	VMOVUPS(t, Mem{Base: swp})
+	VADDPS(Mem{Base: sbp}, dy, t) // sb + dy
+	VMOVUPS(t, Mem{Base: sbp})
+	VMULPS(Mem{Base: wp}, dy, g) // dy·w
+	VSUBPS(gv, g, g)             // − mg
+	VMULPS(cv, x, x)             // x̂·mgx
 	VSUBPS(x, g, g)
 	VMULPS(rv, g, g)
 	rowStore(a, g, Mem{Base: op}, bf16)
 	for _, p := range []Register{op, xp, dp} {
 		ADDQ(U32(a.lanes*esize), p)
 	}
-	ADDQ(U32(a.lanes*4), wp)
+	for _, p := range []Register{wp, swp, sbp} {
+		ADDQ(U32(a.lanes*4), p)
+	}
 	SUBQ(U32(a.lanes), n)
 	JMP(LabelRef(name + "_loop"))
 	Label(name + "_done")

@@ -18,18 +18,11 @@ import (
 //     row (AVX2 instructions, which AVX-512 CPUs run too). A float32 square is exact in float64.
 //   - scaleRow: y = w·(x·r), two rounded multiplies (AVX-512F and AVX2).
 //   - the RMSNorm backward: rmsDot8 (8 rows' float64 sums Σ float64(dy·w)·float64(x·r), as
-//     sumSq8), rmsDX (dx = r·(dy·w − x̂·c)) and normAcc (one row's terms of the weight and bias
-//     gradients, added to column sums that go over the rows in order).
+//     sumSq8) and rmsDXAcc (one row's dx = r·(dy·w − x̂·c) and its terms of the weight
+//     gradient, added to column sums that go over the rows in order, in one pass).
 //   - rope: the rotate_half rotation of a token's heads, y[i] = x[i]·cos − x[i+half]·sin and
 //     y[i+half] = x[i+half]·cos + x[i]·sin, each product rounded before the sum (no FMA).
 func rownormFamily() {
-	nt := GLOBL("normconst", RODATA|NOPTR)
-	for i, v := range []uint32{1, 0x7fff, 0x40} {
-		for j := 0; j < 16; j++ {
-			DATA(64*i+4*j, U32(v))
-		}
-	}
-	normTable = nt
 	for _, bf16 := range []bool{false, true} {
 		sumSq8Kernel(bf16)
 		dot8Kernel(bf16)
@@ -38,13 +31,15 @@ func rownormFamily() {
 		for _, bf16 := range []bool{false, true} {
 			scaleRowKernel(a, bf16)
 			ropeKernel(a, bf16)
-			rmsDXKernel(a, bf16)
-			normAccKernel(a, bf16)
+			rmsDXAccKernel(a, bf16)
 		}
 	}
 }
 
-var normTable Mem
+// normTable is tensor's roundBF16Const (rownorm_amd64.go), the constants of the bfloat16
+// rounding at the store (1, 0x7fff and the quiet bit 0x40, 16 copies each), which the rownorm
+// and layernorm kernels share: a Go variable, since avo's own tables are static to their file.
+var normTable = NewDataAddr(Symbol{Name: "·roundBF16Const"}, 0)
 
 func dtName(bf16 bool) (string, string, int) {
 	if bf16 {
@@ -283,19 +278,22 @@ func dot8Kernel(bf16 bool) {
 	RET()
 }
 
-// rmsDXKernel emits rmsDX<F32|BF16><ISA>(dx, x, dy, w, r, c): dx = r·(dy·w − (x·r)·c), each
-// product and the difference rounded to float32, over whole vectors (RMSNormDX's last loop).
-func rmsDXKernel(a isa, bf16 bool) {
+// rmsDXAccKernel emits rmsDXAcc<F32|BF16><ISA>(dx, x, dy, w, sw, r, c): with x̂ = x·r,
+// dx = r·(dy·w − x̂·c) and sw += dy·x̂, each product, difference and sum rounded to float32,
+// over whole vectors: one row's segment of RMSNormDX's last loop and of NormWeightGrad's
+// column sums (which go over the rows in order), x and dy read once for both.
+func rmsDXAccKernel(a isa, bf16 bool) {
 	dt, elem, esize := dtName(bf16)
-	name := "rmsDX" + dt + a.name
-	TEXT(name, NOSPLIT, "func(dx, x, dy []"+elem+", w []float32, r, c float32)")
+	name := "rmsDXAcc" + dt + a.name
+	TEXT(name, NOSPLIT, "func(dx, x, dy []"+elem+", w, sw []float32, r, c float32)")
 	Pragma("noescape")
-	Doc(name+" writes dx = r·(dy·w − (x·r)·c) (rmsDXRow's Go loop, bit for bit); len(dx) must",
-		fmt.Sprintf("be a multiple of %d.", a.lanes))
+	Doc(name+" writes dx = r·(dy·w − (x·r)·c) and adds dy·(x·r) to sw (rmsDXAccRow's Go",
+		fmt.Sprintf("loop, bit for bit); len(dx) must be a multiple of %d.", a.lanes))
 	op := Load(Param("dx").Base(), GP64())
 	xp := Load(Param("x").Base(), GP64())
 	dp := Load(Param("dy").Base(), GP64())
 	wp := Load(Param("w").Base(), GP64())
+	sp := Load(Param("sw").Base(), GP64())
 	n := Load(Param("dx").Len(), GP64())
 	rv, cv := a.vec(), a.vec()
 	VBROADCASTSS(Load(Param("r"), XMM()), rv)
@@ -304,59 +302,22 @@ func rmsDXKernel(a isa, bf16 bool) {
 	CMPQ(n, U32(a.lanes))
 	JB(LabelRef(name + "_done"))
 	x := rowLoad(a, Mem{Base: xp}, bf16)
-	g := rowLoad(a, Mem{Base: dp}, bf16)
-	VMULPS(Mem{Base: wp}, g, g) // dy·w
-	VMULPS(rv, x, x)            // x̂ = x·r
-	VMULPS(cv, x, x)            // x̂·c
-	VSUBPS(x, g, g)             // dy·w − x̂·c
-	VMULPS(rv, g, g)
-	rowStore(a, g, Mem{Base: op}, bf16)
+	dy := rowLoad(a, Mem{Base: dp}, bf16)
+	VMULPS(rv, x, x) // x̂ = x·r
+	t := a.vec()
+	VMULPS(dy, x, t)              // dy·x̂
+	VADDPS(Mem{Base: sp}, t, t)   // sw + dy·x̂
+	VMOVUPS(t, Mem{Base: sp})     //
+	VMULPS(Mem{Base: wp}, dy, dy) // dy·w
+	VMULPS(cv, x, x)              // x̂·c
+	VSUBPS(x, dy, dy)             // dy·w − x̂·c
+	VMULPS(rv, dy, dy)
+	rowStore(a, dy, Mem{Base: op}, bf16)
 	for _, p := range []Register{op, xp, dp} {
 		ADDQ(U32(a.lanes*esize), p)
 	}
 	ADDQ(U32(a.lanes*4), wp)
-	SUBQ(U32(a.lanes), n)
-	JMP(LabelRef(name + "_loop"))
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
-}
-
-// normAccKernel emits normAcc<F32|BF16><ISA>(sw, sb, x, dy, mu, r): sw += dy·((x − mu)·r) and
-// sb += dy, each product and sum rounded to float32, over whole vectors: one row's term of the
-// norms' weight and bias gradients (nnref.NormWeightGrad sums the rows in order).
-func normAccKernel(a isa, bf16 bool) {
-	dt, elem, esize := dtName(bf16)
-	name := "normAcc" + dt + a.name
-	TEXT(name, NOSPLIT, "func(sw, sb []float32, x, dy []"+elem+", mu, r float32)")
-	Pragma("noescape")
-	Doc(name+" adds dy·((x − mu)·r) to sw and dy to sb (normAccRow's Go loop, bit for bit);",
-		fmt.Sprintf("len(sw) must be a multiple of %d.", a.lanes))
-	wp := Load(Param("sw").Base(), GP64())
-	bp := Load(Param("sb").Base(), GP64())
-	xp := Load(Param("x").Base(), GP64())
-	dp := Load(Param("dy").Base(), GP64())
-	n := Load(Param("sw").Len(), GP64())
-	mv, rv := a.vec(), a.vec()
-	VBROADCASTSS(Load(Param("mu"), XMM()), mv)
-	VBROADCASTSS(Load(Param("r"), XMM()), rv)
-	Label(name + "_loop")
-	CMPQ(n, U32(a.lanes))
-	JB(LabelRef(name + "_done"))
-	x := rowLoad(a, Mem{Base: xp}, bf16)
-	g := rowLoad(a, Mem{Base: dp}, bf16)
-	VSUBPS(mv, x, x)
-	VMULPS(rv, x, x)
-	VMULPS(g, x, x)
-	VADDPS(Mem{Base: wp}, x, x)
-	VMOVUPS(x, Mem{Base: wp})
-	VADDPS(Mem{Base: bp}, g, g)
-	VMOVUPS(g, Mem{Base: bp})
-	for _, p := range []Register{xp, dp} {
-		ADDQ(U32(a.lanes*esize), p)
-	}
-	ADDQ(U32(a.lanes*4), wp)
-	ADDQ(U32(a.lanes*4), bp)
+	ADDQ(U32(a.lanes*4), sp)
 	SUBQ(U32(a.lanes), n)
 	JMP(LabelRef(name + "_loop"))
 	Label(name + "_done")

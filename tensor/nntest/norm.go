@@ -2,6 +2,7 @@ package nntest
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/mtrl-go/mtrl/internal/nnref"
@@ -43,7 +44,39 @@ func Norm(t *testing.T, b tensor.Backend) {
 	}{{"rms y", y}, {"rms dx", dx}, {"rms dw", dw}, {"ln y", ly}, {"ln dx", ldx}, {"ln dw", ldw}, {"ln db", ldb}} {
 		near(t, c.name, got[i], c.want, rtol, 1e-4) // the weight gradients sum 15 rows of O(1) terms
 	}
+	normSaved(t, e, got, xv, wv, bv, dyv, dw0, db0)
 	normBF16(t, b)
+}
+
+// normSaved checks that LayerNormStats and RMSNormStats give Norm's outputs, and the backwards
+// from their saved statistics Norm's gradients (want: y, dx, dw of RMSNorm, then of LayerNorm
+// with db), bit for bit.
+func normSaved(t *testing.T, e env, want [][]float32, xv, wv, bv, dyv, dw0, db0 []float32) {
+	const d, eps = 200, 1e-6
+	x, w, bb, dy := e.f32(xv, 3, 5, d), e.f32(wv, d), e.f32(bv, d), e.f32(dyv, 3, 5, d)
+	y, ly, mean, rstd, r := e.zeros(3, 5, d), e.zeros(3, 5, d), e.zeros(15), e.zeros(15), e.zeros(15)
+	e.ok(tensor.RMSNormStats(y, r, x, w, eps))
+	e.ok(tensor.LayerNormStats(ly, mean, rstd, x, w, bb, eps))
+	dx, dw := e.zeros(3, 5, d), e.f32(append([]float32(nil), dw0...), d)
+	e.ok(tensor.RMSNormBackward(dx, dw, tensor.NormGrad{X: x, Weight: w, DY: dy, Eps: eps, Accumulate: true, Rstd: r}))
+	ldx, ldw, ldb := e.zeros(3, 5, d), e.f32(append([]float32(nil), dw0...), d), e.f32(append([]float32(nil), db0...), d)
+	e.ok(tensor.LayerNormBackward(ldx, ldw, ldb, tensor.NormGrad{X: x, Weight: w, DY: dy, Eps: eps, Accumulate: true, Mean: mean, Rstd: rstd}))
+	for i, got := range [][]float32{e.host(y), e.host(dx), e.host(dw), e.host(ly), e.host(ldx), e.host(ldw), e.host(ldb)} {
+		for j, v := range got {
+			if math.Float32bits(v) != math.Float32bits(want[i][j]) {
+				t.Fatalf("saved statistics: output %d [%d] = %v, want %v (recomputed)", i, j, v, want[i][j])
+			}
+		}
+	}
+	// The statistics themselves are the reference's (float64 sums, so any order is within rtol).
+	const rows = 15
+	x64, w64, dy64, dx64 := f64(xv), f64(wv), f64(dyv), make([]float64, rows*d)
+	wantR, wantMean, wantRstd := make([]float64, rows), make([]float64, rows), make([]float64, rows)
+	nnref.RMSNormDX(rows, d, x64, w64, dy64, eps, dx64, wantR)
+	nnref.LayerNormDX(rows, d, x64, w64, dy64, eps, dx64, wantMean, wantRstd)
+	near(t, "RMSNormStats rstd", e.host(r), wantR, rtol, 0)
+	near(t, "LayerNormStats mean", e.host(mean), wantMean, rtol, 1e-6)
+	near(t, "LayerNormStats rstd", e.host(rstd), wantRstd, rtol, 0)
 }
 
 // normBF16 checks the norms with bfloat16 activations and a float32 or bfloat16 weight and
