@@ -212,7 +212,7 @@ func TestAttentionMMAForward(t *testing.T) {
 			}) {
 				t.Fatalf("kernels launched: %v, want attention_mma_fwd_bf16 alone", launched)
 			}
-			gotOut := bf16Host(t, out)
+			gotOut := host(t, out)
 			var gotLSE []float32
 			if lse != nil {
 				gotLSE = host(t, lse)
@@ -262,20 +262,6 @@ func TestAttentionMMAForward(t *testing.T) {
 			}
 		})
 	}
-}
-
-// bf16Host returns a bfloat16 tensor's values widened to float32.
-func bf16Host(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	h, err := tensor.Must(tensor.To(tensor.CPU(), x)).BF16s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(h))
-	for i, v := range h {
-		out[i] = v.Float32()
-	}
-	return out
 }
 
 // TestAttentionMMABackward checks the tensor-core bfloat16 backward (attention_mma_dq_bwd_bf16,
@@ -364,10 +350,10 @@ func TestAttentionMMABackward(t *testing.T) {
 			wantOut, wantLSE := make([]float64, nq), make([]float64, n*c.hq)
 			nnref.Attention(s, seqs, q, k, v, wantOut, wantLSE)
 			wdq, wdk, wdv := make([]float64, nq), make([]float64, nk), make([]float64, nk)
-			nnref.AttentionBackward(s, seqs, q, k, v, widen(bf16Host(t, out)), wantLSE, do, wdq, wdk, wdv)
+			nnref.AttentionBackward(s, seqs, q, k, v, widen(host(t, out)), wantLSE, do, wdq, wdk, wdv)
 			const rtol, atol = 1e-4, 1e-4
 			for i, g := range []*tensor.Tensor{dq, dk, dv} {
-				got, want := bf16Host(t, g), [][]float64{wdq, wdk, wdv}[i]
+				got, want := host(t, g), [][]float64{wdq, wdk, wdv}[i]
 				bad := 0
 				for j, w := range want {
 					f := atol + rtol*math.Abs(w)

@@ -54,20 +54,6 @@ func attentionWideHeads(t *testing.T, dt tensor.DType) {
 		}
 		return tensor.Must(tensor.To(b, tensor.Must(tensor.FromBF16(h, shape...))))
 	}
-	get := func(x *tensor.Tensor) []float32 {
-		if x.DType() == tensor.Float32 {
-			return host(t, x)
-		}
-		h, err := tensor.Must(tensor.To(tensor.CPU(), x)).BF16s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float32, len(h))
-		for i, v := range h {
-			out[i] = v.Float32()
-		}
-		return out
-	}
 	run := func(b tensor.Backend) [][]float32 {
 		cu := []int32{0, 9, 27}
 		in := tensor.AttentionInputs{Q: put(b, qv, tn, hq, d), K: put(b, kv, tn, hkv, d), V: put(b, vv, tn, hkv, d),
@@ -90,7 +76,7 @@ func attentionWideHeads(t *testing.T, dt tensor.DType) {
 		if err := tensor.AttentionDecode(dout, di, cfg); err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{get(out), get(lse), get(dq), get(dk), get(dv), get(dout)}
+		return [][]float32{host(t, out), host(t, lse), host(t, dq), host(t, dk), host(t, dv), host(t, dout)}
 	}
 	got, want := run(be), run(tensor.CPU())
 	for i, name := range []string{"out", "lse", "dq", "dk", "dv", "decode out"} {

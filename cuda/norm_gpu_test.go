@@ -88,23 +88,6 @@ func rowView(t *testing.T, b tensor.Backend, dt tensor.DType, v []float32, rows 
 	return tensor.Must(x.Rows(1, rows+1))
 }
 
-// values returns t's elements as float32 (bfloat16 widened).
-func values(t *testing.T, x *tensor.Tensor) []float32 {
-	t.Helper()
-	if x.DType() == tensor.Float32 {
-		return host(t, x)
-	}
-	h, err := tensor.Must(tensor.To(tensor.CPU(), x)).BF16s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]float32, len(h))
-	for i, v := range h {
-		out[i] = v.Float32()
-	}
-	return out
-}
-
 // normOutputs runs both norms forward and backward (the weight and bias gradients accumulated
 // into nonzero values) on b.
 func normOutputs(t *testing.T, b tensor.Backend, dt tensor.DType, rows, d int) []output {
@@ -134,7 +117,7 @@ func normOutputs(t *testing.T, b tensor.Backend, dt tensor.DType, rows, d int) [
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, output{name + "y", values(t, y), bf}, output{name + "dx", values(t, dx), bf}, output{name + "dw", host(t, dw), false})
+		out = append(out, output{name + "y", host(t, y), bf}, output{name + "dx", host(t, dx), bf}, output{name + "dw", host(t, dw), false})
 		if layer {
 			out = append(out, output{name + "db", host(t, db), false})
 		}
@@ -171,5 +154,5 @@ func ropeOutputs(t *testing.T, b tensor.Backend, dt tensor.DType, tn, h, d int) 
 		t.Fatal(err)
 	}
 	bf := dt == tensor.BFloat16
-	return []output{{"rope y", values(t, y), bf}, {"rope dx", values(t, dx), bf}}
+	return []output{{"rope y", host(t, y), bf}, {"rope dx", host(t, dx), bf}}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
-// TestHostFloat32s: a host tensor's own elements (a write shows in the tensor), a device
-// tensor's as a downloaded copy, errors for what is not a float32 tensor.
+// TestHostFloat32s: a float32 host tensor's own elements (a write shows in the tensor), a device
+// tensor's as a downloaded copy, bfloat16 widened, errors for other dtypes.
 func TestHostFloat32s(t *testing.T) {
 	h := tensor.Must(tensor.FromFloat32([]float32{1, 2, 3}, 3))
 	v, err := tensor.HostFloat32s(h)
@@ -30,6 +30,13 @@ func TestHostFloat32s(t *testing.T) {
 	again, err := tensor.HostFloat32s(d)
 	require.NoError(t, err)
 	require.Equal(t, []float32{7, 2, 3}, again, "a device tensor's elements are a copy")
+
+	bf := tensor.Must(tensor.FromBF16([]tensor.BF16{tensor.BF16FromFloat32(1.5), tensor.BF16FromFloat32(-3)}, 2))
+	for _, x := range []*tensor.Tensor{bf, tensor.Must(tensor.To(hostile.Device(), bf))} {
+		v, err := tensor.HostFloat32s(x)
+		require.NoError(t, err)
+		require.Equal(t, []float32{1.5, -3}, v)
+	}
 
 	for name, x := range map[string]*tensor.Tensor{
 		"nil":   nil,

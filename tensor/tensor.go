@@ -303,20 +303,34 @@ func (t *Tensor) Int32s() ([]int32, error) { return typedHost[int32](t, "Tensor.
 // Uint8s returns the elements of a host-resident uint8 tensor without copying.
 func (t *Tensor) Uint8s() ([]uint8, error) { return typedHost[uint8](t, "Tensor.Uint8s", Uint8) }
 
-// HostFloat32s returns a float32 tensor's elements on the host: a host tensor's own (no copy,
-// as Float32s), a device tensor's downloaded into a new slice.
+// HostFloat32s returns a float32 or bfloat16 tensor's values as float32 on the host: a float32
+// host tensor's own elements (no copy, as Float32s), otherwise a new slice (downloaded from a
+// device, bfloat16 widened exactly).
 func HostFloat32s(t *Tensor) ([]float32, error) {
-	if err := CheckTensor("tensor.HostFloat32s", "t", t); err != nil {
+	const op = "tensor.HostFloat32s"
+	if err := CheckTensor(op, "t", t); err != nil {
 		return nil, err
 	}
-	if t.IsHost() {
-		return t.Float32s()
+	if t.dtype != Float32 && t.dtype != BFloat16 {
+		return nil, Errorf(ErrDType, op, "t", "is %v, want float32 or bfloat16", t.dtype)
 	}
-	h, err := To(CPU(), t)
+	h := t
+	if !t.IsHost() {
+		var err error
+		if h, err = To(CPU(), t); err != nil {
+			return nil, err
+		}
+	}
+	if h.dtype == Float32 {
+		return h.Float32s()
+	}
+	b, err := h.BF16s()
 	if err != nil {
 		return nil, err
 	}
-	return h.Float32s()
+	out := make([]float32, len(b))
+	WidenBF16(out, b)
+	return out, nil
 }
 
 // To copies t to backend b (a new tensor even when b is t's own backend).

@@ -154,7 +154,7 @@ func (t *hfTrainer[P]) files() (map[string][]byte, error) {
 	}
 	var ws, moments []NamedTensor
 	for i, p := range ps {
-		w, err := hostValues(p.Value)
+		w, err := tensor.HostFloat32s(p.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -259,18 +259,6 @@ func (t *hfTrainer[P]) setWeights(ps []loop.Param, ws [][]float32) error {
 		}
 	}
 	return t.s.model.Repack()
-}
-
-// hostValues returns a float32 tensor's values on the host: its own, or a download from a
-// device.
-func hostValues(x *tensor.Tensor) ([]float32, error) {
-	if !x.IsHost() {
-		var err error
-		if x, err = tensor.To(tensor.CPU(), x); err != nil {
-			return nil, err
-		}
-	}
-	return x.Float32s()
 }
 
 // load restores a checkpoint written by save: weights, moments, dropout state, data position
