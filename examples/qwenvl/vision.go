@@ -592,15 +592,11 @@ func (t *Vision) Forward(pixels []float32, grids []Grid, keep bool) (*tensor.Ten
 	return out, a, nil
 }
 
-// stage shows probe.Stage (set by the device tests) x at the stage of a forward named by
-// format, with i for its %d (i < 0: format is the name).
+// stage shows the device tests' probe.Stage x at a stage of the forward (probe.Show), unless
+// the forward already failed.
 func stage(e *errs, x *tensor.Tensor, format string, i int) {
-	if probe.Stage != nil && e.err == nil {
-		name := format
-		if i >= 0 {
-			name = fmt.Sprintf(format, i)
-		}
-		probe.Stage(name, x)
+	if e.err == nil {
+		probe.Show(format, i, x)
 	}
 }
 

@@ -6,6 +6,8 @@
 package probe
 
 import (
+	"fmt"
+
 	"github.com/mtrl-go/mtrl/tensor"
 )
 
@@ -13,6 +15,19 @@ import (
 // "vision.block.0", "lm.embed", "lm.layer.3", …) on the model's backend, before the model
 // reuses its buffer: a hook keeps a copy (Host), never x.
 var Stage func(name string, x *tensor.Tensor)
+
+// Show calls Stage, when set, with x at the stage named by format, its %d filled with i (i < 0:
+// format is the name); without a hook it costs a nil check.
+func Show(format string, i int, x *tensor.Tensor) {
+	if Stage == nil {
+		return
+	}
+	name := format
+	if i >= 0 {
+		name = fmt.Sprintf(format, i)
+	}
+	Stage(name, x)
+}
 
 // Score, when set, sees each scoring pass of a qwenvl.Policy after the model scored it.
 var Score func(Pass)

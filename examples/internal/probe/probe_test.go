@@ -28,3 +28,22 @@ func TestHost(t *testing.T) {
 		t.Fatalf("bfloat16: %v, %v; want %v", got, err, want)
 	}
 }
+
+// TestShow: Show names the stage (%d filled when i >= 0) and does nothing without a hook.
+func TestShow(t *testing.T) {
+	x := tensor.Must(tensor.FromFloat32([]float32{1}, 1))
+	Show("lm.layer.%d", 3, x) // no hook: nothing to see, no panic
+	var names []string
+	Stage = func(name string, got *tensor.Tensor) {
+		if got != x {
+			t.Errorf("%s: another tensor", name)
+		}
+		names = append(names, name)
+	}
+	defer func() { Stage = nil }()
+	Show("lm.layer.%d", 3, x)
+	Show("vision.merger", -1, x)
+	if !slices.Equal(names, []string{"lm.layer.3", "vision.merger"}) {
+		t.Fatalf("stages %q", names)
+	}
+}
