@@ -140,17 +140,17 @@ func layerNormBackwardHost(k *lnKernels, dx, x, dy actView, w, dw, db []float32,
 			st[4*i], st[4*i+1], st[4*i+2], st[4*i+3] = mq, rq, float32(sg[q]/float64(d)), float32(sgx[q]/float64(d))
 		}
 	}
-	m := d / k.lanes * k.lanes
-	normBackwardPasses(rows, d, dw, db, acc, stats, func(i int, sw, sb []float32) {
+	normBackwardPasses(rows, d, dw, db, acc, stats, func(i, lo, hi int, sw, sb []float32) {
 		o, mu, r, mg, mgx := i*d, st[4*i], st[4*i+1], st[4*i+2], st[4*i+3]
-		if m > 0 {
+		m := lo + (hi-lo)/k.lanes*k.lanes
+		if m > lo {
 			if x.b16 {
-				k.dxAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
+				k.dxAccBF16(bf16Bits(dx.b[o+lo:o+m]), bf16Bits(x.b[o+lo:o+m]), bf16Bits(dy.b[o+lo:o+m]), w[lo:m], sw[lo:m], sb[lo:m], mu, r, mg, mgx)
 			} else {
-				k.dxAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], sb[:m], mu, r, mg, mgx)
+				k.dxAccF32(dx.f[o+lo:o+m], x.f[o+lo:o+m], dy.f[o+lo:o+m], w[lo:m], sw[lo:m], sb[lo:m], mu, r, mg, mgx)
 			}
 		}
-		for j := m; j < d; j++ {
+		for j := m; j < hi; j++ {
 			g, xh := dy.at(o+j), float32((x.at(o+j)-mu)*r)
 			sw[j] += float32(g * xh)
 			sb[j] += g

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"runtime"
 
 	"github.com/mtrl-go/mtrl/internal/dispatch"
 	"github.com/mtrl-go/mtrl/internal/parallel"
@@ -230,17 +231,17 @@ func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows
 			st[2*(i0+q)], st[2*(i0+q)+1] = rq, float32(gx[q]/float64(d))
 		}
 	}
-	m := d / k.lanes * k.lanes
-	normBackwardPasses(rows, d, dw, nil, acc, stats, func(i int, sw, _ []float32) {
+	normBackwardPasses(rows, d, dw, nil, acc, stats, func(i, lo, hi int, sw, _ []float32) {
 		o, r, c := i*d, st[2*i], st[2*i+1]
-		if m > 0 {
+		m := lo + (hi-lo)/k.lanes*k.lanes
+		if m > lo {
 			if x.b16 {
-				k.rmsDXAccBF16(bf16Bits(dx.b[o:o+m]), bf16Bits(x.b[o:o+m]), bf16Bits(dy.b[o:o+m]), w[:m], sw[:m], r, c)
+				k.rmsDXAccBF16(bf16Bits(dx.b[o+lo:o+m]), bf16Bits(x.b[o+lo:o+m]), bf16Bits(dy.b[o+lo:o+m]), w[lo:m], sw[lo:m], r, c)
 			} else {
-				k.rmsDXAccF32(dx.f[o:o+m], x.f[o:o+m], dy.f[o:o+m], w[:m], sw[:m], r, c)
+				k.rmsDXAccF32(dx.f[o+lo:o+m], x.f[o+lo:o+m], dy.f[o+lo:o+m], w[lo:m], sw[lo:m], r, c)
 			}
 		}
-		for j := m; j < d; j++ {
+		for j := m; j < hi; j++ {
 			g, xh := dy.at(o+j), float32(x.at(o+j)*r)
 			sw[j] += float32(g * xh)
 			dx.set(o+j, r*(float32(g*w[j])-float32(xh*c)))
@@ -250,23 +251,31 @@ func rmsNormBackwardHost(k *rowKernels, dx, x, dy actView, w, dw []float32, rows
 
 // normBackwardPasses runs the norms' two backward passes. The first, stats(i0, n), finds the
 // statistics and sums of the n <= 8 rows from i0, in parallel over groups of 8 rows. The second,
-// row(i, sw, sb), writes dx on row i and adds its terms of the weight and bias gradients to the
-// column sums sw and sb [d]; it runs on the rows in order, on one core, so that every column sums
-// the rows in order (nnref.NormWeightGrad's order) reading x and dy once, a row at a time. (On
-// the loaded 2-core Zen 4 this was measured on, splitting it by columns over the cores, or
-// pipelining chunks of rows between them, cost more CPU time than it saved wall time: the
-// strided column blocks and the hand-offs between cores.) At the end the sums overwrite dw and
-// db (db nil for RMSNorm), or are added to them when acc.
-func normBackwardPasses(rows, d int, dw, db []float32, acc bool, stats func(i0, n int), row func(i int, sw, sb []float32)) {
+// row(i, lo, hi, sw, sb), writes dx on columns [lo, hi) of row i and adds its terms of the
+// weight and bias gradients to the column sums sw and sb [d]; every block of columns goes over
+// the rows in order, so that every column sums the rows in nnref.NormWeightGrad's order, and
+// the result is the same bits for any split. With two cores or fewer the columns are one block
+// (one core streams x and dy a row at a time: on a loaded 2-core Zen 4, splitting the columns or
+// pipelining chunks of rows between the cores cost more CPU time than it saved wall time); with
+// more, blocks of normColumnBlock columns run in parallel, so that the pass scales with the cores
+// instead of running on one. At the end the sums overwrite dw and db (db nil for RMSNorm), or are
+// added to them when acc.
+func normBackwardPasses(rows, d int, dw, db []float32, acc bool, stats func(i0, n int), row func(i, lo, hi int, sw, sb []float32)) {
 	parallel.For((rows+7)/8, parallel.Grain(8*d, 1<<14), func(glo, ghi int) {
 		for g := glo; g < ghi; g++ {
 			stats(8*g, min(8, rows-8*g))
 		}
 	})
 	sw, sb := make([]float32, d), make([]float32, d)
-	for i := range rows {
-		row(i, sw, sb)
+	width := d
+	if runtime.GOMAXPROCS(0) > 2 && rows*d >= 1<<16 {
+		width = normColumnBlock
 	}
+	parallel.For(d, width, func(lo, hi int) {
+		for i := range rows {
+			row(i, lo, hi, sw, sb)
+		}
+	})
 	for j := range d {
 		if acc {
 			sw[j] += dw[j]
@@ -280,3 +289,7 @@ func normBackwardPasses(rows, d int, dw, db []float32, acc bool, stats func(i0, 
 		}
 	}
 }
+
+// normColumnBlock is the width of the second backward pass's column blocks on more than two
+// cores: a multiple of every vector width, and 2 KiB of each float32 row.
+const normColumnBlock = 512
